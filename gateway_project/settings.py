@@ -1,0 +1,142 @@
+"""Switchboard settings: every knob read from the environment with django-environ.
+
+Defaults give a working single-process gateway (SQLite, in-memory channel layer);
+production sets DATABASE_URL (PostgreSQL) and REDIS_URL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+env = environ.Env()
+
+# Security ---------------------------------------------------------------------
+SECRET_KEY = env.str("SECRET_KEY", default="dev-insecure-switchboard-key-change-me")
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# Storage ----------------------------------------------------------------------
+DATABASES = {
+    # SQLite file in the project unless DATABASE_URL says otherwise.
+    "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'switchboard.sqlite3'}"),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the usage writer and the admin write while the gateway reads.
+    DATABASES["default"].setdefault("OPTIONS", {})["init_command"] = "PRAGMA journal_mode=WAL;"
+    DATABASES["default"]["OPTIONS"]["timeout"] = 20
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-switchboard.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis is optional: the channel layer (multi-process reload, dashboard fan-out)
+# and the shared idempotency store use it when set.
+REDIS_URL = env.str("REDIS_URL", default="")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# Gateway ----------------------------------------------------------------------
+# Request bodies over this many bytes get 413 request_too_large.
+SWITCHBOARD_MAX_BODY_BYTES = env.int("SWITCHBOARD_MAX_BODY_BYTES", default=10 * 1024 * 1024)
+# /metrics is public unless this is false; then only staff sessions may read it.
+SWITCHBOARD_METRICS_PUBLIC = env.bool("SWITCHBOARD_METRICS_PUBLIC", default=True)
+# How often each process checks the configuration version (safety net for missed broadcasts).
+SWITCHBOARD_CONFIG_POLL_S = env.float("SWITCHBOARD_CONFIG_POLL_S", default=0.5)
+# Background health probes of providers; off unless enabled here or per provider.
+SWITCHBOARD_HEALTH_PROBES = env.bool("SWITCHBOARD_HEALTH_PROBES", default=False)
+SWITCHBOARD_HEALTH_INTERVAL_S = env.float("SWITCHBOARD_HEALTH_INTERVAL_S", default=30.0)
+# Usage records: batch size, in-memory bound before spilling to the spool file.
+SWITCHBOARD_USAGE_BATCH = env.int("SWITCHBOARD_USAGE_BATCH", default=500)
+SWITCHBOARD_USAGE_MEMORY_BOUND = env.int("SWITCHBOARD_USAGE_MEMORY_BOUND", default=10_000)
+SWITCHBOARD_USAGE_FLUSH_S = env.float("SWITCHBOARD_USAGE_FLUSH_S", default=0.5)
+SWITCHBOARD_USAGE_SPOOL_DIR = env.str("SWITCHBOARD_USAGE_SPOOL_DIR", default=str(VAR_DIR / "spool"))
+# Idempotency records live this long.
+SWITCHBOARD_IDEMPOTENCY_TTL_S = env.int("SWITCHBOARD_IDEMPOTENCY_TTL_S", default=24 * 3600)
+# Validate the routing configuration when the ASGI app is built (refuse to start on errors).
+SWITCHBOARD_VALIDATE_ON_BOOT = env.bool("SWITCHBOARD_VALIDATE_ON_BOOT", default=True)
+
+# Django -----------------------------------------------------------------------
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_prometheus",
+    "providers",
+    "policies",
+    "routing",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "gateway_project.urls"
+ASGI_APPLICATION = "gateway_project.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+LOGIN_URL = "/admin/login/"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "switchboard": {"handlers": ["console"], "level": env.str("SWITCHBOARD_LOG_LEVEL", default="INFO")},
+        "switchboard.requests": {
+            "handlers": ["console"],
+            "level": env.str("SWITCHBOARD_REQUEST_LOG_LEVEL", default="INFO"),
+            "propagate": False,
+        },
+    },
+}
+
+VAR_DIR.mkdir(exist_ok=True)

@@ -1,0 +1,12 @@
+"""Django-side URLs: admin, dashboard pages, metrics. /v1 and /health never reach here."""
+
+from django.contrib import admin
+from django.urls import include, path
+
+from routing import views
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("dashboard/", include("routing.dashboard_urls")),
+    path("metrics", views.metrics_view, name="metrics"),
+]

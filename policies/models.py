@@ -1,0 +1,92 @@
+"""Who may call what: organisations, agents, API keys, policies, BYO credentials."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from providers.models import Provider
+
+ACTIONS = [("allow", "allow"), ("deny", "deny")]
+
+
+class Org(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    default_action = models.CharField(max_length=5, choices=ACTIONS, default="allow", help_text="Applies when no policy matches.")
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "organisation"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Agent(models.Model):
+    org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="agents")
+    name = models.SlugField(max_length=64)
+    default_model = models.CharField(max_length=200, blank=True, help_text="Model id or alias used when a request names none.")
+
+    class Meta:
+        ordering = ["org__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["org", "name"], name="agent_unique_per_org")]
+
+    def __str__(self) -> str:
+        return f"{self.org.name}/{self.name}"
+
+
+class ApiKey(models.Model):
+    """A key is shown once at creation; only its SHA-256 and a display prefix are kept."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="keys")
+    prefix = models.CharField(max_length=16, editable=False)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    label = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.agent})"
+
+
+class OrgPolicy(models.Model):
+    """Go filepath.Match pattern over model ids; lowest priority number evaluated first."""
+
+    org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="policies")
+    pattern = models.CharField(max_length=200)
+    action = models.CharField(max_length=5, choices=ACTIONS, default="allow")
+    priority = models.IntegerField(default=100)
+    fallback_chain = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Allow policies only: list of model ids replacing the model's chain (at most 8). Empty list disables fallback; blank keeps the model's own chain.",
+    )
+
+    class Meta:
+        ordering = ["org__name", "priority", "id"]
+        verbose_name = "organisation policy"
+        verbose_name_plural = "organisation policies"
+
+    def __str__(self) -> str:
+        return f"{self.org.name}: {self.action} {self.pattern} (priority {self.priority})"
+
+
+class OrgCredential(models.Model):
+    """Bring-your-own credentials: an org's override of a provider's key and/or base URL."""
+
+    org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="credentials")
+    provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="org_credentials")
+    api_key_env = models.CharField(max_length=128, blank=True, help_text="Environment variable holding the org's key.")
+    base_url = models.CharField(max_length=500, blank=True, help_text="http(s) URL; empty keeps the provider's.")
+
+    class Meta:
+        ordering = ["org__name", "provider__name"]
+        constraints = [models.UniqueConstraint(fields=["org", "provider"], name="credential_unique_per_org_provider")]
+        verbose_name = "BYO credential"
+
+    def __str__(self) -> str:
+        return f"{self.org.name} → {self.provider.name}"

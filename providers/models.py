@@ -1,0 +1,99 @@
+"""What exists upstream: providers, the models they serve, aliases, fallback chains.
+
+Saving any of these rebuilds the in-memory snapshot in every serving process
+(see routing.reload); the request path never reads these tables.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+DIALECTS = ("openai", "anthropic", "ollama", "tei", "cohere")
+CAPABILITIES = (
+    "chat",
+    "embeddings",
+    "rerank",
+    "responses",
+    "streaming",
+    "tools",
+    "structured_output",
+    "vision",
+)
+
+
+class Provider(models.Model):
+    """An upstream API endpoint speaking one dialect."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    dialect = models.CharField(max_length=16, choices=[(d, d) for d in DIALECTS], default="openai")
+    base_url = models.CharField(max_length=500, help_text="http(s) URL, e.g. https://api.openai.com/v1")
+    api_key_env = models.CharField(
+        max_length=128,
+        blank=True,
+        help_text="Name of the environment variable holding the API key. The secret itself is never stored.",
+    )
+    connect_timeout_ms = models.PositiveIntegerField(null=True, blank=True, help_text="Overrides the global default; gives this provider its own connection pool.")
+    first_token_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
+    total_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
+    health_check_path = models.CharField(max_length=200, blank=True, help_text="Probe = GET base_url + path. Empty: probe the base URL.")
+    health_probe_enabled = models.BooleanField(default=False, help_text="Probe this provider in the background even when probes are off globally.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Model(models.Model):
+    """A public model id served by one provider, with its capability manifest."""
+
+    public_id = models.CharField("id", max_length=200, unique=True, help_text="Public id clients send; may contain '/'.")
+    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="models")
+    upstream_model = models.CharField(max_length=200, help_text="The model name sent to the provider.")
+    capabilities = models.JSONField(default=list, blank=True, help_text="Subset of: " + ", ".join(CAPABILITIES))
+    context_window = models.PositiveIntegerField(null=True, blank=True)
+    max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    residency = models.CharField(max_length=32, blank=True)
+    input_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    output_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    connect_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
+    first_token_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
+    total_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
+    fallback_on = models.JSONField(null=True, blank=True, help_text="Overrides the global fallback_on list; empty means inherit.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["public_id"]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+
+class FallbackLink(models.Model):
+    """One hop of a model's ordered fallback chain."""
+
+    model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="fallback_links")
+    target = models.ForeignKey(Model, on_delete=models.PROTECT, related_name="+")
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["model", "position", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.model} → {self.target}"
+
+
+class Alias(models.Model):
+    """A friendly name resolved to an immutable model id before anything else."""
+
+    name = models.CharField(max_length=200, unique=True)
+    target = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="aliases")
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "aliases"
+
+    def __str__(self) -> str:
+        return f"{self.name} → {self.target}"

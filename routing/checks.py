@@ -1,0 +1,1 @@
+"""System check: the routing configuration must validate (ids routing.E001…)."""

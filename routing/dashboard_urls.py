@@ -1,0 +1,3 @@
+"""Dashboard pages (staff only)."""
+
+urlpatterns: list = []

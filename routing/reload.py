@@ -1,0 +1,1 @@
+"""Configuration-change signals (filled in below)."""
