@@ -58,30 +58,50 @@ def _class(pattern: str, i: int) -> tuple[str, int]:
 
 
 def translate(pattern: str) -> str:
-    """Return a regex source equivalent to the Go pattern; raise BadPattern if malformed."""
-    out: list[str] = []
+    """Return a regex source equivalent to the Go pattern; raise BadPattern if malformed.
+
+    Go matches each star+chunk at its leftmost position and never backtracks into it
+    (only the last chunk may float to the end of the name); an atomic lazy group
+    `(?>[^/]*?chunk)` reproduces exactly that, so a class that can match '/' after
+    a star gives Go's answer.
+    """
+    pieces: list[tuple[bool, str]] = []  # (preceded by a star, chunk regex)
+    star = False
+    chunk: list[str] = []
     i = 0
     while i < len(pattern):
         c = pattern[i]
         if c == "*":
+            if chunk:
+                pieces.append((star, "".join(chunk)))
+                chunk = []
             while i < len(pattern) and pattern[i] == "*":
                 i += 1
-            out.append("[^/]*")
+            star = True
             continue
         if c == "?":
-            out.append("[^/]")
+            chunk.append("[^/]")
         elif c == "[":
             regex, i = _class(pattern, i + 1)
-            out.append(regex)
+            chunk.append(regex)
             continue
         elif c == "\\":
             i += 1
             if i >= len(pattern):
                 raise BadPattern(f"trailing backslash in {pattern!r}: escape it as '\\\\'")
-            out.append(re.escape(pattern[i]))
+            chunk.append(re.escape(pattern[i]))
         else:
-            out.append(re.escape(c))
+            chunk.append(re.escape(c))
         i += 1
+    pieces.append((star, "".join(chunk)))
+    out = []
+    for n, (starred, body) in enumerate(pieces):
+        if not starred:
+            out.append(body)
+        elif n == len(pieces) - 1:
+            out.append("[^/]*" + body)
+        else:
+            out.append(f"(?>[^/]*?{body})")
     return "".join(out)
 
 

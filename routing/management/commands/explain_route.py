@@ -1,0 +1,61 @@
+"""`manage.py explain_route --org ORG --model MODEL [--stream] [--tools] [--tokens N] [--json]`.
+
+Shows how a request would be routed with the configuration now in the database:
+alias resolution, the matching policy, and every link of the chain kept or skipped
+and why. Nothing is sent upstream.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import orjson
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from routing.document import document_from_db, key_rows_from_db
+from routing.explain import explain, render
+from routing.snapshot import build_snapshot
+
+
+class Command(BaseCommand):
+    help = "Explain how a request by an org for a model would be routed (policy, chain, skips)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--org", required=True, help="organisation name")
+        parser.add_argument("--model", required=True, help="model id or alias the request would send")
+        parser.add_argument("--stream", action="store_true", help="a streaming request")
+        parser.add_argument("--tools", action="store_true", help="a request with tools")
+        parser.add_argument("--tokens", type=int, default=None, help="estimated prompt tokens")
+        parser.add_argument(
+            "--kind",
+            default="chat",
+            choices=["chat", "embeddings", "rerank", "responses"],
+            help="endpoint kind (default chat)",
+        )
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        document = document_from_db()
+        try:
+            from routing.validation import validate_document
+        except ImportError:  # pragma: no cover - validation ships with the project
+            validate_document = None
+        if validate_document is not None:
+            errors = validate_document(document)
+            if errors:
+                listing = "; ".join(f"{e.path}: {e.message}" for e in errors)
+                raise CommandError(f"the configuration does not validate, fix it first: {listing}")
+        snapshot = build_snapshot(document, key_rows_from_db(), os.environ)
+        if opts["tokens"] is not None and opts["tokens"] < 0:
+            raise CommandError("--tokens must be 0 or more")
+        try:
+            result = explain(
+                snapshot, opts["org"], opts["model"], opts["stream"], opts["tools"], opts["tokens"], kind=opts["kind"]
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        if opts["json"]:
+            self.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
+        else:
+            self.stdout.write(render(result))
