@@ -1,0 +1,226 @@
+"""Circuit breakers per link, in memory (CONTRACT R5).
+
+Closed -> Open after `threshold` consecutive failed requests -> Half-Open after the
+cooldown -> exactly one probe is admitted (others are told the circuit is open) ->
+the probe's success closes, its failure re-opens for a new cooldown. A probe whose
+outcome never comes back is presumed lost after one cooldown and a new one is
+admitted. An operator may force a breaker open (maintenance) until reset or expiry.
+
+Everything runs on the event loop thread and never awaits, so no locks. State lives
+outside the configuration snapshot: `retain()` keeps it for links that survive a
+rebuild.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+BreakerKey = tuple[str, ...]  # (provider, model) shared; (provider, model, "org:<org>") for BYO credentials
+
+
+class State(enum.IntEnum):
+    CLOSED = 0
+    OPEN = 1
+    HALF_OPEN = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    allowed: bool
+    probe: bool
+    retry_after_s: float  # when refused: seconds until a request may be admitted again
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerView:
+    key: BreakerKey
+    state: State
+    consecutive_failures: int
+    cooldown_remaining_s: float
+    forced_reason: str | None
+    forced_until: float | None  # epoch seconds; None = until reset
+
+
+Listener = Callable[[BreakerKey, State, State], None]
+
+_ALLOWED = Admission(True, False, 0.0)
+_PROBE = Admission(True, True, 0.0)
+
+
+class _Breaker:
+    __slots__ = ("state", "failures", "opened_at", "probe_at", "cooldown_s", "forced_reason", "forced_until")
+
+    def __init__(self) -> None:
+        self.state = State.CLOSED
+        self.failures = 0
+        self.opened_at = 0.0  # monotonic
+        self.probe_at: float | None = None  # monotonic start of the probe in flight
+        self.cooldown_s = 30.0
+        self.forced_reason: str | None = None
+        self.forced_until: float | None = None
+        # forced is a separate flag from state so reset/expiry know what to undo
+
+
+class BreakerRegistry:
+    """All breakers of this process, keyed by link."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._wall = wall
+        self._breakers: dict[BreakerKey, _Breaker] = {}
+        self._listeners: list[Listener] = []
+
+    # --- request path -----------------------------------------------------
+
+    def admit(self, key: BreakerKey, threshold: int, cooldown_s: float) -> Admission:
+        """May a request use this link now? A half-open breaker admits one probe."""
+        b = self._breakers.get(key)
+        if b is None or b.state is State.CLOSED:
+            return _ALLOWED
+        b.cooldown_s = cooldown_s
+        now = self._clock()
+        if b.forced_reason is not None:
+            if not self._forced_expired(key, b):
+                remaining = b.forced_until - self._wall() if b.forced_until is not None else cooldown_s
+                return Admission(False, False, max(remaining, 0.0))
+            return _ALLOWED
+        if b.state is State.OPEN:
+            remaining = b.opened_at + cooldown_s - now
+            if remaining > 0:
+                return Admission(False, False, remaining)
+            self._set(key, b, State.HALF_OPEN)
+            b.probe_at = None
+        # half-open: one probe at a time; a probe silent for a whole cooldown is presumed lost
+        if b.probe_at is None or now - b.probe_at >= cooldown_s:
+            b.probe_at = now
+            return _PROBE
+        return Admission(False, False, b.probe_at + cooldown_s - now)
+
+    def record_success(self, key: BreakerKey, probe: bool) -> None:
+        b = self._breakers.get(key)
+        if b is None or b.forced_reason is not None:
+            return
+        if b.state is State.CLOSED:
+            b.failures = 0
+        elif probe and b.state is State.HALF_OPEN:
+            b.failures = 0
+            b.probe_at = None
+            self._set(key, b, State.CLOSED)
+        # a non-probe request admitted before the trip says nothing about now
+
+    def record_failure(self, key: BreakerKey, probe: bool, threshold: int, cooldown_s: float) -> None:
+        b = self._breakers.get(key)
+        if b is None:
+            b = self._breakers[key] = _Breaker()
+        b.cooldown_s = cooldown_s
+        b.failures += 1
+        if b.forced_reason is not None:
+            return
+        if b.state is State.CLOSED:
+            if b.failures >= threshold:
+                b.opened_at = self._clock()
+                self._set(key, b, State.OPEN)
+        elif probe and b.state is State.HALF_OPEN:
+            b.opened_at = self._clock()
+            b.probe_at = None
+            self._set(key, b, State.OPEN)
+
+    def release(self, key: BreakerKey, probe: bool) -> None:
+        """The outcome is unknown (client cancelled): free the probe slot without charging."""
+        if not probe:
+            return
+        b = self._breakers.get(key)
+        if b is not None and b.state is State.HALF_OPEN:
+            b.probe_at = None
+
+    # --- operators, dashboard, metrics ------------------------------------
+
+    def state(self, key: BreakerKey) -> State:
+        b = self._breakers.get(key)
+        return State.CLOSED if b is None else b.state
+
+    def views(self) -> list[BreakerView]:
+        now = self._clock()
+        out = []
+        for key, b in list(self._breakers.items()):
+            if b.forced_reason is not None:
+                self._forced_expired(key, b)
+            remaining = 0.0
+            if b.forced_reason is not None:
+                if b.forced_until is not None:
+                    remaining = max(b.forced_until - self._wall(), 0.0)
+            elif b.state is State.OPEN:
+                remaining = b.opened_at + b.cooldown_s - now
+                if remaining <= 0:
+                    remaining = 0.0
+                    b.probe_at = None
+                    self._set(key, b, State.HALF_OPEN)
+            out.append(BreakerView(key, b.state, b.failures, remaining, b.forced_reason, b.forced_until))
+        return out
+
+    def force_open(self, key: BreakerKey, reason: str, until_epoch: float | None) -> None:
+        """Keep the link open (maintenance) until `reset()` or `until_epoch` passes."""
+        b = self._breakers.get(key)
+        if b is None:
+            b = self._breakers[key] = _Breaker()
+        b.forced_reason = reason or "forced open"
+        b.forced_until = until_epoch
+        b.opened_at = self._clock()
+        b.probe_at = None
+        self._set(key, b, State.OPEN)
+
+    def reset(self, key: BreakerKey) -> None:
+        """Close the breaker and forget its failures (also ends a forced open)."""
+        b = self._breakers.get(key)
+        if b is None:
+            return
+        b.forced_reason = None
+        b.forced_until = None
+        b.failures = 0
+        b.probe_at = None
+        self._set(key, b, State.CLOSED)
+
+    def add_listener(self, fn: Listener) -> None:
+        """`fn(key, old, new)` is called on every state change (metrics, dashboard)."""
+        self._listeners.append(fn)
+
+    def remove_listener(self, fn: Listener) -> None:
+        if fn in self._listeners:
+            self._listeners.remove(fn)
+
+    def retain(self, keys: Iterable[BreakerKey]) -> None:
+        """Drop breakers of links that no longer exist; the others keep their state."""
+        keep = keys if isinstance(keys, (set, frozenset)) else set(keys)
+        for key in [k for k in self._breakers if k not in keep]:
+            del self._breakers[key]
+
+    def clear(self) -> None:
+        self._breakers.clear()
+
+    # --- internals --------------------------------------------------------
+
+    def _forced_expired(self, key: BreakerKey, b: _Breaker) -> bool:
+        if b.forced_until is None or self._wall() < b.forced_until:
+            return False
+        self.reset(key)
+        return True
+
+    def _set(self, key: BreakerKey, b: _Breaker, new: State) -> None:
+        old = b.state
+        if old is new:
+            return
+        b.state = new
+        for fn in self._listeners:
+            try:
+                fn(key, old, new)
+            except Exception:  # a broken listener must not break routing
+                log.exception("breaker listener failed for %s", key)
+
+
+registry = BreakerRegistry()
