@@ -1,0 +1,134 @@
+"""What every dialect adapter provides: normalised (OpenAI-shaped) call <-> upstream HTTP.
+
+A dialect is stateless and shared by every request. `build_request` turns the
+client's OpenAI-shaped body into the upstream's request; `parse_response` turns a
+2xx upstream body back into the OpenAI shape the client expects (and reads the token
+usage); `translate_stream` turns the upstream's SSE bytes into OpenAI SSE bytes.
+Non-2xx answers never reach a dialect: routing.errors.failure_from_response
+classifies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from routing.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.snapshot import ModelSpec, ProviderSpec
+
+KINDS = ("chat", "embeddings", "rerank", "responses")
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+Usage = tuple[int | None, int | None]
+NO_USAGE: Usage = (None, None)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """One upstream HTTP request. `context` carries what parse_response needs from the
+    client's request (e.g. rerank top_n for an upstream that cannot apply it)."""
+
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: bytes
+    context: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedResponse:
+    """The client-facing OpenAI-shaped JSON body and (prompt_tokens, completion_tokens)."""
+
+    body: bytes
+    usage: Usage
+
+
+def unsupported(dialect: str, kind: str, model: ModelSpec) -> GatewayError:
+    return GatewayError(
+        400,
+        "unsupported_capability",
+        f"model {model.id!r} is served by a {dialect} provider, which cannot do {kind}; "
+        "use a model whose provider supports it",
+    )
+
+
+def invalid_request(message: str, param: str | None = None) -> GatewayError:
+    return GatewayError(400, "invalid_request", message, param=param)
+
+
+def load_json(body: bytes, model: ModelSpec) -> Any:
+    """Decode a 2xx upstream body; anything but a JSON object is INVALID_BODY."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamFailure(
+            FailureKind.INVALID_BODY,
+            f"provider {model.provider.name!r} answered 2xx with a body that is not valid JSON ({exc})",
+            body=body[:2048],
+        ) from None
+    if not isinstance(data, dict):
+        raise UpstreamFailure(
+            FailureKind.INVALID_BODY,
+            f"provider {model.provider.name!r} answered 2xx with JSON that is not an object",
+            body=body[:2048],
+        )
+    return data
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def usage_of(data: Mapping[str, Any]) -> Usage:
+    """OpenAI (prompt/completion_tokens) or Responses API (input/output_tokens) usage."""
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return NO_USAGE
+    prompt = usage.get("prompt_tokens")
+    if prompt is None:
+        prompt = usage.get("input_tokens")
+    completion = usage.get("completion_tokens")
+    if completion is None:
+        completion = usage.get("output_tokens")
+    return (_int_or_none(prompt), _int_or_none(completion))
+
+
+def join_url(base_url: str, path: str) -> str:
+    if path and not path.startswith("/"):
+        path = "/" + path
+    return base_url.rstrip("/") + path
+
+
+class Dialect:
+    """Base adapter: subclasses set `name` and `kinds` and override what differs."""
+
+    name = "base"
+    kinds: frozenset[str] = frozenset()
+
+    def check_kind(self, kind: str, model: ModelSpec) -> None:
+        if kind not in self.kinds:
+            raise unsupported(self.name, kind, model)
+
+    def build_request(
+        self,
+        kind: str,
+        body: dict[str, Any],
+        model: ModelSpec,
+        base_url: str,
+        api_key: str | None,
+        stream: bool,
+    ) -> PreparedRequest:
+        raise NotImplementedError
+
+    def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
+        raise NotImplementedError
+
+    def translate_stream(self, chunks: AsyncIterator[bytes], model: ModelSpec) -> AsyncIterator[bytes]:
+        """Upstream SSE bytes -> OpenAI SSE bytes. Identity unless overridden."""
+        return chunks
+
+    def health_url(self, provider: ProviderSpec) -> str:
+        return join_url(provider.base_url, provider.health_check_path or "/models")

@@ -1,0 +1,49 @@
+"""OpenAI and OpenAI-compatible servers (vLLM, Jina, LM Studio, ...): near-passthrough.
+
+Only the `model` field is rewritten to the upstream name; every other field goes as
+the client sent it, and the upstream's bytes come back unchanged (validated as JSON),
+so new OpenAI fields work without a gateway release.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from providers.dialects.base import Dialect, ParsedResponse, PreparedRequest, load_json, unsupported, usage_of
+from routing.snapshot import ModelSpec
+
+PATHS = {
+    "chat": "/chat/completions",
+    "embeddings": "/embeddings",
+    "rerank": "/rerank",  # as vLLM / Jina serve it
+    "responses": "/responses",
+}
+
+
+class OpenAIDialect(Dialect):
+    name = "openai"
+    kinds = frozenset(PATHS)
+
+    def build_request(
+        self,
+        kind: str,
+        body: dict[str, Any],
+        model: ModelSpec,
+        base_url: str,
+        api_key: str | None,
+        stream: bool,
+    ) -> PreparedRequest:
+        path = PATHS.get(kind)
+        if path is None or kind not in self.kinds:
+            raise unsupported(self.name, kind, model)
+        payload = orjson.dumps({**body, "model": model.upstream_model})
+        if api_key:
+            headers = {"Content-Type": "application/json", "Authorization": "Bearer " + api_key}
+        else:
+            headers = {"Content-Type": "application/json"}
+        return PreparedRequest("POST", base_url.rstrip("/") + path, headers, payload)
+
+    def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
+        return ParsedResponse(body, usage_of(load_json(body, model)))
