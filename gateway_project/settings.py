@@ -128,7 +128,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {"console": {"class": "gateway_project.log.StderrHandler", "formatter": "plain"}},
     "loggers": {
         "switchboard": {"handlers": ["console"], "level": env.str("SWITCHBOARD_LOG_LEVEL", default="INFO")},
         "switchboard.requests": {

@@ -1,0 +1,64 @@
+"""ASGI entry point: `gateway_project.asgi:application`.
+
+/v1/* and /health* go straight to the gateway's own async handler (routing.api):
+Django's ASGIHandler costs over a millisecond a request in thread hops and sync
+middleware, more than the whole overhead budget. Everything else (admin,
+dashboard pages, /metrics) goes to Django; websockets go to the dashboard
+consumer. The configuration is validated here, so a bad one stops the server.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_project.settings")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+django_application = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+
+from routing import background, live  # noqa: E402
+from routing.api import gateway_application, lifespan_application  # noqa: E402
+
+if settings.SWITCHBOARD_VALIDATE_ON_BOOT:
+    live.boot()
+
+
+def _websocket_routes() -> list:
+    try:
+        from routing.dashboard import websocket_urlpatterns
+    except ImportError:
+        return []
+    return websocket_urlpatterns
+
+
+async def http_application(scope, receive, send) -> None:
+    """Path dispatch: the gateway's paths first, Django as the catch-all."""
+    path = scope["path"]
+    if path.startswith("/v1/") or path.startswith("/health"):
+        await gateway_application(scope, receive, send)
+    else:
+        background.ensure_started()
+        await django_application(scope, receive, send)
+
+
+_router = ProtocolTypeRouter(
+    {
+        "http": http_application,
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(_websocket_routes()))),
+        "lifespan": lifespan_application,
+    }
+)
+
+
+async def application(scope, receive, send) -> None:
+    if scope["type"] == "http":
+        await http_application(scope, receive, send)
+    else:
+        background.ensure_started()
+        await _router(scope, receive, send)
