@@ -1,0 +1,199 @@
+"""Real servers for end-to-end tests: the mock upstream and daphne on loopback.
+
+Each gateway gets its own database (a copy of a migrated SQLite file, or a
+PostgreSQL database cloned from a migrated template when DATABASE_URL points at
+PostgreSQL), is configured through `manage.py import_config` like an operator
+would, and is served by a real `daphne` process.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode} before listening on {port}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listened on {port} within {timeout}s")
+
+
+class MockUpstream:
+    """The project's mock upstream in its own process, scripted over its control API."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "providers.mock_upstream", "--port", str(self.port)],
+            cwd=ROOT,
+        )
+        wait_for_port(self.port, self.process)
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.client = httpx.Client(base_url=self.url, timeout=10)
+
+    def script(self, model: str, steps: list[dict] | None = None, then: dict | None = None) -> None:
+        payload: dict = {"model": model, "steps": steps or []}
+        if then is not None:
+            payload["then"] = then
+        self.client.post("/_control/script", json=payload).raise_for_status()
+
+    def calls(self, model: str) -> dict:
+        return self.client.get("/_control/calls", params={"model": model}).json()
+
+    def count(self, model: str) -> int:
+        return self.calls(model)["count"]
+
+    def stop(self) -> None:
+        self.client.close()
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+class Databases:
+    """Fresh migrated databases for gateway processes, cloned from one migrated template."""
+
+    def __init__(self) -> None:
+        self.base_url = os.environ.get("DATABASE_URL", "")
+        self.tmp = Path(tempfile.mkdtemp(prefix="switchboard-e2e-"))
+        self.postgres = self.base_url.startswith(("postgres://", "postgresql://"))
+        self.created: list[str] = []
+        if self.postgres:
+            self.template = f"sb_e2e_tpl_{uuid.uuid4().hex[:8]}"
+            self._pg(f'CREATE DATABASE "{self.template}"')
+            self.created.append(self.template)
+            manage(["migrate", "-v0"], {"DATABASE_URL": self._pg_url(self.template)})
+        else:
+            self.template_file = self.tmp / "template.sqlite3"
+            manage(["migrate", "-v0"], {"DATABASE_URL": f"sqlite:///{self.template_file}"})
+
+    def _pg_url(self, name: str) -> str:
+        parsed = urlparse(self.base_url)
+        return parsed._replace(path=f"/{name}").geturl()
+
+    def _pg(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.base_url, autocommit=True) as conn:
+            conn.execute(sql)
+
+    def new(self) -> str:
+        if self.postgres:
+            name = f"sb_e2e_{uuid.uuid4().hex[:10]}"
+            self._pg(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+            self.created.append(name)
+            return self._pg_url(name)
+        path = self.tmp / f"{uuid.uuid4().hex[:10]}.sqlite3"
+        shutil.copy(self.template_file, path)
+        return f"sqlite:///{path}"
+
+    def cleanup(self) -> None:
+        if self.postgres:
+            for name in reversed(self.created):
+                try:
+                    self._pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def manage(args: list[str], env: dict[str, str], check: bool = True, input_text: str | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings", **env}
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=full_env, capture_output=True, text=True, input=input_text, timeout=120
+    )
+    if check and result.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@dataclass
+class Gateway:
+    """A running daphne serving the gateway on its own database."""
+
+    database_url: str
+    config_yaml: str
+    workdir: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    port: int = 0
+    process: subprocess.Popen | None = None
+    api_key: str = ""
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "DATABASE_URL": self.database_url,
+            "SWITCHBOARD_USAGE_SPOOL_DIR": str(self.workdir / "spool"),
+            "SWITCHBOARD_CONFIG_POLL_S": "0.2",
+            **self.extra_env,
+        }
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return manage(list(args), self.env, check=check)
+
+    def import_config(self, yaml_text: str, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
+        path = self.workdir / f"config-{uuid.uuid4().hex[:6]}.yaml"
+        path.write_text(yaml_text)
+        return self.manage("import_config", str(path), *extra, check=check)
+
+    def create_key(self, org: str, agent: str) -> str:
+        out = self.manage("create_api_key", "--org", org, "--agent", agent).stdout
+        return out.strip().splitlines()[-1].strip()
+
+    def start(self, org: str = "acme", agent: str = "bot") -> None:
+        self.import_config(self.config_yaml)
+        self.api_key = self.create_key(org, agent)
+        self.port = free_port()
+        self.log = open(self.workdir / "daphne.log", "w")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "gateway_project.asgi:application"],
+            cwd=ROOT,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings", **self.env},
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_for_port(self.port, self.process)
+        httpx.get(f"{self.url}/health", timeout=10).raise_for_status()
+
+    def logs(self) -> str:
+        return (self.workdir / "daphne.log").read_text()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if getattr(self, "log", None):
+            self.log.close()
