@@ -6,6 +6,7 @@ production sets DATABASE_URL (PostgreSQL) and REDIS_URL.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import environ
@@ -30,7 +31,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the usage writer and the admin write while the gateway reads.
     DATABASES["default"].setdefault("OPTIONS", {})["init_command"] = "PRAGMA journal_mode=WAL;"
     DATABASES["default"]["OPTIONS"]["timeout"] = 20
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-switchboard.sqlite3")}
+    # A file (not :memory:) so end-to-end servers could share it; per process so parallel runs never collide.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-switchboard-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis is optional: the channel layer (multi-process reload, dashboard fan-out)
@@ -61,6 +63,8 @@ SWITCHBOARD_USAGE_BATCH = env.int("SWITCHBOARD_USAGE_BATCH", default=500)
 SWITCHBOARD_USAGE_MEMORY_BOUND = env.int("SWITCHBOARD_USAGE_MEMORY_BOUND", default=10_000)
 SWITCHBOARD_USAGE_FLUSH_S = env.float("SWITCHBOARD_USAGE_FLUSH_S", default=0.5)
 SWITCHBOARD_USAGE_SPOOL_DIR = env.str("SWITCHBOARD_USAGE_SPOOL_DIR", default=str(VAR_DIR / "spool"))
+# How often the dashboard pushes refreshed counters to open pages.
+SWITCHBOARD_DASHBOARD_REFRESH_S = env.float("SWITCHBOARD_DASHBOARD_REFRESH_S", default=1.5)
 # Idempotency records live this long.
 SWITCHBOARD_IDEMPOTENCY_TTL_S = env.int("SWITCHBOARD_IDEMPOTENCY_TTL_S", default=24 * 3600)
 # Validate the routing configuration when the ASGI app is built (refuse to start on errors).
@@ -85,6 +89,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Admin CSS/JS under any ASGI server, no collectstatic step (Django side only; /v1 never sees it).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -121,7 +127,9 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = VAR_DIR / "static"  # only for `collectstatic`; WhiteNoise serves from the finders
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
 LOGIN_URL = "/admin/login/"
 
 LOGGING = {
@@ -131,6 +139,7 @@ LOGGING = {
     "handlers": {"console": {"class": "gateway_project.log.StderrHandler", "formatter": "plain"}},
     "loggers": {
         "switchboard": {"handlers": ["console"], "level": env.str("SWITCHBOARD_LOG_LEVEL", default="INFO")},
+        "httpx": {"handlers": ["console"], "level": "WARNING", "propagate": False},
         "switchboard.requests": {
             "handlers": ["console"],
             "level": env.str("SWITCHBOARD_REQUEST_LOG_LEVEL", default="INFO"),
@@ -139,4 +148,4 @@ LOGGING = {
     },
 }
 
-VAR_DIR.mkdir(exist_ok=True)
+(VAR_DIR / "static").mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,9 @@ ACTIONS = [("allow", "allow"), ("deny", "deny")]
 
 class Org(models.Model):
     name = models.SlugField(max_length=64, unique=True)
-    default_action = models.CharField(max_length=5, choices=ACTIONS, default="allow", help_text="Applies when no policy matches.")
+    default_action = models.CharField(
+        max_length=5, choices=ACTIONS, default="allow", help_text="Applies when no policy matches."
+    )
 
     class Meta:
         ordering = ["name"]
@@ -24,7 +26,9 @@ class Org(models.Model):
 class Agent(models.Model):
     org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="agents")
     name = models.SlugField(max_length=64)
-    default_model = models.CharField(max_length=200, blank=True, help_text="Model id or alias used when a request names none.")
+    default_model = models.CharField(
+        max_length=200, blank=True, help_text="Model id or alias used when a request names none."
+    )
 
     class Meta:
         ordering = ["org__name", "name"]

@@ -32,11 +32,17 @@ class Provider(models.Model):
         blank=True,
         help_text="Name of the environment variable holding the API key. The secret itself is never stored.",
     )
-    connect_timeout_ms = models.PositiveIntegerField(null=True, blank=True, help_text="Overrides the global default; gives this provider its own connection pool.")
+    connect_timeout_ms = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Overrides the global default; gives this provider its own connection pool."
+    )
     first_token_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
     total_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
-    health_check_path = models.CharField(max_length=200, blank=True, help_text="Probe = GET base_url + path. Empty: probe the base URL.")
-    health_probe_enabled = models.BooleanField(default=False, help_text="Probe this provider in the background even when probes are off globally.")
+    health_check_path = models.CharField(
+        max_length=200, blank=True, help_text="Probe = GET base_url + path. Empty: probe the base URL."
+    )
+    health_probe_enabled = models.BooleanField(
+        default=False, help_text="Probe this provider in the background even when probes are off globally."
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -49,7 +55,9 @@ class Provider(models.Model):
 class Model(models.Model):
     """A public model id served by one provider, with its capability manifest."""
 
-    public_id = models.CharField("id", max_length=200, unique=True, help_text="Public id clients send; may contain '/'.")
+    public_id = models.CharField(
+        "id", max_length=200, unique=True, help_text="Public id clients send; may contain '/'."
+    )
     provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="models")
     upstream_model = models.CharField(max_length=200, help_text="The model name sent to the provider.")
     capabilities = models.JSONField(default=list, blank=True, help_text="Subset of: " + ", ".join(CAPABILITIES))
@@ -61,7 +69,9 @@ class Model(models.Model):
     connect_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
     first_token_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
     total_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
-    fallback_on = models.JSONField(null=True, blank=True, help_text="Overrides the global fallback_on list; empty means inherit.")
+    fallback_on = models.JSONField(
+        null=True, blank=True, help_text="Overrides the global fallback_on list; empty means inherit."
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

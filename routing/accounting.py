@@ -7,6 +7,7 @@ counters, so it costs the request path a few microseconds.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import TYPE_CHECKING
 
 from routing import metrics, usage
@@ -27,9 +28,12 @@ def finish(ctx: Context) -> None:
     # A stream's gateway time ends when it commits; the rest is the upstream talking.
     busy = ctx.ttft_s if ctx.ttft_s is not None else elapsed
     model_used = model.id if model is not None else ""
-    metrics.observe_request(ctx.endpoint, ctx.resolved or ctx.requested, model_used, ctx.status, busy - upstream_s, fallback_reason)
+    metrics.observe_request(
+        ctx.endpoint, ctx.resolved or ctx.requested, model_used, ctx.status, busy - upstream_s, fallback_reason
+    )
     key = ctx.key
     usage.record(
+        record_id=uuid.uuid4().hex,
         request_id=ctx.request_id,
         org=key.agent.org.name if key is not None else "",
         agent=key.agent.name if key is not None else "",

@@ -58,9 +58,21 @@ class Context:
     """What one request learned on its way, for headers, usage record, metrics and log."""
 
     __slots__ = (
-        "request_id", "started", "endpoint", "key", "requested", "resolved", "outcome",
-        "status", "error_code", "prompt_tokens", "completion_tokens", "ttft_s", "streamed",
-        "disconnected", "upstream_s",
+        "request_id",
+        "started",
+        "endpoint",
+        "key",
+        "requested",
+        "resolved",
+        "outcome",
+        "status",
+        "error_code",
+        "prompt_tokens",
+        "completion_tokens",
+        "ttft_s",
+        "streamed",
+        "disconnected",
+        "upstream_s",
     )
 
     def __init__(self, request_id: str, started: float, endpoint: str) -> None:
@@ -137,7 +149,12 @@ async def gateway_application(scope: dict, receive: Any, send: Any) -> None:
         ctx.status, ctx.error_code = 499, "client_closed_request"
     except Exception:
         log.exception("unexpected error serving %s (request %s)", path, ctx.request_id)
-        exc = GatewayError(500, "internal_error", f"The gateway failed unexpectedly; quote request id {ctx.request_id} to the operator.", type="server_error")
+        exc = GatewayError(
+            500,
+            "internal_error",
+            f"The gateway failed unexpectedly; quote request id {ctx.request_id} to the operator.",
+            type="server_error",
+        )
         ctx.status, ctx.error_code = 500, "internal_error"
         await _send_error(send, ctx, exc)
     finally:
@@ -161,10 +178,23 @@ async def lifespan_application(scope: dict, receive: Any, send: Any) -> None:
 # --------------------------------------------------------------------------- request
 
 
-async def _handle(ctx: Context, scope: dict, receive: Any, send: Any, path: str, auth: bytes, content_length: int, idempotency_key: bytes) -> None:
+async def _handle(
+    ctx: Context,
+    scope: dict,
+    receive: Any,
+    send: Any,
+    path: str,
+    auth: bytes,
+    content_length: int,
+    idempotency_key: bytes,
+) -> None:
     method = scope["method"]
     if ctx.endpoint == "unknown":
-        raise GatewayError(404, "not_found", f"No endpoint at {path}. Use /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses or /v1/models.")
+        raise GatewayError(
+            404,
+            "not_found",
+            f"No endpoint at {path}. Use /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses or /v1/models.",
+        )
     snap = live.current()
     key = _authenticate(snap, auth)
     ctx.key = key
@@ -172,7 +202,9 @@ async def _handle(ctx: Context, scope: dict, receive: Any, send: Any, path: str,
         if method != "GET":
             raise GatewayError(405, "method_not_allowed", "Use GET for /v1/models.")
         ctx.status = 200
-        await _send(send, 200, _models_payload(snap, key.agent.org), [_JSON, (b"x-request-id", ctx.request_id.encode())])
+        await _send(
+            send, 200, _models_payload(snap, key.agent.org), [_JSON, (b"x-request-id", ctx.request_id.encode())]
+        )
         return
     if method != "POST":
         raise GatewayError(405, "method_not_allowed", f"Use POST for {path}.")
@@ -181,7 +213,9 @@ async def _handle(ctx: Context, scope: dict, receive: Any, send: Any, path: str,
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise GatewayError(400, "invalid_request", f"The request body is not valid JSON ({exc}). Send a JSON object.") from None
+        raise GatewayError(
+            400, "invalid_request", f"The request body is not valid JSON ({exc}). Send a JSON object."
+        ) from None
     if not isinstance(body, dict):
         raise GatewayError(400, "invalid_request", "The request body must be a JSON object.")
     kind = ctx.endpoint
@@ -193,18 +227,37 @@ async def _handle(ctx: Context, scope: dict, receive: Any, send: Any, path: str,
     ctx.requested = name
     model = snap.resolve(name)
     if model is None:
-        raise GatewayError(404, "model_not_found", f"The model '{name}' does not exist. GET /v1/models lists the models you may use.", param="model")
+        raise GatewayError(
+            404,
+            "model_not_found",
+            f"The model '{name}' does not exist. GET /v1/models lists the models you may use.",
+            param="model",
+        )
     ctx.resolved = model.id
     if not decide(snap, org, model.id).allowed:
-        raise GatewayError(403, "model_denied", f"Your organisation's policy does not allow model '{model.id}'. Ask your administrator, or pick another model from GET /v1/models.", param="model")
+        raise GatewayError(
+            403,
+            "model_denied",
+            f"Your organisation's policy does not allow model '{model.id}'. Ask your administrator, or pick another model from GET /v1/models.",
+            param="model",
+        )
 
     stream = body.get("stream", False) is True
     if stream and kind == "responses":
-        raise GatewayError(400, "unsupported_capability", "Streaming is not supported on /v1/responses; send \"stream\": false.", param="stream")
+        raise GatewayError(
+            400,
+            "unsupported_capability",
+            'Streaming is not supported on /v1/responses; send "stream": false.',
+            param="stream",
+        )
     if kind in ("embeddings", "rerank"):
         stream = False
     if stream and idempotency_key:
-        raise GatewayError(400, "idempotency_stream_conflict", "Idempotency-Key cannot be used with a streaming request; drop the header or send \"stream\": false.")
+        raise GatewayError(
+            400,
+            "idempotency_stream_conflict",
+            'Idempotency-Key cannot be used with a streaming request; drop the header or send "stream": false.',
+        )
 
     req = preflight.requirements(kind, body)
     links = preflight.apply(chain.build_chain(snap, org, model, name), req)
@@ -218,7 +271,9 @@ async def _handle(ctx: Context, scope: dict, receive: Any, send: Any, path: str,
             ctx.streamed = True
             await _proxy_stream(ctx, snap, kind, body, links, deadline, send)
         elif idempotency_key and kind == "chat":
-            await _proxy_idempotent(ctx, snap, org, kind, body, raw, links, deadline, send, idempotency_key.decode("latin-1"))
+            await _proxy_idempotent(
+                ctx, snap, org, kind, body, raw, links, deadline, send, idempotency_key.decode("latin-1")
+            )
         else:
             status, headers, payload = await _proxy_once(ctx, snap, kind, body, links, deadline)
             await _send(send, status, payload, headers)
@@ -226,7 +281,9 @@ async def _handle(ctx: Context, scope: dict, receive: Any, send: Any, path: str,
         watcher.cancel()
 
 
-async def _proxy_once(ctx: Context, snap: Snapshot, kind: str, body: dict, links: list[Link], deadline: float) -> tuple[int, list, bytes]:
+async def _proxy_once(
+    ctx: Context, snap: Snapshot, kind: str, body: dict, links: list[Link], deadline: float
+) -> tuple[int, list, bytes]:
     """Run the chain for a non-streaming call; return (status, headers, body) or raise GatewayError."""
 
     async def attempt(link: Link, deadline: float) -> Any:
@@ -238,14 +295,24 @@ async def _proxy_once(ctx: Context, snap: Snapshot, kind: str, body: dict, links
         remaining = deadline - _monotonic()
         try:
             async with asyncio.timeout(min(phase, remaining)):
-                response = await transport.send(model.provider, prepared.method, prepared.url, prepared.headers, prepared.body, timeouts.connect_ms / 1000.0)
+                response = await transport.send(
+                    model.provider,
+                    prepared.method,
+                    prepared.url,
+                    prepared.headers,
+                    prepared.body,
+                    timeouts.connect_ms / 1000.0,
+                )
                 try:
                     data = await response.read()
                 finally:
                     await response.close()
         except TimeoutError:
             if phase < remaining:
-                raise UpstreamFailure(FailureKind.FIRST_TOKEN_TIMEOUT, f"no complete answer from {model.id} within {timeouts.first_token_ms} ms") from None
+                raise UpstreamFailure(
+                    FailureKind.FIRST_TOKEN_TIMEOUT,
+                    f"no complete answer from {model.id} within {timeouts.first_token_ms} ms",
+                ) from None
             raise
         if not 200 <= response.status < 300:
             raise failure_from_response(response.status, response.headers, data)
@@ -261,16 +328,36 @@ async def _proxy_once(ctx: Context, snap: Snapshot, kind: str, body: dict, links
     return 200, _answer_headers(ctx, [_JSON]), parsed.body
 
 
-async def _proxy_idempotent(ctx: Context, snap: Snapshot, org: OrgSpec, kind: str, body: dict, raw: bytes, links: list[Link], deadline: float, send: Any, key: str) -> None:
+async def _proxy_idempotent(
+    ctx: Context,
+    snap: Snapshot,
+    org: OrgSpec,
+    kind: str,
+    body: dict,
+    raw: bytes,
+    links: list[Link],
+    deadline: float,
+    send: Any,
+    key: str,
+) -> None:
     from policies.idempotency import REPLAY_HEADER, store
 
     claim = await store.begin(org.name, key, hashlib.sha256(raw).hexdigest())
     if claim.conflict:
-        raise GatewayError(409, "idempotency_key_reused", "This Idempotency-Key was already used with a different request body; use a new key for a new request.")
+        raise GatewayError(
+            409,
+            "idempotency_key_reused",
+            "This Idempotency-Key was already used with a different request body; use a new key for a new request.",
+        )
     if claim.replay is not None:
         status, headers, payload = claim.replay
         ctx.status = status
-        await _send(send, status, payload, [*headers, (REPLAY_HEADER.lower().encode(), b"true"), (b"x-request-id", ctx.request_id.encode())])
+        await _send(
+            send,
+            status,
+            payload,
+            [*headers, (REPLAY_HEADER.lower().encode(), b"true"), (b"x-request-id", ctx.request_id.encode())],
+        )
         return
     try:
         status, headers, payload = await _proxy_once(ctx, snap, kind, body, links, deadline)
@@ -281,7 +368,9 @@ async def _proxy_idempotent(ctx: Context, snap: Snapshot, org: OrgSpec, kind: st
     await _send(send, status, payload, headers)
 
 
-async def _proxy_stream(ctx: Context, snap: Snapshot, kind: str, body: dict, links: list[Link], deadline: float, send: Any) -> None:
+async def _proxy_stream(
+    ctx: Context, snap: Snapshot, kind: str, body: dict, links: list[Link], deadline: float, send: Any
+) -> None:
     """Run the chain until a stream commits, then relay it byte-identical."""
 
     async def attempt(link: Link, deadline: float) -> Any:
@@ -293,7 +382,14 @@ async def _proxy_stream(ctx: Context, snap: Snapshot, kind: str, body: dict, lin
         remaining = deadline - _monotonic()
         try:
             async with asyncio.timeout(min(timeouts.first_token_ms / 1000.0, remaining)):
-                response = await transport.send(model.provider, prepared.method, prepared.url, prepared.headers, prepared.body, timeouts.connect_ms / 1000.0)
+                response = await transport.send(
+                    model.provider,
+                    prepared.method,
+                    prepared.url,
+                    prepared.headers,
+                    prepared.body,
+                    timeouts.connect_ms / 1000.0,
+                )
                 if not 200 <= response.status < 300:
                     try:
                         data = await response.read()
@@ -302,7 +398,10 @@ async def _proxy_stream(ctx: Context, snap: Snapshot, kind: str, body: dict, lin
                     raise failure_from_response(response.status, response.headers, data)
         except TimeoutError:
             if timeouts.first_token_ms / 1000.0 < remaining:
-                raise UpstreamFailure(FailureKind.FIRST_TOKEN_TIMEOUT, f"no first token from {model.id} within {timeouts.first_token_ms} ms") from None
+                raise UpstreamFailure(
+                    FailureKind.FIRST_TOKEN_TIMEOUT,
+                    f"no first token from {model.id} within {timeouts.first_token_ms} ms",
+                ) from None
             raise
         try:
             committed = await open_stream(
@@ -338,13 +437,25 @@ async def _proxy_stream(ctx: Context, snap: Snapshot, kind: str, body: dict, lin
 
 def _authenticate(snap: Snapshot, auth: bytes) -> KeySpec:
     if not auth[:7].lower() == b"bearer ":
-        raise GatewayError(401, "invalid_api_key", "Missing API key. Send 'Authorization: Bearer <key>'.", type="authentication_error")
+        raise GatewayError(
+            401, "invalid_api_key", "Missing API key. Send 'Authorization: Bearer <key>'.", type="authentication_error"
+        )
     digest = hashlib.sha256(auth[7:].strip()).hexdigest()
     key = snap.keys.get(digest)
     if key is None:
-        raise GatewayError(401, "invalid_api_key", "The API key is unknown or revoked. Check the key, or ask your administrator for a new one.", type="authentication_error")
+        raise GatewayError(
+            401,
+            "invalid_api_key",
+            "The API key is unknown or revoked. Check the key, or ask your administrator for a new one.",
+            type="authentication_error",
+        )
     if key.expires_at is not None and key.expires_at <= time.time():
-        raise GatewayError(401, "invalid_api_key", "The API key has expired. Ask your administrator for a new one.", type="authentication_error")
+        raise GatewayError(
+            401,
+            "invalid_api_key",
+            "The API key has expired. Ask your administrator for a new one.",
+            type="authentication_error",
+        )
     return key
 
 
@@ -378,7 +489,9 @@ async def _read_body(receive: Any, content_length: int, ctx: Context) -> bytes:
 
 
 def _too_large(limit: int) -> GatewayError:
-    return GatewayError(413, "request_too_large", f"The request body is larger than {limit} bytes; send a smaller request.")
+    return GatewayError(
+        413, "request_too_large", f"The request body is larger than {limit} bytes; send a smaller request."
+    )
 
 
 _FIELD_TYPES: dict[str, tuple[tuple[str, type | tuple[type, ...], bool], ...]] = {
@@ -387,7 +500,13 @@ _FIELD_TYPES: dict[str, tuple[tuple[str, type | tuple[type, ...], bool], ...]] =
     "rerank": (("query", str, True), ("documents", list, True), ("top_n", int, False)),
     "responses": (("stream", bool, False),),
 }
-_TYPE_NAMES = {list: "an array", bool: "a boolean", int: "an integer", str: "a string", (str, list): "a string or an array"}
+_TYPE_NAMES = {
+    list: "an array",
+    bool: "a boolean",
+    int: "an integer",
+    str: "a string",
+    (str, list): "a string or an array",
+}
 
 
 def _check_fields(kind: str, body: dict) -> None:
@@ -429,7 +548,15 @@ def _models_payload(snap: Snapshot, org: OrgSpec) -> bytes:
         for alias, target in snap.aliases.items():
             model = snap.models.get(target)
             if model is not None and decide(snap, org, model.id).allowed:
-                data.append({"id": alias, "object": "model", "created": 0, "owned_by": model.provider.name, "alias_of": model.id})
+                data.append(
+                    {
+                        "id": alias,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": model.provider.name,
+                        "alias_of": model.id,
+                    }
+                )
         payload = orjson.dumps({"object": "list", "data": data})
         snap.cache[cache_key] = payload
     return payload

@@ -28,7 +28,14 @@ RESILIENCE_DEFAULTS: dict[str, Any] = {
     "retry_budget_min_per_s": 10,
 }
 
-PROVIDER_OPTIONAL = ("api_key_env", "connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms", "health_check_path", "health_probe")
+PROVIDER_OPTIONAL = (
+    "api_key_env",
+    "connect_timeout_ms",
+    "first_token_timeout_ms",
+    "total_timeout_ms",
+    "health_check_path",
+    "health_probe",
+)
 MODEL_OPTIONAL = (
     "context_window",
     "max_output_tokens",

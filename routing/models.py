@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.db import models
 
 FALLBACK_TRIGGERS = ("provider_error", "rate_limited", "timeout", "circuit_open", "context_length", "content_filter")
@@ -37,7 +39,7 @@ class ResilienceSettings(models.Model):
         return "Resilience settings"
 
     @classmethod
-    def load(cls) -> "ResilienceSettings":
+    def load(cls) -> ResilienceSettings:
         obj, _ = cls.objects.get_or_create(pk=1)
         return obj
 
@@ -53,10 +55,22 @@ class ConfigVersion(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
 
+def new_record_id() -> str:
+    return uuid.uuid4().hex
+
+
 class UsageRecord(models.Model):
     """One row per proxied request (CONTRACT §8), written off the request path in batches."""
 
-    request_id = models.CharField(max_length=128, unique=True)
+    record_id = models.CharField(
+        max_length=32,
+        unique=True,
+        default=new_record_id,
+        help_text="Gateway-generated; makes replays of a batch idempotent.",
+    )
+    request_id = models.CharField(
+        max_length=128, db_index=True, help_text="X-Request-Id (the client's, when it sent one)."
+    )
     created_at = models.DateTimeField(db_index=True)
     org = models.CharField(max_length=64, blank=True, db_index=True)
     agent = models.CharField(max_length=64, blank=True)

@@ -9,8 +9,9 @@ reference is swapped whole by routing.live; nothing here touches the database.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from policies.matcher import compile_pattern
 from routing.document import RESILIENCE_DEFAULTS
@@ -206,7 +207,7 @@ def build_snapshot(
         timeouts = Timeouts(
             connect_ms=pick("connect_timeout_ms"),
             first_token_ms=pick("first_token_timeout_ms"),
-            stream_idle_ms=int(m.get("stream_idle_timeout_ms") or res.stream_idle_timeout_ms),
+            stream_idle_ms=res.stream_idle_timeout_ms,
             total_ms=pick("total_timeout_ms"),
         )
         prices = (m.get("input_price_per_mtok"), m.get("output_price_per_mtok"))
@@ -257,7 +258,9 @@ def build_snapshot(
         )
         orgs[org.name] = org
         for a in o.get("agents") or []:
-            agents[(org.name, a["name"])] = AgentSpec(name=a["name"], org=org, default_model=(a.get("default_model") or "").strip() or None)
+            agents[(org.name, a["name"])] = AgentSpec(
+                name=a["name"], org=org, default_model=(a.get("default_model") or "").strip() or None
+            )
 
     keys: dict[str, KeySpec] = {}
     for row in key_rows:

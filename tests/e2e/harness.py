@@ -122,13 +122,23 @@ class Databases:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def manage(args: list[str], env: dict[str, str], check: bool = True, input_text: str | None = None) -> subprocess.CompletedProcess:
+def manage(
+    args: list[str], env: dict[str, str], check: bool = True, input_text: str | None = None
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings", **env}
     result = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=full_env, capture_output=True, text=True, input=input_text, timeout=120
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        input=input_text,
+        timeout=120,
     )
     if check and result.returncode != 0:
-        raise RuntimeError(f"manage.py {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        raise RuntimeError(
+            f"manage.py {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
@@ -175,7 +185,16 @@ class Gateway:
         self.port = free_port()
         self.log = open(self.workdir / "daphne.log", "w")  # noqa: SIM115
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "gateway_project.asgi:application"],
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "gateway_project.asgi:application",
+            ],
             cwd=ROOT,
             env={**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings", **self.env},
             stdout=self.log,

@@ -73,7 +73,13 @@ def test_breaker_state_of_unchanged_links_survives_a_rebuild(gw, mock_upstream):
     for _ in range(2):
         chat(gw, "sticky")
     assert chat(gw, "sticky").json()["error"]["code"] == "circuit_open"
-    gw.import_config(BASE.format(mock=mock_upstream.url, extra=SECOND + "\n  - id: third\n    provider: mock\n    upstream_model: rl-third\n    capabilities: [chat]"))
+    gw.import_config(
+        BASE.format(
+            mock=mock_upstream.url,
+            extra=SECOND
+            + "\n  - id: third\n    provider: mock\n    upstream_model: rl-third\n    capabilities: [chat]",
+        )
+    )
     saved_at = time.monotonic()
     while "third" not in model_ids(gw):
         assert time.monotonic() - saved_at < 1.0

@@ -75,7 +75,12 @@ def gw(make_gateway, mock_upstream, byo_upstream):
 
 
 def post(gw, key: str, body: dict, headers: dict | None = None) -> httpx.Response:
-    return httpx.post(f"{gw.url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}", **(headers or {})}, json=body, timeout=10)
+    return httpx.post(
+        f"{gw.url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {key}", **(headers or {})},
+        json=body,
+        timeout=10,
+    )
 
 
 def ask(model: str, text: str = "hi") -> dict:

@@ -88,7 +88,9 @@ def blackhole():
 
 @pytest.fixture(scope="module")
 def gw(make_gateway, mock_upstream, blackhole):
-    config = CONFIG.format(mock=mock_upstream.url, bh_host=blackhole.host, bh_port=blackhole.port, models=_models_yaml())
+    config = CONFIG.format(
+        mock=mock_upstream.url, bh_host=blackhole.host, bh_port=blackhole.port, models=_models_yaml()
+    )
     return make_gateway(config, env={"E2E_UPSTREAM_KEY": "sk-upstream-e2e"})
 
 
@@ -104,12 +106,16 @@ def http(gw):
 
 
 def chat(http: httpx.Client, model: str, **extra) -> httpx.Response:
-    return http.post("/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": "hi"}], **extra})
+    return http.post(
+        "/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": "hi"}], **extra}
+    )
 
 
 def test_two_5xx_then_success_is_served_after_exactly_three_upstream_calls(client, mock_upstream):
     mock_upstream.script("up-retry-a", [{"status": 500}, {"status": 500}, {"status": 200}])
-    raw = client.chat.completions.with_raw_response.create(model="retry-a", messages=[{"role": "user", "content": "hi"}])
+    raw = client.chat.completions.with_raw_response.create(
+        model="retry-a", messages=[{"role": "user", "content": "hi"}]
+    )
     completion = raw.parse()
     assert completion.choices[0].message.content
     assert raw.headers["x-switchboard-attempts"] == "3"
@@ -119,7 +125,14 @@ def test_two_5xx_then_success_is_served_after_exactly_three_upstream_calls(clien
 
 
 def test_upstream_400_is_returned_at_once_without_retry_or_fallback(client, mock_upstream):
-    mock_upstream.script("up-client-err", [], then={"status": 400, "body": '{"error": {"message": "bad temperature", "type": "invalid_request_error", "code": "bad_param"}}'})
+    mock_upstream.script(
+        "up-client-err",
+        [],
+        then={
+            "status": 400,
+            "body": '{"error": {"message": "bad temperature", "type": "invalid_request_error", "code": "bad_param"}}',
+        },
+    )
     with pytest.raises(openai.BadRequestError) as excinfo:
         client.chat.completions.create(model="client-err", messages=[{"role": "user", "content": "hi"}])
     assert excinfo.value.status_code == 400
@@ -178,7 +191,9 @@ def test_stream_missing_done_relays_frames_then_one_terminal_error_frame(client,
     mock_upstream.script("up-nodone", [], then={"status": 200, "frames": 2, "no_done": True})
     with pytest.raises(openai.APIError) as excinfo:
         chunks = []
-        for chunk in client.chat.completions.create(model="nodone", messages=[{"role": "user", "content": "hi"}], stream=True):
+        for chunk in client.chat.completions.create(
+            model="nodone", messages=[{"role": "user", "content": "hi"}], stream=True
+        ):
             chunks.append(chunk)
     # the mock's two content frames and its finish frame all arrived before the error frame
     assert [c.choices[0].delta.content for c in chunks] == ["tok0 ", "tok1 ", None]
@@ -188,8 +203,14 @@ def test_stream_missing_done_relays_frames_then_one_terminal_error_frame(client,
 
 def test_stream_relay_is_byte_identical_and_ends_with_done(http, mock_upstream):
     mock_upstream.script("up-nodone-fb", [], then={"status": 200, "frames": 3})
-    direct = httpx.post(f"{mock_upstream.url}/v1/chat/completions", json={"model": "up-nodone-fb", "stream": True, "messages": []}).content
-    with http.stream("POST", "/v1/chat/completions", json={"model": "nodone-fb", "stream": True, "messages": [{"role": "user", "content": "x"}]}) as response:
+    direct = httpx.post(
+        f"{mock_upstream.url}/v1/chat/completions", json={"model": "up-nodone-fb", "stream": True, "messages": []}
+    ).content
+    with http.stream(
+        "POST",
+        "/v1/chat/completions",
+        json={"model": "nodone-fb", "stream": True, "messages": [{"role": "user", "content": "x"}]},
+    ) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         body = b"".join(response.iter_raw())
     assert body.rstrip().endswith(b"data: [DONE]")
@@ -198,7 +219,11 @@ def test_stream_relay_is_byte_identical_and_ends_with_done(http, mock_upstream):
 
 def test_empty_stream_fails_over_before_commit(http, mock_upstream):
     mock_upstream.script("up-empty", [], then={"status": 200, "empty_stream": True})
-    with http.stream("POST", "/v1/chat/completions", json={"model": "empty", "stream": True, "messages": [{"role": "user", "content": "x"}]}) as response:
+    with http.stream(
+        "POST",
+        "/v1/chat/completions",
+        json={"model": "empty", "stream": True, "messages": [{"role": "user", "content": "x"}]},
+    ) as response:
         body = b"".join(response.iter_raw())
         assert response.headers["x-switchboard-model-used"] == "empty-fb"
         assert response.headers["x-switchboard-fallback"] == "empty_stream"
@@ -256,7 +281,12 @@ def test_429_not_in_fallback_on_ends_with_upstream_rate_limited_and_retry_after(
 def test_client_disconnect_mid_stream_closes_the_upstream_connection(gw, mock_upstream):
     mock_upstream.script("up-cancel-me", [], then={"status": 200, "frames": 200, "frame_delay_ms": 50})
     with httpx.Client(base_url=gw.url, timeout=20) as c:
-        with c.stream("POST", "/v1/chat/completions", headers={"Authorization": f"Bearer {gw.api_key}"}, json={"model": "cancel-me", "stream": True, "messages": [{"role": "user", "content": "x"}]}) as response:
+        with c.stream(
+            "POST",
+            "/v1/chat/completions",
+            headers={"Authorization": f"Bearer {gw.api_key}"},
+            json={"model": "cancel-me", "stream": True, "messages": [{"role": "user", "content": "x"}]},
+        ) as response:
             first = next(response.iter_raw())
             assert first.startswith(b"data: ")
     # the client is gone; the gateway must abort the upstream promptly

@@ -23,8 +23,21 @@ def document(upstream: str) -> dict:
         "resilience": {"max_retries": 1, "backoff_base_ms": 1, "backoff_max_ms": 2},
         "providers": [{"name": "mock", "dialect": "openai", "base_url": f"{upstream}/v1"}],
         "models": [
-            {"id": "chat-a", "provider": "mock", "upstream_model": "ip-chat-a", "capabilities": ["chat", "streaming"], "context_window": 1000, "fallbacks": ["chat-b"]},
-            {"id": "chat-b", "provider": "mock", "upstream_model": "ip-chat-b", "capabilities": ["chat", "streaming"], "context_window": 100000},
+            {
+                "id": "chat-a",
+                "provider": "mock",
+                "upstream_model": "ip-chat-a",
+                "capabilities": ["chat", "streaming"],
+                "context_window": 1000,
+                "fallbacks": ["chat-b"],
+            },
+            {
+                "id": "chat-b",
+                "provider": "mock",
+                "upstream_model": "ip-chat-b",
+                "capabilities": ["chat", "streaming"],
+                "context_window": 100000,
+            },
             {"id": "vendor/secret", "provider": "mock", "upstream_model": "ip-secret", "capabilities": ["chat"]},
             {"id": "embed-a", "provider": "mock", "upstream_model": "ip-embed", "capabilities": ["embeddings"]},
         ],
@@ -40,7 +53,15 @@ def document(upstream: str) -> dict:
 
 
 def key_rows(agent: str = "bot") -> list[dict]:
-    return [{"key_hash": hashlib.sha256(API_KEY.encode()).hexdigest(), "prefix": API_KEY[:10], "org": "acme", "agent": agent, "expires_at": None}]
+    return [
+        {
+            "key_hash": hashlib.sha256(API_KEY.encode()).hexdigest(),
+            "prefix": API_KEY[:10],
+            "org": "acme",
+            "agent": agent,
+            "expires_at": None,
+        }
+    ]
 
 
 @pytest.fixture
@@ -57,7 +78,9 @@ async def gateway(upstream: str) -> AsyncIterator[httpx.AsyncClient]:
     previous = live.current()
     live.swap(build_snapshot(document(upstream), key_rows(), {}, version=1))
     transport = httpx.ASGITransport(app=gateway_application)
-    async with httpx.AsyncClient(transport=transport, base_url="http://gateway", headers={"Authorization": f"Bearer {API_KEY}"}) as client:
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://gateway", headers={"Authorization": f"Bearer {API_KEY}"}
+    ) as client:
         yield client
     live.swap(previous)
     from providers.transport import transport as upstream_transport

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from routing import live
-from routing.snapshot import build_snapshot
 from routing.api import gateway_application
+from routing.snapshot import build_snapshot
 from tests.gateway.conftest import API_KEY, document, key_rows
 
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -31,7 +31,11 @@ def test_request_path_makes_no_database_queries(django_assert_num_queries):
         try:
             transport = httpx.ASGITransport(app=gateway_application)
             async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
-                return await client.post("/v1/chat/completions", json={"model": "fast", "messages": MESSAGES}, headers={"Authorization": f"Bearer {API_KEY}"})
+                return await client.post(
+                    "/v1/chat/completions",
+                    json={"model": "fast", "messages": MESSAGES},
+                    headers={"Authorization": f"Bearer {API_KEY}"},
+                )
         finally:
             from providers.transport import transport as upstream_transport
 
@@ -51,9 +55,15 @@ async def test_health_answers_without_io(gateway):
 
 
 async def test_missing_and_unknown_keys_are_401_invalid_api_key(gateway):
-    response = await gateway.post("/v1/chat/completions", json={"model": "fast", "messages": MESSAGES}, headers={"Authorization": ""})
+    response = await gateway.post(
+        "/v1/chat/completions", json={"model": "fast", "messages": MESSAGES}, headers={"Authorization": ""}
+    )
     assert response.status_code == 401 and error_code(response) == "invalid_api_key"
-    response = await gateway.post("/v1/chat/completions", json={"model": "fast", "messages": MESSAGES}, headers={"Authorization": "Bearer sb-nope"})
+    response = await gateway.post(
+        "/v1/chat/completions",
+        json={"model": "fast", "messages": MESSAGES},
+        headers={"Authorization": "Bearer sb-nope"},
+    )
     assert response.status_code == 401 and error_code(response) == "invalid_api_key"
     assert "x-request-id" in response.headers
 
@@ -69,7 +79,12 @@ async def test_expired_key_is_401(gateway, upstream):
 
 @pytest.mark.parametrize(
     ("content", "param"),
-    [(b"{not json", None), (b"[1, 2]", None), (b'{"model": "fast", "messages": "hi"}', "messages"), (b'{"model": "fast", "messages": [], "stream": "yes"}', "stream")],
+    [
+        (b"{not json", None),
+        (b"[1, 2]", None),
+        (b'{"model": "fast", "messages": "hi"}', "messages"),
+        (b'{"model": "fast", "messages": [], "stream": "yes"}', "stream"),
+    ],
 )
 async def test_bad_bodies_are_400_invalid_request_naming_the_field(gateway, content, param):
     response = await gateway.post("/v1/chat/completions", content=content, headers={"content-type": "application/json"})
@@ -82,7 +97,9 @@ async def test_bad_bodies_are_400_invalid_request_naming_the_field(gateway, cont
 
 async def test_body_over_the_limit_is_413(gateway, settings):
     settings.SWITCHBOARD_MAX_BODY_BYTES = 100
-    response = await gateway.post("/v1/chat/completions", json={"model": "fast", "messages": [{"role": "user", "content": "x" * 200}]})
+    response = await gateway.post(
+        "/v1/chat/completions", json={"model": "fast", "messages": [{"role": "user", "content": "x" * 200}]}
+    )
     assert response.status_code == 413 and error_code(response) == "request_too_large"
 
 
@@ -117,7 +134,11 @@ async def test_responses_streaming_is_unsupported_capability(gateway):
 
 
 async def test_idempotency_key_on_a_stream_is_rejected(gateway):
-    response = await gateway.post("/v1/chat/completions", json={"model": "fast", "messages": MESSAGES, "stream": True}, headers={"Idempotency-Key": "k1"})
+    response = await gateway.post(
+        "/v1/chat/completions",
+        json={"model": "fast", "messages": MESSAGES, "stream": True},
+        headers={"Idempotency-Key": "k1"},
+    )
     assert response.status_code == 400 and error_code(response) == "idempotency_stream_conflict"
 
 
@@ -135,7 +156,11 @@ async def test_capability_no_link_has_is_400_unsupported_capability(gateway):
 
 
 async def test_client_request_id_is_echoed_sanitised(gateway):
-    response = await gateway.post("/v1/chat/completions", json={"model": "fast", "messages": MESSAGES}, headers={"X-Request-Id": "abc-123<script>"})
+    response = await gateway.post(
+        "/v1/chat/completions",
+        json={"model": "fast", "messages": MESSAGES},
+        headers={"X-Request-Id": "abc-123<script>"},
+    )
     assert response.headers["x-request-id"] == "abc-123script"
 
 
@@ -143,4 +168,3 @@ async def test_unknown_path_is_404_in_the_error_shape(gateway):
     response = await gateway.get("/v1/nothing")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
-

@@ -1,0 +1,34 @@
+# Switchboard — everything runs from a virtualenv in .venv, created on first use.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench bench-compare clean
+
+$(BIN)/.installed: requirements.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	touch $@
+
+# Gateway on embedded defaults: SQLite, in-memory channel layer, demo config, mock upstream.
+demo: $(BIN)/.installed
+	$(BIN)/python manage.py demo
+
+# The whole test suite (SQLite by default; DATABASE_URL / REDIS_URL switch to PostgreSQL / Redis).
+test: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+
+bench: $(BIN)/.installed
+	$(BIN)/python -m bench.run
+
+bench-compare: $(BIN)/.installed
+	$(BIN)/python -m bench.compare
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,348 @@
+"""Admin for organisations (agents, policies, BYO credentials inline) and API keys.
+
+API keys are created through policies.keys.create_api_key, shown once on the
+page that follows the save, and never again; only the prefix is displayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from policies.keys import create_api_key
+from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
+from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, edited_copy
+from routing.config_io import child_item, find_org
+from routing.validation import validate_base_url, validate_env_name, validate_pattern
+
+Edit = Callable[[dict[str, Any]], None]
+CHAIN_WIDGET = forms.TextInput(attrs={"size": 30, "placeholder": '["chat-b"]; [] = no fallback'})
+
+
+def _with_validators(form: forms.BaseForm) -> None:
+    """Field validators shared by inline and standalone forms of org children."""
+    for name, validator in (
+        ("pattern", validate_pattern),
+        ("base_url", validate_base_url),
+        ("api_key_env", validate_env_name),
+    ):
+        if name in form.fields:
+            form.fields[name].validators.append(validator)
+
+
+def _org_entry(doc: dict[str, Any], old_name: str | None, org: Org) -> dict[str, Any]:
+    """The org's entry in a document copy, renamed/updated to the edited org (added if new)."""
+    entry = find_org(doc, old_name)
+    if entry is None:
+        entry = {"name": org.name}
+        doc["orgs"].append(entry)
+    entry.update(name=org.name, default_action=org.default_action)
+    return entry
+
+
+def _old_org_name(pk: int | None) -> str | None:
+    return None if pk is None else Org.objects.filter(pk=pk).values_list("name", flat=True).first()
+
+
+# Organisations and their inlines ---------------------------------------------------
+
+
+class OrgForm(DocumentCheckedForm):
+    skip_keys = ("agents", "policies", "credentials")  # validated by the inline formsets
+
+    class Meta:
+        model = Org
+        fields = "__all__"
+
+    def document_edit(self, obj: Org) -> tuple[Edit, str]:
+        old = _old_org_name(obj.pk)
+
+        def edit(doc: dict[str, Any]) -> None:
+            _org_entry(doc, old, obj)
+
+        return edit, f"orgs[{obj.name}]"
+
+
+class OrgChildFormSet(DocumentCheckedFormSet):
+    """One of an org's lists (agents, policies, credentials), validated as a whole."""
+
+    kind = ""
+
+    def add_fields(self, form: forms.BaseForm, index: int | None) -> None:
+        super().add_fields(form, index)
+        _with_validators(form)
+
+    def label(self, index: int, form: forms.ModelForm) -> str:
+        if self.kind == "policies":
+            return str(index)
+        if self.kind == "agents":
+            return form.cleaned_data["name"]
+        return form.cleaned_data["provider"].name
+
+    def document_edit(self, kept: list[forms.ModelForm]) -> Any:
+        org = self.instance
+        if not org.name:
+            return None
+        old = _old_org_name(org.pk)
+        items = [child_item(self.kind, edited_copy(f)) for f in kept]
+
+        def edit(doc: dict[str, Any]) -> None:
+            _org_entry(doc, old, org)[self.kind] = items
+
+        return edit, f"orgs[{org.name}].{self.kind}", self.label
+
+
+class AgentFormSet(OrgChildFormSet):
+    kind = "agents"
+
+
+class PolicyFormSet(OrgChildFormSet):
+    kind = "policies"
+
+
+class CredentialFormSet(OrgChildFormSet):
+    kind = "credentials"
+
+
+class AgentInline(admin.TabularInline):
+    model = Agent
+    formset = AgentFormSet
+    fields = ["name", "default_model"]
+    extra = 0
+
+
+class PolicyInline(admin.TabularInline):
+    model = OrgPolicy
+    formset = PolicyFormSet
+    fields = ["priority", "pattern", "action", "fallback_chain"]
+    ordering = ["priority", "id"]
+    extra = 0
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "fallback_chain":
+            kwargs["widget"] = CHAIN_WIDGET
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
+
+
+class CredentialInline(admin.TabularInline):
+    model = OrgCredential
+    formset = CredentialFormSet
+    fields = ["provider", "api_key_env", "base_url"]
+    extra = 0
+
+
+@admin.register(Org)
+class OrgAdmin(admin.ModelAdmin):
+    form = OrgForm
+    inlines = [AgentInline, PolicyInline, CredentialInline]
+    list_display = ["name", "default_action", "agent_count", "policy_count"]
+    list_filter = ["default_action"]
+    search_fields = ["name", "agents__name"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Org]:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(_agents=Count("agents", distinct=True), _policies=Count("policies", distinct=True))
+        )
+
+    @admin.display(description="agents", ordering="_agents")
+    def agent_count(self, obj: Org) -> int:
+        return obj._agents  # type: ignore[attr-defined]
+
+    @admin.display(description="policies", ordering="_policies")
+    def policy_count(self, obj: Org) -> int:
+        return obj._policies  # type: ignore[attr-defined]
+
+
+# Standalone admins of org children (search across orgs) -------------------------------
+
+
+class OrgChildForm(DocumentCheckedForm):
+    """An agent, policy or credential edited on its own: moved within the org's list."""
+
+    kind = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _with_validators(self)
+
+    def document_edit(self, obj: Any) -> tuple[Edit, str]:
+        model = type(obj)
+        old = model.objects.select_related("org").filter(pk=obj.pk).first() if obj.pk else None
+        org = obj.org
+        if self.kind == "policies":
+            label = str(OrgPolicy.objects.filter(org=org).exclude(pk=obj.pk).count())
+            old_index = (
+                list(
+                    OrgPolicy.objects.filter(org=old.org).order_by("priority", "id").values_list("pk", flat=True)
+                ).index(old.pk)
+                if old
+                else None
+            )
+        item = child_item(self.kind, obj)
+        if self.kind != "policies":
+            label = item["name" if self.kind == "agents" else "provider"]
+
+        def edit(doc: dict[str, Any]) -> None:
+            if old is not None:
+                entries = find_org(doc, old.org.name).setdefault(self.kind, [])  # type: ignore[union-attr]
+                if self.kind == "policies":
+                    entries.pop(old_index)
+                else:
+                    old_label = old.name if self.kind == "agents" else old.provider.name
+                    entries[:] = [
+                        e for e in entries if e.get("name" if self.kind == "agents" else "provider") != old_label
+                    ]
+            find_org(doc, org.name).setdefault(self.kind, []).append(item)  # type: ignore[union-attr]
+
+        return edit, f"orgs[{org.name}].{self.kind}[{label}]"
+
+
+class AgentForm(OrgChildForm):
+    kind = "agents"
+
+    class Meta:
+        model = Agent
+        fields = "__all__"
+
+
+class PolicyForm(OrgChildForm):
+    kind = "policies"
+
+    class Meta:
+        model = OrgPolicy
+        fields = "__all__"
+        widgets = {"fallback_chain": CHAIN_WIDGET}
+
+
+class CredentialForm(OrgChildForm):
+    kind = "credentials"
+
+    class Meta:
+        model = OrgCredential
+        fields = "__all__"
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    form = AgentForm
+    list_display = ["name", "org", "default_model", "active_keys"]
+    list_filter = ["org"]
+    search_fields = ["name", "org__name", "default_model"]
+    list_select_related = ["org"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Agent]:
+        from django.db.models import Q
+
+        return super().get_queryset(request).annotate(_keys=Count("keys", filter=Q(keys__revoked=False)))
+
+    @admin.display(description="active keys", ordering="_keys")
+    def active_keys(self, obj: Agent) -> int:
+        return obj._keys  # type: ignore[attr-defined]
+
+
+@admin.register(OrgPolicy)
+class OrgPolicyAdmin(admin.ModelAdmin):
+    form = PolicyForm
+    list_display = ["org", "priority", "pattern", "action", "fallback_chain"]
+    list_filter = ["org", "action"]
+    search_fields = ["pattern", "org__name"]
+    list_select_related = ["org"]
+
+
+@admin.register(OrgCredential)
+class OrgCredentialAdmin(admin.ModelAdmin):
+    form = CredentialForm
+    list_display = ["org", "provider", "api_key_env", "base_url"]
+    list_filter = ["org", "provider"]
+    search_fields = ["org__name", "provider__name"]
+    list_select_related = ["org", "provider"]
+
+
+# API keys ---------------------------------------------------------------------------
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    """Keys are generated by the service and shown once after the add form; the hash never appears."""
+
+    list_display = ["prefix_display", "agent", "org", "label", "created_at", "expires_at", "status"]
+    list_filter = ["revoked", "agent__org", "created_at"]
+    search_fields = ["prefix", "label", "agent__name", "agent__org__name"]
+    list_select_related = ["agent__org"]
+    actions = ["revoke_keys"]
+    add_fields = ["agent", "label", "expires_at"]
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "agent":
+            kwargs["queryset"] = Agent.objects.select_related("org")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+        return self.add_fields if obj is None else ["prefix", "agent", "label", "created_at", "expires_at", "revoked"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
+        return [] if obj is None else ["prefix", "agent", "created_at"]
+
+    @admin.display(description="key", ordering="prefix")
+    def prefix_display(self, obj: ApiKey) -> str:
+        return f"{obj.prefix}…"
+
+    @admin.display(description="org", ordering="agent__org__name")
+    def org(self, obj: ApiKey) -> str:
+        return obj.agent.org.name
+
+    @admin.display(description="status")
+    def status(self, obj: ApiKey) -> str:
+        if obj.revoked:
+            label, color = "revoked", "#ba2121"
+        elif obj.expires_at and obj.expires_at <= timezone.now():
+            label, color = "expired", "#a07000"
+        else:
+            label, color = "active", "#2e7d32"
+        return format_html('<strong style="color:{}">{}</strong>', color, label)
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        key, plaintext = create_api_key(agent=obj.agent, label=obj.label, expires_at=obj.expires_at)
+        obj.pk, obj.prefix, obj.key_hash, obj.created_at = key.pk, key.prefix, key.key_hash, key.created_at
+        obj._state.adding = False
+        request._switchboard_new_key = plaintext  # type: ignore[attr-defined]  # lives for this response only
+
+    def response_add(self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None) -> HttpResponse:
+        """Show the key on this one response instead of redirecting: it is never stored or shown again."""
+        plaintext = getattr(request, "_switchboard_new_key", None)
+        if plaintext is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "API key created",
+            "key": obj,
+            "plaintext": plaintext,
+        }
+        response = TemplateResponse(request, "admin/policies/apikey/key_created.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @admin.action(description="Revoke selected keys", permissions=["change"])
+    def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        count = 0
+        for key in queryset.filter(revoked=False):
+            key.revoked = True
+            key.save(update_fields=["revoked"])  # post_save per key: the snapshot drops it
+            count += 1
+        self.message_user(
+            request, f"Revoked {count} key(s); requests using them now get 401 invalid_api_key.", messages.SUCCESS
+        )

@@ -1,0 +1,234 @@
+"""Admin for providers, models (with their ordered fallback chain) and aliases.
+
+Every save is validated with routing.validation (see routing.admin); the
+provider's API key is never stored or shown, only the name of its env variable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from providers.models import CAPABILITIES, Alias, FallbackLink, Model, Provider
+from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, GuardedDeleteMixin, checkbox_choices
+from routing.config_io import model_item, provider_item, rename_references, replace_item
+from routing.models import FALLBACK_TRIGGERS
+from routing.validation import validate_base_url, validate_env_name, validate_health_path, validate_timeout_ms
+
+Edit = Callable[[dict[str, Any]], None]
+TIMEOUT_FIELDS = ("connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms")
+
+
+def _old(model: type, pk: int | None, field: str) -> str | None:
+    """The value of `field` as saved in the database (None for a new object)."""
+    return None if pk is None else model.objects.filter(pk=pk).values_list(field, flat=True).first()
+
+
+def _add_validators(form: forms.ModelForm, **validators: Any) -> None:
+    for name, validator in validators.items():
+        if name in form.fields:
+            form.fields[name].validators.append(validator)
+
+
+class ProviderForm(DocumentCheckedForm):
+    class Meta:
+        model = Provider
+        fields = "__all__"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _add_validators(
+            self, base_url=validate_base_url, api_key_env=validate_env_name, health_check_path=validate_health_path
+        )
+        _add_validators(self, **dict.fromkeys(TIMEOUT_FIELDS, validate_timeout_ms))
+
+    def document_edit(self, obj: Provider) -> tuple[Edit, str]:
+        old, item = _old(Provider, obj.pk, "name"), provider_item(obj)
+
+        def edit(doc: dict[str, Any]) -> None:
+            rename_references(doc, "provider", old, obj.name)
+            replace_item(doc["providers"], "name", old, item)
+
+        return edit, f"providers[{obj.name}]"
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    form = ProviderForm
+    list_display = ["name", "dialect", "base_url", "api_key_env", "model_count", "health_probe_enabled", "updated_at"]
+    list_filter = ["dialect", "health_probe_enabled"]
+    search_fields = ["name", "base_url"]
+    fieldsets = [
+        (None, {"fields": ["name", "dialect", "base_url", "api_key_env"]}),
+        ("Timeout overrides (empty: global default)", {"fields": list(TIMEOUT_FIELDS)}),
+        ("Health", {"fields": ["health_check_path", "health_probe_enabled"]}),
+    ]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Provider]:
+        from django.db.models import Count
+
+        return super().get_queryset(request).annotate(_models=Count("models"))
+
+    @admin.display(description="models", ordering="_models")
+    def model_count(self, obj: Provider) -> int:
+        return obj._models  # type: ignore[attr-defined]
+
+
+class ModelConfigForm(DocumentCheckedForm):
+    capabilities = checkbox_choices(CAPABILITIES)
+    fallback_on = checkbox_choices(FALLBACK_TRIGGERS)
+    skip_keys = ("fallbacks",)  # validated with the inline chain
+
+    class Meta:
+        model = Model
+        fields = "__all__"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _add_validators(self, **dict.fromkeys(TIMEOUT_FIELDS, validate_timeout_ms))
+        self.fields[
+            "capabilities"
+        ].help_text = "Every fallback must serve each of chat, embeddings, rerank, responses this model serves."
+        self.fields["fallback_on"].help_text = "Overrides the global fallback_on; none checked inherits it."
+
+    def clean_capabilities(self) -> list[str]:
+        return [c for c in CAPABILITIES if c in self.cleaned_data["capabilities"]]
+
+    def clean_fallback_on(self) -> list[str] | None:
+        return [t for t in FALLBACK_TRIGGERS if t in self.cleaned_data["fallback_on"]] or None
+
+    def document_edit(self, obj: Model) -> tuple[Edit, str]:
+        return model_edit(obj, None), f"models[{obj.public_id}]"
+
+
+def model_edit(obj: Model, fallbacks: list[str] | None) -> Edit:
+    """Put the edited model (and, if given, its new chain) into a document copy."""
+    old = _old(Model, obj.pk, "public_id")
+
+    def edit(doc: dict[str, Any]) -> None:
+        current = next((m for m in doc["models"] if old is not None and m.get("id") == old), {})
+        rename_references(doc, "model", old, obj.public_id)
+        chain = fallbacks if fallbacks is not None else current.get("fallbacks", [])
+        replace_item(doc["models"], "id", old, model_item(obj, chain))
+
+    return edit
+
+
+class FallbackFormSet(DocumentCheckedFormSet):
+    item_field = "target"
+
+    def document_edit(self, kept: list[forms.ModelForm]) -> Any:
+        obj = self.instance
+        if not obj.public_id or not obj.provider_id:
+            return None  # the model form reports those
+        ordered = sorted(kept, key=lambda f: (f.cleaned_data.get("position") or 0, kept.index(f)))
+        kept[:] = ordered  # error labels are indexes in chain order
+        chain = [f.cleaned_data["target"].public_id for f in ordered]
+        return model_edit(obj, chain), f"models[{obj.public_id}].fallbacks", lambda i, f: str(i)
+
+
+class FallbackLinkInline(admin.TabularInline):
+    model = FallbackLink
+    fk_name = "model"
+    formset = FallbackFormSet
+    fields = ["position", "target"]
+    ordering = ["position", "id"]
+    extra = 1
+    verbose_name = "fallback"
+    verbose_name_plural = "fallback chain (tried in position order when this model fails)"
+
+
+@admin.register(Model)
+class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
+    form = ModelConfigForm
+    inlines = [FallbackLinkInline]
+    list_display = [
+        "public_id",
+        "provider",
+        "upstream_model",
+        "capability_list",
+        "chain",
+        "context_window",
+        "updated_at",
+    ]
+    list_filter = ["provider", "provider__dialect", "residency"]
+    search_fields = ["public_id", "upstream_model", "provider__name"]
+    list_select_related = ["provider"]
+    fieldsets = [
+        (None, {"fields": ["public_id", "provider", "upstream_model", "capabilities"]}),
+        (
+            "Limits and prices",
+            {
+                "fields": [
+                    "context_window",
+                    "max_output_tokens",
+                    "residency",
+                    "input_price_per_mtok",
+                    "output_price_per_mtok",
+                ]
+            },
+        ),
+        ("Resilience overrides (empty: provider or global default)", {"fields": [*TIMEOUT_FIELDS, "fallback_on"]}),
+    ]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Model]:
+        return super().get_queryset(request).prefetch_related("fallback_links__target")
+
+    def document_delete(self, objs: list[Model]) -> Edit:
+        ids = {m.public_id for m in objs}
+
+        def edit(doc: dict[str, Any]) -> None:
+            doc["models"] = [m for m in doc["models"] if m["id"] not in ids]
+            for m in doc["models"]:  # links to them are PROTECT-ed: Django reports those itself
+                m["fallbacks"] = [t for t in m.get("fallbacks", []) if t not in ids]
+            doc["aliases"] = {a: t for a, t in doc["aliases"].items() if t not in ids}  # CASCADE
+
+        return edit
+
+    @admin.display(description="capabilities")
+    def capability_list(self, obj: Model) -> str:
+        return ", ".join(obj.capabilities or [])
+
+    @admin.display(description="fallback chain")
+    def chain(self, obj: Model) -> str:
+        links = sorted(obj.fallback_links.all(), key=lambda link: (link.position, link.id))
+        return " → ".join(link.target.public_id for link in links) or "—"
+
+
+class AliasForm(DocumentCheckedForm):
+    default_field = "name"
+
+    class Meta:
+        model = Alias
+        fields = "__all__"
+
+    def document_edit(self, obj: Alias) -> tuple[Edit, str]:
+        old = _old(Alias, obj.pk, "name")
+
+        def edit(doc: dict[str, Any]) -> None:
+            doc["aliases"].pop(old, None)
+            doc["aliases"][obj.name] = obj.target.public_id
+
+        return edit, f"aliases[{obj.name}]"
+
+
+@admin.register(Alias)
+class AliasAdmin(GuardedDeleteMixin, admin.ModelAdmin):
+    form = AliasForm
+    list_display = ["name", "target"]
+    search_fields = ["name", "target__public_id"]
+    list_select_related = ["target"]
+    autocomplete_fields = ["target"]
+
+    def document_delete(self, objs: list[Alias]) -> Edit:
+        names = {a.name for a in objs}
+
+        def edit(doc: dict[str, Any]) -> None:
+            doc["aliases"] = {a: t for a, t in doc["aliases"].items() if a not in names}
+
+        return edit

@@ -1,0 +1,122 @@
+"""`manage.py demo`: a working gateway on embedded defaults, in one command.
+
+Migrates the SQLite database, starts the mock upstream on 127.0.0.1:9001, loads
+the demo configuration, creates an admin user and an API key, prints both, and
+serves the gateway with daphne on 127.0.0.1:8000.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+DEMO_FILE = Path(__file__).resolve().parents[2] / "fixtures" / "demo.yaml"
+
+
+class Command(BaseCommand):
+    help = "Run the gateway with a demo configuration against a local mock upstream."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--mock-port", type=int, default=9001)
+        parser.add_argument("--no-serve", action="store_true", help="Set up and print credentials, but do not serve.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from django.contrib.auth import get_user_model
+
+        from policies.models import Agent
+        from routing.config_io import import_document, load_yaml
+
+        call_command("migrate", verbosity=0)
+        mock = self._start_mock(options["mock_port"])
+        os.environ.setdefault("DEMO_UPSTREAM_KEY", "demo-upstream-key")
+        demo_yaml = DEMO_FILE.read_text().replace("127.0.0.1:9001", f"127.0.0.1:{options['mock_port']}")
+        import_document(load_yaml(demo_yaml))
+        self._script_flaky(options["mock_port"])
+
+        password = os.environ.get("DEMO_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
+        User = get_user_model()
+        admin, _ = User.objects.get_or_create(username="admin", defaults={"is_staff": True, "is_superuser": True})
+        admin.is_staff = admin.is_superuser = True
+        admin.set_password(password)
+        admin.save()
+
+        from policies.keys import create_api_key
+
+        agent = Agent.objects.get(org__name="demo", name="demo-agent")
+        _, key = create_api_key(agent=agent, label="demo")
+
+        base = f"http://127.0.0.1:{options['port']}"
+        self.stdout.write(
+            f"""
+Switchboard demo
+  gateway    {base}   (mock upstream on 127.0.0.1:{options["mock_port"]})
+  admin      {base}/admin/   user: admin   password: {password}
+  dashboard  {base}/dashboard/
+  API key    {key}
+
+Try:
+  curl -s {base}/v1/chat/completions -H "Authorization: Bearer {key}" \\
+       -H "Content-Type: application/json" -d '{{"model": "fast", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+  # "flaky" always fails upstream: watch it fall back, then its breaker open
+  curl -si {base}/v1/chat/completions -H "Authorization: Bearer {key}" \\
+       -H "Content-Type: application/json" -d '{{"model": "flaky", "messages": [{{"role": "user", "content": "Hi"}}]}}'
+"""
+        )
+        if options["no_serve"]:
+            mock.terminate()
+            return
+        self.stdout.flush()
+        daphne = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(options["port"]),
+                "gateway_project.asgi:application",
+            ]
+        )
+        try:
+            daphne.wait()
+        except KeyboardInterrupt:
+            daphne.send_signal(signal.SIGTERM)
+            daphne.wait(timeout=10)
+        finally:
+            mock.terminate()
+
+    def _start_mock(self, port: int) -> subprocess.Popen:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "providers.mock_upstream", "--port", str(port)], cwd=settings.BASE_DIR
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    return process
+            if process.poll() is not None:
+                raise SystemExit(f"The mock upstream could not start on port {port}; is the port in use?")
+            time.sleep(0.1)
+        process.terminate()
+        raise SystemExit(f"The mock upstream did not listen on port {port} within 10 s.")
+
+    def _script_flaky(self, port: int) -> None:
+        httpx.post(
+            f"http://127.0.0.1:{port}/_control/script",
+            json={"model": "demo-flaky", "steps": [], "then": {"status": 503}},
+            timeout=5,
+        )

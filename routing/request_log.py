@@ -1,0 +1,50 @@
+"""One structured JSON log line per proxied request, on logger "switchboard.requests".
+
+The usage writer emits it from its own thread as it takes records off the request
+path, so logging never costs the event loop. Only whitelisted fields are written:
+a usage record holds no secrets, and this keeps it that way if one is ever added.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+logger = logging.getLogger("switchboard.requests")
+
+# Usage-record field -> log key. Nothing else reaches the log line.
+FIELDS: tuple[tuple[str, str], ...] = (
+    ("request_id", "request_id"),
+    ("org", "org"),
+    ("agent", "agent"),
+    ("endpoint", "endpoint"),
+    ("requested_model", "model"),
+    ("model_used", "model_used"),
+    ("provider", "provider"),
+    ("attempts", "attempts"),
+    ("fallback_reason", "fallback_reason"),
+    ("status", "status"),
+    ("error_code", "error_code"),
+    ("latency_ms", "latency_ms"),
+    ("ttft_ms", "ttft_ms"),
+    ("streamed", "streamed"),
+)
+
+
+def log_line(record: Mapping[str, Any]) -> bytes:
+    """The JSON line for one usage record (whitelisted fields only)."""
+    out: dict[str, Any] = {"event": "request"}
+    for field, key in FIELDS:
+        value = record.get(field)
+        if value is not None and value != "":
+            out[key] = round(value, 3) if isinstance(value, float) else value
+    return orjson.dumps(out, default=str)
+
+
+def log_request(record: Mapping[str, Any]) -> None:
+    """Emit the request's log line when the logger is enabled."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(log_line(record).decode())

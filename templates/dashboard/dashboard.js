@@ -1,0 +1,253 @@
+{% verbatim %}
+// Switchboard live dashboard. Vanilla JS, no build step.
+// State arrives per serving process ("state" messages); the page merges them:
+// the worst breaker state of a link wins, counters add up. Events ("events")
+// feed the list and move a link's state at once, before the next refresh.
+(function () {
+  "use strict";
+  const body = document.body;
+  const refreshMs = Math.max(500, parseFloat(body.dataset.refreshS || "1.5") * 1000);
+  const STALE_MS = Math.max(15000, refreshMs * 8);
+  const RANK = { closed: 0, half_open: 1, open: 2, forced: 3 };
+  const LABEL = { closed: "closed", half_open: "half-open", open: "open", forced: "forced open" };
+  const processes = new Map(); // process id -> { state, at (ms, performance.now) }
+  const events = new Map(); // event id -> event
+  const linkRows = new Map(); // link name -> <tr>
+  const providerRows = new Map();
+  const cooldownDeadlines = new Map(); // link name -> performance.now() deadline
+  let socket = null;
+  let retryMs = 1000;
+
+  const $ = (id) => document.getElementById(id);
+  const el = (tag, attrs, text) => {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    return node;
+  };
+  const pct = (x) => (x ? (x * 100).toFixed(1) + " %" : "0 %");
+  const secs = (s) => (s >= 60 ? Math.floor(s / 60) + "m " + String(Math.ceil(s % 60)).padStart(2, "0") + "s" : Math.ceil(s) + "s");
+
+  // ------------------------------------------------------------------ state merge
+  function applyState(state) {
+    processes.set(state.process, { state: state, at: performance.now() });
+    for (const e of state.feed || []) events.set(e.id, e);
+    render();
+  }
+
+  function liveProcesses() {
+    const now = performance.now();
+    let freshest = 0;
+    for (const p of processes.values()) freshest = Math.max(freshest, p.at);
+    const out = [];
+    for (const [id, p] of processes) {
+      if (now - p.at > STALE_MS && freshest - p.at > STALE_MS) processes.delete(id);
+      else out.push(p);
+    }
+    return out;
+  }
+
+  function merged() {
+    const links = new Map();
+    const models = new Map();
+    const providers = new Map();
+    for (const p of liveProcesses()) {
+      const s = p.state;
+      for (const l of s.links || []) {
+        const deadline = p.at + (l.cooldown_s || 0) * 1000;
+        const cur = links.get(l.link);
+        if (!cur) {
+          links.set(l.link, Object.assign({}, l, { deadline: deadline }));
+        } else {
+          if (RANK[l.state] > RANK[cur.state]) { cur.state = l.state; cur.forced_reason = l.forced_reason; cur.forced_until = l.forced_until; }
+          cur.failures = Math.max(cur.failures, l.failures);
+          cur.deadline = Math.max(cur.deadline, deadline);
+        }
+      }
+      for (const [name, m] of Object.entries(s.models || {})) {
+        const cur = models.get(name) || { rps: 0, requests: 0, errors: 0, fallbacks: 0 };
+        cur.rps += m.rps; cur.requests += m.requests; cur.errors += m.errors; cur.fallbacks += m.fallbacks;
+        models.set(name, cur);
+      }
+      for (const pr of s.providers || []) {
+        const cur = providers.get(pr.name);
+        if (!cur || (pr.checked_at && (!cur.checked_at || pr.checked_at > cur.checked_at))) providers.set(pr.name, pr);
+      }
+    }
+    return { links, models, providers };
+  }
+
+  // ------------------------------------------------------------------ rendering
+  function linkRow(l) {
+    const tr = el("tr", { "data-link": l.link, "data-key": JSON.stringify(l.key), "data-provider": l.provider, "data-model": l.model });
+    const name = el("td", { class: "link" });
+    name.appendChild(el("code", {}, l.link));
+    tr.appendChild(name);
+    const state = el("td", { class: "state" });
+    state.appendChild(el("span", { class: "badge", "data-role": "state" }));
+    state.appendChild(el("div", { class: "muted", "data-role": "forced" }));
+    tr.appendChild(state);
+    tr.appendChild(el("td", { class: "num", "data-role": "failures" }));
+    tr.appendChild(el("td", { class: "num", "data-role": "cooldown" }));
+    tr.appendChild(el("td", { "data-role": "provider-health" }));
+    tr.appendChild(el("td", { class: "num", "data-role": "rps" }));
+    tr.appendChild(el("td", { class: "num", "data-role": "error-rate" }));
+    tr.appendChild(el("td", { class: "num", "data-role": "fallback-rate" }));
+    const controls = el("td", { class: "controls" });
+    controls.appendChild(el("button", { type: "button", "data-action": "reset" }, "Reset"));
+    controls.appendChild(document.createTextNode(" "));
+    controls.appendChild(el("input", { type: "text", "data-field": "reason", placeholder: "reason", maxlength: "500", "aria-label": "reason for " + l.link }));
+    controls.appendChild(el("input", { type: "number", "data-field": "minutes", placeholder: "min", min: "1", step: "1", "aria-label": "minutes for " + l.link }));
+    controls.appendChild(el("button", { type: "button", "data-action": "force-open" }, "Force open"));
+    tr.appendChild(controls);
+    return tr;
+  }
+
+  function cell(tr, role) { return tr.querySelector('[data-role="' + role + '"]'); }
+
+  function render() {
+    const m = merged();
+    const tbody = $("link-rows");
+    for (const [name, l] of m.links) {
+      let tr = linkRows.get(name);
+      if (!tr) { tr = linkRow(l); linkRows.set(name, tr); tbody.appendChild(tr); }
+      tr.dataset.state = l.state;
+      const badge = cell(tr, "state");
+      badge.dataset.state = l.state;
+      badge.textContent = LABEL[l.state] || l.state;
+      cell(tr, "forced").textContent = l.state === "forced" ? (l.forced_reason || "") + (l.forced_until ? " · until " + new Date(l.forced_until * 1000).toLocaleTimeString() : " · until reset") : "";
+      cell(tr, "failures").textContent = l.failures;
+      cooldownDeadlines.set(name, l.state === "closed" ? 0 : l.deadline);
+      const pr = m.providers.get(l.provider);
+      const health = cell(tr, "provider-health");
+      health.textContent = "";
+      health.appendChild(el("span", {}, l.provider + " "));
+      health.appendChild(el("span", { class: "badge", "data-status": pr ? pr.status : "unknown" }, pr ? pr.status : "unknown"));
+      const st = m.models.get(l.model);
+      cell(tr, "rps").textContent = st ? st.rps.toFixed(2) : "0.00";
+      cell(tr, "error-rate").textContent = st && st.requests ? pct(st.errors / st.requests) : "–";
+      cell(tr, "fallback-rate").textContent = st && st.requests ? pct(st.fallbacks / st.requests) : "–";
+    }
+    for (const [name, tr] of linkRows) {
+      if (!m.links.has(name)) { tr.remove(); linkRows.delete(name); cooldownDeadlines.delete(name); }
+    }
+    $("no-links").hidden = linkRows.size > 0;
+
+    const ptbody = $("provider-rows");
+    for (const [name, pr] of m.providers) {
+      let tr = providerRows.get(name);
+      if (!tr) {
+        tr = el("tr", { "data-provider": name });
+        tr.appendChild(el("td", {}, name));
+        const st = el("td"); st.appendChild(el("span", { class: "badge", "data-role": "status" })); tr.appendChild(st);
+        tr.appendChild(el("td", { class: "num", "data-role": "latency" }));
+        tr.appendChild(el("td", { "data-role": "checked" }));
+        tr.appendChild(el("td", { class: "muted", "data-role": "detail" }));
+        providerRows.set(name, tr); ptbody.appendChild(tr);
+      }
+      tr.dataset.status = pr.status;
+      const badge = cell(tr, "status"); badge.dataset.status = pr.status; badge.textContent = pr.status;
+      cell(tr, "latency").textContent = pr.latency_ms == null ? "–" : pr.latency_ms.toFixed(1) + " ms";
+      cell(tr, "checked").textContent = pr.checked_at ? new Date(pr.checked_at).toLocaleTimeString() : "never";
+      cell(tr, "detail").textContent = pr.detail || "";
+    }
+    for (const [name, tr] of providerRows) if (!m.providers.has(name)) { tr.remove(); providerRows.delete(name); }
+
+    renderFeed();
+    $("processes").textContent = processes.size + (processes.size === 1 ? " process" : " processes");
+    tick();
+  }
+
+  function describe(e) {
+    switch (e.kind) {
+      case "breaker": return "breaker " + e.link + ": " + (LABEL[e.old] || e.old) + " → " + (LABEL[e.new] || e.new);
+      case "fallback": return "fallback " + e.from_model + " → " + e.to_model + " (" + e.reason + ")";
+      case "probe": return "probe " + e.provider + ": " + e.status + (e.latency_ms != null ? " in " + e.latency_ms.toFixed(1) + " ms" : "") + (e.detail ? " — " + e.detail : "");
+      case "control": return e.action.replace("_", " ") + " " + e.link + " by " + e.user + (e.reason ? " — " + e.reason : "");
+      default: return e.kind;
+    }
+  }
+
+  function renderFeed() {
+    const list = Array.from(events.values()).sort((a, b) => b.at - a.at).slice(0, 80);
+    const keep = new Set(list.map((e) => e.id));
+    for (const id of Array.from(events.keys())) if (!keep.has(id)) events.delete(id);
+    const ol = $("feed");
+    ol.textContent = "";
+    for (const e of list) {
+      const li = el("li", { "data-kind": e.kind, "data-event": e.id });
+      if (e.link) li.dataset.link = e.link;
+      li.appendChild(el("time", { datetime: new Date(e.at * 1000).toISOString() }, new Date(e.at * 1000).toLocaleTimeString()));
+      li.appendChild(el("span", {}, describe(e)));
+      ol.appendChild(li);
+    }
+  }
+
+  function tick() {
+    const now = performance.now();
+    for (const [name, tr] of linkRows) {
+      const left = ((cooldownDeadlines.get(name) || 0) - now) / 1000;
+      cell(tr, "cooldown").textContent = left > 0 ? secs(left) : "–";
+    }
+  }
+
+  function applyEvents(msg) {
+    const proc = processes.get(msg.process);
+    for (const e of msg.events || []) {
+      events.set(e.id, e);
+      if (e.kind === "breaker" && proc) {
+        for (const l of proc.state.links || []) {
+          if (l.link === e.link && l.state !== "forced") { l.state = e.new; if (e.new === "closed") { l.failures = 0; l.cooldown_s = 0; } }
+        }
+      }
+    }
+    render();
+  }
+
+  // ------------------------------------------------------------------ socket + controls
+  function flash(ok, text) {
+    const f = $("flash");
+    f.hidden = false; f.dataset.ok = String(ok); f.textContent = text;
+  }
+
+  function setConn(status, text) { const c = $("conn-status"); c.dataset.status = status; c.textContent = text; }
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    socket = new WebSocket(scheme + location.host + body.dataset.wsPath);
+    setConn("connecting", "connecting…");
+    socket.onopen = () => { retryMs = 1000; setConn("open", "live"); };
+    socket.onmessage = (ev) => {
+      let msg;
+      try { msg = JSON.parse(ev.data); } catch (err) { return; }
+      if (msg.type === "state") applyState(msg);
+      else if (msg.type === "events") applyEvents(msg);
+      else if (msg.type === "ack") flash(msg.ok, msg.message || (msg.ok ? "done" : "failed"));
+    };
+    socket.onclose = (ev) => {
+      if (ev.code === 4403) { setConn("closed", "not allowed: sign in as staff"); return; }
+      setConn("closed", "disconnected; retrying");
+      setTimeout(connect, retryMs);
+      retryMs = Math.min(retryMs * 2, 10000);
+    };
+  }
+
+  $("link-rows").addEventListener("click", (ev) => {
+    const button = ev.target.closest("button[data-action]");
+    if (!button) return;
+    const tr = button.closest("tr[data-link]");
+    if (!socket || socket.readyState !== WebSocket.OPEN) { flash(false, "not connected; wait for the page to reconnect"); return; }
+    const msg = { action: button.dataset.action, key: JSON.parse(tr.dataset.key) };
+    if (msg.action === "force-open") {
+      msg.reason = tr.querySelector('[data-field="reason"]').value;
+      msg.minutes = tr.querySelector('[data-field="minutes"]').value || null;
+    }
+    socket.send(JSON.stringify(msg));
+  });
+
+  applyState(JSON.parse($("initial-state").textContent));
+  setInterval(tick, 250);
+  setInterval(render, Math.max(refreshMs, 1000));
+  connect();
+})();
+{% endverbatim %}
