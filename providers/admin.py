@@ -16,7 +16,8 @@ from django.http import HttpRequest
 
 from providers.models import CAPABILITIES, Alias, FallbackLink, Model, Provider
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, GuardedDeleteMixin, checkbox_choices
-from routing.config_io import model_item, provider_item, rename_references, replace_item
+from routing.config_io import rename_references, replace_item
+from routing.document import model_item, provider_item
 from routing.models import FALLBACK_TRIGGERS
 from routing.validation import validate_base_url, validate_env_name, validate_health_path, validate_timeout_ms
 

@@ -70,80 +70,86 @@ def document_from_db() -> dict[str, Any]:
     for key, default in RESILIENCE_DEFAULTS.items():
         resilience[key] = _num(getattr(settings_row, key)) if settings_row else default
 
-    providers = []
-    for p in Provider.objects.order_by("name"):
-        item: dict[str, Any] = {"name": p.name, "dialect": p.dialect, "base_url": p.base_url}
-        if p.api_key_env:
-            item["api_key_env"] = p.api_key_env
-        for field in ("connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms"):
-            if getattr(p, field) is not None:
-                item[field] = getattr(p, field)
-        if p.health_check_path:
-            item["health_check_path"] = p.health_check_path
-        if p.health_probe_enabled:
-            item["health_probe"] = True
-        providers.append(item)
+    providers = [provider_item(p) for p in Provider.objects.order_by("name")]
 
     models = []
     for m in Model.objects.select_related("provider").prefetch_related("fallback_links__target").order_by("public_id"):
-        item = {
-            "id": m.public_id,
-            "provider": m.provider.name,
-            "upstream_model": m.upstream_model,
-            "capabilities": list(m.capabilities or []),
-        }
-        for field in ("context_window", "max_output_tokens"):
-            if getattr(m, field) is not None:
-                item[field] = getattr(m, field)
-        if m.residency:
-            item["residency"] = m.residency
         links = sorted(m.fallback_links.all(), key=lambda link: (link.position, link.id))
-        if links:
-            item["fallbacks"] = [link.target.public_id for link in links]
-        for field in ("connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms"):
-            if getattr(m, field) is not None:
-                item[field] = getattr(m, field)
-        if m.fallback_on:
-            item["fallback_on"] = list(m.fallback_on)
-        for field in ("input_price_per_mtok", "output_price_per_mtok"):
-            if getattr(m, field) is not None:
-                item[field] = _num(getattr(m, field))
-        models.append(item)
+        models.append(model_item(m, [link.target.public_id for link in links]))
 
     aliases = {a.name: a.target.public_id for a in Alias.objects.select_related("target").order_by("name")}
 
     orgs = []
     for o in Org.objects.prefetch_related("agents", "policies", "credentials__provider").order_by("name"):
         item = {"name": o.name, "default_action": o.default_action}
-        agents = []
-        for a in sorted(o.agents.all(), key=lambda a: a.name):
-            agent: dict[str, Any] = {"name": a.name}
-            if a.default_model:
-                agent["default_model"] = a.default_model
-            agents.append(agent)
+        agents = [child_item("agents", a) for a in sorted(o.agents.all(), key=lambda a: a.name)]
         if agents:
             item["agents"] = agents
-        policies = []
-        for p in sorted(o.policies.all(), key=lambda p: (p.priority, p.id)):
-            policy: dict[str, Any] = {"pattern": p.pattern, "action": p.action, "priority": p.priority}
-            if p.fallback_chain is not None:
-                policy["fallback_chain"] = list(p.fallback_chain)
-            policies.append(policy)
+        policies = [child_item("policies", p) for p in sorted(o.policies.all(), key=lambda p: (p.priority, p.id))]
         if policies:
             item["policies"] = policies
-        credentials = []
-        for c in sorted(o.credentials.all(), key=lambda c: c.provider.name):
-            cred: dict[str, Any] = {"provider": c.provider.name}
-            if c.api_key_env:
-                cred["api_key_env"] = c.api_key_env
-            if c.base_url:
-                cred["base_url"] = c.base_url
-            credentials.append(cred)
+        credentials = [child_item("credentials", c) for c in sorted(o.credentials.all(), key=lambda c: c.provider.name)]
         if credentials:
             item["credentials"] = credentials
         orgs.append(item)
 
     return {"resilience": resilience, "providers": providers, "models": models, "aliases": aliases, "orgs": orgs}
+
+
+def provider_item(p: Any) -> dict[str, Any]:
+    """One Provider row as its document entry (also used by the admin for unsaved edits)."""
+    item: dict[str, Any] = {"name": p.name, "dialect": p.dialect, "base_url": p.base_url}
+    if p.api_key_env:
+        item["api_key_env"] = p.api_key_env
+    for key in ("connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms"):
+        if getattr(p, key) is not None:
+            item[key] = getattr(p, key)
+    if p.health_check_path:
+        item["health_check_path"] = p.health_check_path
+    if p.health_probe_enabled:
+        item["health_probe"] = True
+    return item
+
+
+def model_item(m: Any, fallbacks: list[str]) -> dict[str, Any]:
+    """One model as its document entry; `fallbacks` are the target ids in order."""
+    item: dict[str, Any] = {
+        "id": m.public_id,
+        "provider": m.provider.name,
+        "upstream_model": m.upstream_model,
+        "capabilities": list(m.capabilities or []),
+    }
+    for key in (
+        "context_window",
+        "max_output_tokens",
+        "connect_timeout_ms",
+        "first_token_timeout_ms",
+        "total_timeout_ms",
+    ):
+        if getattr(m, key) is not None:
+            item[key] = getattr(m, key)
+    if m.residency:
+        item["residency"] = m.residency
+    if fallbacks:
+        item["fallbacks"] = list(fallbacks)
+    if m.fallback_on:
+        item["fallback_on"] = list(m.fallback_on)
+    for key in ("input_price_per_mtok", "output_price_per_mtok"):
+        if getattr(m, key) is not None:
+            item[key] = _num(getattr(m, key))
+    return item
+
+
+def child_item(kind: str, obj: Any) -> dict[str, Any]:
+    """An org's agent, policy or credential as its document entry."""
+    if kind == "agents":
+        return {"name": obj.name, **({"default_model": obj.default_model} if obj.default_model else {})}
+    if kind == "policies":
+        item = {"pattern": obj.pattern, "action": obj.action, "priority": obj.priority}
+        return item if obj.fallback_chain is None else {**item, "fallback_chain": obj.fallback_chain}
+    item = {"provider": obj.provider.name if obj.provider_id else None}
+    return {**item, **{k: getattr(obj, k) for k in ("api_key_env", "base_url") if getattr(obj, k)}}
+
 
 
 def key_rows_from_db() -> list[dict[str, Any]]:

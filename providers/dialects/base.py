@@ -59,8 +59,8 @@ def invalid_request(message: str, param: str | None = None) -> GatewayError:
     return GatewayError(400, "invalid_request", message, param=param)
 
 
-def load_json(body: bytes, model: ModelSpec) -> Any:
-    """Decode a 2xx upstream body; anything but a JSON object is INVALID_BODY."""
+def load_json(body: bytes, model: ModelSpec, expect: type = dict) -> Any:
+    """Decode a 2xx upstream body; anything but valid JSON of the `expect` type is INVALID_BODY."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -69,10 +69,11 @@ def load_json(body: bytes, model: ModelSpec) -> Any:
             f"provider {model.provider.name!r} answered 2xx with a body that is not valid JSON ({exc})",
             body=body[:2048],
         ) from None
-    if not isinstance(data, dict):
+    if not isinstance(data, expect):
+        shape = "an object" if expect is dict else "a list"
         raise UpstreamFailure(
             FailureKind.INVALID_BODY,
-            f"provider {model.provider.name!r} answered 2xx with JSON that is not an object",
+            f"provider {model.provider.name!r} answered 2xx with JSON that is not {shape}",
             body=body[:2048],
         )
     return data

@@ -17,28 +17,10 @@ from providers.dialects.base import (
     ParsedResponse,
     PreparedRequest,
     join_url,
+    load_json,
     unsupported,
 )
-from routing.errors import FailureKind, UpstreamFailure
 from routing.snapshot import ModelSpec, ProviderSpec
-
-
-def _load_list(body: bytes, model: ModelSpec) -> list[Any]:
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise UpstreamFailure(
-            FailureKind.INVALID_BODY,
-            f"provider {model.provider.name!r} answered 2xx with a body that is not valid JSON ({exc})",
-            body=body[:2048],
-        ) from None
-    if not isinstance(data, list):
-        raise UpstreamFailure(
-            FailureKind.INVALID_BODY,
-            f"provider {model.provider.name!r} (tei) answered 2xx with JSON that is not a list",
-            body=body[:2048],
-        )
-    return data
 
 
 class TEIDialect(Dialect):
@@ -72,7 +54,7 @@ class TEIDialect(Dialect):
         raise unsupported(self.name, kind, model)
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
-        data = _load_list(body, model)
+        data = load_json(body, model, list)
         context = context or {}
         if kind == "embeddings":
             out = embeddings_list(data, model.upstream_model, None, context.get("encoding_format"))
