@@ -151,7 +151,6 @@ def child_item(kind: str, obj: Any) -> dict[str, Any]:
     return {**item, **{k: getattr(obj, k) for k in ("api_key_env", "base_url") if getattr(obj, k)}}
 
 
-
 def key_rows_from_db() -> list[dict[str, Any]]:
     """Active API keys as plain rows for the snapshot (hash, prefix, org, agent, expiry)."""
     from policies.models import ApiKey
