@@ -483,7 +483,13 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self) -> None:
         global viewers
-        if not _is_staff(self.scope.get("user")) or not _same_origin(self.scope):
+        if not _same_origin(self.scope):
+            await self.close(code=4403)
+            return
+        if not _is_staff(self.scope.get("user")):
+            # Accept first: a close before accept becomes an HTTP 403 and the page would only
+            # see 1006; 4403 lets it say "sign in as staff" instead of retrying forever.
+            await self.accept()
             await self.close(code=4403)
             return
         install()

@@ -85,7 +85,8 @@ def observe_request(
     if overhead_s is not None and overhead_s >= 0:
         _observe_overhead(overhead_s)
     if model_used:
-        dashboard.note_request(model_used, status, fallback_reason)
+        # Per requested model: "how often do requests for this model fail, or fall back".
+        dashboard.note_request(model or model_used, status, fallback_reason)
 
 
 UNKNOWN_MODEL = "(unknown)"

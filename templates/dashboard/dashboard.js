@@ -26,7 +26,10 @@
     return node;
   };
   const pct = (x) => (x ? (x * 100).toFixed(1) + " %" : "0 %");
-  const secs = (s) => (s >= 60 ? Math.floor(s / 60) + "m " + String(Math.ceil(s % 60)).padStart(2, "0") + "s" : Math.ceil(s) + "s");
+  const secs = (s) => {
+    const whole = Math.ceil(s); // round once, so 299.4 s reads 5m 00s, never 4m 60s
+    return whole >= 60 ? Math.floor(whole / 60) + "m " + String(whole % 60).padStart(2, "0") + "s" : whole + "s";
+  };
 
   // ------------------------------------------------------------------ state merge
   function applyState(state) {
