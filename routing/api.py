@@ -425,6 +425,8 @@ async def _proxy_stream(
     try:
         await send({"type": "http.response.start", "status": 200, "headers": _answer_headers(ctx, list(_SSE_HEADERS))})
         async for chunk in committed.relay():
+            if b'"usage"' in chunk:
+                _sniff_usage(chunk, ctx)
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     finally:
@@ -433,6 +435,24 @@ async def _proxy_stream(
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _sniff_usage(chunk: bytes, ctx: Context) -> None:
+    """Take token counts from a relayed usage frame without touching the bytes sent.
+
+    Upstreams send one when the client asked (`stream_options.include_usage`); the
+    anthropic dialect always does. Only chunks that mention "usage" are parsed.
+    """
+    for line in chunk.split(b"\n"):
+        if not line.startswith(b"data: {"):
+            continue
+        try:
+            usage = orjson.loads(line[6:]).get("usage")
+        except (orjson.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
+            ctx.prompt_tokens = usage["prompt_tokens"]
+            ctx.completion_tokens = usage.get("completion_tokens")
 
 
 def _authenticate(snap: Snapshot, auth: bytes) -> KeySpec:

@@ -35,6 +35,7 @@ def ensure_started() -> None:
     if _started:
         return
     _started = True
+    _close_upstreams_on_reactor_shutdown()
     _spawn("config-listener", config_listener)
     _spawn("config-poller", config_poller)
     for module, name in (
@@ -111,11 +112,27 @@ def _read_version() -> int:
 
 
 async def shutdown() -> None:
-    """Stop tasks and flush usage records (lifespan shutdown)."""
+    """Stop tasks, flush usage records and close upstream pools (lifespan shutdown)."""
+    from providers.transport import transport
+    from routing import usage
+
     for task in _tasks:
         task.cancel()
-    try:
-        from routing import usage
-    except ImportError:
-        return
     await asyncio.get_running_loop().run_in_executor(None, usage.shutdown)
+    await transport.aclose()
+
+
+def _close_upstreams_on_reactor_shutdown() -> None:
+    """daphne runs on Twisted and sends no lifespan: close the pools when its reactor stops."""
+    import sys
+
+    if "twisted.internet.reactor" not in sys.modules:
+        return
+    from twisted.internet import defer, reactor
+
+    from providers.transport import transport
+
+    def close() -> defer.Deferred:
+        return defer.Deferred.fromFuture(asyncio.ensure_future(transport.aclose()))
+
+    reactor.addSystemEventTrigger("before", "shutdown", close)

@@ -147,7 +147,12 @@ def test_success_fallback_error_and_stream_each_leave_one_exact_record(make_gate
             "POST",
             "/v1/chat/completions",
             headers={"X-Request-Id": f"st-{run}"},
-            json={"model": "u-ok", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+            json={
+                "model": "u-ok",
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "messages": [{"role": "user", "content": "hi"}],
+            },
         ) as streamed:
             body = b"".join(streamed.iter_raw())
     assert ok.status_code == 200
@@ -209,6 +214,9 @@ def test_success_fallback_error_and_stream_each_leave_one_exact_record(make_gate
     assert st["streamed"]
     assert (st["model_used"], st["status"], st["attempts"], st["error_code"]) == ("u-ok", 200, 1, "")
     assert st["ttft_ms"] is not None and 0 < st["ttft_ms"] <= st["latency_ms"]
+    # tokens come from the usage frame the upstream streamed (relayed unchanged)
+    assert (st["prompt_tokens"], st["completion_tokens"]) == (PROMPT_TOKENS, COMPLETION_TOKENS)
+    assert float(st["cost"]) == pytest.approx((PROMPT_TOKENS * 2.5 + COMPLETION_TOKENS * 10) / 1e6)
 
 
 # --------------------------------------------------------------------------- outage
