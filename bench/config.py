@@ -1,0 +1,102 @@
+"""The benchmark's gateway configuration (CONTRACT §9 YAML), generated at any size.
+
+Every benchmark model points at the mock upstream; the one the latency scenario calls
+has the same upstream model name the direct requests use, so the mock does the same
+work on both paths. The org's policies are N-1 deny patterns that never match followed
+by one allow, so the whole list has to be evaluated (or cached) for every request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import yaml
+
+ORG = "bench"
+AGENT = "bench-agent"
+
+# public id -> upstream model name the mock sees (and is scripted on)
+CHAT = ("bench", "bench-up")
+STREAM = ("bench-stream", "bench-stream-up")
+SLOW = ("bench-slow", "bench-slow-up")
+STORM = ("bench-storm", "bench-storm-up")
+STORM_TOTAL_TIMEOUT_MS = 15_000
+BASE_MODELS = (CHAT, STREAM, SLOW, STORM)
+
+STREAM_FRAMES = 20
+SLOW_FRAMES = 400
+SLOW_FRAME_DELAY_MS = 500
+
+
+def config_document(
+    mock_url: str, models: int = 10, policies: int = 10, resilience: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The configuration with `models` models and `policies` org policies (both ≥ the fixed set)."""
+    if models < len(BASE_MODELS):
+        raise ValueError(f"need at least {len(BASE_MODELS)} models for the benchmark scenarios, got {models}")
+    if policies < 1:
+        raise ValueError("need at least one policy (the final allow)")
+    caps = ["chat", "streaming"]
+    model_list: list[dict[str, Any]] = []
+    for public, upstream in BASE_MODELS:
+        entry: dict[str, Any] = {
+            "id": public,
+            "provider": "mock",
+            "upstream_model": upstream,
+            "capabilities": caps,
+            "context_window": 128000,
+        }
+        if public == STORM[0]:
+            entry["total_timeout_ms"] = STORM_TOTAL_TIMEOUT_MS
+        model_list.append(entry)
+    for i in range(models - len(BASE_MODELS)):
+        model_list.append(
+            {
+                "id": f"filler-{i:05d}",
+                "provider": "mock",
+                "upstream_model": f"filler-{i:05d}-up",
+                "capabilities": caps,
+                "context_window": 128000,
+            }
+        )
+    policy_list: list[dict[str, Any]] = [
+        {"pattern": f"deny-{i:05d}-*", "action": "deny", "priority": i + 1} for i in range(policies - 1)
+    ]
+    policy_list.append({"pattern": "*", "action": "allow", "priority": policies + 1})
+    doc: dict[str, Any] = {
+        "providers": [{"name": "mock", "dialect": "openai", "base_url": f"{mock_url}/v1"}],
+        "models": model_list,
+        "orgs": [
+            {
+                "name": ORG,
+                "default_action": "deny",
+                "agents": [{"name": AGENT}],
+                "policies": policy_list,
+            }
+        ],
+    }
+    if resilience:
+        doc["resilience"] = dict(resilience)
+    return doc
+
+
+def config_yaml(mock_url: str, models: int = 10, policies: int = 10, resilience: dict[str, Any] | None = None) -> str:
+    return yaml.safe_dump(config_document(mock_url, models, policies, resilience), sort_keys=False)
+
+
+def mock_scripts() -> list[dict[str, Any]]:
+    """What the mock must answer for each scenario's upstream model (POST /_control/script)."""
+    return [
+        {"model": STREAM[1], "steps": [], "then": {"frames": STREAM_FRAMES}},
+        {"model": SLOW[1], "steps": [], "then": {"frames": SLOW_FRAMES, "frame_delay_ms": SLOW_FRAME_DELAY_MS}},
+        {"model": STORM[1], "steps": [], "then": {"status": 429}},
+    ]
+
+
+def chat_body(model: str, stream: bool = False) -> str:
+    """A small chat completion request body (the same bytes direct and through the gateway)."""
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "Say hello."}]}
+    if stream:
+        body["stream"] = True
+    return orjson.dumps(body).decode()

@@ -1,0 +1,161 @@
+"""The benchmark harness's pure parts: the numbers in the table must be the right ones."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from bench import config, report
+from bench.stats import added, percentile, point_key, ratio, summarize, within
+
+
+def test_percentile_interpolates_like_numpy() -> None:
+    values = [5.0, 1.0, 4.0, 2.0, 3.0]  # unsorted on purpose
+    assert percentile(values, 0) == 1.0
+    assert percentile(values, 50) == 3.0
+    assert percentile(values, 100) == 5.0
+    assert percentile(values, 25) == 2.0
+    assert percentile([1.0, 2.0], 50) == 1.5
+    assert percentile(list(range(1, 1001)), 99.9) == pytest.approx(999.001)
+
+
+def test_percentile_refuses_an_empty_sample_instead_of_reporting_zero() -> None:
+    with pytest.raises(ValueError, match="empty"):
+        percentile([], 50)
+    with pytest.raises(ValueError, match="outside"):
+        percentile([1.0], 101)
+
+
+def test_summary_and_added_latency_are_differences_of_percentiles() -> None:
+    direct = summarize([0.3] * 990 + [1.0] * 10)
+    gateway = summarize([0.7] * 990 + [3.0] * 10)
+    assert point_key(99.9) == "p999"
+    assert direct["n"] == 1000 and direct["p50"] == 0.3 and direct["max"] == 1.0
+    assert added(gateway, direct) == {
+        "p50": 0.4,
+        "p99": pytest.approx(gateway["p99"] - direct["p99"], abs=1e-3),
+        "p999": 2.0,
+    }
+
+
+def test_ratio_and_within() -> None:
+    assert ratio(1500, 3000) == 0.5
+    assert ratio(1, 0) is None and ratio(None, 2) is None
+    assert within(109, 100, 0.10) and not within(111, 100, 0.10)
+
+
+SAMPLE = {
+    "meta": {"server": "daphne", "peer": None},
+    "scenarios": {
+        "latency": {
+            "direct": {"p50": 0.3, "p99": 0.5, "p999": 1.0},
+            "gateway": {"p50": 0.7, "p99": 1.2, "p999": 3.0},
+            "added": {"p50": 0.4, "p99": 0.7, "p999": 2.0},
+        },
+        "throughput": {
+            "c32": {
+                "direct": {"rps": 10000.0, "p99_ms": 5.0},
+                "gateway": {"rps": 2000.0, "p99_ms": 30.0},
+                "ratio": 0.2,
+            },
+        },
+        "storm": {
+            "requests": 500,
+            "statuses": {"429": 300, "503": 200},
+            "only_429_503": True,
+            "deadline_ms": 15000,
+            "max_latency_ms": 900.0,
+            "all_within_deadline": True,
+            "health_n": 40,
+            "health_p99_ms": 80.0,
+            "health_max_ms": 90.0,
+            "rss_before_mb": 100.0,
+            "rss_after_mb": 101.0,
+            "rss_growth_pct": 1.0,
+            "rss_within_10pct": True,
+            "upstream_calls": 700,
+            "naive_bound": 1500,
+            "calls_vs_naive": 0.467,
+        },
+    },
+}
+
+
+def test_table_rows_judge_each_target() -> None:
+    rows = report.rows(SAMPLE)
+    by_metric = {(r[0] or "", r[1]): r for r in rows}
+    p50 = by_metric[("latency 1 client", "p50 ms")]
+    assert p50[2:5] == ["0.3", "0.7", "+0.4"] and p50[-1] == "ok"
+    assert by_metric[("throughput 32 clients", "req/s")][-1] == "ok"  # 2 000 ≥ 1 500
+    health = next(r for r in rows if r[1].startswith("/health"))
+    assert health[-1] == "MISS"  # 80 ms is not < 50 ms
+    text = report.render(rows)
+    lines = text.splitlines()
+    assert lines[0].startswith("scenario") and set(lines[1]) <= {"-", " "}
+    # columns line up: every row's third column starts at the same offset as the header's
+    offset = lines[0].index("direct")
+    assert all(line[offset - 2 : offset] == "  " for line in lines[2:] if len(line) > offset)
+
+
+def test_compare_calls_a_move_better_or_worse_by_direction_and_ignores_noise() -> None:
+    after = {
+        "scenarios": {
+            "latency": {"added": {"p50": 0.2, "p99": 0.72, "p999": 4.0}, "gateway": {"p50": 0.5}},
+            "throughput": {"c32": {"gateway": {"rps": 1000.0, "p99_ms": 30.0}, "ratio": 0.1}},
+        }
+    }
+    entries = {e["metric"]: e for e in report.compare(SAMPLE, after)}
+    assert entries["latency.added.p50"]["verdict"] == "better"  # lower latency
+    assert entries["latency.added.p99"]["verdict"] == "same"  # +2.9 % is noise
+    assert entries["latency.added.p999"]["verdict"] == "worse"
+    assert entries["throughput.c32.gateway.rps"]["verdict"] == "worse"  # lower throughput
+    assert entries["throughput.c32.gateway.rps"]["pct"] == -50.0
+    assert "storm.upstream_calls" not in entries  # only metrics present in both runs
+    everything = {e["metric"] for e in report.compare(SAMPLE, after, everything=True)}
+    assert "latency.gateway.p50" in everything
+    assert "compare" not in report.compare_table(list(entries.values())).splitlines()[0]
+
+
+def test_generated_configuration_makes_every_policy_count() -> None:
+    doc = yaml.safe_load(config.config_yaml("http://127.0.0.1:9", models=50, policies=40))
+    assert len(doc["models"]) == 50 and len({m["id"] for m in doc["models"]}) == 50
+    policies = doc["orgs"][0]["policies"]
+    assert len(policies) == 40
+    assert doc["orgs"][0]["default_action"] == "deny"  # only the last, allow policy lets requests through
+    assert [p["action"] for p in policies].count("allow") == 1
+    assert max(policies, key=lambda p: p["priority"])["action"] == "allow"
+    assert all(not p["pattern"].startswith("bench") for p in policies if p["action"] == "deny")
+    chat = next(m for m in doc["models"] if m["id"] == config.CHAT[0])
+    assert chat["upstream_model"] == config.CHAT[1]
+    with pytest.raises(ValueError):
+        config.config_document("http://x", models=2)
+
+
+async def test_load_generator_times_interleaved_batches_against_the_mock() -> None:
+    from bench.loadgen import run_latency
+    from providers.mock_upstream import start_mock, state_of
+
+    runner, port = await start_mock()
+    try:
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        spec = {
+            "targets": [
+                {"name": "a", "url": url, "body": config.chat_body("model-a")},
+                {"name": "b", "url": url, "body": config.chat_body("model-b", stream=True), "batch": 2},
+            ],
+            "rounds": 3,
+            "batch": 4,
+            "warmup": 1,
+            "stream": False,
+        }
+        out = await run_latency(spec)
+        assert out["rounds"] == 3
+        assert len(out["samples"]["a"]) == 12 and len(out["samples"]["b"]) == 6  # per-target batch honoured
+        assert out["statuses"] == {"a": {200: 12}, "b": {200: 6}}
+        assert all(ms > 0 for ms in out["samples"]["a"])
+        assert state_of(runner).model("model-a").count == 13  # warm-up + 3 rounds × 4
+        streamed = await run_latency({**spec, "stream": True})
+        first, last = streamed["samples"]["b"]["ttfb"], streamed["samples"]["b"]["ttlb"]
+        assert len(first) == 6 and all(f <= t for f, t in zip(first, last, strict=True))
+    finally:
+        await runner.cleanup()
