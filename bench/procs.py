@@ -22,6 +22,8 @@ from typing import IO, Any
 
 import orjson
 
+from gateway_project import servers as serve_commands
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 SERVERS = ("daphne", "uvicorn", "granian")
@@ -179,14 +181,8 @@ def prepare_database(work: Path, name: str, yaml_text: str, org: str, agent: str
 def server_argv(server: str, port: int) -> list[str]:
     """The command line of each ASGI server, serving the same application object."""
     app = "gateway_project.asgi:application"
-    if server == "daphne":  # the documented command, as is (its access log goes to our log file)
-        return [PY, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), app]
-    if server == "uvicorn":
-        http_impl = "httptools" if importlib.util.find_spec("httptools") else "h11"
-        return [
-            PY, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
-            "--loop", "asyncio", "--http", http_impl, "--no-access-log", "--lifespan", "on",
-        ]  # fmt: skip
+    if server in serve_commands.SERVERS:  # exactly the commands the README documents
+        return serve_commands.command(server, "127.0.0.1", port)
     if server == "granian":
         if not importlib.util.find_spec("granian"):
             raise RuntimeError(
@@ -194,9 +190,14 @@ def server_argv(server: str, port: int) -> list[str]:
             )
         return [
             PY, "-m", "granian", "--interface", "asgi", "--host", "127.0.0.1", "--port", str(port),
-            "--workers", "1", "--loop", "asyncio", "--no-access-log", "--log-level", "warning", app,
+            "--workers", "1", "--loop", _loop(), "--no-access-log", "--log-level", "warning", app,
         ]  # fmt: skip
     raise ValueError(f"unknown server {server!r}; use one of {', '.join(SERVERS)}")
+
+
+def _loop() -> str:
+    """uvloop when installed (requirements.txt pins it), else the stdlib loop."""
+    return "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
 
 
 def start_gateway(

@@ -31,6 +31,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets the usage writer and the admin write while the gateway reads.
     DATABASES["default"].setdefault("OPTIONS", {})["init_command"] = "PRAGMA journal_mode=WAL;"
     DATABASES["default"]["OPTIONS"]["timeout"] = 20
+    # Take the write lock at BEGIN: a deferred transaction that later writes fails at once
+    # with "database is locked" (no busy wait) when another process wrote meanwhile.
+    DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
     # A file (not :memory:) so end-to-end servers could share it; per process so parallel runs never collide.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-switchboard-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

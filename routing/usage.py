@@ -42,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from routing.request_log import log_request
+from routing.request_log import log_requests
 
 log = logging.getLogger("switchboard.usage")
 
@@ -149,20 +149,6 @@ def _nullable_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def to_instance(row: Mapping[str, Any]) -> Any:
-    """A UsageRecord for one record dict; unknown keys are ignored, strings clipped to the column."""
-    from routing.models import UsageRecord
-
-    conv = _field_converters()
-    kwargs = {name: conv[name](value) for name, value in row.items() if name in conv}
-    kwargs.setdefault("created_at", datetime.now(tz=UTC))
-    kwargs.setdefault("status", 0)
-    if not kwargs.get("request_id"):
-        raise ValueError("usage record without request_id")
-    kwargs.setdefault("record_id", str(kwargs["request_id"])[:32])
-    return UsageRecord(**kwargs)
-
-
 def _json_default(value: Any) -> Any:
     if isinstance(value, Decimal):
         return float(value)
@@ -175,23 +161,69 @@ def _dumps(rows: Iterable[Row]) -> bytes:
     return b"".join(orjson.dumps(r, default=_json_default) + b"\n" for r in rows)
 
 
+_insert_sql: dict[str, tuple[str, list[Any]]] = {}
+
+
+def _insert_statement(using: str) -> tuple[str, list[Any]]:
+    """`INSERT ... ON CONFLICT (record_id) DO NOTHING` for this database, and its columns (cached)."""
+    cached = _insert_sql.get(using)
+    if cached is None:
+        from django.db import connections
+
+        from routing.models import UsageRecord
+
+        quote = connections[using].ops.quote_name
+        fields = [f for f in UsageRecord._meta.concrete_fields if not f.primary_key]
+        columns = ", ".join(quote(f.column) for f in fields)
+        sql = (
+            f"INSERT INTO {quote(UsageRecord._meta.db_table)} ({columns}) "
+            f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT ({quote('record_id')}) DO NOTHING"
+        )
+        cached = _insert_sql[using] = (sql, fields)
+    return cached
+
+
+def to_values(row: Mapping[str, Any], fields: list[Any], ops: Any) -> tuple[Any, ...]:
+    """One record as the column values of an INSERT, adapted for the database like the ORM does."""
+    from django.db import models
+
+    if not row.get("request_id"):
+        raise ValueError("usage record without request_id")
+    conv = _field_converters()
+    values = []
+    for f in fields:
+        value = row.get(f.name)
+        if f.name == "record_id" and not value:
+            value = str(row["request_id"])[:32]
+        value = conv[f.name](value)
+        if isinstance(f, models.DateTimeField):
+            value = ops.adapt_datetimefield_value(value)
+        elif isinstance(f, models.DecimalField) and value is not None:
+            value = ops.adapt_decimalfield_value(value, f.max_digits, f.decimal_places)
+        values.append(value)
+    return tuple(values)
+
+
 def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500) -> None:
     """Insert rows in one transaction; replays of committed rows are ignored (record_id unique).
 
+    Plain `executemany` rather than ORM objects: this runs on a thread beside the
+    event loop, and every bit of Python work here is GIL time the loop waits for.
     Raises OperationalError/InterfaceError (and other DatabaseErrors) when the database
     cannot take them, `_Poison` when it refuses their content.
     """
-    from django.db import DataError, IntegrityError, transaction
+    from django.db import DataError, IntegrityError, connections, transaction
 
-    from routing.models import UsageRecord
-
+    connection = connections[using]
+    sql, fields = _insert_statement(using)
     try:
-        objs = [to_instance(r) for r in rows]
+        values = [to_values(r, fields, connection.ops) for r in rows]
     except (TypeError, ValueError, ArithmeticError) as exc:
         raise _Poison(str(exc)) from exc
     try:
-        with transaction.atomic(using=using):
-            UsageRecord.objects.using(using).bulk_create(objs, batch_size=batch_size, ignore_conflicts=True)
+        with transaction.atomic(using=using), connection.cursor() as cursor:
+            for start in range(0, len(values), batch_size):
+                cursor.executemany(sql, values[start : start + batch_size])
     except (IntegrityError, DataError) as exc:
         raise _Poison(str(exc)) from exc
 
@@ -338,19 +370,19 @@ class UsageSink:
     # ------------------------------------------------------------------ draining
 
     def _take_pending(self) -> list[Row]:
-        """Move queued records to the caller, logging each one's request line once."""
+        """Move queued records to the caller, logging their request lines once (one call per batch)."""
         taken: list[Row] = []
         pending = self._pending
         while True:
             try:
-                row = pending.popleft()
+                taken.append(pending.popleft())
             except IndexError:
                 break
+        if taken:
             try:
-                log_request(row)
+                log_requests(taken)
             except Exception:  # noqa: BLE001 - a log failure must not lose the record
                 pass
-            taken.append(row)
         return taken
 
     def _do_insert(self, rows: list[Row]) -> None:

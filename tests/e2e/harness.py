@@ -1,9 +1,10 @@
-"""Real servers for end-to-end tests: the mock upstream and daphne on loopback.
+"""Real servers for end-to-end tests: the mock upstream and the gateway's ASGI server on loopback.
 
 Each gateway gets its own database (a copy of a migrated SQLite file, or a
 PostgreSQL database cloned from a migrated template when DATABASE_URL points at
 PostgreSQL), is configured through `manage.py import_config` like an operator
-would, and is served by a real `daphne` process.
+would, and is served by a real server process: daphne, or uvicorn when
+SWITCHBOARD_TEST_SERVER=uvicorn (CI runs one pass with each).
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
+
+from gateway_project.servers import command
+
+# The ASGI server the end-to-end tests run: daphne (the documented one) unless told otherwise.
+SERVER = os.environ.get("SWITCHBOARD_TEST_SERVER", "daphne")
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,7 +150,7 @@ def manage(
 
 @dataclass
 class Gateway:
-    """A running daphne serving the gateway on its own database."""
+    """A running ASGI server (daphne or uvicorn) serving the gateway on its own database."""
 
     database_url: str
     config_yaml: str
@@ -183,18 +189,9 @@ class Gateway:
         self.import_config(self.config_yaml)
         self.api_key = self.create_key(org, agent)
         self.port = free_port()
-        self.log = open(self.workdir / "daphne.log", "w")  # noqa: SIM115
+        self.log = open(self.workdir / "server.log", "w")  # noqa: SIM115
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "gateway_project.asgi:application",
-            ],
+            command(SERVER, "127.0.0.1", self.port),
             cwd=ROOT,
             env={**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings", **self.env},
             stdout=self.log,
@@ -204,7 +201,7 @@ class Gateway:
         httpx.get(f"{self.url}/health", timeout=10).raise_for_status()
 
     def logs(self) -> str:
-        return (self.workdir / "daphne.log").read_text()
+        return (self.workdir / "server.log").read_text()
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

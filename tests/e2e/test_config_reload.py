@@ -1,4 +1,4 @@
-"""A configuration saved by another process is served by the running daphne within 1 s;
+"""A configuration saved by another process is served by the running server within 1 s;
 a configuration that fails validation is refused and the last good one keeps serving."""
 
 from __future__ import annotations

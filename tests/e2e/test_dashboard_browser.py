@@ -1,4 +1,4 @@
-"""The live dashboard in a real headless Chromium against a real daphne and the mock upstream.
+"""The live dashboard in a real headless Chromium against a real server (daphne or uvicorn) and the mock upstream.
 
 Proves, through the browser only (no page reload):
 - the admin index links to the dashboard, and only staff get to see it;

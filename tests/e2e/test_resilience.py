@@ -1,4 +1,4 @@
-"""Resilience end to end: real daphne, real mock upstream, the official openai client.
+"""Resilience end to end: real server (daphne or uvicorn), real mock upstream, the official openai client.
 
 Every scenario uses its own upstream model name, so the mock's scripts and the
 gateway's breakers of one test never touch another's.

@@ -1,4 +1,4 @@
-"""Usage records end to end (CONTRACT §8): real daphne, real mock upstream, real database.
+"""Usage records end to end (CONTRACT §8): real server (daphne or uvicorn), real mock upstream, real database.
 
 Rows are read straight from each gateway's database, never through the product:
 one record per request with the right fields; none lost while PostgreSQL is cut
@@ -305,7 +305,7 @@ def test_sigterm_right_after_requests_flushes_every_record(make_gateway, mock_up
         assert [chat(http, "u-ok", rid).status_code for rid in sent] == [200] * 25
     assert usage_rows(gw.database_url) == []  # still in the server's memory
     gw.stop()
-    assert gw.process.returncode != -signal.SIGKILL, "daphne did not exit on SIGTERM within 15 s"
+    assert gw.process.returncode != -signal.SIGKILL, "the server did not exit on SIGTERM within 15 s"
 
     in_db = [r["request_id"] for r in usage_rows(gw.database_url)]
     in_spool = [r["request_id"] for r in spooled_rows(gw.workdir / "spool")]

@@ -1,4 +1,4 @@
-"""The 429 storm, end to end: a real daphne in front of the real mock upstream.
+"""The 429 storm, end to end: a real server (daphne or uvicorn) in front of the real mock upstream.
 
 500 concurrent requests hit models whose upstream answers 429 forever (one with a
 fallback that also answers 429, one with no fallback). Users must see every request end

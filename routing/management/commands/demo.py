@@ -2,7 +2,7 @@
 
 Migrates the SQLite database, starts the mock upstream on 127.0.0.1:9001, loads
 the demo configuration, creates an admin user and an API key, prints both, and
-serves the gateway with daphne on 127.0.0.1:8000.
+serves the gateway on 127.0.0.1:8000 (uvicorn by default, `--server daphne` for daphne).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from gateway_project.servers import DEFAULT, SERVERS
+
 DEMO_FILE = Path(__file__).resolve().parents[2] / "fixtures" / "demo.yaml"
 
 
@@ -32,6 +34,7 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--mock-port", type=int, default=9001)
         parser.add_argument("--no-serve", action="store_true", help="Set up and print credentials, but do not serve.")
+        parser.add_argument("--server", choices=SERVERS, default=DEFAULT, help="ASGI server (default: %(default)s).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django.contrib.auth import get_user_model

@@ -1,0 +1,29 @@
+"""The command lines that serve `gateway_project.asgi:application`.
+
+daphne is the documented ASGI server of the channels stack; uvicorn with uvloop
+and httptools is the default run command because it measured faster on every
+row of `make bench` (see the README's Performance section). Both serve the same
+application object, websockets and background tasks included.
+"""
+
+from __future__ import annotations
+
+import sys
+
+APP = "gateway_project.asgi:application"
+SERVERS = ("uvicorn", "daphne")
+DEFAULT = "uvicorn"
+
+
+def command(server: str, host: str, port: int) -> list[str]:
+    """argv that serves the gateway on host:port with `server`."""
+    if server == "uvicorn":
+        return [
+            sys.executable, "-m", "uvicorn", APP, "--host", host, "--port", str(port),
+            "--loop", "uvloop", "--http", "httptools", "--ws", "wsproto",
+            "--lifespan", "on", "--no-access-log", "--timeout-graceful-shutdown", "10",
+        ]  # fmt: skip
+    if server == "daphne":
+        # -v 0: no access log; every request already has its JSON line on switchboard.requests.
+        return [sys.executable, "-m", "daphne", "-v", "0", "-b", host, "-p", str(port), APP]
+    raise ValueError(f"unknown server {server!r}; use one of {', '.join(SERVERS)}")
