@@ -26,6 +26,7 @@ import orjson
 
 from bench import config, procs, report
 from bench.scenarios import SCENARIOS, Bench, Peer
+from gateway_project import servers as serve_commands
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BUDGET_S = 290.0
@@ -54,7 +55,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="shorter runs (about 60 s); noisier numbers")
     p.add_argument(
-        "--server", choices=procs.SERVERS, default="daphne", help="ASGI server for the gateway (default: daphne)"
+        "--server", choices=procs.SERVERS, default=serve_commands.DEFAULT, help="ASGI server for the gateway (default: %(default)s, the default run command)"
     )
     p.add_argument("--only", default="", help=f"comma-separated scenarios to run, from: {', '.join(SCENARIOS)}")
     p.add_argument(

@@ -183,25 +183,45 @@ def _insert_statement(using: str) -> tuple[str, list[Any]]:
     return cached
 
 
-def to_values(row: Mapping[str, Any], fields: list[Any], ops: Any) -> tuple[Any, ...]:
-    """One record as the column values of an INSERT, adapted for the database like the ORM does."""
+_column_converters: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {}
+
+
+def _converters_for(fields: list[Any], ops: Any, using: str) -> list[tuple[str, Callable[[Any], Any]]]:
+    """Per column: (record key, value -> adapted column value), composed once per database."""
+    cached = _column_converters.get(using)
+    if cached is not None:
+        return cached
     from django.db import models
 
+    conv = _field_converters()
+    out: list[tuple[str, Callable[[Any], Any]]] = []
+    for f in fields:
+        base = conv[f.name]
+        if isinstance(f, models.DateTimeField):
+            out.append((f.name, lambda v, base=base: ops.adapt_datetimefield_value(base(v))))
+        elif isinstance(f, models.DecimalField):
+            out.append(
+                (
+                    f.name,
+                    lambda v, base=base, f=f: (
+                        None if v is None else ops.adapt_decimalfield_value(base(v), f.max_digits, f.decimal_places)
+                    ),
+                )
+            )
+        else:
+            out.append((f.name, base))
+    _column_converters[using] = out
+    return out
+
+
+def to_values(row: Mapping[str, Any], converters: list[tuple[str, Callable[[Any], Any]]]) -> tuple[Any, ...]:
+    """One record as the column values of an INSERT, adapted for the database like the ORM does."""
     if not row.get("request_id"):
         raise ValueError("usage record without request_id")
-    conv = _field_converters()
-    values = []
-    for f in fields:
-        value = row.get(f.name)
-        if f.name == "record_id" and not value:
-            value = str(row["request_id"])[:32]
-        value = conv[f.name](value)
-        if isinstance(f, models.DateTimeField):
-            value = ops.adapt_datetimefield_value(value)
-        elif isinstance(f, models.DecimalField) and value is not None:
-            value = ops.adapt_decimalfield_value(value, f.max_digits, f.decimal_places)
-        values.append(value)
-    return tuple(values)
+    if not row.get("record_id"):
+        row = {**row, "record_id": str(row["request_id"])[:32]}
+    get = row.get
+    return tuple(convert(get(name)) for name, convert in converters)
 
 
 def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500) -> None:
@@ -216,8 +236,9 @@ def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500) ->
 
     connection = connections[using]
     sql, fields = _insert_statement(using)
+    converters = _converters_for(fields, connection.ops, using)
     try:
-        values = [to_values(r, fields, connection.ops) for r in rows]
+        values = [to_values(r, converters) for r in rows]
     except (TypeError, ValueError, ArithmeticError) as exc:
         raise _Poison(str(exc)) from exc
     try:
