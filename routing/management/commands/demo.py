@@ -22,7 +22,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from gateway_project.servers import DEFAULT, SERVERS
+from gateway_project.servers import DEFAULT, SERVERS, command
 
 DEMO_FILE = Path(__file__).resolve().parents[2] / "fixtures" / "demo.yaml"
 
@@ -82,23 +82,12 @@ Try:
             mock.terminate()
             return
         self.stdout.flush()
-        daphne = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(options["port"]),
-                "gateway_project.asgi:application",
-            ]
-        )
+        server = subprocess.Popen(command(options["server"], "127.0.0.1", options["port"]))
         try:
-            daphne.wait()
+            server.wait()
         except KeyboardInterrupt:
-            daphne.send_signal(signal.SIGTERM)
-            daphne.wait(timeout=10)
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=15)
         finally:
             mock.terminate()
 
