@@ -55,7 +55,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="shorter runs (about 60 s); noisier numbers")
     p.add_argument(
-        "--server", choices=procs.SERVERS, default=serve_commands.DEFAULT, help="ASGI server for the gateway (default: %(default)s, the default run command)"
+        "--server",
+        choices=procs.SERVERS,
+        default=serve_commands.DEFAULT,
+        help="ASGI server for the gateway (default: %(default)s, the default run command)",
     )
     p.add_argument("--only", default="", help=f"comma-separated scenarios to run, from: {', '.join(SCENARIOS)}")
     p.add_argument(

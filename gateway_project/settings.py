@@ -7,6 +7,7 @@ production sets DATABASE_URL (PostgreSQL) and REDIS_URL.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import environ
@@ -152,3 +153,5 @@ LOGGING = {
 }
 
 (VAR_DIR / "static").mkdir(parents=True, exist_ok=True)
+# WhiteNoise hands Django file iterators; under ASGI Django warns on each static file.
+warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous iterators")

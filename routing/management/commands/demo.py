@@ -27,6 +27,10 @@ from gateway_project.servers import DEFAULT, SERVERS, command
 DEMO_FILE = Path(__file__).resolve().parents[2] / "fixtures" / "demo.yaml"
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 class Command(BaseCommand):
     help = "Run the gateway with a demo configuration against a local mock upstream."
 
@@ -83,6 +87,7 @@ Try:
             return
         self.stdout.flush()
         server = subprocess.Popen(command(options["server"], "127.0.0.1", options["port"]))
+        signal.signal(signal.SIGTERM, _interrupt)  # stop the server and the mock on SIGTERM too
         try:
             server.wait()
         except KeyboardInterrupt:
