@@ -17,3 +17,20 @@ def _no_background_tasks_in_process() -> Iterator[None]:
     yield
     # Records queued by in-process requests belong to no database; never flush them at exit.
     usage.sink.discard()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _close_stray_test_database_sessions(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """Writer threads of the usage tests keep their own connections; end them so the test
+    database can be dropped (PostgreSQL refuses while other sessions use it)."""
+    yield
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+        connection.close()

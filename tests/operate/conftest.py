@@ -48,8 +48,12 @@ def snapshot():
 
 
 @pytest.fixture
-def fresh_layer():
-    """A new in-memory channel layer per test (its queues belong to one event loop)."""
+def fresh_layer(settings):
+    """A new in-memory channel layer per test (its queues belong to one event loop).
+
+    In-memory even when REDIS_URL is set: these tests look inside the layer; the Redis
+    layer is exercised end to end by the servers of tests/e2e in CI's PostgreSQL pass."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     channel_layers.backends.clear()
     dashboard._outbox.clear()
     dashboard._flush_loop = None
