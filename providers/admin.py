@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -144,10 +144,39 @@ class FallbackLinkInline(admin.TabularInline):
     verbose_name_plural = "fallback chain (tried in position order when this model fails)"
 
 
+def _breaker_action(modeladmin: admin.ModelAdmin, request: Any, queryset: Any, action: str, **extra: Any) -> None:
+    """Apply a breaker control to the shared breaker of each selected model, in every process."""
+    from routing.dashboard import ControlError, control_from_sync
+
+    done = []
+    for model in queryset.select_related("provider"):
+        try:
+            control_from_sync(request.user.get_username(), action, (model.provider.name, model.public_id), **extra)
+        except ControlError as exc:
+            modeladmin.message_user(request, f"{model.public_id}: {exc}", messages.ERROR)
+        else:
+            done.append(model.public_id)
+    if done:
+        verb = "reset (closed)" if action == "reset" else "forced open for 30 minutes"
+        modeladmin.message_user(request, f"Breaker {verb} in every process: {', '.join(done)}.", messages.SUCCESS)
+
+
+@admin.action(description="Reset the breaker of the selected models (close it now)")
+def reset_breakers(modeladmin: admin.ModelAdmin, request: Any, queryset: Any) -> None:
+    _breaker_action(modeladmin, request, queryset, "reset")
+
+
+@admin.action(description="Force open the breaker of the selected models for 30 minutes (maintenance)")
+def force_open_breakers(modeladmin: admin.ModelAdmin, request: Any, queryset: Any) -> None:
+    reason = f"maintenance, forced open from the admin by {request.user.get_username()}"
+    _breaker_action(modeladmin, request, queryset, "force_open", reason=reason, minutes=30)
+
+
 @admin.register(Model)
 class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
     form = ModelConfigForm
     inlines = [FallbackLinkInline]
+    actions = [reset_breakers, force_open_breakers]
     list_display = [
         "public_id",
         "provider",

@@ -388,6 +388,15 @@ log_action = database_sync_to_async(_log_action)
 
 async def perform_control(user: str, control: dict[str, Any]) -> None:
     """Apply here, tell every other process, record who did it."""
+    await _apply_and_broadcast(user, control)
+    try:
+        await log_action(user, control)
+    except Exception:  # noqa: BLE001 - the action is applied; the audit row is best effort
+        log.exception("could not record breaker action by %s", user)
+    log.info("breaker %s on %s by %s", control["action"], link_name(tuple(control["key"])), user)
+
+
+async def _apply_and_broadcast(user: str, control: dict[str, Any]) -> None:
     apply_control(control)
     _emit(
         "control",
@@ -398,10 +407,18 @@ async def perform_control(user: str, control: dict[str, Any]) -> None:
         until=control["until"],
     )
     await _group_send(CONTROL_GROUP, {"type": "control.apply", "origin": PROCESS_ID, "control": control})
-    try:
-        await log_action(user, control)
-    except Exception:  # noqa: BLE001 - the action is applied; the audit row is best effort
-        log.exception("could not record breaker action by %s", user)
+
+
+def control_from_sync(
+    user: str, action: str, key: tuple[str, ...], reason: str = "", minutes: float | None = None
+) -> None:
+    """Apply an operator control from synchronous code (admin actions): the dashboard's own path,
+    so it reaches every process and is audited the same way. Raises ControlError."""
+    from asgiref.sync import async_to_sync
+
+    control = parse_control({"action": action, "key": list(key), "reason": reason, "minutes": minutes})
+    async_to_sync(_apply_and_broadcast)(user, control)  # on the serving loop, which owns the breakers
+    _log_action(user, control)  # already in a sync thread with its own connection
     log.info("breaker %s on %s by %s", control["action"], link_name(tuple(control["key"])), user)
 
 
