@@ -287,36 +287,8 @@ async def _proxy_once(
     """Run the chain for a non-streaming call; return (status, headers, body) or raise GatewayError."""
 
     async def attempt(link: Link, deadline: float) -> Any:
-        model = link.model
-        dialect = get_dialect(model.provider.dialect)
-        prepared = dialect.build_request(kind, body, model, link.base_url, link.api_key, False)
-        timeouts = model.timeouts
-        phase = timeouts.first_token_ms / 1000.0
-        remaining = deadline - _monotonic()
-        try:
-            async with asyncio.timeout(min(phase, remaining)):
-                response = await transport.send(
-                    model.provider,
-                    prepared.method,
-                    prepared.url,
-                    prepared.headers,
-                    prepared.body,
-                    timeouts.connect_ms / 1000.0,
-                )
-                try:
-                    data = await response.read()
-                finally:
-                    await response.close()
-        except TimeoutError:
-            if phase < remaining:
-                raise UpstreamFailure(
-                    FailureKind.FIRST_TOKEN_TIMEOUT,
-                    f"no complete answer from {model.id} within {timeouts.first_token_ms} ms",
-                ) from None
-            raise
-        if not 200 <= response.status < 300:
-            raise failure_from_response(response.status, response.headers, data)
-        return dialect.parse_response(kind, data, model, prepared.context)
+        dialect, prepared, _, data, _ = await _call_upstream(link, kind, body, False, deadline)
+        return dialect.parse_response(kind, data, link.model, prepared.context)
 
     outcome = await executor.run(links, attempt, snap.resilience, deadline)
     ctx.outcome = outcome
@@ -375,34 +347,8 @@ async def _proxy_stream(
 
     async def attempt(link: Link, deadline: float) -> Any:
         model = link.model
-        dialect = get_dialect(model.provider.dialect)
-        prepared = dialect.build_request(kind, body, model, link.base_url, link.api_key, True)
         timeouts = model.timeouts
-        phase_end = _monotonic() + timeouts.first_token_ms / 1000.0
-        remaining = deadline - _monotonic()
-        try:
-            async with asyncio.timeout(min(timeouts.first_token_ms / 1000.0, remaining)):
-                response = await transport.send(
-                    model.provider,
-                    prepared.method,
-                    prepared.url,
-                    prepared.headers,
-                    prepared.body,
-                    timeouts.connect_ms / 1000.0,
-                )
-                if not 200 <= response.status < 300:
-                    try:
-                        data = await response.read()
-                    finally:
-                        await response.close()
-                    raise failure_from_response(response.status, response.headers, data)
-        except TimeoutError:
-            if timeouts.first_token_ms / 1000.0 < remaining:
-                raise UpstreamFailure(
-                    FailureKind.FIRST_TOKEN_TIMEOUT,
-                    f"no first token from {model.id} within {timeouts.first_token_ms} ms",
-                ) from None
-            raise
+        dialect, _, response, _, phase_end = await _call_upstream(link, kind, body, True, deadline)
         try:
             committed = await open_stream(
                 dialect.translate_stream(response.iter_chunks(), model),
@@ -435,6 +381,52 @@ async def _proxy_stream(
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+async def _call_upstream(
+    link: Link, kind: str, body: dict, stream: bool, deadline: float
+) -> tuple[Any, Any, Any, bytes | None, float]:
+    """One upstream try under the first-token timeout (capped by the total deadline).
+
+    Non-streaming: the whole answer must arrive within the phase, and is returned read.
+    Streaming: the phase covers the status line here; the first frame is awaited by the
+    caller until `phase_end`. A non-2xx answer is read and raised as its classified failure.
+    Returns (dialect, prepared request, response, body or None, phase_end).
+    """
+    model = link.model
+    dialect = get_dialect(model.provider.dialect)
+    prepared = dialect.build_request(kind, body, model, link.base_url, link.api_key, stream)
+    timeouts = model.timeouts
+    phase = timeouts.first_token_ms / 1000.0
+    started = _monotonic()
+    remaining = deadline - started
+    data = None
+    try:
+        async with asyncio.timeout(min(phase, remaining)):
+            response = await transport.send(
+                model.provider,
+                prepared.method,
+                prepared.url,
+                prepared.headers,
+                prepared.body,
+                timeouts.connect_ms / 1000.0,
+            )
+            ok = 200 <= response.status < 300
+            if not (stream and ok):
+                try:
+                    data = await response.read()
+                finally:
+                    await response.close()
+    except TimeoutError:
+        if phase < remaining:
+            what = "first token" if stream else "complete answer"
+            raise UpstreamFailure(
+                FailureKind.FIRST_TOKEN_TIMEOUT, f"no {what} from {model.id} within {timeouts.first_token_ms} ms"
+            ) from None
+        raise
+    if not ok:
+        raise failure_from_response(response.status, response.headers, data or b"")
+    return dialect, prepared, response, data, started + phase
 
 
 def _sniff_usage(chunk: bytes, ctx: Context) -> None:

@@ -22,6 +22,14 @@ from routing.snapshot import ModelSpec, ProviderSpec
 KINDS = ("chat", "embeddings", "rerank", "responses")
 JSON_HEADERS = {"Content-Type": "application/json"}
 
+
+def bearer_headers(api_key: str | None) -> dict[str, str]:
+    """JSON content type, plus `Authorization: Bearer` when the provider has a key."""
+    if api_key:
+        return {"Content-Type": "application/json", "Authorization": "Bearer " + api_key}
+    return {"Content-Type": "application/json"}
+
+
 Usage = tuple[int | None, int | None]
 NO_USAGE: Usage = (None, None)
 

@@ -7,7 +7,15 @@ from typing import Any
 import orjson
 
 from providers.dialects._shapes import embedding_inputs, embeddings_list, rerank_inputs
-from providers.dialects.base import Dialect, ParsedResponse, PreparedRequest, join_url, load_json, unsupported
+from providers.dialects.base import (
+    Dialect,
+    ParsedResponse,
+    PreparedRequest,
+    bearer_headers,
+    join_url,
+    load_json,
+    unsupported,
+)
 from routing.errors import FailureKind, UpstreamFailure
 from routing.snapshot import ModelSpec
 
@@ -37,9 +45,7 @@ class CohereDialect(Dialect):
         api_key: str | None,
         stream: bool,
     ) -> PreparedRequest:
-        headers = {"Content-Type": "application/json"}
-        if api_key:
-            headers["Authorization"] = "Bearer " + api_key
+        headers = bearer_headers(api_key)
         if kind == "rerank":
             query, texts, top_n = rerank_inputs(body)
             payload: dict[str, Any] = {"model": model.upstream_model, "query": query, "documents": texts}

@@ -11,7 +11,15 @@ from typing import Any
 
 import orjson
 
-from providers.dialects.base import Dialect, ParsedResponse, PreparedRequest, load_json, unsupported, usage_of
+from providers.dialects.base import (
+    Dialect,
+    ParsedResponse,
+    PreparedRequest,
+    bearer_headers,
+    load_json,
+    unsupported,
+    usage_of,
+)
 from routing.snapshot import ModelSpec
 
 PATHS = {
@@ -39,11 +47,7 @@ class OpenAIDialect(Dialect):
         if path is None or kind not in self.kinds:
             raise unsupported(self.name, kind, model)
         payload = orjson.dumps({**body, "model": model.upstream_model})
-        if api_key:
-            headers = {"Content-Type": "application/json", "Authorization": "Bearer " + api_key}
-        else:
-            headers = {"Content-Type": "application/json"}
-        return PreparedRequest("POST", base_url.rstrip("/") + path, headers, payload)
+        return PreparedRequest("POST", base_url.rstrip("/") + path, bearer_headers(api_key), payload)
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
         return ParsedResponse(body, usage_of(load_json(body, model)))

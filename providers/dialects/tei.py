@@ -16,6 +16,7 @@ from providers.dialects.base import (
     Dialect,
     ParsedResponse,
     PreparedRequest,
+    bearer_headers,
     join_url,
     load_json,
     unsupported,
@@ -36,9 +37,7 @@ class TEIDialect(Dialect):
         api_key: str | None,
         stream: bool,
     ) -> PreparedRequest:
-        headers = {"Content-Type": "application/json"}
-        if api_key:
-            headers["Authorization"] = "Bearer " + api_key
+        headers = bearer_headers(api_key)
         if kind == "embeddings":
             payload: dict[str, Any] = {"inputs": embedding_inputs(body)}
             if body.get("dimensions") is not None:
