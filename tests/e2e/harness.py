@@ -182,8 +182,16 @@ class Gateway:
         return self.manage("import_config", str(path), *extra, check=check)
 
     def create_key(self, org: str, agent: str) -> str:
+        """A new key from `create_api_key` (another process); once serving, wait until the
+        running server has reloaded and accepts it (the contract allows up to 1 s)."""
         out = self.manage("create_api_key", "--org", org, "--agent", agent).stdout
-        return out.strip().splitlines()[-1].strip()
+        key = out.strip().splitlines()[-1].strip()
+        if self.process is not None:
+            deadline = time.monotonic() + 2.0
+            while httpx.get(f"{self.url}/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == 401:
+                assert time.monotonic() < deadline, "the running server did not accept a new key within 2 s"
+                time.sleep(0.02)
+        return key
 
     def start(self, org: str = "acme", agent: str = "bot") -> None:
         self.import_config(self.config_yaml)
