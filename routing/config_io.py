@@ -126,6 +126,8 @@ def merge_documents(base: dict[str, Any], update: Any) -> Any:
             continue
         names = {item.get(name) for item in new if isinstance(item, dict)}
         kept = [item for item in base.get(key, []) if item.get(name) not in names]
+        if key == "orgs":
+            new = [_merge_org(item, base.get(key, [])) for item in new]
         merged[key] = new + kept  # file entries first, so error paths with indexes match the file
     aliases = update.get("aliases")
     merged["aliases"] = (
@@ -134,11 +136,35 @@ def merge_documents(base: dict[str, Any], update: Any) -> Any:
     return merged
 
 
+def _merge_org(item: Any, base_orgs: list[dict[str, Any]]) -> Any:
+    """An org of the file over the database's: agents are added to, listed policies and
+    credentials replace (mirrors what a non-pruning import does)."""
+    old = (
+        next((o for o in base_orgs if o.get("name") == (item or {}).get("name")), None)
+        if isinstance(item, dict)
+        else None
+    )
+    if old is None:
+        return item
+    merged = {**item}
+    agents = item.get("agents")
+    if isinstance(agents, list):
+        names = {a.get("name") for a in agents if isinstance(a, dict)}
+        merged["agents"] = agents + [a for a in old.get("agents", []) if a.get("name") not in names]
+    elif agents is None and old.get("agents"):
+        merged["agents"] = old["agents"]
+    for nested in ("policies", "credentials"):
+        if nested not in item and old.get(nested):
+            merged[nested] = old[nested]
+    return merged
+
+
 class _Applier:
     """Makes the database match a valid document, saving only what differs."""
 
-    def __init__(self, result: ImportResult) -> None:
+    def __init__(self, result: ImportResult, prune: bool = False) -> None:
         self.result = result
+        self.pruning = prune
 
     def kind(self, obj: djm.Model) -> str:
         kind = str(obj._meta.verbose_name)
@@ -237,6 +263,7 @@ class _Applier:
         for item in items:
             org = existing.get(item["name"]) or Org()
             self.save(org, {"name": item["name"], "default_action": item.get("default_action", "allow")})
+            # Agents carry API keys: without --prune an agent missing from the file is kept.
             self.by_key(
                 Agent.objects.filter(org=org),
                 lambda a: a.name,
@@ -245,29 +272,38 @@ class _Applier:
                     for a in item.get("agents") or []
                 },
                 Agent,
+                delete_missing=self.pruning,
             )
-            self.by_key(
-                OrgCredential.objects.filter(org=org).select_related("provider"),
-                lambda c: c.provider.name,
-                {
-                    c["provider"]: {
-                        "org": org,
-                        "provider": providers[c["provider"]],
-                        "api_key_env": c.get("api_key_env") or "",
-                        "base_url": c.get("base_url") or "",
-                    }
-                    for c in item.get("credentials") or []
-                },
-                OrgCredential,
-            )
-            self.policies(org, item.get("policies") or [])
+            if "credentials" in item or self.pruning:
+                self.by_key(
+                    OrgCredential.objects.filter(org=org).select_related("provider"),
+                    lambda c: c.provider.name,
+                    {
+                        c["provider"]: {
+                            "org": org,
+                            "provider": providers[c["provider"]],
+                            "api_key_env": c.get("api_key_env") or "",
+                            "base_url": c.get("base_url") or "",
+                        }
+                        for c in item.get("credentials") or []
+                    },
+                    OrgCredential,
+                )
+            if "policies" in item or self.pruning:
+                self.policies(org, item.get("policies") or [])
 
     def by_key(
-        self, rows: Any, key: Callable[[Any], str], wanted: dict[str, dict[str, Any]], model: type[djm.Model]
+        self,
+        rows: Any,
+        key: Callable[[Any], str],
+        wanted: dict[str, dict[str, Any]],
+        model: type[djm.Model],
+        delete_missing: bool = True,
     ) -> None:
         """Make an org's nested rows match `wanted` (natural key -> field values)."""
         current = {key(row): row for row in rows}
-        self.delete(row for k, row in current.items() if k not in wanted)
+        if delete_missing:
+            self.delete(row for k, row in current.items() if k not in wanted)
         for k, values in wanted.items():
             self.save(current.get(k) or model(), values)
 
@@ -316,12 +352,13 @@ class _Applier:
 def import_document(doc: Any, *, prune: bool = False, dry_run: bool = False) -> ImportResult:
     """Validate the document and apply it in one transaction, or raise ConfigInvalid and change nothing.
 
-    Objects in the file are created or updated (an org's agents, policies and
-    credentials are made to match the file); objects absent from the file are kept
-    unless `prune`. Without prune the merged result is what gets validated, so a
+    Objects in the file are created or updated; objects absent from the file are kept
+    unless `prune`. An org's `policies` and `credentials` lists, when present, replace
+    the org's; its agents (which own API keys) are only added or updated, and removed
+    only with `prune`. Without prune the merged result is what gets validated, so a
     file may refer to objects that only exist in the database. A `resilience:`
     section resets the keys it leaves out to their defaults; no section keeps the row.
-    Deleting an agent (absent from its org's list) deletes its API keys with it.
+    With `prune`, deleting an agent absent from its org's list deletes its API keys.
     """
     with transaction.atomic():
         target = doc if prune else merge_documents(document_from_db(), doc)
@@ -329,7 +366,7 @@ def import_document(doc: Any, *, prune: bool = False, dry_run: bool = False) -> 
         if errors:
             raise ConfigInvalid(errors)
         result = ImportResult()
-        applier = _Applier(result)
+        applier = _Applier(result, prune)
         if "resilience" in doc or prune:
             applier.resilience(doc.get("resilience"))
         providers = applier.providers(doc.get("providers") or [])

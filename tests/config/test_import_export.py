@@ -201,3 +201,30 @@ def test_export_command_prints_yaml_and_writes_a_file(tmp_path, imported, capsys
     assert "capabilities: [chat, streaming, tools]" in printed
     call_command("export_config", "--output", str(tmp_path / "x.yaml"))
     assert (tmp_path / "x.yaml").read_text() == printed
+
+
+@pytest.mark.django_db
+def test_import_without_prune_never_deletes_agents_or_their_keys():
+    """A small file naming an org but not its agents must not wipe the agents' API keys."""
+    import_document(
+        {
+            "providers": [{"name": "p", "base_url": "http://127.0.0.1:9"}],
+            "models": [{"id": "m", "provider": "p", "upstream_model": "u", "capabilities": ["chat"]}],
+            "orgs": [
+                {
+                    "name": "keep",
+                    "agents": [{"name": "bot"}, {"name": "cron"}],
+                    "policies": [{"pattern": "m", "action": "allow", "priority": 1}],
+                }
+            ],
+        }
+    )
+    ApiKey.objects.create(agent=Agent.objects.get(name="bot"), prefix="sb-k", key_hash="1" * 64)
+    import_document({"orgs": [{"name": "keep", "default_action": "deny"}]})
+    assert Org.objects.get(name="keep").default_action == "deny"
+    assert sorted(Agent.objects.values_list("name", flat=True)) == ["bot", "cron"]
+    assert ApiKey.objects.count() == 1
+    assert OrgPolicy.objects.count() == 1  # lists the file leaves out are kept too
+    import_document({"orgs": [{"name": "keep", "agents": [{"name": "bot", "default_model": "m"}]}]})
+    assert sorted(Agent.objects.values_list("name", "default_model")) == [("bot", "m"), ("cron", "")]
+    assert ApiKey.objects.count() == 1
