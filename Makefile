@@ -24,7 +24,9 @@ test: $(BIN)/.installed
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 
+# wrk (Debian) drives the throughput rows; installed here when missing.
 bench: $(BIN)/.installed
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
 	$(BIN)/python -m bench.run
 
 bench-compare: $(BIN)/.installed
