@@ -27,7 +27,7 @@ from routing.breaker import registry as breakers
 from routing.errors import FailureKind, GatewayError, UpstreamFailure, failure_from_response
 from routing.executor import Executor, Link, Outcome
 from routing.retry_budget import budgets
-from routing.snapshot import KeySpec, ModelSpec, OrgSpec, Snapshot
+from routing.snapshot import KeySpec, OrgSpec, Snapshot
 from routing.stream import open_stream
 
 log = logging.getLogger("switchboard.requests")
@@ -613,4 +613,4 @@ def _account(ctx: Context) -> None:
         log.exception("accounting failed for request %s", ctx.request_id)
 
 
-__all__ = ["gateway_application", "lifespan_application", "Context", "ModelSpec"]
+__all__ = ["Context", "gateway_application", "lifespan_application"]
