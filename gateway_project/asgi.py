@@ -1,6 +1,6 @@
 """ASGI entry point: `gateway_project.asgi:application`.
 
-/v1/* and /health* go straight to the gateway's own async handler (routing.api):
+/v1/* and /health* go straight to the gateway's own async handler (routing.gateway.app):
 Django's ASGIHandler costs over a millisecond a request in thread hops and sync
 middleware, more than the whole overhead budget. Everything else (admin,
 dashboard pages, /metrics) goes to Django; websockets go to the dashboard
@@ -24,8 +24,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
-from routing import background, live  # noqa: E402
-from routing.api import gateway_application, lifespan_application  # noqa: E402
+from routing.config import live  # noqa: E402
+from routing.gateway.app import gateway_application, lifespan_application  # noqa: E402
+from routing.ops import background  # noqa: E402
 
 if settings.SWITCHBOARD_VALIDATE_ON_BOOT:
     live.boot()
@@ -41,7 +42,7 @@ sys.setswitchinterval(0.001)
 
 def _websocket_routes() -> list:
     try:
-        from routing.dashboard import websocket_urlpatterns
+        from routing.ops.dashboard import websocket_urlpatterns
     except ImportError:
         return []
     return websocket_urlpatterns

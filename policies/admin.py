@@ -20,9 +20,9 @@ from django.utils.html import format_html
 from policies.keys import create_api_key
 from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, edited_copy
-from routing.config_io import find_org
-from routing.document import child_item
-from routing.validation import validate_base_url, validate_env_name, validate_pattern
+from routing.config.document import child_item
+from routing.config.store import find_org
+from routing.config.validation import validate_base_url, validate_env_name, validate_pattern
 
 Edit = Callable[[dict[str, Any]], None]
 CHAIN_WIDGET = forms.TextInput(attrs={"size": 30, "placeholder": '["chat-b"]; [] = no fallback'})

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from routing.errors import GatewayError
-from routing.snapshot import AgentSpec, OrgSpec, PolicySpec, Snapshot
+from routing.config.snapshot import AgentSpec, OrgSpec, PolicySpec, Snapshot
+from routing.core.errors import GatewayError
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Admin for providers, models (with their ordered fallback chain) and aliases.
 
-Every save is validated with routing.validation (see routing.admin); the
+Every save is validated with routing.config.validation (see routing.admin); the
 provider's API key is never stored or shown, only the name of its env variable.
 """
 
@@ -16,10 +16,10 @@ from django.http import HttpRequest
 
 from providers.models import CAPABILITIES, Alias, FallbackLink, Model, Provider
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, GuardedDeleteMixin, checkbox_choices
-from routing.config_io import rename_references, replace_item
-from routing.document import model_item, provider_item
+from routing.config.document import model_item, provider_item
+from routing.config.store import rename_references, replace_item
+from routing.config.validation import validate_base_url, validate_env_name, validate_health_path, validate_timeout_ms
 from routing.models import FALLBACK_TRIGGERS
-from routing.validation import validate_base_url, validate_env_name, validate_health_path, validate_timeout_ms
 
 Edit = Callable[[dict[str, Any]], None]
 TIMEOUT_FIELDS = ("connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms")
@@ -146,7 +146,7 @@ class FallbackLinkInline(admin.TabularInline):
 
 def _breaker_action(modeladmin: admin.ModelAdmin, request: Any, queryset: Any, action: str, **extra: Any) -> None:
     """Apply a breaker control to the shared breaker of each selected model, in every process."""
-    from routing.dashboard import ControlError, control_from_sync
+    from routing.ops.dashboard import ControlError, control_from_sync
 
     done = []
     for model in queryset.select_related("provider"):

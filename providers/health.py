@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import orjson
 
-from routing.snapshot import ProviderSpec, Snapshot
+from routing.config.snapshot import ProviderSpec, Snapshot
 
 log = logging.getLogger("switchboard.health")
 
@@ -132,7 +132,7 @@ def record_result(result: ProbeResult) -> None:
     previous = results.get(result.name)
     results[result.name] = result
     try:
-        from routing import dashboard, metrics
+        from routing.ops import dashboard, metrics
 
         metrics.provider_status(result.name, result.status == UP if result.status != UNKNOWN else None)
         if previous is None or previous.status != result.status:
@@ -146,7 +146,7 @@ def forget_missing(snapshot: Snapshot) -> None:
     for name in [n for n in results if n not in snapshot.providers]:
         results.pop(name, None)
         try:
-            from routing import metrics
+            from routing.ops import metrics
 
             metrics.provider_status(name, None)
         except Exception:  # noqa: BLE001
@@ -158,10 +158,10 @@ def probe_targets(snapshot: Snapshot, probe_everything: bool) -> list[str]:
 
 
 async def run_prober() -> None:
-    """Background loop of a serving process (started by routing.background)."""
+    """Background loop of a serving process (started by routing.ops.background)."""
     from django.conf import settings
 
-    from routing import live
+    from routing.config import live
 
     interval = float(settings.SWITCHBOARD_HEALTH_INTERVAL_S)
     async with httpx.AsyncClient(follow_redirects=True) as client:

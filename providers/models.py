@@ -1,7 +1,7 @@
 """What exists upstream: providers, the models they serve, aliases, fallback chains.
 
 Saving any of these rebuilds the in-memory snapshot in every serving process
-(see routing.reload); the request path never reads these tables.
+(see routing.config.reload); the request path never reads these tables.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from typing import Any
 
 import aiohttp
 
-from routing.errors import FailureKind, UpstreamFailure
-from routing.snapshot import ProviderSpec
+from routing.config.snapshot import ProviderSpec
+from routing.core.errors import FailureKind, UpstreamFailure
 
 POOL_LIMIT = 512  # total connections per session; far above what 2 cores can drive
 KEEPALIVE_S = 30.0

@@ -1,9 +1,9 @@
 """Admin for resilience settings and usage, plus the form plumbing every config admin shares.
 
-Configuration forms validate in two layers, both from routing.validation:
+Configuration forms validate in two layers, both from routing.config.validation:
 field validators (base URL, pattern, timeouts) on the form fields, then the
 cross-object rules by overlaying the unsaved object on the database document
-(`routing.config_io.errors_for_edit`) and attaching each error to its field.
+(`routing.config.store.errors_for_edit`) and attaching each error to its field.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from django.forms.models import BaseInlineFormSet, construct_instance
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
-from routing.config_io import errors_for_edit, in_scope
-from routing.document import RESILIENCE_DEFAULTS
+from routing.config.document import RESILIENCE_DEFAULTS
+from routing.config.store import errors_for_edit, in_scope
+from routing.config.validation import ConfigError, validate_ratio, validate_timeout_ms
 from routing.models import FALLBACK_TRIGGERS, BreakerAction, ResilienceSettings, UsageRecord
-from routing.validation import ConfigError, validate_ratio, validate_timeout_ms
 
 FORM_FIELD = {"id": "public_id", "health_probe": "health_probe_enabled"}
 _LEAD = re.compile(r"^(?:\[([^\]]*)\])?(?:\.(\w+))?")

@@ -6,4 +6,4 @@ class RoutingConfig(AppConfig):
     verbose_name = "Routing and resilience"
 
     def ready(self) -> None:
-        from routing import checks, reload  # noqa: F401  (registers checks and signals)
+        from routing.config import checks, reload  # noqa: F401  (registers checks and signals)

@@ -11,7 +11,7 @@ import pytest
 def _no_background_tasks_in_process() -> Iterator[None]:
     """In-process tests call the ASGI handler directly; the per-process background tasks
     (usage writer, config listener, prober) run in the real servers of tests/e2e."""
-    from routing import background, usage
+    from routing.ops import background, usage
 
     background.disable()
     yield

@@ -4,7 +4,7 @@ Requests: system messages become `system`, image_url parts become image blocks,
 assistant tool_calls become tool_use blocks, tool messages become user tool_result
 blocks, OpenAI function tools become Anthropic tools. Answers and SSE streams are
 translated back to chat.completion / chat.completion.chunk, so clients never see
-the difference. Non-2xx bodies are left to routing.errors (529 overloaded is a 5xx).
+the difference. Non-2xx bodies are left to routing.core.errors (529 overloaded is a 5xx).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from providers.dialects.base import (
     load_json,
     unsupported,
 )
-from routing.snapshot import ModelSpec
+from routing.config.snapshot import ModelSpec
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; OpenAI clients often omit it

@@ -4,7 +4,7 @@ A dialect is stateless and shared by every request. `build_request` turns the
 client's OpenAI-shaped body into the upstream's request; `parse_response` turns a
 2xx upstream body back into the OpenAI shape the client expects (and reads the token
 usage); `translate_stream` turns the upstream's SSE bytes into OpenAI SSE bytes.
-Non-2xx answers never reach a dialect: routing.errors.failure_from_response
+Non-2xx answers never reach a dialect: routing.core.errors.failure_from_response
 classifies them.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from routing.errors import FailureKind, GatewayError, UpstreamFailure
-from routing.snapshot import ModelSpec, ProviderSpec
+from routing.config.snapshot import ModelSpec, ProviderSpec
+from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
 
 KINDS = ("chat", "embeddings", "rerank", "responses")
 JSON_HEADERS = {"Content-Type": "application/json"}

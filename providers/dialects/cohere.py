@@ -16,8 +16,8 @@ from providers.dialects.base import (
     load_json,
     unsupported,
 )
-from routing.errors import FailureKind, UpstreamFailure
-from routing.snapshot import ModelSpec
+from routing.config.snapshot import ModelSpec
+from routing.core.errors import FailureKind, UpstreamFailure
 
 
 def _billed(data: dict[str, Any]) -> tuple[int | None, int | None]:

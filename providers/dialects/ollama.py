@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from providers.dialects.base import join_url
 from providers.dialects.openai import OpenAIDialect
-from routing.snapshot import ProviderSpec
+from routing.config.snapshot import ProviderSpec
 
 
 class OllamaDialect(OpenAIDialect):

@@ -20,7 +20,7 @@ from providers.dialects.base import (
     unsupported,
     usage_of,
 )
-from routing.snapshot import ModelSpec
+from routing.config.snapshot import ModelSpec
 
 PATHS = {
     "chat": "/chat/completions",

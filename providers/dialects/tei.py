@@ -21,7 +21,7 @@ from providers.dialects.base import (
     load_json,
     unsupported,
 )
-from routing.snapshot import ModelSpec, ProviderSpec
+from routing.config.snapshot import ModelSpec, ProviderSpec
 
 
 class TEIDialect(Dialect):

@@ -133,7 +133,7 @@ def test_generated_configuration_makes_every_policy_count() -> None:
 
 async def test_load_generator_times_interleaved_batches_against_the_mock() -> None:
     from bench.loadgen import run_latency
-    from providers.mock_upstream import start_mock, state_of
+    from providers.mock.upstream import start_mock, state_of
 
     runner, port = await start_mock()
     try:

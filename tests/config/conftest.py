@@ -57,7 +57,7 @@ def valid_doc() -> dict[str, Any]:
 @pytest.fixture
 def imported(db: None) -> dict[str, Any]:
     """The valid document, imported into the database."""
-    from routing.config_io import import_document
+    from routing.config.store import import_document
 
     import_document(copy.deepcopy(VALID))
     return copy.deepcopy(VALID)

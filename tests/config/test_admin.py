@@ -8,7 +8,7 @@ from django.urls import reverse
 from policies.keys import hash_key
 from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
 from providers.models import Alias, Model, Provider
-from routing.config_io import dump_yaml, export_document
+from routing.config.store import dump_yaml, export_document
 from routing.models import ResilienceSettings
 from tests.config.admin_helpers import page_data, set_rows, text
 

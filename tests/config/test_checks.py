@@ -11,7 +11,7 @@ from django.db import OperationalError
 
 from policies.models import Agent, OrgCredential, OrgPolicy
 from providers.models import Alias, FallbackLink, Model, Provider
-from routing.checks import check_routing_configuration
+from routing.config.checks import check_routing_configuration
 from routing.models import ResilienceSettings
 
 pytestmark = pytest.mark.django_db
@@ -76,6 +76,6 @@ def test_manage_py_check_fails_on_a_bad_configuration(imported):
 
 def test_no_tables_yet_means_no_errors():
     with mock.patch(
-        "routing.document.document_from_db", side_effect=OperationalError("no such table: providers_provider")
+        "routing.config.document.document_from_db", side_effect=OperationalError("no such table: providers_provider")
     ):
         assert check_routing_configuration() == []

@@ -11,8 +11,8 @@ from django.core.management.base import CommandError
 
 from policies.models import Agent, ApiKey, Org, OrgPolicy
 from providers.models import Alias, FallbackLink, Model, Provider
-from routing.config_io import ConfigInvalid, dump_yaml, export_document, import_document, load_yaml
-from routing.document import RESILIENCE_DEFAULTS
+from routing.config.document import RESILIENCE_DEFAULTS
+from routing.config.store import ConfigInvalid, dump_yaml, export_document, import_document, load_yaml
 from routing.models import ResilienceSettings
 from tests.config.cases import CASE_IDS, CASES
 

@@ -1,4 +1,4 @@
-"""Every rule of routing.validation, through validate_document and the field validators."""
+"""Every rule of routing.config.validation, through validate_document and the field validators."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ValidationError
 
-from routing.config_io import load_yaml
-from routing.validation import (
+from routing.config.store import load_yaml
+from routing.config.validation import (
     ConfigError,
     validate_base_url,
     validate_document,

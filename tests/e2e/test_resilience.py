@@ -79,7 +79,7 @@ def _models_yaml() -> str:
 
 @pytest.fixture(scope="module")
 def blackhole():
-    from providers.mock_upstream import blackhole as make_blackhole
+    from providers.mock.upstream import blackhole as make_blackhole
 
     hole = make_blackhole()
     yield hole

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from routing import live
-from routing.api import gateway_application
-from routing.snapshot import build_snapshot
+from routing.config import live
+from routing.config.snapshot import build_snapshot
+from routing.gateway.app import gateway_application
 
 API_KEY = "sb-test-key-0123456789"
 
@@ -66,7 +66,7 @@ def key_rows(agent: str = "bot") -> list[dict]:
 
 @pytest.fixture
 async def upstream() -> AsyncIterator[str]:
-    from providers.mock_upstream import start_mock
+    from providers.mock.upstream import start_mock
 
     runner, port = await start_mock(0)
     yield f"http://127.0.0.1:{port}"

@@ -7,9 +7,9 @@ import asyncio
 import httpx
 import pytest
 
-from routing import live
-from routing.api import gateway_application
-from routing.snapshot import build_snapshot
+from routing.config import live
+from routing.config.snapshot import build_snapshot
+from routing.gateway.app import gateway_application
 from tests.gateway.conftest import API_KEY, document, key_rows
 
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -24,7 +24,7 @@ def test_request_path_makes_no_database_queries(django_assert_num_queries):
     """A full proxied request (auth, policy, chain, upstream call, accounting) runs zero queries."""
 
     async def one_request() -> httpx.Response:
-        from providers.mock_upstream import start_mock
+        from providers.mock.upstream import start_mock
 
         runner, port = await start_mock(0)
         live.swap(build_snapshot(document(f"http://127.0.0.1:{port}"), key_rows(), {}, version=1))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from policies.decision import decide, select_model_name
-from routing.errors import GatewayError
-from routing.snapshot import AgentSpec, build_snapshot
-from tests.policies.factories import ENV, document, model, snapshot
+from routing.config.snapshot import AgentSpec, build_snapshot
+from routing.core.errors import GatewayError
+from tests.factories import ENV, document, model, snapshot
 
 
 def _agent(default_model: str | None = None) -> AgentSpec:

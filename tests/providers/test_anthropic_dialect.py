@@ -9,7 +9,7 @@ import pytest
 
 from providers.dialects import get_dialect
 from providers.dialects.anthropic import translate_sse
-from routing.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
 from tests.providers.conftest import call, model, model_at, provider, sse_payloads, stream
 
 PNG = "data:image/png;base64,iVBORw0KGgo="

@@ -134,7 +134,7 @@ async def test_each_dialect_health_url_answers_200_on_the_mock(mock, client, dia
 def test_module_runs_standalone_without_django():
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "providers.mock_upstream", "--port", "0"],
+        [sys.executable, "-m", "providers.mock.upstream", "--port", "0"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -147,6 +147,6 @@ def test_module_runs_standalone_without_django():
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    probe = "import sys, providers.mock_upstream; print(any(m.startswith('django') for m in sys.modules))"
+    probe = "import sys, providers.mock.upstream; print(any(m.startswith('django') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
     assert out.stdout.strip() == "False", out.stderr

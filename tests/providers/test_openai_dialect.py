@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from providers.dialects import get_dialect
-from routing.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
 from tests.providers.conftest import call, model, model_at, provider, sse_payloads, stream
 
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from providers.dialects import get_dialect
-from routing.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
 from tests.providers.conftest import call, model, model_at, provider
 
 DOCS = ["the dog sleeps", "a cat eats cat food", "cat"]

@@ -28,8 +28,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from providers.health import UP, probe_all
-        from routing.document import document_from_db, key_rows_from_db
-        from routing.snapshot import build_snapshot
+        from routing.config.document import document_from_db, key_rows_from_db
+        from routing.config.snapshot import build_snapshot
 
         snapshot = build_snapshot(document_from_db(), key_rows_from_db(), os.environ)
         names = options["provider"] or sorted(snapshot.providers)

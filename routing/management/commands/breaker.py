@@ -32,9 +32,9 @@ class Command(BaseCommand):
 
         from channels.layers import get_channel_layer
 
-        from routing import dashboard
-        from routing.document import document_from_db, key_rows_from_db
-        from routing.snapshot import build_snapshot
+        from routing.config.document import document_from_db, key_rows_from_db
+        from routing.config.snapshot import build_snapshot
+        from routing.ops import dashboard
 
         layer = get_channel_layer()
         if layer is None or type(layer).__name__ == "InMemoryChannelLayer":

@@ -44,7 +44,7 @@ class Command(BaseCommand):
         from django.contrib.auth import get_user_model
 
         from policies.models import Agent
-        from routing.config_io import import_document, load_yaml
+        from routing.config.store import import_document, load_yaml
 
         call_command("migrate", verbosity=0)
         mock = self._start_mock(options["mock_port"])
@@ -98,7 +98,7 @@ Try:
 
     def _start_mock(self, port: int) -> subprocess.Popen:
         process = subprocess.Popen(
-            [sys.executable, "-m", "providers.mock_upstream", "--port", str(port)], cwd=settings.BASE_DIR
+            [sys.executable, "-m", "providers.mock.upstream", "--port", str(port)], cwd=settings.BASE_DIR
         )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from routing.document import document_from_db, key_rows_from_db
-from routing.explain import explain, render
-from routing.snapshot import build_snapshot
+from routing.config.document import document_from_db, key_rows_from_db
+from routing.config.snapshot import build_snapshot
+from routing.plan.explain import explain, render
 
 
 class Command(BaseCommand):
@@ -38,7 +38,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         document = document_from_db()
         try:
-            from routing.validation import validate_document
+            from routing.config.validation import validate_document
         except ImportError:  # pragma: no cover - validation ships with the project
             validate_document = None
         if validate_document is not None:

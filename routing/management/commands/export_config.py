@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from routing.config_io import dump_yaml, export_document
+from routing.config.store import dump_yaml, export_document
 
 
 class Command(BaseCommand):

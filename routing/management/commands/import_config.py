@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from routing.config_io import ConfigInvalid, import_document, load_yaml
+from routing.config.store import ConfigInvalid, import_document, load_yaml
 
 
 class Command(BaseCommand):

@@ -1,0 +1,137 @@
+"""The live snapshot reference: built at boot, rebuilt on configuration change, swapped whole.
+
+The request path calls `current()` once per request and never touches the database.
+Rebuilds run off the event loop (in a thread) and only swap in a snapshot whose
+document validates; a rejected configuration keeps the last good one serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+
+from routing.config.snapshot import EMPTY, Snapshot
+
+log = logging.getLogger("switchboard.config")
+
+_current: Snapshot = EMPTY
+_rebuild_lock = threading.Lock()
+last_error: str | None = None  # why the last rebuild was rejected (shown in the admin)
+rejected_version: int | None = None  # the version that failed validation (not retried until it changes)
+
+
+def current() -> Snapshot:
+    return _current
+
+
+def swap(snapshot: Snapshot) -> None:
+    """Install a snapshot (tests use this directly) and keep breaker state of links that remain."""
+    global _current
+    _current = snapshot
+    try:
+        from routing.core.breaker import registry
+    except ImportError:  # pragma: no cover - during early development
+        return
+    from routing.plan.chain import breaker_keys
+
+    registry.retain(breaker_keys(snapshot))
+
+
+def read_version() -> int:
+    from routing.models import ConfigVersion
+
+    row = ConfigVersion.objects.filter(pk=1).values_list("version", flat=True).first()
+    return int(row or 0)
+
+
+def load_from_db() -> tuple[Snapshot | None, list, int]:
+    """Read and validate the configuration; return (snapshot, [], version) or (None, errors, version)."""
+    from routing.config.document import document_from_db, key_rows_from_db
+    from routing.config.snapshot import build_snapshot
+    from routing.config.validation import validate_document
+
+    version = read_version()
+    document = document_from_db()
+    errors = validate_document(document)
+    if errors:
+        return None, errors, version
+    return build_snapshot(document, key_rows_from_db(), os.environ, version=version), [], version
+
+
+def rebuild_from_db(reason: str = "") -> bool:
+    """Rebuild synchronously (call from a thread); True when a new snapshot was swapped in."""
+    global last_error, rejected_version
+    with _rebuild_lock:
+        snapshot, errors, version = load_from_db()
+        _count_reload(snapshot is not None)
+        if snapshot is None:
+            rejected_version = version
+            last_error = "; ".join(f"{e.path}: {e.message}" for e in errors)
+            log.error("configuration rejected, still serving version %s: %s", _current.version, last_error)
+            return False
+        last_error = rejected_version = None
+        swap(snapshot)
+        log.info("configuration version %s loaded%s", snapshot.version, f" ({reason})" if reason else "")
+        return True
+
+
+async def rebuild(reason: str = "") -> bool:
+    """Rebuild off the event loop."""
+    return await asyncio.get_running_loop().run_in_executor(None, _rebuild_in_thread, reason)
+
+
+def _rebuild_in_thread(reason: str) -> bool:
+    from django.db import close_old_connections
+
+    close_old_connections()
+    try:
+        return rebuild_from_db(reason)
+    finally:
+        close_old_connections()
+
+
+def _count_reload(ok: bool) -> None:
+    try:
+        from routing.ops.metrics import config_reloaded
+    except ImportError:  # pragma: no cover
+        return
+    config_reloaded(ok)
+
+
+def boot() -> Snapshot:
+    """Build the first snapshot; raise ImproperlyConfigured when the configuration is invalid.
+
+    Runs in a helper thread so it also works when the ASGI server imports the
+    application from inside a running event loop (uvicorn does).
+    """
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db import DatabaseError
+
+    result: dict = {}
+
+    def work() -> None:
+        from django.db import close_old_connections
+
+        try:
+            result["value"] = load_from_db()
+        except DatabaseError as exc:
+            result["db_error"] = exc
+        finally:
+            close_old_connections()
+
+    thread = threading.Thread(target=work, name="switchboard-boot")
+    thread.start()
+    thread.join()
+    if "db_error" in result:
+        raise ImproperlyConfigured(
+            f"Cannot read the configuration from the database ({result['db_error']}). "
+            "Run `python manage.py migrate` and check DATABASE_URL."
+        )
+    snapshot, errors, _ = result["value"]
+    if snapshot is None:
+        lines = "\n".join(f"  {e.path}: {e.message}" for e in errors)
+        raise ImproperlyConfigured(f"The routing configuration is invalid; fix it before starting:\n{lines}")
+    swap(snapshot)
+    return snapshot

@@ -1,0 +1,579 @@
+"""The one validation of the configuration document (CONTRACT §9, R1, §6).
+
+`validate_document(doc)` checks the plain-dict document of routing.config.document and
+returns every problem as a `ConfigError(path, message)`; it never stops at the
+first. The admin forms, `import_config`, the system check and the server boot all
+call it, so a rule gives the same message everywhere. The small `validate_*`
+functions wrap the same messages as Django field validators for model forms.
+
+Each error carries a stable check id (`code`), one per rule family; see
+routing.config.checks for the list.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ValidationError
+
+from policies.matcher import pattern_error
+from providers.models import CAPABILITIES, DIALECTS
+from routing.config.document import RESILIENCE_DEFAULTS
+from routing.models import FALLBACK_TRIGGERS
+
+STRUCTURE = "routing.E001"
+FALLBACK = "routing.E002"
+CAPABILITY = "routing.E003"
+PATTERN = "routing.E004"
+URL = "routing.E005"
+VALUE = "routing.E006"
+ALIAS = "routing.E007"
+REFERENCE = "routing.E008"
+
+MAX_CHAIN = 8
+ENDPOINT_KINDS = ("chat", "embeddings", "rerank", "responses")
+ACTIONS = ("allow", "deny")
+TOP_KEYS = ("resilience", "providers", "models", "aliases", "orgs")
+TIMEOUT_KEYS = ("connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms")
+PROVIDER_KEYS = ("name", "dialect", "base_url", "api_key_env", *TIMEOUT_KEYS, "health_check_path", "health_probe")
+MODEL_KEYS = (
+    "id", "provider", "upstream_model", "capabilities", "context_window", "max_output_tokens", "residency",
+    "fallbacks", *TIMEOUT_KEYS, "fallback_on", "input_price_per_mtok", "output_price_per_mtok",
+)  # fmt: skip
+ORG_KEYS = ("name", "default_action", "agents", "policies", "credentials")
+AGENT_KEYS = ("name", "default_model")
+POLICY_KEYS = ("pattern", "action", "priority", "fallback_chain")
+CREDENTIAL_KEYS = ("provider", "api_key_env", "base_url")
+
+_SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigError:
+    """One problem: where (`models[chat-a].fallbacks[1]`) and what to do about it."""
+
+    path: str
+    message: str
+    code: str = field(default=STRUCTURE, compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+# Messages shared by the document rules and the form field validators --------------
+
+
+def base_url_problem(value: Any) -> str | None:
+    if isinstance(value, str) and not any(c.isspace() for c in value):
+        try:
+            parts = urlsplit(value)
+            if parts.scheme in ("http", "https") and parts.hostname:
+                return None
+        except ValueError:
+            pass
+    return f"{value!r} is not an http(s) URL with a host: write it like http://127.0.0.1:9001/v1"
+
+
+def pattern_problem(value: Any) -> str | None:
+    if not isinstance(value, str) or not value:
+        return "the pattern is empty: give a Go filepath.Match pattern such as 'chat-*' or '*/*'"
+    reason = pattern_error(value)
+    return None if reason is None else f"malformed pattern {value!r}: {reason}"
+
+
+def timeout_problem(value: Any) -> str | None:
+    if _is_int(value) and value > 0:
+        return None
+    return f"{value!r} is not a positive whole number of milliseconds: use e.g. 5000"
+
+
+def env_name_problem(value: Any) -> str | None:
+    if isinstance(value, str) and _ENV_NAME.match(value):
+        return None
+    return (
+        f"{_short(value)} is not an environment variable name: give the NAME of the variable holding "
+        "the key (letters, digits, _), never the key itself"
+    )
+
+
+def health_path_problem(value: Any) -> str | None:
+    if isinstance(value, str) and (value == "" or value.startswith("/")):
+        return None
+    return f"{value!r} must be a path starting with '/', e.g. /models"
+
+
+def ratio_problem(value: Any) -> str | None:
+    if _is_num(value) and 0 <= value <= 1:
+        return None
+    return f"{value!r} must be a number between 0 and 1, e.g. 0.2"
+
+
+def _field_validator(problem):  # type: ignore[no-untyped-def]
+    def validate(value: Any) -> None:
+        message = problem(value)
+        if message:
+            raise ValidationError(message)
+
+    validate.__name__ = "validate_" + problem.__name__.removesuffix("_problem")
+    validate.__doc__ = f"Django field validator sharing the message of {problem.__name__}."
+    return validate
+
+
+validate_base_url = _field_validator(base_url_problem)
+validate_pattern = _field_validator(pattern_problem)
+validate_timeout_ms = _field_validator(timeout_problem)
+validate_env_name = _field_validator(env_name_problem)
+validate_health_path = _field_validator(health_path_problem)
+validate_ratio = _field_validator(ratio_problem)
+
+
+# Helpers ----------------------------------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_num(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def endpoint_kinds(item: Mapping[str, Any]) -> set[str]:
+    """The endpoint kinds (chat/embeddings/rerank/responses) a model item serves."""
+    caps = item.get("capabilities")
+    if not isinstance(caps, list):
+        return set()
+    return {c for c in caps if isinstance(c, str) and c in ENDPOINT_KINDS}
+
+
+class _Validator:
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    def add(self, path: str, message: str, code: str = STRUCTURE) -> None:
+        self.errors.append(ConfigError(path, message, code))
+
+    # shape -------------------------------------------------------------------------
+
+    def mapping(self, value: Any, path: str, what: str) -> bool:
+        if isinstance(value, Mapping):
+            return True
+        self.add(path, f"{what} must be a mapping (key: value), got {_kind(value)}")
+        return False
+
+    def items(self, parent: Mapping[str, Any], key: str, path: str, what: str) -> list[tuple[int, dict[str, Any]]]:
+        """The mapping entries of an optional list, reporting non-list / non-mapping entries."""
+        value = parent.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.add(path, f"{key} must be a list of {what} entries, got {_kind(value)}")
+            return []
+        out = []
+        for i, item in enumerate(value):
+            if self.mapping(item, f"{path}[{i}]", f"each {what} entry"):
+                out.append((i, item))
+        return out
+
+    def fields(
+        self, item: Mapping[str, Any], path: str, what: str, allowed: tuple[str, ...], required: tuple[str, ...]
+    ) -> None:
+        for key in item:
+            if key not in allowed:
+                self.add(
+                    f"{path}.{key}", f"unknown field {key!r} for {what}: remove it (allowed: {', '.join(allowed)})"
+                )
+        for key in required:
+            if item.get(key) in (None, ""):
+                self.add(f"{path}.{key}", f"{what} is missing the required field {key!r}: add it")
+
+    def string(self, item: Mapping[str, Any], key: str, path: str, what: str) -> str | None:
+        value = item.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            self.add(f"{path}.{key}", f"{key} of {what} must be a string, got {_kind(value)}")
+            return None
+        return value
+
+    def name(self, item: Mapping[str, Any], key: str, path: str, what: str, seen: dict[str, str]) -> str | None:
+        """A slug name, unique among `seen`; returns it when usable."""
+        value = self.string(item, key, path, what)
+        if not value:
+            return None
+        if not _SLUG.match(value):
+            self.add(
+                f"{path}.{key}",
+                f"{what} name {value!r} must be a slug (letters, digits, '-' or '_', at most 64): rename it",
+            )
+        if value in seen:
+            self.add(f"{path}.{key}", f"duplicate {what} name {value!r}: names must be unique, rename or remove one")
+        seen[value] = path
+        return value
+
+    def label(self, item: Mapping[str, Any], key: str, index: int) -> str:
+        value = item.get(key)
+        return value if isinstance(value, str) and value else str(index)
+
+    def check(self, path: str, problem: str | None, code: str, prefix: str = "") -> None:
+        if problem:
+            self.add(path, prefix + problem, code)
+
+    def timeouts(self, item: Mapping[str, Any], path: str, what: str, keys: tuple[str, ...] = TIMEOUT_KEYS) -> None:
+        for key in keys:
+            if item.get(key) is not None:
+                self.check(f"{path}.{key}", timeout_problem(item[key]), VALUE, f"{key} of {what}: ")
+
+    def fallback_on(self, value: Any, path: str, what: str) -> None:
+        if not isinstance(value, list):
+            self.add(
+                path, f"fallback_on of {what} must be a list such as [provider_error, timeout], got {_kind(value)}"
+            )
+            return
+        for i, trigger in enumerate(value):
+            if trigger not in FALLBACK_TRIGGERS:
+                self.add(
+                    f"{path}[{i}]",
+                    f"unknown fallback trigger {trigger!r} in {what}: use one of {', '.join(FALLBACK_TRIGGERS)}",
+                    VALUE,
+                )
+
+    # sections ----------------------------------------------------------------------
+
+    def run(self, doc: Any) -> None:
+        if not self.mapping(doc, "<document>", "the configuration"):
+            return
+        for key in doc:
+            if key not in TOP_KEYS:
+                self.add(str(key), f"unknown top-level key {key!r}: remove it (allowed: {', '.join(TOP_KEYS)})")
+        if doc.get("resilience") is not None and self.mapping(doc["resilience"], "resilience", "resilience"):
+            self.resilience(doc["resilience"])
+        providers = self.providers(doc)
+        models = self.models(doc, providers)
+        aliases = self.aliases(doc, models)
+        self.chains(models, aliases)
+        self.orgs(doc, providers, models, aliases)
+
+    def resilience(self, res: Mapping[str, Any]) -> None:
+        for key, value in res.items():
+            path = f"resilience.{key}"
+            if key not in RESILIENCE_DEFAULTS:
+                self.add(
+                    path, f"unknown resilience setting {key!r}: remove it (allowed: {', '.join(RESILIENCE_DEFAULTS)})"
+                )
+            elif key.endswith("_ms"):
+                self.check(path, timeout_problem(value), VALUE)
+            elif key in ("max_retries", "fallback_max_depth"):
+                if not (_is_int(value) and 0 <= value <= (MAX_CHAIN if key == "fallback_max_depth" else 100)):
+                    top = MAX_CHAIN if key == "fallback_max_depth" else 100
+                    self.add(path, f"{key} {value!r} must be a whole number from 0 to {top}", VALUE)
+            elif key == "breaker_failure_threshold":
+                if not (_is_int(value) and value >= 1):
+                    self.add(
+                        path, f"breaker_failure_threshold {value!r} must be a whole number of at least 1, e.g. 5", VALUE
+                    )
+            elif key == "breaker_cooldown_s":
+                if not (_is_num(value) and value > 0):
+                    self.add(path, f"breaker_cooldown_s {value!r} must be a positive number of seconds, e.g. 30", VALUE)
+            elif key == "retry_budget_ratio":
+                self.check(path, ratio_problem(value), VALUE, "retry_budget_ratio ")
+            elif key == "retry_budget_min_per_s":
+                if not (_is_num(value) and value >= 0):
+                    self.add(path, f"retry_budget_min_per_s {value!r} must be a number of at least 0, e.g. 10", VALUE)
+            elif key == "fallback_on":
+                self.fallback_on(value, path, "resilience")
+        base, top = res.get("backoff_base_ms"), res.get("backoff_max_ms")
+        if _is_int(base) and _is_int(top) and base > top:
+            self.add(
+                "resilience.backoff_base_ms",
+                f"backoff_base_ms {base} exceeds backoff_max_ms {top}: lower it or raise the maximum",
+                VALUE,
+            )
+
+    def providers(self, doc: Mapping[str, Any]) -> set[str]:
+        seen: dict[str, str] = {}
+        for i, p in self.items(doc, "providers", "providers", "provider"):
+            path = f"providers[{self.label(p, 'name', i)}]"
+            what = f"provider {p.get('name', i)!r}"
+            self.fields(p, path, what, PROVIDER_KEYS, ("name", "base_url"))
+            self.name(p, "name", path, "provider", seen)
+            dialect = p.get("dialect")
+            if dialect is not None and dialect not in DIALECTS:
+                self.add(
+                    f"{path}.dialect",
+                    f"unknown dialect {dialect!r} for {what}: use one of {' | '.join(DIALECTS)}",
+                    VALUE,
+                )
+            if p.get("base_url") not in (None, ""):
+                self.check(f"{path}.base_url", base_url_problem(p["base_url"]), URL, f"base_url of {what}: ")
+            if p.get("api_key_env"):
+                self.check(f"{path}.api_key_env", env_name_problem(p["api_key_env"]), VALUE, f"api_key_env of {what}: ")
+            self.timeouts(p, path, what)
+            if p.get("health_check_path") is not None:
+                self.check(
+                    f"{path}.health_check_path",
+                    health_path_problem(p["health_check_path"]),
+                    VALUE,
+                    f"health_check_path of {what}: ",
+                )
+            if p.get("health_probe") is not None and not isinstance(p["health_probe"], bool):
+                self.add(f"{path}.health_probe", f"health_probe of {what} must be true or false")
+        return set(seen)
+
+    def models(self, doc: Mapping[str, Any], providers: set[str]) -> dict[str, dict[str, Any]]:
+        seen: dict[str, str] = {}
+        models: dict[str, dict[str, Any]] = {}
+        for i, m in self.items(doc, "models", "models", "model"):
+            path = f"models[{self.label(m, 'id', i)}]"
+            what = f"model {m.get('id', i)!r}"
+            self.fields(m, path, what, MODEL_KEYS, ("id", "provider", "upstream_model"))
+            model_id = self.string(m, "id", path, what)
+            if model_id:
+                if model_id in seen:
+                    self.add(f"{path}.id", f"duplicate model id {model_id!r}: ids must be unique, rename or remove one")
+                elif len(model_id) > 200 or model_id != model_id.strip():
+                    self.add(
+                        f"{path}.id", f"model id {model_id!r} must be at most 200 characters without surrounding spaces"
+                    )
+                seen[model_id] = path
+                models.setdefault(model_id, m)
+            provider = self.string(m, "provider", path, what)
+            if provider and provider not in providers:
+                self.add(
+                    f"{path}.provider",
+                    f"{what} names unknown provider {provider!r}: define it under providers or fix the name",
+                    REFERENCE,
+                )
+            self.string(m, "upstream_model", path, what)
+            self.string(m, "residency", path, what)
+            caps = m.get("capabilities")
+            if caps is not None:
+                if not isinstance(caps, list):
+                    self.add(
+                        f"{path}.capabilities",
+                        f"capabilities of {what} must be a list such as [chat, streaming], got {_kind(caps)}",
+                    )
+                else:
+                    for j, cap in enumerate(caps):
+                        if cap not in CAPABILITIES:
+                            self.add(
+                                f"{path}.capabilities[{j}]",
+                                f"unknown capability {cap!r} of {what}: use one of {', '.join(CAPABILITIES)}",
+                                CAPABILITY,
+                            )
+            for key in ("context_window", "max_output_tokens"):
+                value = m.get(key)
+                if value is not None and not (_is_int(value) and value > 0):
+                    self.add(
+                        f"{path}.{key}",
+                        f"{key} of {what} must be a positive whole number of tokens, got {_short(value)}",
+                        VALUE,
+                    )
+            for key in ("input_price_per_mtok", "output_price_per_mtok"):
+                value = m.get(key)
+                if value is not None and not (_is_num(value) and value >= 0):
+                    self.add(
+                        f"{path}.{key}", f"{key} of {what} must be a number of at least 0, got {_short(value)}", VALUE
+                    )
+            self.timeouts(m, path, what)
+            if m.get("fallback_on") is not None:
+                self.fallback_on(m["fallback_on"], f"{path}.fallback_on", what)
+            fallbacks = m.get("fallbacks")
+            if fallbacks is not None and not isinstance(fallbacks, list):
+                self.add(
+                    f"{path}.fallbacks", f"fallbacks of {what} must be a list of model ids, got {_kind(fallbacks)}"
+                )
+        return models
+
+    def aliases(self, doc: Mapping[str, Any], models: Mapping[str, Any]) -> dict[str, Any]:
+        aliases = doc.get("aliases")
+        if aliases is None or not self.mapping(aliases, "aliases", "aliases"):
+            return {}
+        for name, target in aliases.items():
+            path = f"aliases[{name}]"
+            if not isinstance(name, str) or not name or not isinstance(target, str) or not target:
+                self.add(path, f"alias {name!r} must map a name to a model id string, got {_short(target)}")
+            elif name in models:
+                self.add(path, f"alias {name!r} has the same name as a model id: rename the alias", ALIAS)
+            elif target in aliases and target not in models:
+                self.add(
+                    path,
+                    f"alias {name!r} points to the alias {target!r}: an alias target must be a model id, point it at one",
+                    ALIAS,
+                )
+            elif target not in models:
+                self.add(
+                    path,
+                    f"alias {name!r} points to unknown model {target!r}: define the model or fix the target",
+                    ALIAS,
+                )
+        return dict(aliases)
+
+    def hop(self, path: str, target: Any, owner: str, models: Mapping[str, Any], aliases: Mapping[str, Any]) -> bool:
+        """One model id of a chain; reports a non-id and returns whether it is a known model."""
+        if not isinstance(target, str):
+            self.add(path, f"{owner} must list model ids as strings, got {_kind(target)}")
+        elif target in models:
+            return True
+        elif target in aliases:
+            self.add(
+                path, f"{owner} names the alias {target!r}: chains list model ids, use {aliases[target]!r}", FALLBACK
+            )
+        else:
+            self.add(
+                path,
+                f"{owner} names unknown model {target!r}: define it under models or remove it from the chain",
+                FALLBACK,
+            )
+        return False
+
+    def chains(self, models: Mapping[str, dict[str, Any]], aliases: Mapping[str, Any]) -> None:
+        for model_id, m in models.items():
+            fallbacks = m.get("fallbacks")
+            if not isinstance(fallbacks, list):
+                continue
+            path = f"models[{model_id}].fallbacks"
+            owner = f"the fallback chain of model {model_id!r}"
+            if len(fallbacks) > MAX_CHAIN:
+                self.add(
+                    path, f"{owner} has {len(fallbacks)} links; at most {MAX_CHAIN} are allowed: shorten it", FALLBACK
+                )
+            kinds = endpoint_kinds(m)
+            seen: set[str] = set()
+            for j, target in enumerate(fallbacks):
+                hop_path = f"{path}[{j}]"
+                if target == model_id:
+                    self.add(hop_path, f"model {model_id!r} lists itself as a fallback: remove it", FALLBACK)
+                elif isinstance(target, str) and target in seen:
+                    self.add(hop_path, f"{target!r} appears twice in {owner}: remove the duplicate", FALLBACK)
+                elif self.hop(hop_path, target, owner, models, aliases):
+                    missing = sorted(kinds - endpoint_kinds(models[target]))
+                    if missing:
+                        self.add(
+                            hop_path,
+                            f"fallback {target!r} does not serve {', '.join(missing)}, which model {model_id!r} serves: "
+                            f"add the capability to {target!r} or choose a fallback that has it",
+                            CAPABILITY,
+                        )
+                if isinstance(target, str):
+                    seen.add(target)
+
+    def orgs(
+        self, doc: Mapping[str, Any], providers: set[str], models: Mapping[str, Any], aliases: Mapping[str, Any]
+    ) -> None:
+        seen: dict[str, str] = {}
+        for i, o in self.items(doc, "orgs", "orgs", "org"):
+            path = f"orgs[{self.label(o, 'name', i)}]"
+            what = f"org {o.get('name', i)!r}"
+            self.fields(o, path, what, ORG_KEYS, ("name",))
+            self.name(o, "name", path, "org", seen)
+            action = o.get("default_action")
+            if action is not None and action not in ACTIONS:
+                self.add(f"{path}.default_action", f"default_action of {what} is {action!r}: use allow or deny", VALUE)
+            self.agents(o, path, what, models, aliases)
+            self.policies(o, path, what, models, aliases)
+            self.credentials(o, path, what, providers)
+
+    def agents(
+        self, o: Mapping[str, Any], org_path: str, org: str, models: Mapping[str, Any], aliases: Mapping[str, Any]
+    ) -> None:
+        seen: dict[str, str] = {}
+        for i, a in self.items(o, "agents", f"{org_path}.agents", "agent"):
+            path = f"{org_path}.agents[{self.label(a, 'name', i)}]"
+            what = f"agent {a.get('name', i)!r} of {org}"
+            self.fields(a, path, what, AGENT_KEYS, ("name",))
+            self.name(a, "name", path, "agent", seen)
+            default = self.string(a, "default_model", path, what)
+            if default and default not in models and default not in aliases:
+                self.add(
+                    f"{path}.default_model",
+                    f"default_model {default!r} of {what} is neither a model id nor an alias: fix it or leave it empty",
+                    REFERENCE,
+                )
+
+    def policies(
+        self, o: Mapping[str, Any], org_path: str, org: str, models: Mapping[str, Any], aliases: Mapping[str, Any]
+    ) -> None:
+        for i, p in self.items(o, "policies", f"{org_path}.policies", "policy"):
+            path = f"{org_path}.policies[{i}]"
+            what = f"policy {i} ({p.get('pattern')!r}) of {org}"
+            self.fields(p, path, what, POLICY_KEYS, ("pattern",))
+            if p.get("pattern") is not None:
+                self.check(f"{path}.pattern", pattern_problem(p["pattern"]), PATTERN, f"{what}: ")
+            action = p.get("action")
+            if action is not None and action not in ACTIONS:
+                self.add(f"{path}.action", f"action of {what} is {action!r}: use allow or deny", VALUE)
+            if p.get("priority") is not None and not _is_int(p["priority"]):
+                self.add(
+                    f"{path}.priority",
+                    f"priority of {what} must be a whole number (lower is evaluated first), got {_short(p['priority'])}",
+                )
+            chain = p.get("fallback_chain")
+            if chain is None:
+                continue
+            chain_path = f"{path}.fallback_chain"
+            if action == "deny":
+                self.add(
+                    chain_path,
+                    f"{what} is a deny policy with a fallback_chain: remove it, only allow policies replace the chain",
+                    FALLBACK,
+                )
+            elif not isinstance(chain, list):
+                self.add(
+                    chain_path,
+                    f"fallback_chain of {what} must be a list of model ids (empty disables fallback), got {_kind(chain)}",
+                )
+            else:
+                if len(chain) > MAX_CHAIN:
+                    self.add(
+                        chain_path,
+                        f"fallback_chain of {what} has {len(chain)} links; at most {MAX_CHAIN} are allowed: shorten it",
+                        FALLBACK,
+                    )
+                for j, target in enumerate(chain):
+                    self.hop(f"{chain_path}[{j}]", target, f"fallback_chain of {what}", models, aliases)
+
+    def credentials(self, o: Mapping[str, Any], org_path: str, org: str, providers: set[str]) -> None:
+        seen: set[str] = set()
+        for i, c in self.items(o, "credentials", f"{org_path}.credentials", "credential"):
+            path = f"{org_path}.credentials[{self.label(c, 'provider', i)}]"
+            what = f"BYO credential {c.get('provider', i)!r} of {org}"
+            self.fields(c, path, what, CREDENTIAL_KEYS, ("provider",))
+            provider = self.string(c, "provider", path, what)
+            if provider:
+                if provider not in providers:
+                    self.add(
+                        f"{path}.provider",
+                        f"{what} names unknown provider {provider!r}: define it under providers or fix the name",
+                        REFERENCE,
+                    )
+                if provider in seen:
+                    self.add(f"{path}.provider", f"{org} has two credentials for provider {provider!r}: keep one")
+                seen.add(provider)
+            if c.get("base_url"):
+                self.check(f"{path}.base_url", base_url_problem(c["base_url"]), URL, f"base_url of {what}: ")
+            if c.get("api_key_env"):
+                self.check(f"{path}.api_key_env", env_name_problem(c["api_key_env"]), VALUE, f"api_key_env of {what}: ")
+
+
+def validate_document(doc: Any) -> list[ConfigError]:
+    """Every problem of the configuration document, in document order (empty: valid)."""
+    validator = _Validator()
+    validator.run(doc)
+    return validator.errors

@@ -1,0 +1,312 @@
+"""Streaming commit point and relay (CONTRACT R6, R7).
+
+`open_stream` peeks the upstream's first SSE content frame under the first-token
+timeout. Anything that goes wrong before it (an error frame, `[DONE]` or the end
+before any content, a broken connection, silence) is raised as an `UpstreamFailure`
+so the executor may retry or fail over. The first frame commits: from then on
+`CommittedStream.relay()` passes the upstream bytes through unchanged and, if the
+stream breaks, falls silent or ends without `data: [DONE]`, ends it with one
+terminal `data: {"error": ...}` frame instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from routing.core.errors import FailureKind, UpstreamFailure
+
+MAX_PEEK_BYTES = 1 << 20  # non-content bytes tolerated before the first frame
+_DONE_MARKERS = (b"\ndata: [DONE]", b"\ndata:[DONE]")
+_TAIL = 16  # bytes kept to find a marker split across chunks
+_NOT_CONTENT = 0
+_CONTENT = 1
+
+
+def _examine(frame: bytes) -> int:
+    """Classify one complete pre-commit frame (normalised to \\n line ends)."""
+    data_lines = []
+    event = None
+    for line in frame.split(b"\n"):
+        if not line or line[:1] == b":":
+            continue
+        name, sep, value = line.partition(b":")
+        if sep and value[:1] == b" ":
+            value = value[1:]
+        if name == b"data":
+            data_lines.append(value)
+        elif name == b"event":
+            event = value.strip()
+    if not data_lines:
+        return _NOT_CONTENT
+    data = b"\n".join(data_lines).strip()
+    if not data:
+        return _NOT_CONTENT
+    if data == b"[DONE]":
+        raise UpstreamFailure(FailureKind.EMPTY_STREAM, "the upstream stream ended before any content")
+    if event == b"error":
+        raise UpstreamFailure(FailureKind.STREAM_ERROR, "the upstream stream started with an error event", body=data)
+    if data[:1] == b"{" and b'"error"' in data:
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict) and obj.get("error") is not None:
+            err = obj["error"]
+            detail = err.get("message") if isinstance(err, dict) else err
+            raise UpstreamFailure(
+                FailureKind.STREAM_ERROR, f"the upstream stream started with an error: {detail}", body=data
+            )
+    return _CONTENT
+
+
+def _scan(buf: bytearray, seen: int) -> tuple[bool, int]:
+    """Look at complete frames not examined yet; True once a content frame is found."""
+    text = bytes(buf)
+    if b"\r" in text:
+        text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    frames = text.split(b"\n\n")
+    complete = len(frames) - 1
+    for i in range(seen, complete):
+        if _examine(frames[i]) == _CONTENT:
+            return True, i + 1
+    return False, max(seen, complete)
+
+
+def _has_done(tail: bytes, chunk: bytes) -> bool:
+    if b"[DONE]" in chunk:
+        joined = tail + chunk
+    else:
+        if not tail:
+            return False
+        joined = tail + chunk[:_TAIL]
+    return _DONE_MARKERS[0] in joined or _DONE_MARKERS[1] in joined
+
+
+def _next_tail(tail: bytes, chunk: bytes) -> bytes:
+    return chunk[-_TAIL:] if len(chunk) >= _TAIL else (tail + chunk)[-_TAIL:]
+
+
+def terminal_frame(code: str, message: str, error_type: str = "upstream_error") -> bytes:
+    """The one SSE frame that ends a committed stream on error (no [DONE] follows)."""
+    return (
+        b"data: "
+        + orjson.dumps({"error": {"message": message, "type": error_type, "code": code, "param": None}})
+        + b"\n\n"
+    )
+
+
+async def _close_source(it: Any, close: Callable[[], Awaitable[Any]] | None) -> None:
+    aclose = getattr(it, "aclose", None)
+    try:
+        if aclose is not None:
+            await aclose()
+    except RuntimeError:  # still running in another task: closing the connection below stops it
+        pass
+    finally:
+        if close is not None:
+            await close()
+
+
+async def open_stream(
+    chunks: AsyncIterator[bytes],
+    first_token_timeout_s: float,
+    idle_timeout_s: float,
+    deadline: float,
+    clock: Callable[[], float] = time.monotonic,
+    close: Callable[[], Awaitable[Any]] | None = None,
+) -> CommittedStream:
+    """Wait for the first content frame; raise UpstreamFailure if the stream fails before it.
+
+    `close` (optional) aborts the upstream response, e.g. UpstreamResponse.close; it is
+    called, with the source's own aclose, whenever the stream fails or is closed.
+    """
+    it = chunks.__aiter__()
+    buf = bytearray()
+    seen = 0
+    until = min(clock() + first_token_timeout_s, deadline)
+    try:
+        while True:
+            remaining = until - clock()
+            if remaining <= 0:
+                raise UpstreamFailure(
+                    FailureKind.FIRST_TOKEN_TIMEOUT, f"no first token within {first_token_timeout_s:g} s"
+                )
+            cm = asyncio.timeout(remaining)
+            try:
+                async with cm:
+                    chunk = await it.__anext__()
+            except StopAsyncIteration:
+                raise UpstreamFailure(
+                    FailureKind.EMPTY_STREAM, "the upstream stream ended before any content"
+                ) from None
+            except TimeoutError as exc:
+                if cm.expired():
+                    raise UpstreamFailure(
+                        FailureKind.FIRST_TOKEN_TIMEOUT, f"no first token within {first_token_timeout_s:g} s"
+                    ) from None
+                raise UpstreamFailure(FailureKind.STREAM_ERROR, "the upstream stream timed out") from exc
+            except (UpstreamFailure, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                raise UpstreamFailure(FailureKind.STREAM_ERROR, f"the upstream stream broke: {exc!r}") from exc
+            if not chunk:
+                continue
+            buf += chunk
+            committed, seen = _scan(buf, seen)
+            if committed:
+                break
+            if len(buf) > MAX_PEEK_BYTES:
+                raise UpstreamFailure(
+                    FailureKind.STREAM_ERROR, "the upstream stream sent no content frame in its first MiB"
+                )
+    except BaseException:
+        await _close_source(it, close)
+        raise
+    return CommittedStream(it, bytes(buf), idle_timeout_s, deadline, clock, close)
+
+
+class CommittedStream:
+    """A stream past its commit point: relay it, then aclose() it (always, in a finally)."""
+
+    __slots__ = (
+        "first",
+        "committed_at",
+        "_it",
+        "_idle",
+        "_deadline",
+        "_clock",
+        "_close",
+        "_closed",
+        "_finished",
+        "_reading",
+        "_done",
+        "_tail",
+    )
+
+    def __init__(
+        self,
+        it: AsyncIterator[bytes],
+        first: bytes,
+        idle_timeout_s: float,
+        deadline: float,
+        clock: Callable[[], float],
+        close: Callable[[], Awaitable[Any]] | None,
+    ) -> None:
+        self.first = first  # the first content frame and whatever arrived with it
+        self.committed_at = clock()
+        self._it = it
+        self._idle = idle_timeout_s
+        self._deadline = deadline
+        self._clock = clock
+        self._close = close
+        self._closed = False  # close requested: relay stops
+        self._finished = False  # source and connection closed
+        self._reading = False
+        self._done = _has_done(b"\n", first)
+        self._tail = first[-_TAIL:]
+
+    @property
+    def done_seen(self) -> bool:
+        """Whether the upstream's `data: [DONE]` has been relayed."""
+        return self._done
+
+    def _terminal(self, code: str, message: str) -> bytes:
+        frame = terminal_frame(code, message)
+        tail = self._tail
+        if tail and not (tail.endswith(b"\n\n") or tail.endswith(b"\r\n\r\n") or tail.endswith(b"\r\r")):
+            frame = b"\n\n" + frame  # never glue our frame onto a half-sent upstream frame
+        return frame
+
+    async def relay(self) -> AsyncIterator[bytes]:
+        """Yield the first bytes, then every upstream chunk as-is; at most one terminal frame."""
+        try:
+            yield self.first
+            it = self._it
+            clock = self._clock
+            idle = self._idle
+            errored = False  # the upstream sent its own error frame
+            while not self._closed:
+                left = self._deadline - clock()
+                wait = idle if idle < left else left
+                if wait <= 0:
+                    if not (self._done or errored):
+                        yield self._terminal(
+                            "total_timeout",
+                            "the request's total deadline passed while streaming; raise total_timeout_ms",
+                        )
+                    return
+                cm = asyncio.timeout(wait)
+                self._reading = True
+                try:
+                    async with cm:
+                        chunk = await it.__anext__()
+                except StopAsyncIteration:
+                    if not (self._done or errored or self._closed):
+                        yield self._terminal(
+                            "upstream_stream_error", "the upstream stream ended without data: [DONE]; retry the request"
+                        )
+                    return
+                except TimeoutError:
+                    if not (self._done or errored or self._closed):
+                        if cm.expired() and wait == idle:
+                            yield self._terminal(
+                                "first_token_timeout",
+                                f"the upstream stream was silent for more than {idle:g} s; retry the request",
+                            )
+                        elif cm.expired():
+                            yield self._terminal(
+                                "total_timeout",
+                                "the request's total deadline passed while streaming; raise total_timeout_ms",
+                            )
+                        else:
+                            yield self._terminal(
+                                "upstream_stream_error", "the upstream stream timed out; retry the request"
+                            )
+                    return
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    if not (self._done or errored or self._closed):
+                        yield self._terminal("upstream_stream_error", "the upstream stream broke; retry the request")
+                    return
+                finally:
+                    self._reading = False
+                if not chunk:
+                    continue
+                if not self._done:
+                    if _has_done(self._tail, chunk):
+                        self._done = True
+                    elif b'{"error"' in chunk:
+                        errored = True
+                    self._tail = _next_tail(self._tail, chunk)
+                yield chunk
+        finally:
+            self._closed = True
+            await self._finish()
+
+    async def aclose(self) -> None:
+        """Abort the upstream now (client gone, or done). Safe to call more than once.
+
+        From another task while relay() awaits the upstream, this aborts the connection
+        (the `close` callback) and relay() ends without a terminal frame; without a
+        `close` callback, cancel the task running relay() instead.
+        """
+        self._closed = True
+        if self._reading:
+            close, self._close = self._close, None
+            if close is not None:
+                await close()
+            return
+        await self._finish()
+
+    async def _finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        close, self._close = self._close, None
+        await _close_source(self._it, close)

@@ -1,0 +1,56 @@
+"""After the answer: one usage record, the request metrics, and (via the usage writer) the log line.
+
+Called once per proxied request from routing.gateway.app; only enqueues and bumps
+counters, so it costs the request path a few microseconds.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from routing.ops import metrics, usage
+
+if TYPE_CHECKING:
+    from routing.gateway.app import Context
+
+_perf = time.perf_counter
+
+
+def finish(ctx: Context) -> None:
+    elapsed = _perf() - ctx.started
+    outcome = ctx.outcome
+    link = outcome.link if outcome is not None else None
+    model = link.model if link is not None else None
+    fallback_reason = outcome.fallback_reason if outcome is not None and outcome.error is None else None
+    upstream_s = outcome.upstream_s if outcome is not None else 0.0
+    # A stream's gateway time ends when it commits; the rest is the upstream talking.
+    busy = ctx.ttft_s if ctx.ttft_s is not None else elapsed
+    model_used = model.id if model is not None else ""
+    metrics.observe_request(
+        ctx.endpoint, ctx.resolved or ctx.requested, model_used, ctx.status, busy - upstream_s, fallback_reason
+    )
+    key = ctx.key
+    usage.record(
+        record_id=uuid.uuid4().hex,
+        request_id=ctx.request_id,
+        org=key.agent.org.name if key is not None else "",
+        agent=key.agent.name if key is not None else "",
+        key_prefix=key.prefix if key is not None else "",
+        endpoint=ctx.endpoint,
+        requested_model=ctx.requested,
+        resolved_model=ctx.resolved,
+        model_used=model_used,
+        provider=model.provider.name if model is not None else "",
+        fallback_reason=fallback_reason or "",
+        attempts=outcome.attempts if outcome is not None else 0,
+        status=ctx.status,
+        error_code=ctx.error_code,
+        prompt_tokens=ctx.prompt_tokens,
+        completion_tokens=ctx.completion_tokens,
+        cost=usage.cost(model, ctx.prompt_tokens, ctx.completion_tokens) if model is not None else None,
+        latency_ms=elapsed * 1000.0,
+        ttft_ms=ctx.ttft_s * 1000.0 if ctx.ttft_s is not None else None,
+        streamed=ctx.streamed,
+    )

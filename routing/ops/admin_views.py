@@ -1,0 +1,52 @@
+"""Admin pages that are not a model's change list: explain a route.
+
+Operators ask "why did my request go there?": this page answers for a
+hypothetical request with the configuration this process is serving right now
+(the live snapshot, breaker states included), the same answer as
+`manage.py explain_route`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+
+from routing.config import live
+from routing.plan.explain import explain
+from routing.plan.preflight import KINDS
+
+
+class ExplainForm(forms.Form):
+    org = forms.ChoiceField(help_text="The organisation whose key would send the request.")
+    model = forms.CharField(max_length=200, help_text="Model id or alias, as a client would send it.")
+    kind = forms.ChoiceField(choices=[(k, k) for k in sorted(KINDS)], initial="chat", label="Endpoint")
+    stream = forms.BooleanField(required=False)
+    tools = forms.BooleanField(required=False)
+    tokens = forms.IntegerField(required=False, min_value=0, label="Prompt tokens", help_text="Optional estimate.")
+
+    def __init__(self, *args: Any, orgs: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["org"].choices = [(o, o) for o in orgs]
+
+
+def explain_route_view(request: HttpRequest) -> HttpResponse:
+    snapshot = live.current()
+    form = ExplainForm(request.GET or None, orgs=sorted(snapshot.orgs))
+    result = None
+    if form.is_bound and form.is_valid():
+        data = form.cleaned_data
+        result = explain(
+            snapshot, data["org"], data["model"], data["stream"], data["tools"], data["tokens"], data["kind"]
+        )
+    context = {
+        **admin.site.each_context(request),
+        "title": "Explain a route",
+        "form": form,
+        "result": result,
+        "snapshot_version": snapshot.version,
+    }
+    return TemplateResponse(request, "admin/routing/explain_route.html", context)

@@ -1,0 +1,91 @@
+"""Dashboard pages: the live circuit/provider screen and a usage summary (staff only).
+
+Anonymous visitors are sent to the admin login; signed-in non-staff users get 403.
+The live page renders this process's state into the HTML (first paint without
+waiting for the socket); everything after that arrives over /ws/dashboard/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from functools import wraps
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.db.models import Count, Q, Sum
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import render
+from django.utils import timezone
+
+
+def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        user = request.user
+        if not user.is_authenticated:
+            return redirect_to_login(request.get_full_path(), settings.LOGIN_URL)
+        if not (user.is_active and user.is_staff):
+            return HttpResponseForbidden("The dashboard is for staff users; ask an administrator for staff status.")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+@staff_only
+def index(request: HttpRequest) -> HttpResponse:
+    from routing.ops import dashboard
+
+    dashboard.install()
+    return render(
+        request,
+        "dashboard/index.html",
+        {
+            "initial_state": dashboard.call_on_loop(dashboard.build_state),
+            "refresh_s": dashboard.refresh_s(),
+            "title": "Switchboard dashboard",
+        },
+    )
+
+
+USAGE_WINDOWS = {"1": 1, "24": 24, "168": 168, "720": 720}
+
+
+@staff_only
+def usage_summary(request: HttpRequest) -> HttpResponse:
+    """Per model over a time window: requests, errors, fallbacks, tokens, cost."""
+    from routing.models import UsageRecord
+    from routing.ops import usage
+
+    hours = USAGE_WINDOWS.get(request.GET.get("hours", "24"), 24)
+    since = timezone.now() - timedelta(hours=hours)
+    rows = (
+        UsageRecord.objects.filter(created_at__gte=since)
+        .values("model_used")
+        .annotate(
+            requests=Count("id"),
+            errors=Count("id", filter=Q(status__gte=500)),
+            fallbacks=Count("id", filter=~Q(fallback_reason="")),
+            prompt_tokens=Sum("prompt_tokens"),
+            completion_tokens=Sum("completion_tokens"),
+            cost=Sum("cost"),
+        )
+        .order_by("-requests", "model_used")
+    )
+    totals = {"requests": 0, "errors": 0, "fallbacks": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost": 0}
+    for row in rows:
+        for field in totals:
+            totals[field] += row[field] or 0
+    return render(
+        request,
+        "dashboard/usage.html",
+        {
+            "rows": rows,
+            "totals": totals,
+            "hours": hours,
+            "windows": [1, 24, 168, 720],
+            "backlog": usage.backlog(),
+            "title": "Usage",
+        },
+    )

@@ -1,0 +1,218 @@
+"""Gateway metrics (CONTRACT §7) as prometheus_client objects in the default registry.
+
+django-prometheus's /metrics view exports the default registry, so these appear
+next to its Django metrics. The /v1 path records with these objects directly (the
+django-prometheus middleware is sync and far too slow for it); `.labels()` children
+are cached in dicts keyed by label tuples so a hot-path observation is a dict hit
+and an increment.
+
+Breaker keys of BYO credentials, (provider, model, "org:<org>"), are exported with
+the model label "<model>@<org>": each such breaker is separate (CONTRACT §6) and an
+operator needs to see which org's link is open; their number is bounded by the
+configured credentials.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from routing.ops import dashboard
+
+CIRCUIT_STATE = Gauge(
+    "switchboard_circuit_state",
+    "Circuit breaker state per link: 0 closed, 1 open (also when forced open), 2 half-open.",
+    ["provider", "model"],
+)
+PROVIDER_UP = Gauge("switchboard_provider_up", "Last health probe: 1 up, 0 down (absent: unknown).", ["provider"])
+REQUESTS = Counter(
+    "switchboard_requests_total",
+    "Proxied requests by endpoint, requested model, model that served and HTTP status.",
+    ["endpoint", "model", "model_used", "status"],
+)
+ATTEMPTS = Counter(
+    "switchboard_upstream_attempts_total",
+    "Upstream attempts by provider, model and outcome.",
+    ["provider", "model", "outcome"],
+)
+FALLBACKS = Counter(
+    "switchboard_fallbacks_total",
+    "Moves from one link of a chain to the next, with the reason.",
+    ["from_model", "to_model", "reason"],
+)
+OVERHEAD = Histogram(
+    "switchboard_overhead_seconds",
+    "Time spent in the gateway itself (total minus upstream time).",
+    buckets=(0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05),
+)
+CONFIG_RELOADS = Counter("switchboard_config_reloads_total", "Snapshot rebuilds by result.", ["result"])
+USAGE_BACKLOG = Gauge("switchboard_usage_backlog", "Usage records not yet in the database (memory + spool).")
+
+for _result in ("ok", "rejected"):
+    CONFIG_RELOADS.labels(_result)
+
+
+def _backlog() -> float:
+    from routing.ops import usage
+
+    return float(usage.backlog())
+
+
+USAGE_BACKLOG.set_function(_backlog)
+
+_requests: dict[tuple[str, str, str, int], Any] = {}
+_attempts: dict[tuple[str, str, str], Any] = {}
+_fallbacks: dict[tuple[str, str, str], Any] = {}
+_circuits: dict[tuple[str, str], Any] = {}
+_observe_overhead = OVERHEAD.observe
+
+
+def observe_request(
+    endpoint: str,
+    model: str,
+    model_used: str,
+    status: int,
+    overhead_s: float | None,
+    fallback_reason: str | None = None,
+) -> None:
+    """Count one finished request, its gateway overhead, and feed the dashboard counters."""
+    key = (endpoint, model, model_used, status)
+    child = _requests.get(key)
+    if child is None:
+        child = _request_child(endpoint, model, model_used, status)
+    child.inc()
+    if overhead_s is not None and overhead_s >= 0:
+        _observe_overhead(overhead_s)
+    if model_used:
+        # Per requested model: "how often do requests for this model fail, or fall back".
+        dashboard.note_request(model or model_used, status, fallback_reason)
+
+
+UNKNOWN_MODEL = "(unknown)"
+
+
+def _request_child(endpoint: str, model: str, model_used: str, status: int) -> Any:
+    """Create (and cache) a requests_total child. A requested name that is no configured
+    model or alias is labelled "(unknown)" and not cached, so clients sending random
+    model names cannot grow the label set or this cache."""
+    from routing.config import live
+
+    if model and live.current().resolve(model) is None:
+        key = (endpoint, UNKNOWN_MODEL, model_used, status)
+        child = _requests.get(key)
+        if child is None:
+            child = _requests[key] = REQUESTS.labels(endpoint, UNKNOWN_MODEL, model_used, str(status))
+        return child
+    key = (endpoint, model, model_used, status)
+    child = _requests[key] = REQUESTS.labels(endpoint, model, model_used, str(status))
+    return child
+
+
+class MetricsObserver:
+    """The executor's observer: attempt outcomes and fallbacks, into metrics and the dashboard."""
+
+    __slots__ = ()
+
+    def attempt(self, link: Any, outcome_label: str) -> None:
+        model = link.model
+        key = (model.provider.name, model.id, outcome_label)
+        child = _attempts.get(key)
+        if child is None:
+            child = _attempts[key] = ATTEMPTS.labels(*key)
+        child.inc()
+
+    def fallback(self, from_model: str, to_model: str, reason: str) -> None:
+        key = (from_model, to_model, reason)
+        child = _fallbacks.get(key)
+        if child is None:
+            child = _fallbacks[key] = FALLBACKS.labels(*key)
+        child.inc()
+        dashboard.note_fallback(from_model, to_model, reason)
+
+
+def link_labels(key: tuple[str, ...]) -> tuple[str, str]:
+    """(provider, model label) of a breaker key; BYO keys label the model "<model>@<org>"."""
+    provider, model = key[0], key[1]
+    if len(key) > 2:
+        org = key[2][4:] if key[2].startswith("org:") else key[2]
+        model = f"{model}@{org}"
+    return provider, model
+
+
+def set_circuit(key: tuple[str, ...], state: int) -> None:
+    labels = link_labels(key)
+    child = _circuits.get(labels)
+    if child is None:
+        child = _circuits[labels] = CIRCUIT_STATE.labels(*labels)
+    child.set(int(state))
+
+
+def on_breaker_change(key: tuple[str, ...], old: Any, new: Any) -> None:
+    """Breaker listener: the circuit gauge follows every transition."""
+    set_circuit(key, int(new))
+
+
+def refresh_circuits(snapshot: Any, views: list[Any]) -> None:
+    """Make the gauge match now: every configured link (closed unless its breaker says
+    otherwise), BYO breakers that exist, and no series for links that are gone.
+    Called at scrape time, off the request path."""
+    wanted: dict[tuple[str, str], int] = {}
+    for model in snapshot.models.values():
+        wanted[(model.provider.name, model.id)] = 0
+    for view in views:
+        key = tuple(view.key)
+        if len(key) < 2:
+            continue
+        labels = link_labels(key)
+        if len(key) == 2 and labels not in wanted:
+            continue  # a breaker of a link no longer configured
+        state = 1 if getattr(view, "forced_reason", None) else int(view.state)
+        wanted[labels] = state
+    for labels in list(_circuits):
+        if labels not in wanted:
+            try:
+                CIRCUIT_STATE.remove(*labels)
+            except KeyError:
+                pass
+            _circuits.pop(labels, None)
+    for labels, state in wanted.items():
+        child = _circuits.get(labels)
+        if child is None:
+            child = _circuits[labels] = CIRCUIT_STATE.labels(*labels)
+        child.set(state)
+
+
+def config_reloaded(ok: bool) -> None:
+    CONFIG_RELOADS.labels("ok" if ok else "rejected").inc()
+
+
+def provider_status(name: str, up: bool | None) -> None:
+    """Set provider_up; None (unknown, or the provider is gone) removes its series."""
+    if up is None:
+        try:
+            PROVIDER_UP.remove(name)
+        except KeyError:
+            pass
+        return
+    PROVIDER_UP.labels(name).set(1 if up else 0)
+
+
+_installed = False
+
+
+def install() -> None:
+    """Register the breaker listener once (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    from routing.core.breaker import registry
+
+    registry.add_listener(on_breaker_change)
+    _installed = True
+
+
+try:  # routing.gateway.app imports this module at startup: follow breaker transitions from then on
+    dashboard.install()
+except ImportError:  # pragma: no cover - breaker module missing during development
+    pass

@@ -1,0 +1,743 @@
+"""Usage records that are never lost (CONTRACT §8).
+
+The request path calls `record(...)`: one deque append, no I/O. A background writer
+(`run_writer`, on the serving loop) hands batches to one dedicated daemon thread that
+inserts them with `bulk_create(ignore_conflicts=True)`; `record_id` is unique, so
+writing the same record twice is harmless and every replay below is idempotent.
+
+When the database is unreachable, records stay in memory up to
+SWITCHBOARD_USAGE_MEMORY_BOUND, then spill to JSON-lines spool files
+(`spool-<pid>-<time_ns>-<n>.jsonl`, fsynced, renamed into place so no reader ever
+sees half a file) in SWITCHBOARD_USAGE_SPOOL_DIR. Once the database answers again,
+spool files are written oldest first, then memory; a file is deleted only after its
+rows are committed. Files of a dead process (its pid no longer exists) are claimed
+by renaming them, so two live processes never replay the same file. The spool
+directory must be on the machine's local disk (pids identify owners).
+
+Shutdown (`shutdown()`: lifespan, atexit, SIGTERM) tries the database for a few
+seconds, then spools whatever is still in memory.
+
+Rows that the database refuses for their content (IntegrityError/DataError, or a
+value that cannot be converted) are written one by one and the refused ones go to
+`rejected-<pid>.jsonl` in the spool directory, so one bad row never blocks the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from routing.ops.request_log import log_requests
+
+log = logging.getLogger("switchboard.usage")
+
+Row = dict[str, Any]
+InsertFn = Callable[[list[Row]], None]
+
+
+class _Poison(Exception):
+    """The database refused the batch for its content, not for being unreachable."""
+
+
+def cost(model: Any, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
+    """Price of one request from the model's per-million-token prices; None when unknown.
+
+    A token count of 0 or None costs nothing; tokens of a kind whose price is not
+    configured make the whole cost unknown rather than silently too low.
+    """
+    if prompt_tokens is None and completion_tokens is None:
+        return None
+    total = 0.0
+    for tokens, price in (
+        (prompt_tokens, model.input_price_per_mtok),
+        (completion_tokens, model.output_price_per_mtok),
+    ):
+        if not tokens:
+            continue
+        if price is None:
+            return None
+        total += tokens * price / 1_000_000
+    return round(total, 8)
+
+
+# --------------------------------------------------------------------------- conversion
+
+_converters: dict[str, Callable[[Any], Any]] | None = None
+
+
+def _field_converters() -> dict[str, Callable[[Any], Any]]:
+    """Per UsageRecord field: turn a record value (live or read back from JSON) into a column value."""
+    global _converters
+    if _converters is not None:
+        return _converters
+    from django.db import models
+
+    from routing.models import UsageRecord
+
+    conv: dict[str, Callable[[Any], Any]] = {}
+    for f in UsageRecord._meta.concrete_fields:
+        if f.primary_key:
+            continue
+        if isinstance(f, models.CharField):
+            conv[f.name] = _char(f.max_length or 0)
+        elif isinstance(f, models.DateTimeField):
+            conv[f.name] = _datetime
+        elif isinstance(f, models.DecimalField):
+            conv[f.name] = _decimal
+        elif isinstance(f, models.BooleanField):
+            conv[f.name] = bool
+        elif isinstance(f, models.PositiveIntegerField):
+            conv[f.name] = _nullable_uint if f.null else _uint
+        elif isinstance(f, models.FloatField):
+            conv[f.name] = _nullable_float if f.null else _float
+    _converters = conv
+    return conv
+
+
+def _char(max_length: int) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        return "" if value is None else str(value)[:max_length]
+
+    return convert
+
+
+def _datetime(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, tz=UTC)
+    if isinstance(value, str):
+        parsed = datetime.fromisoformat(value)
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return datetime.now(tz=UTC)
+
+
+def _decimal(value: Any) -> Decimal | None:
+    if value is None:
+        return None
+    return Decimal(str(value)).quantize(Decimal("0.00000001"))
+
+
+def _uint(value: Any) -> int:
+    return max(0, int(value or 0))
+
+
+def _nullable_uint(value: Any) -> int | None:
+    return None if value is None else max(0, int(value))
+
+
+def _float(value: Any) -> float:
+    return float(value or 0)
+
+
+def _nullable_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _dumps(rows: Iterable[Row]) -> bytes:
+    return b"".join(orjson.dumps(r, default=_json_default) + b"\n" for r in rows)
+
+
+_insert_sql: dict[str, tuple[str, list[Any]]] = {}
+
+
+def _insert_statement(using: str) -> tuple[str, list[Any]]:
+    """`INSERT ... ON CONFLICT (record_id) DO NOTHING` for this database, and its columns (cached)."""
+    cached = _insert_sql.get(using)
+    if cached is None:
+        from django.db import connections
+
+        from routing.models import UsageRecord
+
+        quote = connections[using].ops.quote_name
+        fields = [f for f in UsageRecord._meta.concrete_fields if not f.primary_key]
+        columns = ", ".join(quote(f.column) for f in fields)
+        sql = (
+            f"INSERT INTO {quote(UsageRecord._meta.db_table)} ({columns}) "
+            f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT ({quote('record_id')}) DO NOTHING"
+        )
+        cached = _insert_sql[using] = (sql, fields)
+    return cached
+
+
+_column_converters: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {}
+
+
+def _converters_for(fields: list[Any], ops: Any, using: str) -> list[tuple[str, Callable[[Any], Any]]]:
+    """Per column: (record key, value -> adapted column value), composed once per database."""
+    cached = _column_converters.get(using)
+    if cached is not None:
+        return cached
+    from django.db import models
+
+    conv = _field_converters()
+    out: list[tuple[str, Callable[[Any], Any]]] = []
+    for f in fields:
+        base = conv[f.name]
+        if isinstance(f, models.DateTimeField):
+            out.append((f.name, lambda v, base=base: ops.adapt_datetimefield_value(base(v))))
+        elif isinstance(f, models.DecimalField):
+            out.append(
+                (
+                    f.name,
+                    lambda v, base=base, f=f: (
+                        None if v is None else ops.adapt_decimalfield_value(base(v), f.max_digits, f.decimal_places)
+                    ),
+                )
+            )
+        else:
+            out.append((f.name, base))
+    _column_converters[using] = out
+    return out
+
+
+def to_values(row: Mapping[str, Any], converters: list[tuple[str, Callable[[Any], Any]]]) -> tuple[Any, ...]:
+    """One record as the column values of an INSERT, adapted for the database like the ORM does."""
+    if not row.get("request_id"):
+        raise ValueError("usage record without request_id")
+    if not row.get("record_id"):
+        row = {**row, "record_id": str(row["request_id"])[:32]}
+    get = row.get
+    return tuple(convert(get(name)) for name, convert in converters)
+
+
+def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500) -> None:
+    """Insert rows in one transaction; replays of committed rows are ignored (record_id unique).
+
+    Plain `executemany` rather than ORM objects: this runs on a thread beside the
+    event loop, and every bit of Python work here is GIL time the loop waits for.
+    Raises OperationalError/InterfaceError (and other DatabaseErrors) when the database
+    cannot take them, `_Poison` when it refuses their content.
+    """
+    from django.db import DataError, IntegrityError, connections, transaction
+
+    connection = connections[using]
+    sql, fields = _insert_statement(using)
+    converters = _converters_for(fields, connection.ops, using)
+    try:
+        values = [to_values(r, converters) for r in rows]
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise _Poison(str(exc)) from exc
+    try:
+        with transaction.atomic(using=using), connection.cursor() as cursor:
+            for start in range(0, len(values), batch_size):
+                cursor.executemany(sql, values[start : start + batch_size])
+    except (IntegrityError, DataError) as exc:
+        raise _Poison(str(exc)) from exc
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _spool_pid(name: str) -> int | None:
+    """The owner pid in `spool-<pid>-....jsonl[.tmp]`."""
+    if not name.startswith("spool-"):
+        return None
+    head = name[6:].split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+class _DaemonWorker:
+    """One daemon thread running submitted calls in order.
+
+    A dedicated thread keeps one database connection for the writer, and being a
+    daemon it can never hold the interpreter's exit hostage on a hung connect.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._queue.put((fn, future))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            fn, future = self._queue.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
+                future.set_exception(exc)
+
+
+class UsageSink:
+    """The in-memory queue, the spool and the database writer of one process."""
+
+    def __init__(
+        self,
+        *,
+        spool_dir: str | os.PathLike | None = None,
+        memory_bound: int | None = None,
+        batch: int | None = None,
+        flush_s: float | None = None,
+        using: str = "default",
+        insert: InsertFn | None = None,
+        pid: int | None = None,
+    ) -> None:
+        self._spool_dir = Path(spool_dir) if spool_dir is not None else None
+        self._memory_bound = memory_bound
+        self._batch = batch
+        self._flush_s = flush_s
+        self.using = using
+        self._insert = insert
+        self.pid = pid if pid is not None else os.getpid()
+        self._pending: deque[Row] = deque()  # appended by the request path
+        self._staged: list[Row] = []  # taken by the writer (and logged), not yet committed
+        self._mem_lock = threading.Lock()  # guards _staged swaps; never held across I/O
+        self._db_lock = threading.Lock()  # one drain at a time
+        self._spool_lock = threading.Lock()
+        self._spooled: dict[str, int] = {}  # own spool file name -> rows
+        self._seq = 0
+        self.down_since: float | None = None  # wall time of the first failure of the current outage
+        self.last_error: str = ""
+        self._worker: _DaemonWorker | None = None
+        self._closing = False
+
+    # ------------------------------------------------------------------ settings
+
+    @property
+    def spool_dir(self) -> Path:
+        if self._spool_dir is not None:
+            return self._spool_dir
+        from django.conf import settings
+
+        return Path(settings.SWITCHBOARD_USAGE_SPOOL_DIR)
+
+    def _setting(self, own: Any, name: str) -> Any:
+        if own is not None:
+            return own
+        from django.conf import settings
+
+        return getattr(settings, name)
+
+    @property
+    def memory_bound(self) -> int:
+        return int(self._setting(self._memory_bound, "SWITCHBOARD_USAGE_MEMORY_BOUND"))
+
+    @property
+    def batch(self) -> int:
+        return max(1, int(self._setting(self._batch, "SWITCHBOARD_USAGE_BATCH")))
+
+    @property
+    def flush_s(self) -> float:
+        return float(self._setting(self._flush_s, "SWITCHBOARD_USAGE_FLUSH_S"))
+
+    # ------------------------------------------------------------------ request path
+
+    def record(self, fields: Mapping[str, Any] | None = None, /, **kw: Any) -> None:
+        """Queue one usage record (a dict, which is taken over, or keywords). O(1), no I/O."""
+        if fields is None:
+            row = kw
+        elif kw:
+            row = {**fields, **kw}
+        else:
+            row = fields  # type: ignore[assignment]
+        if "created_at" not in row:
+            row["created_at"] = time.time()
+        self._pending.append(row)
+
+    def discard(self) -> int:
+        """Drop every queued record and return how many (tests that drive the request path in-process)."""
+        with self._mem_lock:
+            dropped = len(self._pending) + len(self._staged)
+            self._pending.clear()
+            self._staged.clear()
+        return dropped
+
+    def backlog(self) -> int:
+        """Records not yet in the database: memory plus spool files."""
+        return len(self._pending) + len(self._staged) + sum(list(self._spooled.values()))
+
+    def memory_count(self) -> int:
+        return len(self._pending) + len(self._staged)
+
+    # ------------------------------------------------------------------ draining
+
+    def _take_pending(self) -> list[Row]:
+        """Move queued records to the caller, logging their request lines once (one call per batch)."""
+        taken: list[Row] = []
+        pending = self._pending
+        while True:
+            try:
+                taken.append(pending.popleft())
+            except IndexError:
+                break
+        if taken:
+            try:
+                log_requests(taken)
+            except Exception:  # noqa: BLE001 - a log failure must not lose the record
+                pass
+        return taken
+
+    def _do_insert(self, rows: list[Row]) -> None:
+        if self._insert is not None:
+            self._insert(rows)
+        else:
+            db_insert(rows, using=self.using, batch_size=self.batch)
+
+    def _write(self, rows: list[Row]) -> bool:
+        """Commit rows; False when the database is unreachable (records kept by the caller)."""
+        from django.db import DatabaseError
+
+        try:
+            self._do_insert(rows)
+        except _Poison:
+            self._write_one_by_one(rows)
+        except DatabaseError as exc:  # OperationalError, InterfaceError, missing table...
+            self._mark_down(exc)
+            return False
+        if self.down_since is not None:
+            log.warning("usage database reachable again after %.1fs", time.time() - self.down_since)
+            self.down_since = None
+        return True
+
+    def _write_one_by_one(self, rows: list[Row]) -> None:
+        from django.db import DatabaseError
+
+        rejected = []
+        for row in rows:
+            try:
+                self._do_insert([row])
+            except _Poison as exc:
+                rejected.append({**row, "_rejected": str(exc)[:500]})
+            except DatabaseError:
+                raise
+        if rejected:
+            path = self.spool_dir / f"rejected-{self.pid}.jsonl"
+            self.spool_dir.mkdir(parents=True, exist_ok=True)
+            with open(path, "ab") as f:
+                f.write(_dumps(rejected))
+                f.flush()
+                os.fsync(f.fileno())
+            log.error("%d usage record(s) refused by the database; kept in %s", len(rejected), path)
+
+    def _mark_down(self, exc: Exception) -> None:
+        if self.down_since is None:
+            self.down_since = time.time()
+            log.warning("usage database unreachable (%s); keeping records in memory, then in %s", exc, self.spool_dir)
+        self.last_error = str(exc)
+        if self._insert is None:
+            try:
+                from django.db import connections
+
+                connections[self.using].close()
+            except Exception:  # noqa: BLE001 - the connection is already broken
+                pass
+
+    def drain(self) -> bool:
+        """Write spool files (oldest first), then memory. True when nothing is left to write.
+
+        Runs in a thread (writer thread, flush_now, shutdown); one drain at a time.
+        """
+        with self._db_lock:
+            ok = self._drain_spool() and self._drain_memory()
+            if not ok and self.memory_count() > self.memory_bound:
+                self.spill()
+            return ok
+
+    def _drain_spool(self) -> bool:
+        for path in self._own_spool_files():
+            rows = self._read_spool(path)
+            if rows and not self._write(rows):
+                return False
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            self._spooled.pop(path.name, None)
+        return True
+
+    def _drain_memory(self) -> bool:
+        with self._mem_lock:
+            self._staged.extend(self._take_pending())
+            staged = self._staged
+            todo = list(staged)
+        size = self.batch
+        for i in range(0, len(todo), size):
+            chunk = todo[i : i + size]
+            if not self._write(chunk):
+                return False
+            with self._mem_lock:
+                if self._staged is not staged:  # spilled meanwhile: the spool file has them
+                    return True
+                del staged[: len(chunk)]
+        return True
+
+    def flush_now(self) -> bool:
+        """Synchronously write everything pending (tests, management commands). True when all is in."""
+        return self.drain()
+
+    # ------------------------------------------------------------------ spool
+
+    def spill(self) -> int:
+        """Move every record in memory to a new spool file (fsynced). Returns rows written."""
+        with self._mem_lock:
+            rows = self._staged + self._take_pending()
+            self._staged = []
+        if not rows:
+            return 0
+        try:
+            self._write_spool(rows)
+        except OSError:
+            with self._mem_lock:  # disk failed too: keep them in memory rather than lose them
+                self._staged[:0] = rows
+            log.exception("cannot write usage spool file in %s; %d records stay in memory", self.spool_dir, len(rows))
+            return 0
+        return len(rows)
+
+    def _write_spool(self, rows: list[Row]) -> Path:
+        with self._spool_lock:
+            directory = self.spool_dir
+            directory.mkdir(parents=True, exist_ok=True)
+            self._seq += 1
+            name = f"spool-{self.pid}-{time.time_ns()}-{self._seq}.jsonl"
+            tmp = directory / (name + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(_dumps(rows))
+                f.flush()
+                os.fsync(f.fileno())
+            path = directory / name
+            os.replace(tmp, path)
+            _fsync_dir(directory)
+            self._spooled[name] = len(rows)
+        log.info("spooled %d usage records to %s", len(rows), path)
+        return path
+
+    def _read_spool(self, path: Path) -> list[Row]:
+        rows: list[Row] = []
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return rows
+        for line in data.splitlines():
+            if not line.strip():
+                continue
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                log.warning("skipping a torn line in usage spool file %s", path)
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
+
+    def _own_spool_files(self) -> list[Path]:
+        directory = self.spool_dir
+        prefix = f"spool-{self.pid}-"
+        try:
+            entries = [e for e in os.scandir(directory) if e.name.startswith(prefix) and e.name.endswith(".jsonl")]
+        except FileNotFoundError:
+            return []
+        entries.sort(key=lambda e: (e.stat().st_mtime_ns, e.name))
+        paths = [Path(e.path) for e in entries]
+        for p in paths:
+            if p.name not in self._spooled:
+                self._spooled[p.name] = len(self._read_spool(p))
+        return paths
+
+    def adopt_orphans(self) -> int:
+        """Claim spool files left by dead processes (rename into our name). Returns files claimed."""
+        directory = self.spool_dir
+        try:
+            names = os.listdir(directory)
+        except FileNotFoundError:
+            return 0
+        claimed = 0
+        for name in names:
+            owner = _spool_pid(name)
+            if owner is None or owner == self.pid or _pid_alive(owner):
+                continue
+            if not (name.endswith(".jsonl") or name.endswith(".jsonl.tmp")):
+                continue
+            with self._spool_lock:
+                self._seq += 1
+                new = f"spool-{self.pid}-{time.time_ns()}-{self._seq}.jsonl"
+            try:
+                os.rename(directory / name, directory / new)
+            except FileNotFoundError:  # another process claimed it first
+                continue
+            claimed += 1
+            log.info("adopted usage spool file %s of dead process %s", name, owner)
+        if claimed:
+            self._own_spool_files()  # count their rows into the backlog
+        return claimed
+
+    # ------------------------------------------------------------------ background
+
+    def _submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        if self._worker is None:
+            self._worker = _DaemonWorker("switchboard-usage-writer")
+        return self._worker.submit(fn)
+
+    async def run_writer(self) -> None:
+        """Drain every SWITCHBOARD_USAGE_FLUSH_S off the loop; spill past the memory bound."""
+        loop = asyncio.get_running_loop()
+        _register_exit_hooks()
+        await asyncio.wrap_future(self._submit(self.adopt_orphans))
+        last_adopt = time.monotonic()
+        while True:
+            await asyncio.sleep(self.flush_s)
+            if time.monotonic() - last_adopt >= 30:
+                last_adopt = time.monotonic()
+                self._submit(self.adopt_orphans)
+            if not (self._pending or self._staged or self._spooled):
+                continue
+            future = asyncio.wrap_future(self._submit(self.drain))
+            while True:
+                done, _ = await asyncio.wait({future}, timeout=self.flush_s)
+                if done:
+                    break
+                if self.memory_count() > self.memory_bound:  # the database hangs: bound memory anyway
+                    await loop.run_in_executor(None, self.spill)
+            try:
+                future.result()
+            except Exception:  # noqa: BLE001 - keep writing; records are still held
+                log.exception("usage writer drain failed")
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Flush to the database if it answers within timeout_s, else spool what is left."""
+        if not self._pending and not self._staged and not self._spooled:
+            try:
+                if not self._own_spool_files():
+                    return
+            except OSError:
+                return
+        done = threading.Event()
+
+        def attempt() -> None:
+            try:
+                self.drain()
+            except Exception:  # noqa: BLE001
+                log.exception("usage flush at shutdown failed")
+            finally:
+                done.set()
+
+        threading.Thread(target=attempt, name="switchboard-usage-shutdown", daemon=True).start()
+        done.wait(timeout_s)
+        if self.memory_count():
+            self.spill()
+
+    def spool_now(self) -> None:
+        """Signal-handler safe: spool memory without touching the database; skip if busy."""
+        if self._spool_lock.locked() or not self._mem_lock.acquire(blocking=False):
+            return
+        self._mem_lock.release()
+        self.spill()
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- process singleton
+
+sink = UsageSink()
+record = sink.record
+backlog = sink.backlog
+
+
+def flush_now() -> bool:
+    return sink.flush_now()
+
+
+def shutdown(timeout_s: float = 5.0) -> None:
+    sink.shutdown(timeout_s)
+
+
+async def run_writer() -> None:
+    """The process's usage writer; started once on the serving loop."""
+    install_signal_handlers()
+    await sink.run_writer()
+
+
+_exit_hooks_registered = False
+
+
+def _register_exit_hooks() -> None:
+    global _exit_hooks_registered
+    if not _exit_hooks_registered:
+        _exit_hooks_registered = True
+        atexit.register(shutdown)
+
+
+def install_signal_handlers() -> bool:
+    """Chain SIGTERM/SIGINT: spool memory to disk first, then the previous handler.
+
+    Servers that handle SIGTERM gracefully (daphne via Twisted, uvicorn) then exit
+    normally and the atexit hook flushes; a server that would die on the default
+    action still leaves its records on disk. Only possible from the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        _register_exit_hooks()
+        return False
+    _register_exit_hooks()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(signum)
+        if getattr(previous, "_switchboard_usage", False):
+            continue
+        signal.signal(signum, _chained(previous))
+    return True
+
+
+def _chained(previous: Any) -> Callable[[int, Any], None]:
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            sink.spool_now()
+        except Exception:  # noqa: BLE001 - never block the server's own shutdown
+            pass
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            signal.signal(signum, signal.SIG_DFL)
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signum)
+
+    handler._switchboard_usage = True  # type: ignore[attr-defined]
+    return handler

@@ -1,0 +1,36 @@
+"""Django-side views: /metrics."""
+
+from __future__ import annotations
+
+import orjson
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+
+FORBIDDEN = orjson.dumps(
+    {
+        "error": {
+            "message": "/metrics is restricted to staff (SWITCHBOARD_METRICS_PUBLIC is false): "
+            "log in to the admin as a staff user, or make it public.",
+            "type": "permission_error",
+            "code": "forbidden",
+            "param": None,
+        }
+    }
+)
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """Prometheus exposition of the default registry (django-prometheus + CONTRACT §7)."""
+    if not settings.SWITCHBOARD_METRICS_PUBLIC:
+        user = getattr(request, "user", None)
+        if not (user is not None and user.is_authenticated and user.is_active and user.is_staff):
+            return HttpResponse(FORBIDDEN, status=403, content_type="application/json")
+    from django_prometheus.exports import ExportToDjangoView
+
+    from routing.config import live
+    from routing.core.breaker import registry
+    from routing.ops import dashboard, metrics
+
+    views = dashboard.call_on_loop(registry.views)  # breakers belong to the serving loop's thread
+    metrics.refresh_circuits(live.current(), views)
+    return ExportToDjangoView(request)

@@ -1,0 +1,224 @@
+"""Circuit breaker transitions (CONTRACT R5), in simulated time."""
+
+from __future__ import annotations
+
+import asyncio
+
+from routing.core.breaker import BreakerRegistry, State
+from tests.core.fakes import FakeClock
+
+KEY = ("local-a", "chat-a")
+TH, CD = 3, 30.0
+
+
+def make() -> tuple[BreakerRegistry, FakeClock, list[tuple[tuple[str, ...], State, State]]]:
+    clock = FakeClock()
+    wall = FakeClock(1_700_000_000.0)
+    reg = BreakerRegistry(clock=clock, wall=wall)
+    reg.wall = wall  # type: ignore[attr-defined]
+    events: list[tuple[tuple[str, ...], State, State]] = []
+    reg.add_listener(lambda k, old, new: events.append((k, old, new)))
+    return reg, clock, events
+
+
+def trip(reg: BreakerRegistry) -> None:
+    for _ in range(TH):
+        assert reg.admit(KEY, TH, CD).allowed
+        reg.record_failure(KEY, False, TH, CD)
+
+
+def test_closed_admits_without_probe() -> None:
+    reg, _, events = make()
+    adm = reg.admit(KEY, TH, CD)
+    assert adm.allowed and not adm.probe
+    assert reg.state(KEY) is State.CLOSED
+    assert events == []
+
+
+def test_opens_after_threshold_consecutive_failures() -> None:
+    reg, _, events = make()
+    for _ in range(TH - 1):
+        reg.record_failure(KEY, False, TH, CD)
+    assert reg.state(KEY) is State.CLOSED
+    reg.record_failure(KEY, False, TH, CD)
+    assert reg.state(KEY) is State.OPEN
+    assert events == [(KEY, State.CLOSED, State.OPEN)]
+
+
+def test_success_resets_the_consecutive_count() -> None:
+    reg, _, _ = make()
+    for _ in range(TH - 1):
+        reg.record_failure(KEY, False, TH, CD)
+    reg.record_success(KEY, False)
+    for _ in range(TH - 1):
+        reg.record_failure(KEY, False, TH, CD)
+    assert reg.state(KEY) is State.CLOSED
+
+
+def test_open_rejects_with_remaining_cooldown() -> None:
+    reg, clock, _ = make()
+    trip(reg)
+    clock.advance(10)
+    adm = reg.admit(KEY, TH, CD)
+    assert not adm.allowed
+    assert adm.retry_after_s == 20.0
+
+
+def test_half_open_after_cooldown_admits_one_probe_and_success_closes() -> None:
+    reg, clock, events = make()
+    trip(reg)
+    clock.advance(CD)
+    adm = reg.admit(KEY, TH, CD)
+    assert adm.allowed and adm.probe
+    assert reg.state(KEY) is State.HALF_OPEN
+    other = reg.admit(KEY, TH, CD)
+    assert not other.allowed and other.retry_after_s == CD
+    reg.record_success(KEY, True)
+    assert reg.state(KEY) is State.CLOSED
+    assert [e[1:] for e in events] == [
+        (State.CLOSED, State.OPEN),
+        (State.OPEN, State.HALF_OPEN),
+        (State.HALF_OPEN, State.CLOSED),
+    ]
+    assert reg.admit(KEY, TH, CD).allowed
+
+
+def test_probe_failure_reopens_for_a_new_cooldown() -> None:
+    reg, clock, events = make()
+    trip(reg)
+    clock.advance(CD)
+    assert reg.admit(KEY, TH, CD).probe
+    clock.advance(2)
+    reg.record_failure(KEY, True, TH, CD)
+    assert reg.state(KEY) is State.OPEN
+    assert reg.admit(KEY, TH, CD).retry_after_s == CD
+    clock.advance(CD - 0.5)
+    assert not reg.admit(KEY, TH, CD).allowed
+    clock.advance(0.5)
+    assert reg.admit(KEY, TH, CD).probe
+    assert events[-2][1:] == (State.HALF_OPEN, State.OPEN)
+
+
+async def test_twenty_concurrent_admits_after_cooldown_yield_exactly_one_probe() -> None:
+    reg, clock, _ = make()
+    trip(reg)
+    clock.advance(CD + 1)
+
+    async def one():
+        await asyncio.sleep(0)
+        return reg.admit(KEY, TH, CD)
+
+    results = await asyncio.gather(*(one() for _ in range(20)))
+    assert sum(r.allowed for r in results) == 1
+    assert sum(r.probe for r in results) == 1
+    assert all(r.retry_after_s > 0 for r in results if not r.allowed)
+
+
+def test_lost_probe_is_rearmed_after_one_cooldown() -> None:
+    reg, clock, _ = make()
+    trip(reg)
+    clock.advance(CD)
+    assert reg.admit(KEY, TH, CD).probe  # this probe never reports back
+    clock.advance(CD - 1)
+    refused = reg.admit(KEY, TH, CD)
+    assert not refused.allowed and refused.retry_after_s == 1.0
+    clock.advance(1)
+    again = reg.admit(KEY, TH, CD)
+    assert again.allowed and again.probe
+    assert not reg.admit(KEY, TH, CD).allowed
+
+
+def test_release_frees_the_probe_slot_without_charging() -> None:
+    reg, clock, _ = make()
+    trip(reg)
+    clock.advance(CD)
+    assert reg.admit(KEY, TH, CD).probe
+    reg.release(KEY, True)
+    assert reg.state(KEY) is State.HALF_OPEN
+    assert reg.admit(KEY, TH, CD).probe
+
+
+def test_release_of_non_probe_changes_nothing() -> None:
+    reg, _, _ = make()
+    reg.record_failure(KEY, False, TH, CD)
+    reg.release(KEY, False)
+    view = reg.views()[0]
+    assert view.consecutive_failures == 1 and view.state is State.CLOSED
+
+
+def test_force_open_holds_until_reset() -> None:
+    reg, clock, events = make()
+    reg.force_open(KEY, "maintenance", None)
+    assert reg.state(KEY) is State.OPEN
+    clock.advance(10 * CD)
+    assert not reg.admit(KEY, TH, CD).allowed  # no probe while forced
+    reg.record_success(KEY, True)
+    assert reg.state(KEY) is State.OPEN
+    (view,) = reg.views()
+    assert view.forced_reason == "maintenance" and view.forced_until is None
+    reg.reset(KEY)
+    assert reg.state(KEY) is State.CLOSED
+    assert reg.admit(KEY, TH, CD).allowed
+    assert [e[1:] for e in events] == [(State.CLOSED, State.OPEN), (State.OPEN, State.CLOSED)]
+
+
+def test_force_open_expires_at_its_epoch() -> None:
+    reg, _, _ = make()
+    wall = reg.wall  # type: ignore[attr-defined]
+    reg.force_open(KEY, "upgrade", wall.t + 60)
+    adm = reg.admit(KEY, TH, CD)
+    assert not adm.allowed and adm.retry_after_s == 60
+    wall.advance(60)
+    assert reg.admit(KEY, TH, CD).allowed
+    assert reg.state(KEY) is State.CLOSED
+    assert reg.views()[0].forced_reason is None
+
+
+def test_reset_closes_an_open_breaker() -> None:
+    reg, _, _ = make()
+    trip(reg)
+    reg.reset(KEY)
+    assert reg.state(KEY) is State.CLOSED
+    assert reg.views()[0].consecutive_failures == 0
+
+
+def test_views_report_cooldown_and_advance_to_half_open() -> None:
+    reg, clock, events = make()
+    trip(reg)
+    clock.advance(12)
+    (view,) = reg.views()
+    assert view.state is State.OPEN and view.cooldown_remaining_s == 18 and view.consecutive_failures == TH
+    clock.advance(18)
+    assert reg.views()[0].state is State.HALF_OPEN
+    assert reg.admit(KEY, TH, CD).probe
+    assert events[-1][1:] == (State.OPEN, State.HALF_OPEN)
+
+
+def test_a_failing_listener_does_not_break_transitions() -> None:
+    reg, _, events = make()
+
+    def broken(*_):
+        raise RuntimeError("listener bug")
+
+    reg.add_listener(broken)
+    trip(reg)
+    assert reg.state(KEY) is State.OPEN
+    assert len(events) == 1
+
+
+def test_retain_drops_removed_links_and_keeps_the_rest() -> None:
+    reg, _, _ = make()
+    other = ("local-b", "chat-b")
+    trip(reg)
+    reg.record_failure(other, False, TH, CD)
+    reg.retain({KEY})
+    assert reg.state(KEY) is State.OPEN
+    assert [v.key for v in reg.views()] == [KEY]
+
+
+def test_byo_key_is_independent_of_shared_key() -> None:
+    reg, _, _ = make()
+    byo = KEY + ("org:acme",)
+    trip(reg)
+    assert reg.admit(byo, TH, CD).allowed
+    assert not reg.admit(KEY, TH, CD).allowed

@@ -1,0 +1,268 @@
+"""Stream commit point and relay (CONTRACT R6, R7)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import orjson
+import pytest
+
+from routing.core.errors import FailureKind as K
+from routing.core.errors import UpstreamFailure
+from routing.core.stream import open_stream
+from tests.core.fakes import FakeClock
+
+FRAME1 = b'data: {"id":"c1","choices":[{"delta":{"content":"Hel"}}]}\n\n'
+FRAME2 = b'data: {"id":"c1","choices":[{"delta":{"content":"lo"}}]}\n\n'
+DONE = b"data: [DONE]\n\n"
+HANG = object()
+
+
+class Source:
+    """An upstream chunk iterator that records whether it was closed."""
+
+    def __init__(self, *items: object) -> None:
+        self.items = list(items)
+        self.closed = False
+        self.wake = asyncio.Event()
+
+    async def gen(self) -> AsyncIterator[bytes]:
+        try:
+            for item in self.items:
+                if item is HANG:
+                    await self.wake.wait()
+                    raise ConnectionResetError("connection aborted")
+                if isinstance(item, BaseException):
+                    raise item
+                yield item  # type: ignore[misc]
+        finally:
+            self.closed = True
+
+
+async def opened(
+    src: Source, first_token_s: float = 30.0, idle_s: float = 60.0, deadline_in: float = 600.0, close=None
+):
+    clock = FakeClock()
+    return await open_stream(src.gen(), first_token_s, idle_s, clock() + deadline_in, clock=clock, close=close)
+
+
+async def collect(stream) -> list[bytes]:
+    out = []
+    async for chunk in stream.relay():
+        out.append(chunk)
+    return out
+
+
+def error_code(frame: bytes) -> str:
+    assert frame.startswith(b"data: ") and frame.endswith(b"\n\n")
+    return orjson.loads(frame[6:])["error"]["code"]
+
+
+async def test_first_content_frame_commits_and_relay_is_byte_identical() -> None:
+    chunks = [b": keep-alive\n\n", b"event: message\n", FRAME1, FRAME2[:10], FRAME2[10:] + DONE]
+    src = Source(*chunks)
+    stream = await opened(src)
+    assert stream.first == b"".join(chunks[:3])
+    out = await collect(stream)
+    assert b"".join(out) == b"".join(chunks)
+    assert out[1:] == chunks[3:]  # later chunks are passed through unchanged, one by one
+    assert stream.done_seen
+    assert src.closed
+
+
+async def test_comment_and_empty_data_frames_do_not_commit() -> None:
+    src = Source(b": ping\n\n", b"data: \n\n", b"data:\n\n")
+    with pytest.raises(UpstreamFailure) as exc:
+        await opened(src)
+    assert exc.value.kind is K.EMPTY_STREAM
+    assert src.closed
+
+
+async def test_error_frame_before_content_is_a_stream_error() -> None:
+    src = Source(b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n', FRAME1)
+    with pytest.raises(UpstreamFailure) as exc:
+        await opened(src)
+    assert exc.value.kind is K.STREAM_ERROR and exc.value.is_retryable
+    assert "overloaded" in exc.value.message
+    assert src.closed
+
+
+async def test_done_before_content_is_an_empty_stream() -> None:
+    with pytest.raises(UpstreamFailure) as exc:
+        await opened(Source(b": hi\n\n" + DONE))
+    assert exc.value.kind is K.EMPTY_STREAM
+
+
+@pytest.mark.parametrize("chunks", [(), (b'data: {"partial": tru',)])
+async def test_eof_before_a_complete_frame_is_an_empty_stream(chunks: tuple[bytes, ...]) -> None:
+    with pytest.raises(UpstreamFailure) as exc:
+        await opened(Source(*chunks))
+    assert exc.value.kind is K.EMPTY_STREAM
+
+
+async def test_exception_before_commit_is_a_stream_error() -> None:
+    src = Source(b": hi\n\n", ConnectionResetError("reset by peer"))
+    with pytest.raises(UpstreamFailure) as exc:
+        await opened(src)
+    assert exc.value.kind is K.STREAM_ERROR
+    assert src.closed
+
+
+async def test_upstream_failure_from_the_source_keeps_its_kind() -> None:
+    with pytest.raises(UpstreamFailure) as exc:
+        await opened(Source(UpstreamFailure(K.READ_TIMEOUT, "read timed out")))
+    assert exc.value.kind is K.READ_TIMEOUT
+
+
+async def test_no_frame_within_first_token_timeout() -> None:
+    src = Source(b": hi\n\n", HANG)
+    with pytest.raises(UpstreamFailure) as exc:
+        await asyncio.wait_for(opened(src, first_token_s=0.02), 5)
+    assert exc.value.kind is K.FIRST_TOKEN_TIMEOUT
+    assert src.closed
+
+
+async def test_first_token_wait_is_capped_by_the_deadline() -> None:
+    src = Source(HANG)
+    with pytest.raises(UpstreamFailure) as exc:
+        await asyncio.wait_for(opened(src, first_token_s=30.0, deadline_in=0.02), 5)
+    assert exc.value.kind is K.FIRST_TOKEN_TIMEOUT
+
+
+async def test_idle_silence_after_commit_ends_with_one_terminal_frame() -> None:
+    src = Source(FRAME1, HANG)
+    stream = await opened(src, idle_s=0.02)
+    out = await asyncio.wait_for(collect(stream), 5)
+    assert out[0] == FRAME1
+    assert len(out) == 2 and error_code(out[1]) == "first_token_timeout"
+    assert b"[DONE]" not in out[1]
+    assert src.closed
+
+
+async def test_missing_done_ends_with_upstream_stream_error_frame() -> None:
+    stream = await opened(Source(FRAME1, FRAME2))
+    out = await collect(stream)
+    assert out[:2] == [FRAME1, FRAME2]
+    assert len(out) == 3 and error_code(out[2]) == "upstream_stream_error"
+    body = orjson.loads(out[2][6:])
+    assert set(body["error"]) == {"message", "type", "code", "param"} and body["error"]["param"] is None
+
+
+async def test_break_after_commit_ends_with_upstream_stream_error_frame() -> None:
+    stream = await opened(Source(FRAME1, ConnectionResetError("gone")))
+    out = await collect(stream)
+    assert len(out) == 2 and error_code(out[1]) == "upstream_stream_error"
+
+
+async def test_terminal_frame_never_glues_onto_a_half_sent_frame() -> None:
+    stream = await opened(Source(FRAME1, b'data: {"id":"c1","cho'))
+    out = await collect(stream)
+    assert out[2].startswith(b"\n\ndata: ")
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        [b"da", b"ta: [DO", b"NE]\n\n"],
+        [b"data: [", b"DONE]\n\n"],
+        [b"data: [DONE]\n", b"\n"],
+    ],
+)
+async def test_done_split_across_chunks_is_recognised(tail: list[bytes]) -> None:
+    stream = await opened(Source(FRAME1, FRAME2, *tail))
+    out = await collect(stream)
+    assert b"".join(out) == FRAME1 + FRAME2 + b"".join(tail)
+    assert b"error" not in b"".join(out[1:])
+
+
+async def test_done_after_a_newline_sent_alone_is_recognised() -> None:
+    chunks = [FRAME1, FRAME2[:-1], b"\n", b"data:[DONE]\n\n"]
+    out = await collect(await opened(Source(*chunks)))
+    assert out == chunks
+    assert b"error" not in b"".join(out[1:])
+
+
+async def test_done_in_the_first_chunk_is_recognised() -> None:
+    stream = await opened(Source(FRAME1 + FRAME2 + DONE))
+    assert await collect(stream) == [FRAME1 + FRAME2 + DONE]
+
+
+async def test_crlf_framing_commits_and_ends_cleanly() -> None:
+    chunks = [b": x\r\n\r\n", b'data: {"a":1}\r\n\r\n', b"data: [DONE]\r\n\r\n"]
+    stream = await opened(Source(*chunks))
+    assert b"".join(await collect(stream)) == b"".join(chunks)
+
+
+async def test_done_text_inside_content_does_not_count_as_the_terminator() -> None:
+    content = b'data: {"choices":[{"delta":{"content":"[DONE]"}}]}\n\n'
+    out = await collect(await opened(Source(FRAME1, content)))
+    assert error_code(out[-1]) == "upstream_stream_error"
+
+
+async def test_upstream_error_frame_after_commit_is_relayed_without_a_second_terminal() -> None:
+    err = b'data: {"error": {"message": "overloaded"}}\n\n'
+    out = await collect(await opened(Source(FRAME1, err)))
+    assert out == [FRAME1, err]
+
+
+async def test_aclose_closes_the_source_and_the_connection() -> None:
+    src = Source(FRAME1, FRAME2, DONE)
+    closed = []
+
+    async def close() -> None:
+        closed.append(True)
+
+    stream = await opened(src, close=close)
+    relay = stream.relay()
+    assert await relay.__anext__() == FRAME1
+    await stream.aclose()
+    assert src.closed and closed == [True]
+    await stream.aclose()  # idempotent
+    assert closed == [True]
+
+
+async def test_aclose_from_another_task_aborts_a_waiting_relay_promptly() -> None:
+    src = Source(FRAME1, HANG)
+
+    async def close() -> None:
+        src.wake.set()  # like closing the HTTP response: the pending read fails at once
+
+    stream = await opened(src, close=close)
+    got: list[bytes] = []
+
+    async def consume() -> None:
+        async for chunk in stream.relay():
+            got.append(chunk)
+
+    task = asyncio.create_task(consume())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert got == [FRAME1]
+    await stream.aclose()
+    await asyncio.wait_for(task, 0.1)
+    assert got == [FRAME1]  # the client is gone: no terminal frame
+    assert src.closed
+
+
+async def test_cancelling_the_relay_task_closes_the_source() -> None:
+    src = Source(FRAME1, HANG)
+    stream = await opened(src)
+    task = asyncio.create_task(collect(stream))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 0.1)
+    assert src.closed
+
+
+async def test_cancelling_the_peek_closes_the_source() -> None:
+    src = Source(HANG)
+    task = asyncio.create_task(opened(src))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert src.closed

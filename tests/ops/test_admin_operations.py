@@ -1,0 +1,101 @@
+"""Operator tools in the admin: explain a route, and breaker controls as admin actions."""
+
+from __future__ import annotations
+
+import pytest
+
+from providers.models import Model, Provider
+from routing.config import live
+from routing.config.snapshot import build_snapshot
+from routing.core.breaker import State, registry
+from routing.models import BreakerAction
+
+DOC = {
+    "providers": [{"name": "adm-p", "dialect": "openai", "base_url": "http://127.0.0.1:9/v1"}],
+    "models": [
+        {
+            "id": "adm-big",
+            "provider": "adm-p",
+            "upstream_model": "b",
+            "capabilities": ["chat"],
+            "context_window": 100000,
+        },
+        {
+            "id": "adm-a",
+            "provider": "adm-p",
+            "upstream_model": "a",
+            "capabilities": ["chat"],
+            "context_window": 50,
+            "fallbacks": ["vendor/x", "adm-big"],
+        },
+        {"id": "vendor/x", "provider": "adm-p", "upstream_model": "x", "capabilities": ["chat"]},
+    ],
+    "orgs": [{"name": "adm-org", "policies": [{"pattern": "vendor/*", "action": "deny", "priority": 1}]}],
+}
+
+
+@pytest.fixture
+def served():
+    previous = live.current()
+    live.swap(build_snapshot(DOC, [], {}, version=42))
+    yield live.current()
+    live.swap(previous)
+
+
+@pytest.fixture
+def staff_client(client, django_user_model):
+    user = django_user_model.objects.create_superuser("adm-op", password="pw-adm-123")
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.django_db
+def test_explain_route_page_shows_the_policy_and_each_link_kept_or_skipped(staff_client, served):
+    response = staff_client.get(
+        "/admin/explain-route/", {"org": "adm-org", "model": "adm-a", "kind": "chat", "tokens": 500}
+    )
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "version 42" in html
+    assert 'data-model="adm-a" data-kept="false"' in html  # 500 tokens > its 50-token window
+    assert "skipped: context_length" in html
+    assert 'data-model="vendor/x" data-kept="false"' in html and "skipped: model_denied" in html
+    assert 'data-model="adm-big" data-kept="true"' in html
+
+
+@pytest.mark.django_db
+def test_explain_route_page_is_staff_only(client, served):
+    response = client.get("/admin/explain-route/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+@pytest.mark.django_db
+def test_admin_actions_force_open_then_reset_a_breaker_and_log_who(staff_client, served):
+    provider = Provider.objects.create(name="adm-p", dialect="openai", base_url="http://127.0.0.1:9/v1")
+    model = Model.objects.create(public_id="adm-big", provider=provider, upstream_model="b", capabilities=["chat"])
+    key = ("adm-p", "adm-big")
+    registry.reset(key)
+
+    changelist = "/admin/providers/model/"
+    response = staff_client.post(
+        changelist, {"action": "force_open_breakers", "_selected_action": [model.pk]}, follow=True
+    )
+    assert "forced open for 30 minutes" in response.content.decode()
+    assert registry.state(key) is State.OPEN
+    assert not registry.admit(key, 5, 30).allowed
+
+    staff_client.post(changelist, {"action": "reset_breakers", "_selected_action": [model.pk]}, follow=True)
+    assert registry.state(key) is State.CLOSED
+    actions = list(BreakerAction.objects.order_by("created_at").values_list("action", "user", "model"))
+    assert actions == [("force_open", "adm-op", "adm-big"), ("reset", "adm-op", "adm-big")]
+
+
+@pytest.mark.django_db
+def test_admin_breaker_action_on_a_model_the_server_does_not_serve_says_so(staff_client, served):
+    provider = Provider.objects.create(name="other-p", dialect="openai", base_url="http://127.0.0.1:9/v1")
+    model = Model.objects.create(public_id="not-served", provider=provider, upstream_model="n", capabilities=["chat"])
+    response = staff_client.post(
+        "/admin/providers/model/", {"action": "reset_breakers", "_selected_action": [model.pk]}, follow=True
+    )
+    assert "no configured link other-p/not-served" in response.content.decode()
+    assert not BreakerAction.objects.exists()

@@ -1,0 +1,377 @@
+"""The live dashboard: staff-only pages and socket, state, events, controls, counters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from channels.auth import AuthMiddlewareStack
+from channels.layers import get_channel_layer
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from routing.core.breaker import State, registry
+from routing.models import BreakerAction, UsageRecord
+from routing.ops import dashboard
+
+APP = URLRouter(dashboard.websocket_urlpatterns)
+
+
+# --------------------------------------------------------------------------- pages
+
+
+@pytest.mark.django_db
+def test_dashboard_page_is_for_staff_only(client, snapshot, staff_user, plain_user):
+    response = client.get("/dashboard/")
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/?next=/dashboard/")
+    client.force_login(plain_user)
+    assert client.get("/dashboard/").status_code == 403
+    client.force_login(staff_user)
+    response = client.get("/dashboard/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'data-ws-path="/ws/dashboard/"' in html and 'id="link-rows"' in html
+
+
+@pytest.mark.django_db
+def test_dashboard_page_carries_the_current_state(client, snapshot, staff_user):
+    registry.force_open(("op-b", "op-chat-b"), "provider maintenance", None)
+    client.force_login(staff_user)
+    html = client.get("/dashboard/").content.decode()
+    start = html.index('<script id="initial-state" type="application/json">') + len(
+        '<script id="initial-state" type="application/json">'
+    )
+    state = json.loads(html[start : html.index("</script>", start)])
+    links = {link["link"]: link for link in state["links"]}
+    assert links["op-a/op-chat"]["state"] == "closed"
+    assert (
+        links["op-b/op-chat-b"]["state"] == "forced"
+        and links["op-b/op-chat-b"]["forced_reason"] == "provider maintenance"
+    )
+    assert {p["name"]: p["status"] for p in state["providers"]} == {"op-a": "unknown", "op-b": "unknown"}
+
+
+@pytest.mark.django_db
+def test_usage_summary_is_staff_only_and_aggregates_per_model(client, staff_user, plain_user):
+    from django.utils import timezone
+
+    now = timezone.now()
+    UsageRecord.objects.create(
+        request_id="u1",
+        created_at=now,
+        endpoint="chat",
+        model_used="op-chat",
+        status=200,
+        prompt_tokens=10,
+        completion_tokens=4,
+        cost="0.5",
+    )
+    UsageRecord.objects.create(
+        request_id="u2",
+        created_at=now,
+        endpoint="chat",
+        model_used="op-chat",
+        status=502,
+        fallback_reason="upstream_5xx",
+    )
+    UsageRecord.objects.create(
+        request_id="u3",
+        created_at=now,
+        endpoint="chat",
+        model_used="op-chat-b",
+        status=200,
+        prompt_tokens=1,
+        completion_tokens=1,
+    )
+    assert client.get("/dashboard/usage/").status_code == 302
+    client.force_login(plain_user)
+    assert client.get("/dashboard/usage/").status_code == 403
+    client.force_login(staff_user)
+    response = client.get("/dashboard/usage/")
+    rows = {r["model_used"]: r for r in response.context["rows"]}
+    assert rows["op-chat"]["requests"] == 2 and rows["op-chat"]["errors"] == 1 and rows["op-chat"]["fallbacks"] == 1
+    assert rows["op-chat"]["prompt_tokens"] == 10 and float(rows["op-chat"]["cost"]) == 0.5
+    assert response.context["totals"]["requests"] == 3
+    assert 'data-model="op-chat-b"' in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_admin_index_links_to_the_dashboard(client, django_user_model):
+    admin = django_user_model.objects.create_superuser("op-admin", password="pw-admin-123")
+    client.force_login(admin)
+    html = client.get("/admin/").content.decode()
+    assert 'id="dashboard-link" href="/dashboard/"' in html
+
+
+# --------------------------------------------------------------------------- counters
+
+
+def test_rolling_counters_give_rates_over_the_window(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(dashboard, "clock", lambda: now[0])
+    model = "rolling-test-model"
+    dashboard._stats.pop(model, None)
+    for i in range(60):
+        dashboard.note_request(model, 200 if i % 4 else 502, "upstream_5xx" if i % 3 == 0 else None)
+    stats = dashboard.model_stats()[model]
+    assert stats["requests"] == 60 and stats["errors"] == 15 and stats["fallbacks"] == 20
+    assert stats["rps"] == 1.0 and stats["error_rate"] == 0.25
+    now[0] += 120  # two minutes later: out of the req/s window, still in the 5-minute one
+    stats = dashboard.model_stats()[model]
+    assert stats["rps"] == 0 and stats["requests"] == 60
+    now[0] += 400  # past the window: forgotten
+    assert dashboard.model_stats()[model]["requests"] == 0
+    dashboard._stats.pop(model, None)
+
+
+def test_request_metrics_feed_the_dashboard_counters(snapshot):
+    from routing.ops import metrics
+
+    dashboard._stats.pop("op-chat", None)
+    metrics.observe_request("chat", "op-chat", "op-chat-b", 200, 0.0002, fallback_reason="upstream_429")
+    stats = dashboard.model_stats()["op-chat"]  # counted for the model the client asked for
+    assert stats["requests"] == 1 and stats["fallbacks"] == 1
+
+
+# --------------------------------------------------------------------------- websocket
+
+
+async def connect_as(user, headers=None):
+    communicator = WebsocketCommunicator(APP, "/ws/dashboard/", headers=headers or [])
+    communicator.scope["user"] = user
+    connected, code = await communicator.connect()
+    return communicator, connected, code
+
+
+async def next_message(communicator, kind, predicate=lambda m: True, tries=20):
+    for _ in range(tries):
+        message = await communicator.receive_json_from(timeout=2)
+        if message["type"] == kind and predicate(message):
+            return message
+    raise AssertionError(f"no {kind} message")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_anonymous_and_non_staff_sockets_are_rejected(snapshot, fresh_layer, plain_user):
+    from django.contrib.auth.models import AnonymousUser
+
+    for user in (AnonymousUser(), plain_user, None):
+        communicator, connected, _ = await connect_as(user)
+        # Accepted only to be closed at once with 4403, so the page can say "sign in as staff";
+        # no state is ever sent.
+        assert connected
+        assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4403}
+        await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_cross_origin_socket_is_rejected(snapshot, fresh_layer, staff_user):
+    communicator, connected, code = await connect_as(
+        staff_user, [(b"origin", b"http://evil.example"), (b"host", b"gateway.local")]
+    )
+    assert not connected and code == 4403
+    communicator, connected, _ = await connect_as(
+        staff_user, [(b"origin", b"http://gateway.local"), (b"host", b"gateway.local")]
+    )
+    assert connected
+    await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_staff_gets_state_then_breaker_transitions_as_events(snapshot, fresh_layer, staff_user):
+    communicator, connected, _ = await connect_as(staff_user)
+    assert connected
+    state = await communicator.receive_json_from(timeout=2)
+    assert state["type"] == "state" and state["process"] == dashboard.PROCESS_ID
+    assert {link["link"]: link["state"] for link in state["links"]} == {
+        "op-a/op-chat": "closed",
+        "op-b/op-chat-b": "closed",
+    }
+
+    for _ in range(3):
+        registry.record_failure(("op-a", "op-chat"), probe=False, threshold=3, cooldown_s=30)
+    message = await next_message(communicator, "events", lambda m: any(e["kind"] == "breaker" for e in m["events"]))
+    event = next(e for e in message["events"] if e["kind"] == "breaker")
+    assert event["link"] == "op-a/op-chat" and event["old"] == "closed" and event["new"] == "open"
+    assert message["process"] == dashboard.PROCESS_ID
+
+    dashboard.note_fallback("op-chat", "op-chat-b", "circuit_open")
+    message = await next_message(communicator, "events", lambda m: any(e["kind"] == "fallback" for e in m["events"]))
+    assert message["events"][-1]["to_model"] == "op-chat-b"
+    await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_reset_from_the_socket_resets_the_breaker_and_is_audited(snapshot, fresh_layer, staff_user):
+    key = ("op-a", "op-chat")
+    registry.record_failure(key, probe=False, threshold=1, cooldown_s=60)
+    assert registry.state(key) is State.OPEN
+    communicator, connected, _ = await connect_as(staff_user)
+    assert connected
+    await communicator.receive_json_from(timeout=2)
+
+    await communicator.send_json_to({"action": "reset", "key": ["op-a", "op-chat"]})
+    ack = await next_message(communicator, "ack")
+    assert ack["ok"] is True and ack["link"] == "op-a/op-chat"
+    assert registry.state(key) is State.CLOSED
+    state = await next_message(communicator, "state")
+    assert {link["link"]: link["state"] for link in state["links"]}["op-a/op-chat"] == "closed"
+    actions = await asyncio.to_thread(lambda: list(BreakerAction.objects.values("user", "provider", "model", "action")))
+    assert actions == [{"user": "op-staff", "provider": "op-a", "model": "op-chat", "action": "reset"}]
+    await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_force_open_with_reason_and_minutes(snapshot, fresh_layer, staff_user):
+    communicator, connected, _ = await connect_as(staff_user)
+    await communicator.receive_json_from(timeout=2)
+    await communicator.send_json_to(
+        {"action": "force-open", "key": ["op-b", "op-chat-b"], "reason": "vendor incident", "minutes": "15"}
+    )
+    ack = await next_message(communicator, "ack")
+    assert ack["ok"] is True
+    view = next(v for v in registry.views() if v.key == ("op-b", "op-chat-b"))
+    assert view.forced_reason == "vendor incident" and 14 * 60 < view.cooldown_remaining_s <= 15 * 60
+    row = await asyncio.to_thread(lambda: BreakerAction.objects.get())
+    assert row.action == "force_open" and row.reason == "vendor incident" and row.expires_at is not None
+    state = await next_message(communicator, "state")
+    assert {link["link"]: link["state"] for link in state["links"]}["op-b/op-chat-b"] == "forced"
+    await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_bad_controls_are_refused_with_a_reason(snapshot, fresh_layer, staff_user):
+    communicator, connected, _ = await connect_as(staff_user)
+    await communicator.receive_json_from(timeout=2)
+    for bad, words in (
+        ({"action": "reset", "key": ["op-a", "nope"]}, "no configured link"),
+        ({"action": "explode", "key": ["op-a", "op-chat"]}, "unknown action"),
+        ({"action": "force_open", "key": ["op-a", "op-chat"], "minutes": "-3"}, "minutes"),
+        ({"action": "reset", "key": ["op-a", "op-chat", "org:ghost"]}, "organisation"),
+    ):
+        await communicator.send_json_to(bad)
+        ack = await next_message(communicator, "ack")
+        assert ack["ok"] is False and words in ack["message"]
+    assert await asyncio.to_thread(BreakerAction.objects.count) == 0
+    await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_real_session_cookie_through_auth_middleware(snapshot, fresh_layer, staff_user, plain_user):
+    def cookie_for(user):
+        c = Client()
+        c.force_login(user)
+        return c.cookies["sessionid"].value
+
+    staff_cookie, plain_cookie = (
+        await asyncio.to_thread(cookie_for, staff_user),
+        await asyncio.to_thread(cookie_for, plain_user),
+    )
+    app = AuthMiddlewareStack(APP)
+    ok = WebsocketCommunicator(app, "/ws/dashboard/", headers=[(b"cookie", f"sessionid={staff_cookie}".encode())])
+    connected, _ = await ok.connect()
+    assert connected and (await ok.receive_json_from(timeout=2))["type"] == "state"
+    await ok.disconnect()
+    refused = WebsocketCommunicator(app, "/ws/dashboard/", headers=[(b"cookie", f"sessionid={plain_cookie}".encode())])
+    connected, _ = await refused.connect()
+    assert connected
+    assert await refused.receive_output(timeout=2) == {"type": "websocket.close", "code": 4403}
+
+
+async def test_control_listener_applies_controls_from_other_processes(snapshot, fresh_layer):
+    key = ("op-a", "op-chat")
+    registry.record_failure(key, probe=False, threshold=1, cooldown_s=60)
+    listener = asyncio.create_task(dashboard.control_listener())
+    try:
+        layer = get_channel_layer()
+        for _ in range(100):  # wait until the listener has joined its group
+            if layer.groups.get(dashboard.CONTROL_GROUP):
+                break
+            await asyncio.sleep(0.01)
+        await layer.group_send(
+            dashboard.CONTROL_GROUP,
+            {
+                "type": "control.apply",
+                "origin": "other-host:1",
+                "control": {"action": "reset", "key": list(key), "reason": "", "until": None},
+            },
+        )
+        for _ in range(100):
+            if registry.state(key) is State.CLOSED:
+                break
+            await asyncio.sleep(0.01)
+        assert registry.state(key) is State.CLOSED
+    finally:
+        listener.cancel()
+
+
+async def test_broadcaster_publishes_state_to_viewers(snapshot, fresh_layer, settings):
+    settings.SWITCHBOARD_DASHBOARD_REFRESH_S = 0.01
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add(dashboard.DASHBOARD_GROUP, channel)
+    dashboard.viewers = 1
+    task = asyncio.create_task(dashboard.run_broadcaster())
+    try:
+        message = await asyncio.wait_for(layer.receive(channel), timeout=2)
+    finally:
+        task.cancel()
+    assert message["type"] == "dashboard.state" and message["state"]["process"] == dashboard.PROCESS_ID
+    assert {link["link"] for link in message["state"]["links"]} == {"op-a/op-chat", "op-b/op-chat-b"}
+
+
+@pytest.mark.django_db
+def test_breaker_command_refuses_without_a_shared_channel_layer(fresh_layer):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError) as exc:
+        call_command("breaker", "reset", "op-a", "op-chat")
+    assert exc.value.returncode == 1 and "REDIS_URL" in str(exc.value)
+
+
+@pytest.mark.django_db
+def test_breaker_command_publishes_a_validated_control(fresh_layer, monkeypatch):
+    from asgiref.sync import async_to_sync
+    from channels.layers import InMemoryChannelLayer
+    from django.core.management import CommandError, call_command
+
+    from providers.models import Model, Provider
+
+    class SharedLayer(InMemoryChannelLayer):
+        """Stands in for the Redis layer: same API, not the in-memory class name."""
+
+    layer = SharedLayer()
+    monkeypatch.setattr("channels.layers.get_channel_layer", lambda *a, **k: layer)
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(dashboard.CONTROL_GROUP, channel)
+    provider = Provider.objects.create(name="cli-p", dialect="openai", base_url="http://127.0.0.1:9/v1")
+    Model.objects.create(public_id="cli-m", provider=provider, upstream_model="x", capabilities=["chat"])
+
+    call_command("breaker", "force-open", "cli-p", "cli-m", "--reason", "planned", "--minutes", "10")
+    message = async_to_sync(layer.receive)(channel)
+    assert message["type"] == "control.apply"
+    assert message["control"]["action"] == "force_open" and message["control"]["key"] == ["cli-p", "cli-m"]
+    action = BreakerAction.objects.get()
+    assert action.user.startswith("cli:") and action.reason == "planned"
+
+    with pytest.raises(CommandError) as exc:
+        call_command("breaker", "reset", "cli-p", "missing")
+    assert exc.value.returncode == 2
+
+
+def test_sync_views_read_breakers_on_the_serving_loop_thread(monkeypatch):
+    import threading
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    monkeypatch.setattr(dashboard, "_loop", loop)
+    try:
+        assert dashboard.call_on_loop(threading.get_ident) == thread.ident != threading.get_ident()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+    assert dashboard.call_on_loop(threading.get_ident) == threading.get_ident()  # no serving loop: run here

@@ -1,0 +1,163 @@
+"""Provider health: /health/providers payload, probes, and the probe_providers command."""
+
+from __future__ import annotations
+
+import http.server
+import io
+import threading
+
+import httpx
+import orjson
+import pytest
+from django.core.management import CommandError, call_command
+
+from providers import health
+from providers.models import Provider
+from routing.ops import dashboard, metrics
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802
+        status = {"/v1/ok": 200, "/v1/models": 200, "/v1/broken": 503, "/v1/auth": 401}.get(self.path, 404)
+        if self.path == "/v1/auth" and self.headers.get("Authorization") == "Bearer right-key":
+            status = 200
+        body = b'{"data": []}'
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def upstream():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def closed_port():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture(autouse=True)
+def clean_results():
+    health.results.clear()
+    yield
+    for name in list(health.results):
+        metrics.provider_status(name, None)
+    health.results.clear()
+
+
+def test_payload_lists_every_provider_as_unknown_before_probing(snapshot):
+    data = orjson.loads(health.health_providers_payload(snapshot))
+    assert data == {
+        "providers": [
+            {"name": "op-a", "status": "unknown", "latency_ms": None, "checked_at": None, "detail": "not probed yet"},
+            {"name": "op-b", "status": "unknown", "latency_ms": None, "checked_at": None, "detail": "not probed yet"},
+        ]
+    }
+
+
+def _spec(snapshot, name, base_url, path="", key=None):
+    from dataclasses import replace
+
+    return replace(snapshot.providers[name], base_url=base_url, health_check_path=path, api_key=key)
+
+
+async def test_probe_statuses(snapshot, upstream, closed_port):
+    async with httpx.AsyncClient() as client:
+        up = await health.probe_provider(_spec(snapshot, "op-a", upstream, "/ok"), client, 2)
+        broken = await health.probe_provider(_spec(snapshot, "op-a", upstream, "/broken"), client, 2)
+        wrong_key = await health.probe_provider(_spec(snapshot, "op-a", upstream, "/auth", key="wrong"), client, 2)
+        right_key = await health.probe_provider(_spec(snapshot, "op-a", upstream, "/auth", key="right-key"), client, 2)
+        default_path = await health.probe_provider(_spec(snapshot, "op-a", upstream), client, 2)
+        refused = await health.probe_provider(_spec(snapshot, "op-a", f"http://127.0.0.1:{closed_port}/v1"), client, 2)
+    assert up.status == "up" and up.latency_ms is not None and up.checked_at.endswith("Z")
+    assert broken.status == "down" and "503" in broken.detail
+    assert wrong_key.status == "down" and "credentials" in wrong_key.detail
+    assert right_key.status == "up"
+    assert default_path.status == "up"  # openai dialect default: GET base_url + /models
+    assert refused.status == "down" and refused.latency_ms is None and "cannot reach" in refused.detail
+
+
+async def test_probe_all_records_results_metrics_and_dashboard_event(snapshot, upstream, closed_port, fresh_layer):
+    from dataclasses import replace
+
+    snap = replace(
+        snapshot,
+        providers={
+            "op-a": _spec(snapshot, "op-a", upstream, "/ok"),
+            "op-b": _spec(snapshot, "op-b", f"http://127.0.0.1:{closed_port}/v1"),
+        },
+    )
+    found = await health.probe_all(snap, timeout_s=2)
+    assert {r.name: r.status for r in found} == {"op-a": "up", "op-b": "down"}
+    payload = orjson.loads(health.health_providers_payload(snap))
+    assert [p["status"] for p in payload["providers"]] == ["up", "down"]
+    assert metrics.PROVIDER_UP.labels("op-a")._value.get() == 1
+    assert metrics.PROVIDER_UP.labels("op-b")._value.get() == 0
+    probes = [e for e in dashboard._feed if e["kind"] == "probe" and e["provider"] in ("op-a", "op-b")]
+    assert {e["provider"] for e in probes[-2:]} == {"op-a", "op-b"}
+
+
+def test_probe_targets_respect_the_switches(snapshot):
+    assert health.probe_targets(snapshot, probe_everything=True) == ["op-a", "op-b"]
+    assert health.probe_targets(snapshot, probe_everything=False) == []
+
+
+def _provider(name, base_url, path):
+    Provider.objects.create(name=name, dialect="openai", base_url=base_url, health_check_path=path)
+
+
+@pytest.mark.django_db
+def test_probe_providers_exit_0_when_all_up(upstream):
+    _provider("alpha", upstream, "/ok")
+    out = io.StringIO()
+    call_command("probe_providers", "--json", stdout=out)
+    data = orjson.loads(out.getvalue())
+    assert [(r["name"], r["status"]) for r in data] == [("alpha", "up")]
+    assert set(data[0]) == {"name", "status", "latency_ms", "checked_at", "detail"}
+
+
+@pytest.mark.django_db
+def test_probe_providers_exit_1_when_one_is_down(upstream):
+    _provider("alpha", upstream, "/ok")
+    _provider("beta", upstream, "/broken")
+    out = io.StringIO()
+    with pytest.raises(SystemExit) as exc:
+        call_command("probe_providers", stdout=out)
+    assert exc.value.code == 1
+    table = out.getvalue()
+    assert "PROVIDER" in table and "alpha" in table and "beta" in table and "down" in table and "HTTP 503" in table
+
+
+@pytest.mark.django_db
+def test_probe_providers_only_the_named_provider(upstream):
+    _provider("alpha", upstream, "/ok")
+    _provider("beta", upstream, "/broken")
+    out = io.StringIO()
+    call_command("probe_providers", "--provider", "alpha", "--json", stdout=out)
+    assert [r["name"] for r in orjson.loads(out.getvalue())] == ["alpha"]
+
+
+@pytest.mark.django_db
+def test_probe_providers_unknown_name_is_a_usage_error(upstream):
+    _provider("alpha", upstream, "/ok")
+    with pytest.raises(CommandError) as exc:
+        call_command("probe_providers", "--provider", "nope")
+    assert exc.value.returncode == 2
+    assert "unknown provider nope" in str(exc.value) and "alpha" in str(exc.value)

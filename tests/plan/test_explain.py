@@ -1,0 +1,154 @@
+"""explain_route: why a request would be routed, denied or skipped."""
+
+from __future__ import annotations
+
+import io
+
+import orjson
+import pytest
+from django.core.management import CommandError, call_command
+
+from routing.core.breaker import registry
+from routing.plan.explain import explain, render
+from tests.factories import document, model, snapshot
+
+MODELS = [
+    model("chat-a", caps=("chat", "streaming"), context_window=1000, fallbacks=["chat-b", "chat-c", "ghost-free"]),
+    model("chat-b", provider="p2", caps=("chat", "streaming", "tools"), context_window=500),
+    model("chat-c", caps=("chat", "streaming", "tools"), context_window=100_000),
+    model("ghost-free", provider="p2"),
+    model("openai/gpt-4", provider="p2"),
+]
+
+
+def _snap(**kwargs):
+    kwargs.setdefault("models", MODELS)
+    kwargs.setdefault("aliases", {"fast": "chat-a"})
+    return snapshot(**kwargs)
+
+
+def test_alias_resolution_policy_and_every_link_with_its_reason() -> None:
+    snap = _snap(
+        policies=[
+            {"pattern": "ghost-*", "action": "deny", "priority": 1},
+            {"pattern": "chat-*", "action": "allow", "priority": 10},
+        ],
+        credentials=[{"provider": "p1", "api_key_env": "ACME_KEY"}],
+    )
+    result = explain(snap, "acme", "fast", stream=True, tools=True, tokens=800)
+    assert (result["requested"], result["model"], result["alias"]) == ("fast", "chat-a", True)
+    assert result["policy"] == {"pattern": "chat-*", "priority": 10, "action": "allow", "fallback_chain": None}
+    assert result["allowed"] is True
+    assert result["requirements"]["needs"] == ["chat", "streaming", "tools"]
+    rows = [(link["model"], link["kept"], link["skip_reason"], link["detail"]) for link in result["chain"]]
+    assert rows == [
+        ("chat-a", False, "unsupported_capability", "missing capability 'tools'"),
+        ("chat-b", False, "context_length", "estimated 800 tokens > context_window 500"),
+        ("chat-c", True, None, None),
+        ("ghost-free", False, "model_denied", "the org's policy denies this model"),
+    ]
+    assert result["chain"][0]["credentials"] == "org"
+    assert result["chain"][1]["credentials"] == "platform"
+    assert result["serves"] == "chat-c"
+    assert result["error"] is None
+    dumped = orjson.dumps(result).decode()
+    assert "acme-own" not in dumped and "platform-1" not in dumped  # no secrets
+
+
+def test_denied_model_reports_403_and_the_policy() -> None:
+    snap = _snap(policies=[{"pattern": "*/*", "action": "deny", "priority": 100}])
+    result = explain(snap, "acme", "openai/gpt-4")
+    assert result["allowed"] is False
+    assert result["policy"]["pattern"] == "*/*"
+    assert result["error"]["code"] == "model_denied"
+
+
+def test_default_action_when_no_policy_matches() -> None:
+    result = explain(_snap(default_action="deny"), "acme", "chat-a")
+    assert result["policy"] is None and result["allowed"] is False
+    assert "default action" in result["decision"]
+
+
+def test_unknown_model_is_404() -> None:
+    result = explain(_snap(), "acme", "nope")
+    assert result["model"] is None and result["error"]["code"] == "model_not_found"
+
+
+def test_no_servable_link_shows_the_client_error() -> None:
+    result = explain(
+        _snap(policies=[{"pattern": "chat-a", "action": "allow", "priority": 1, "fallback_chain": []}]),
+        "acme",
+        "chat-a",
+        tools=True,
+    )
+    assert [link["model"] for link in result["chain"]] == ["chat-a"]
+    assert result["error"]["code"] == "unsupported_capability"
+    assert "'tools'" in result["error"]["message"]
+
+
+def test_unknown_hop_and_open_breaker_are_shown() -> None:
+    snap = _snap(
+        policies=[{"pattern": "chat-a", "action": "allow", "priority": 1, "fallback_chain": ["missing", "chat-c"]}]
+    )
+    key = ("p1", "chat-c")
+    registry.force_open(key, "test", None)
+    try:
+        result = explain(snap, "acme", "chat-a")
+    finally:
+        registry.reset(key)
+    assert [(link["model"], link["skip_reason"]) for link in result["chain"]] == [
+        ("chat-a", None),
+        ("missing", "model_not_found"),
+        ("chat-c", None),
+    ]
+    assert result["chain"][2]["breaker"] == "open"
+    assert "breaker open" in result["chain"][2]["detail"]
+
+
+def test_unknown_org_raises_with_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="acme"):
+        explain(_snap(), "nobody", "chat-a")
+
+
+def test_render_is_a_readable_table() -> None:
+    text = render(explain(_snap(), "acme", "fast", tools=True, tokens=800))
+    assert "requested: fast -> model chat-a (alias)" in text
+    assert "default action allow" in text
+    lines = text.splitlines()
+    header = next(line for line in lines if "provider" in line and "breaker" in line)
+    assert header.split()[:5] == ["#", "model", "provider", "credentials", "breaker"]
+    assert any("chat-b" in line and "skipped: context_length" in line for line in lines)
+    assert any("chat-c" in line and line.rstrip().endswith("kept") for line in lines)
+    assert "served by chat-c" in lines[-1]
+
+
+@pytest.fixture
+def configured_db(db):
+    from routing.config.store import import_document
+
+    doc = document(
+        models=MODELS, aliases={"fast": "chat-a"}, policies=[{"pattern": "chat-*", "action": "allow", "priority": 10}]
+    )
+    import_document(doc)
+
+
+def test_command_prints_table(configured_db) -> None:
+    out = io.StringIO()
+    call_command("explain_route", "--org", "acme", "--model", "fast", "--tools", "--tokens", "800", stdout=out)
+    text = out.getvalue()
+    assert "model chat-a (alias)" in text
+    assert "'chat-*' priority 10 -> allow" in text
+    assert "served by chat-c" in text
+
+
+def test_command_json(configured_db) -> None:
+    out = io.StringIO()
+    call_command("explain_route", "--org", "acme", "--model", "chat-a", "--stream", "--json", stdout=out)
+    data = orjson.loads(out.getvalue())
+    assert data["serves"] == "chat-a"
+    assert data["requirements"]["needs"] == ["chat", "streaming"]
+
+
+def test_command_unknown_org_is_a_command_error(configured_db) -> None:
+    with pytest.raises(CommandError, match="unknown org"):
+        call_command("explain_route", "--org", "ghost", "--model", "chat-a", stdout=io.StringIO())
