@@ -12,15 +12,13 @@ import hashlib
 import time
 from typing import Any
 
-import orjson
-
 from policies.idempotency import REPLAY_HEADER, store
 from providers.dialects import get_dialect
 from providers.transport import transport
 from routing.config.snapshot import OrgSpec, Snapshot
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure, failure_from_response
 from routing.core.executor import Executor, Link
-from routing.core.stream import open_stream
+from routing.core.stream import UsageTap, open_stream
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
 from routing.ops.accounting import Context
 
@@ -97,12 +95,20 @@ async def proxy_stream(
     deadline: float,
     send: Send,
 ) -> None:
-    """Run the chain until a stream commits, then relay it byte-identical."""
+    """Run the chain until a stream commits, then relay it byte-identical.
+
+    Clients that did not ask for `stream_options.include_usage` still get their tokens
+    recorded: the gateway asks upstreams that support it and keeps that one frame back.
+    """
+    options = body.get("stream_options")
+    client_asked = isinstance(options, dict) and options.get("include_usage") is True
+    with_usage = body if client_asked else {**body, "stream_options": {**(options or {}), "include_usage": True}}
 
     async def attempt(link: Link, deadline: float) -> Any:
         model = link.model
         timeouts = model.timeouts
-        dialect, _, response, _, phase_end = await call_upstream(link, kind, body, True, deadline)
+        send_body = with_usage if get_dialect(model.provider.dialect).stream_usage_option else body
+        dialect, _, response, _, phase_end = await call_upstream(link, kind, send_body, True, deadline)
         try:
             committed = await open_stream(
                 dialect.translate_stream(response.iter_chunks(), model),
@@ -122,14 +128,16 @@ async def proxy_stream(
     committed, response = outcome.result
     ctx.status = 200
     ctx.ttft_s = _perf() - ctx.started
+    tap = UsageTap(strip=not client_asked)
     try:
         await send({"type": "http.response.start", "status": 200, "headers": answer_headers(ctx, list(SSE_HEADERS))})
         async for chunk in committed.relay():
-            if b'"usage"' in chunk:
-                sniff_usage(chunk, ctx)
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+            out = tap.feed(chunk)
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+        await send({"type": "http.response.body", "body": tap.flush(), "more_body": False})
     finally:
+        ctx.prompt_tokens, ctx.completion_tokens = tap.prompt_tokens, tap.completion_tokens
         await committed.aclose()
         await response.close()
 
@@ -178,21 +186,3 @@ async def call_upstream(
     if not ok:
         raise failure_from_response(response.status, response.headers, data or b"")
     return dialect, prepared, response, data, started + phase
-
-
-def sniff_usage(chunk: bytes, ctx: Context) -> None:
-    """Take token counts from a relayed usage frame without touching the bytes sent.
-
-    Upstreams send one when the client asked (`stream_options.include_usage`); the
-    anthropic dialect always does. Only chunks that mention "usage" are parsed.
-    """
-    for line in chunk.split(b"\n"):
-        if not line.startswith(b"data: {"):
-            continue
-        try:
-            usage = orjson.loads(line[6:]).get("usage")
-        except (orjson.JSONDecodeError, AttributeError):
-            continue
-        if isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), int):
-            ctx.prompt_tokens = usage["prompt_tokens"]
-            ctx.completion_tokens = usage.get("completion_tokens")
