@@ -28,8 +28,6 @@ from routing.core.retry_budget import RetryBudgets
 
 T = TypeVar("T")
 
-# Preflight/policy skip reasons that a serving fallback reports (CONTRACT §4, §6).
-VISIBLE_SKIPS = frozenset({"unsupported_capability", "context_length"})
 # Hops the org may not use or that do not exist: skipped without becoming a fallback reason.
 SILENT_SKIPS = frozenset({"model_denied", "model_not_found"})
 
@@ -67,7 +65,7 @@ def _skip_error(reason: str, model: str) -> GatewayError:
         return errors.model_denied(model)
     if reason == "model_not_found":
         return errors.model_not_found(model)
-    return errors.unsupported_capability(model, "what this request needs")
+    return errors.no_servable_link(model)
 
 
 def _plural(n: int) -> str:
