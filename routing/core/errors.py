@@ -330,7 +330,7 @@ def _validation_rejection(body: bytes) -> tuple[FailureKind, str] | None:
     elif str(data.get("error_type", "")).lower() == "validation":  # TGI
         detail = str(data.get("error") or "validation error")
     else:
-        obj = _upstream_error_object(body)
+        obj = data if data.get("object") == "error" else _upstream_error_object(body)  # vLLM's or OpenAI's
         if obj is None:
             return None
         markers = [str(obj.get(key)).lower() for key in ("type", "code") if obj.get(key) is not None]
