@@ -1,4 +1,4 @@
-"""Failure classification and the gateway's error answers (CONTRACT §3, R2).
+"""Failure classification and the gateway's error answers (docs/errors.md).
 
 `UpstreamFailure` carries one upstream failure; its properties (`is_retryable`,
 `is_provider_fault`, `fallback_trigger`, `fallback_reason`) are the single source
@@ -73,7 +73,7 @@ _TRIGGER: dict[FailureKind, str] = {
     K.CONTENT_FILTER: "content_filter",
 }
 
-# X-Switchboard-Fallback values (CONTRACT §4).
+# X-Switchboard-Fallback values (docs/errors.md#how-upstream-failures-are-classified).
 _REASON: dict[FailureKind, str] = {
     K.UPSTREAM_5XX: "upstream_5xx",
     K.UPSTREAM_429: "upstream_429",
@@ -93,7 +93,7 @@ _LABEL: dict[FailureKind, str] = {kind: kind.value for kind in FailureKind}
 
 
 class GatewayError(Exception):
-    """An error answer in the OpenAI shape with a stable `code` (CONTRACT §3)."""
+    """An error answer in the OpenAI shape with a stable `code` (docs/errors.md#codes)."""
 
     __slots__ = ("status", "code", "message", "type", "param", "headers", "error_object")
 

@@ -1,4 +1,4 @@
-"""The one generic executor: breaker gate, retries, backoff, fallback, deadline (CONTRACT R1–R7).
+"""The one generic executor: breaker gate, retries, backoff, fallback, deadline (docs/resilience.md).
 
 It knows nothing about chat, embeddings or rerank: it walks a resolved chain of
 `Link`s and calls `attempt(link, deadline)` for each upstream try. `attempt`

@@ -59,7 +59,7 @@ def test_client_caused_failures_are_neither_retried_nor_charged(kind: K) -> None
 
 # (kind, fallback_on trigger, X-Switchboard-Fallback reason), as R2 and the response
 # headers' reason list state them.
-CONTRACT_FALLBACKS = [
+DOCUMENTED_FALLBACKS = [
     (K.UPSTREAM_5XX, "provider_error", "upstream_5xx"),
     (K.CONNECT_ERROR, "provider_error", "connect_error"),
     (K.EMPTY_STREAM, "provider_error", "empty_stream"),
@@ -80,7 +80,7 @@ DECIDED_FALLBACKS = [
 ]
 
 
-@pytest.mark.parametrize(("kind", "trigger", "reason"), CONTRACT_FALLBACKS)
+@pytest.mark.parametrize(("kind", "trigger", "reason"), DOCUMENTED_FALLBACKS)
 def test_fallback_trigger_and_reason(kind: K, trigger: str | None, reason: str | None) -> None:
     f = UpstreamFailure(kind, "x")
     assert f.fallback_trigger == trigger
@@ -95,7 +95,7 @@ def test_documented_decision_fallback_trigger_and_reason(kind: K, trigger: str |
 
 # The code a failure ends the request with when nothing is left to try, by the rows of
 # docs/errors.md#codes; the status comes from that table.
-CONTRACT_FINAL_CODES = [
+DOCUMENTED_FINAL_CODES = [
     (K.UPSTREAM_5XX, "upstream_error"),
     (K.CONNECT_ERROR, "upstream_error"),
     (K.INVALID_BODY, "upstream_error"),
@@ -108,7 +108,7 @@ CONTRACT_FINAL_CODES = [
 ]
 
 
-@pytest.mark.parametrize(("kind", "code"), CONTRACT_FINAL_CODES)
+@pytest.mark.parametrize(("kind", "code"), DOCUMENTED_FINAL_CODES)
 def test_single_link_errors(kind: K, code: str) -> None:
     err = UpstreamFailure(kind, "boom", status=503 if kind is K.UPSTREAM_5XX else None).to_gateway_error()
     row = TABLE[code]
