@@ -526,8 +526,8 @@ def not_found_endpoint(path: str) -> GatewayError:
     )
 
 
-def method_not_allowed(path: str, allowed: str) -> GatewayError:
-    return _error("method_not_allowed", f"Use {allowed} for {path}.")
+def method_not_allowed(method: str, path: str, allowed: str) -> GatewayError:
+    return _error("method_not_allowed", f"{method} is not allowed on {path}. Use {allowed} for {path}.")
 
 
 # 400: what the chosen models cannot do.

@@ -122,7 +122,7 @@ async def _handle(
     ctx.key = key
     if ctx.endpoint == "models":
         if method != "GET":
-            raise errors.method_not_allowed(path, "GET")
+            raise errors.method_not_allowed(method, path, "GET")
         ctx.status = 200
         await send_response(
             send,
@@ -132,7 +132,7 @@ async def _handle(
         )
         return
     if method != "POST":
-        raise errors.method_not_allowed(path, "POST")
+        raise errors.method_not_allowed(method, path, "POST")
 
     raw = await read_body(receive, content_length, ctx, settings.SWITCHBOARD_MAX_BODY_BYTES)
     body = request.parse_body(raw)

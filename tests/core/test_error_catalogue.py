@@ -23,6 +23,7 @@ SAMPLES: dict[str, Any] = {
     "model": "chat-a",
     "path": "/v1/chat/completions",
     "allowed": "POST",
+    "method": "DELETE",
     "agent": "bot",
     "got": "int",
     "expected": "an array",
