@@ -19,12 +19,12 @@ from providers.dialects.base import (
     Dialect,
     ParsedResponse,
     PreparedRequest,
-    invalid_request,
     join_url,
     load_json,
     unsupported,
 )
 from routing.config.snapshot import ModelSpec
+from routing.core.errors import invalid_request
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; OpenAI clients often omit it
@@ -253,10 +253,14 @@ class AnthropicDialect(Dialect):
             out["metadata"] = {"user_id": body["user"]}
         if stream:
             out["stream"] = True
-        headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION}
-        if api_key:
-            headers["x-api-key"] = api_key
+        headers = {"Content-Type": "application/json", **self.auth_headers(api_key)}
         return PreparedRequest("POST", join_url(base_url, "/messages"), headers, orjson.dumps(out))
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        """Anthropic authenticates with `x-api-key` and needs `anthropic-version` on every call."""
+        if api_key:
+            return {"anthropic-version": API_VERSION, "x-api-key": api_key}
+        return {"anthropic-version": API_VERSION}
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
         data = load_json(body, model)

@@ -23,7 +23,8 @@ from typing import Any
 
 import orjson
 
-from routing.core.errors import FailureKind, UpstreamFailure
+from routing.core import errors
+from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
 
 HOLD_MAX_FRAMES = 16  # frames without content held before the commit ...
 HOLD_MAX_BYTES = 64 * 1024  # ... or bytes: past either bound the stream commits anyway
@@ -126,13 +127,9 @@ def _next_tail(tail: bytes, chunk: bytes) -> bytes:
     return chunk[-_TAIL:] if len(chunk) >= _TAIL else (tail + chunk)[-_TAIL:]
 
 
-def terminal_frame(code: str, message: str, error_type: str = "upstream_error") -> bytes:
+def terminal_frame(error: GatewayError) -> bytes:
     """The one SSE frame that ends a committed stream on error (no [DONE] follows)."""
-    return (
-        b"data: "
-        + orjson.dumps({"error": {"message": message, "type": error_type, "code": code, "param": None}})
-        + b"\n\n"
-    )
+    return b"data: " + error.body() + b"\n\n"
 
 
 async def _close_source(it: Any, close: Callable[[], Awaitable[Any]] | None) -> None:
@@ -248,8 +245,8 @@ class CommittedStream:
         """Whether the upstream's `data: [DONE]` has been relayed."""
         return self._done
 
-    def _terminal(self, code: str, message: str) -> bytes:
-        frame = terminal_frame(code, message)
+    def _terminal(self, error: GatewayError) -> bytes:
+        frame = terminal_frame(error)
         tail = self._tail
         if tail and not (tail.endswith(b"\n\n") or tail.endswith(b"\r\n\r\n") or tail.endswith(b"\r\r")):
             frame = b"\n\n" + frame  # never glue our frame onto a half-sent upstream frame
@@ -268,10 +265,7 @@ class CommittedStream:
                 wait = idle if idle < left else left
                 if wait <= 0:
                     if not (self._done or errored):
-                        yield self._terminal(
-                            "total_timeout",
-                            "the request's total deadline passed while streaming; raise total_timeout_ms",
-                        )
+                        yield self._terminal(errors.total_timeout(while_streaming=True))
                     return
                 cm = asyncio.timeout(wait)
                 self._reading = True
@@ -280,32 +274,22 @@ class CommittedStream:
                         chunk = await it.__anext__()
                 except StopAsyncIteration:
                     if not (self._done or errored or self._closed):
-                        yield self._terminal(
-                            "upstream_stream_error", "the upstream stream ended without data: [DONE]; retry the request"
-                        )
+                        yield self._terminal(errors.upstream_stream_error("it ended without data: [DONE]"))
                     return
                 except TimeoutError:
                     if not (self._done or errored or self._closed):
                         if cm.expired() and wait == idle:
-                            yield self._terminal(
-                                "first_token_timeout",
-                                f"the upstream stream was silent for more than {idle:g} s; retry the request",
-                            )
+                            yield self._terminal(errors.stream_idle_timeout(idle))
                         elif cm.expired():
-                            yield self._terminal(
-                                "total_timeout",
-                                "the request's total deadline passed while streaming; raise total_timeout_ms",
-                            )
+                            yield self._terminal(errors.total_timeout(while_streaming=True))
                         else:
-                            yield self._terminal(
-                                "upstream_stream_error", "the upstream stream timed out; retry the request"
-                            )
+                            yield self._terminal(errors.upstream_stream_error("it timed out"))
                     return
                 except asyncio.CancelledError:
                     raise
                 except Exception:
                     if not (self._done or errored or self._closed):
-                        yield self._terminal("upstream_stream_error", "the upstream stream broke; retry the request")
+                        yield self._terminal(errors.upstream_stream_error("it broke"))
                     return
                 finally:
                     self._reading = False

@@ -16,7 +16,8 @@ from policies.idempotency import REPLAY_HEADER, store
 from providers.dialects import get_dialect
 from providers.transport import transport
 from routing.config.snapshot import OrgSpec, Snapshot
-from routing.core.errors import FailureKind, GatewayError, UpstreamFailure, failure_from_response
+from routing.core import errors
+from routing.core.errors import FailureKind, UpstreamFailure, failure_from_response
 from routing.core.executor import Executor, Link
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
@@ -61,11 +62,7 @@ async def proxy_idempotent(
     """Replay the stored answer of an Idempotency-Key, or make the call once and store it."""
     claim = await store.begin(org.name, key, hashlib.sha256(raw).hexdigest())
     if claim.conflict:
-        raise GatewayError(
-            409,
-            "idempotency_key_reused",
-            "This Idempotency-Key was already used with a different request body; use a new key for a new request.",
-        )
+        raise errors.idempotency_key_reused()
     if claim.replay is not None:
         status, headers, payload = claim.replay
         ctx.status = status

@@ -23,6 +23,7 @@ from functools import cached_property
 from typing import Any
 
 from routing.config.snapshot import ModelSpec
+from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.core.executor import Link
 
@@ -268,30 +269,17 @@ def no_link_error(chain: Sequence[Link], req: Requirements) -> GatewayError:
             break
     if target is None:
         model_id = chain[0].model.id if chain else "?"
-        return GatewayError(
-            400,
-            UNSUPPORTED,
-            f"No model of the chain of {model_id} can serve this request; pick another model (GET /v1/models).",
-            param="model",
-        )
+        return errors.no_servable_link(model_id)
     model = target.model
     found = missing(model, req)
     what = found[1] if found is not None else req.kind
     if what == "context_window":
-        return GatewayError(
-            400,
-            "context_length_exceeded",
-            f"The prompt is about {req.estimated_tokens} tokens, more than the {model.context_window}-token context window "
-            f"of model {model.id}, and no fallback can take it. Shorten the prompt or pick a model with a larger context_window.",
-            param=_PROMPT_PARAM.get(req.kind),
+        return errors.context_length_exceeded(
+            model.id, req.estimated_tokens, model.context_window, _PROMPT_PARAM.get(req.kind)
         )
     if what == "max_output_tokens":
-        return GatewayError(
-            400,
-            UNSUPPORTED,
-            f"{req.max_output_param} = {req.max_output_tokens} is more than model {model.id} can produce "
-            f"(max_output_tokens {model.max_output_tokens}). Lower {req.max_output_param} or pick another model.",
-            param=req.max_output_param,
+        return errors.max_output_exceeded(
+            model.id, req.max_output_param, req.max_output_tokens, model.max_output_tokens
         )
     if what == req.kind:
         param = "model"
@@ -301,4 +289,4 @@ def no_link_error(chain: Sequence[Link], req: Requirements) -> GatewayError:
     else:
         param = "input" if what == "vision" and req.kind == "responses" else _PARAM.get(what)
         hint = f"pick a model whose capabilities include {what}"
-    return GatewayError(400, UNSUPPORTED, f"model {model.id} does not support '{what}'; {hint}.", param=param)
+    return errors.unsupported_capability(model.id, what, hint, param)
