@@ -50,6 +50,42 @@ class Outcome:
     fallback_reason: str | None  # why the link before `link` was left; None when the first link served
     upstream_s: float  # time spent awaiting attempt(); the rest is gateway overhead
     trail: list[tuple[str, str]]  # (model id, what happened) per link considered
+    # Set when the caller settles the serving link's breaker itself (a stream: at its end).
+    settlement: Settlement | None = None
+
+
+class Settlement:
+    """The serving link's breaker charge, decided later (a stream's success is its clean end).
+
+    Exactly one of `success`, `failure`, `release` takes effect; later calls do nothing.
+    """
+
+    __slots__ = ("_breakers", "_key", "_probe", "_threshold", "_cooldown", "_open")
+
+    def __init__(self, breakers: BreakerRegistry, key: Any, probe: bool, threshold: int, cooldown_s: float) -> None:
+        self._breakers = breakers
+        self._key = key
+        self._probe = probe
+        self._threshold = threshold
+        self._cooldown = cooldown_s
+        self._open = True
+
+    def success(self) -> None:
+        if self._open:
+            self._open = False
+            self._breakers.record_success(self._key, self._probe)
+
+    def failure(self) -> None:
+        """One breaker failure for the link (a committed stream that broke)."""
+        if self._open:
+            self._open = False
+            self._breakers.record_failure(self._key, self._probe, self._threshold, self._cooldown)
+
+    def release(self) -> None:
+        """Neither: the outcome says nothing about the provider (client gone, our deadline)."""
+        if self._open:
+            self._open = False
+            self._breakers.release(self._key, self._probe)
 
 
 class Observer(Protocol):
@@ -179,8 +215,14 @@ class Executor:
         attempt: Callable[[Link, float], Awaitable[T]],
         resilience: Resilience,
         deadline: float,
+        settle_later: bool = False,
     ) -> Outcome:
-        """Serve the request from the first link that can; `deadline` is on this executor's clock."""
+        """Serve the request from the first link that can; `deadline` is on this executor's clock.
+
+        With `settle_later` the serving link's breaker is not charged when `attempt`
+        returns: the Outcome carries a `Settlement` the caller must settle (streams, whose
+        success is a clean end, not the commit).
+        """
         obs = self.observer
         walk = _Walk()
         for link in chain:
@@ -209,7 +251,7 @@ class Executor:
                 walk.leave(model.id, "circuit_open")
                 continue
 
-            ended = await self._try_link(link, adm.probe, attempt, resilience, deadline, walk)
+            ended = await self._try_link(link, adm.probe, attempt, resilience, deadline, walk, settle_later)
             if ended is not None:
                 return ended
             failure = walk.last_failure
@@ -228,6 +270,7 @@ class Executor:
         res: Resilience,
         deadline: float,
         walk: _Walk,
+        settle_later: bool = False,
     ) -> Outcome | None:
         """Call one link with its retries, charging its breaker once.
 
@@ -290,10 +333,14 @@ class Executor:
                     walk.upstream_s += clock() - now
                     if obs is not None:
                         obs.attempt(link, "ok")
-                    breakers.record_success(key, probe)
                     settled = True
                     walk.trail.append((model_id, "ok"))
-                    return walk.done(result, link)
+                    outcome = walk.done(result, link)
+                    if settle_later:
+                        outcome.settlement = Settlement(breakers, key, probe, threshold, cooldown)
+                    else:
+                        breakers.record_success(key, probe)
+                    return outcome
 
                 assert failure is not None
                 if not failure.is_provider_fault:

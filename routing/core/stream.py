@@ -216,6 +216,8 @@ class CommittedStream:
         "_reading",
         "_done",
         "_tail",
+        "end_code",
+        "_errored",
     )
 
     def __init__(
@@ -239,13 +241,28 @@ class CommittedStream:
         self._reading = False
         self._done = _has_done(b"\n", first)
         self._tail = first[-_TAIL:]
+        self.end_code: str | None = None  # the code of the terminal frame the gateway sent, if any
+        self._errored = False  # the upstream sent its own error frame
 
     @property
     def done_seen(self) -> bool:
         """Whether the upstream's `data: [DONE]` has been relayed."""
         return self._done
 
+    @property
+    def ending(self) -> str | None:
+        """How the stream ended, for the breaker and the usage record (docs/resilience.md#r6):
+        "ok" (the upstream's terminator), an error code (it broke, fell silent, ended without
+        its terminator, sent its own error frame, or the deadline passed), or None (the
+        relay was stopped from outside — the client went away — or has not ended)."""
+        if self._done:
+            return "ok"
+        if self.end_code is not None:
+            return self.end_code
+        return "upstream_stream_error" if self._errored else None
+
     def _terminal(self, error: GatewayError) -> bytes:
+        self.end_code = error.code
         frame = terminal_frame(error)
         tail = self._tail
         if tail and not (tail.endswith(b"\n\n") or tail.endswith(b"\r\n\r\n") or tail.endswith(b"\r\r")):
@@ -299,7 +316,7 @@ class CommittedStream:
                     if _has_done(self._tail, chunk):
                         self._done = True
                     elif b'{"error"' in chunk:
-                        errored = True
+                        self._errored = errored = True
                     self._tail = _next_tail(self._tail, chunk)
                 yield chunk
         finally:

@@ -18,7 +18,7 @@ from providers.transport import transport
 from routing.config.snapshot import OrgSpec, Snapshot
 from routing.core import errors
 from routing.core.errors import FailureKind, UpstreamFailure, failure_from_response
-from routing.core.executor import Executor, Link
+from routing.core.executor import Executor, Link, Settlement
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
 from routing.ops.accounting import Context
@@ -118,7 +118,7 @@ async def proxy_stream(
             raise
         return committed, response
 
-    outcome = await executor.run(links, attempt, snap.resilience, deadline)
+    outcome = await executor.run(links, attempt, snap.resilience, deadline, settle_later=True)
     ctx.outcome = outcome
     if outcome.error is not None:
         raise outcome.error
@@ -135,8 +135,27 @@ async def proxy_stream(
         await send({"type": "http.response.body", "body": tap.flush(), "more_body": False})
     finally:
         ctx.prompt_tokens, ctx.completion_tokens = tap.prompt_tokens, tap.completion_tokens
+        _settle(outcome.settlement, committed.ending, ctx)
         await committed.aclose()
         await response.close()
+
+
+def _settle(settlement: Settlement | None, ending: str | None, ctx: Context) -> None:
+    """A stream's breaker charge, at its end (docs/resilience.md#r6): a clean end is the
+    success; a break, a silence or a missing terminator is one failure of the link, and
+    the usage record keeps the code the client saw in its last frame. A client that went
+    away, or the request's own deadline, says nothing about the provider."""
+    if settlement is None:
+        return
+    if ending == "ok":
+        settlement.success()
+    elif ending is None or ending == "total_timeout":
+        settlement.release()
+        if ending is not None:
+            ctx.error_code = ending
+    else:
+        settlement.failure()
+        ctx.error_code = ending
 
 
 async def call_upstream(
