@@ -473,3 +473,46 @@ def total_timeout(total_s: float | None = None) -> GatewayError:
         f"The request's total deadline{detail} passed before an upstream answered: retry later, or raise total_timeout_ms.",
         type="timeout_error",
     )
+
+
+# --- request shape at the edge (docs/request-validation.md) -------------------
+
+
+def invalid_field(param: str | None, detail: str) -> GatewayError:
+    """A body field of the wrong type, range or shape; `param` names it (`messages[0].role`)."""
+    where = f"Invalid '{param}'" if param else "Invalid request body"
+    return GatewayError(
+        400,
+        "invalid_request",
+        f"{where}: {detail}. Fix it and resend; nothing was sent upstream.",
+        param=param,
+    )
+
+
+def nested_too_deep(limit: int, param: str | None = None) -> GatewayError:
+    return GatewayError(
+        400,
+        "invalid_request",
+        f"The request body is nested more than {limit} levels deep"
+        + (f" (in '{param}')" if param else "")
+        + "; flatten it and resend.",
+        param=param,
+    )
+
+
+def duplicate_authorization() -> GatewayError:
+    return GatewayError(
+        400,
+        "invalid_request",
+        "The request has more than one Authorization header: send exactly one 'Authorization: Bearer <key>'.",
+    )
+
+
+def endpoint_not_found(path: str, endpoints: str) -> GatewayError:
+    shown = path if len(path) <= 200 else path[:200] + "..."
+    return GatewayError(
+        404,
+        "not_found",
+        f"No endpoint at {shown!r}. The endpoints are {endpoints}.",
+        type="not_found_error",
+    )

@@ -24,11 +24,13 @@ from providers.dialects import get_dialect
 from providers.transport import transport
 from routing.config import live
 from routing.config.snapshot import KeySpec, OrgSpec, Snapshot
+from routing.core import errors
 from routing.core.breaker import registry as breakers
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure, failure_from_response
 from routing.core.executor import Executor, Link, Outcome
 from routing.core.retry_budget import budgets
 from routing.core.stream import open_stream
+from routing.gateway import shapes
 from routing.ops import background
 from routing.plan import chain, preflight
 
@@ -40,6 +42,7 @@ ROUTES = {
     "/v1/rerank": "rerank",
     "/v1/responses": "responses",
 }
+ENDPOINTS = "POST /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses and GET /v1/models"
 _JSON = (b"content-type", b"application/json")
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -126,10 +129,11 @@ async def gateway_application(scope: dict, receive: Any, send: Any) -> None:
 
     started = _perf()
     auth = request_id = idempotency_key = b""
-    content_length = -1
+    content_length = auth_headers = -1
     for name, value in scope["headers"]:
         if name == b"authorization":
             auth = value
+            auth_headers += 1
         elif name == b"x-request-id":
             request_id = value
         elif name == b"content-length":
@@ -138,6 +142,8 @@ async def gateway_application(scope: dict, receive: Any, send: Any) -> None:
             idempotency_key = value
     ctx = Context(_request_id(request_id), started, ROUTES.get(path, "models" if path == "/v1/models" else "unknown"))
     try:
+        if auth_headers > 0:
+            raise errors.duplicate_authorization()
         await _handle(ctx, scope, receive, send, path, auth, content_length, idempotency_key)
     except GatewayError as exc:
         ctx.status, ctx.error_code = exc.status, exc.code
@@ -192,11 +198,7 @@ async def _handle(
 ) -> None:
     method = scope["method"]
     if ctx.endpoint == "unknown":
-        raise GatewayError(
-            404,
-            "not_found",
-            f"No endpoint at {path}. Use /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses or /v1/models.",
-        )
+        raise errors.endpoint_not_found(path, ENDPOINTS)
     snap = live.current()
     key = _authenticate(snap, auth)
     ctx.key = key
@@ -221,7 +223,7 @@ async def _handle(
     if not isinstance(body, dict):
         raise GatewayError(400, "invalid_request", "The request body must be a JSON object.")
     kind = ctx.endpoint
-    _check_fields(kind, body)
+    shapes.check(kind, body, raw)
 
     agent = key.agent
     org = agent.org
@@ -506,33 +508,6 @@ def _too_large(limit: int) -> GatewayError:
     return GatewayError(
         413, "request_too_large", f"The request body is larger than {limit} bytes; send a smaller request."
     )
-
-
-_FIELD_TYPES: dict[str, tuple[tuple[str, type | tuple[type, ...], bool], ...]] = {
-    "chat": (("messages", list, True), ("stream", bool, False), ("tools", list, False), ("max_tokens", int, False)),
-    "embeddings": (("input", (str, list), True),),
-    "rerank": (("query", str, True), ("documents", list, True), ("top_n", int, False)),
-    "responses": (("stream", bool, False),),
-}
-_TYPE_NAMES = {
-    list: "an array",
-    bool: "a boolean",
-    int: "an integer",
-    str: "a string",
-    (str, list): "a string or an array",
-}
-
-
-def _check_fields(kind: str, body: dict) -> None:
-    """Reject wrong field types with 400 invalid_request naming the field."""
-    for name, types, required in _FIELD_TYPES[kind]:
-        value = body.get(name)
-        if value is None:
-            if required:
-                raise GatewayError(400, "invalid_request", f"The field '{name}' is required.", param=name)
-            continue
-        if not isinstance(value, types) or (types is int and isinstance(value, bool)):
-            raise GatewayError(400, "invalid_request", f"The field '{name}' must be {_TYPE_NAMES[types]}.", param=name)
 
 
 def _watch_disconnect(receive: Any, ctx: Context) -> asyncio.Task:

@@ -83,7 +83,7 @@ async def test_expired_key_is_401(gateway, upstream):
         (b"{not json", None),
         (b"[1, 2]", None),
         (b'{"model": "fast", "messages": "hi"}', "messages"),
-        (b'{"model": "fast", "messages": [], "stream": "yes"}', "stream"),
+        (b'{"model": "fast", "messages": [{"role": "user", "content": "hi"}], "stream": "yes"}', "stream"),
     ],
 )
 async def test_bad_bodies_are_400_invalid_request_naming_the_field(gateway, content, param):
