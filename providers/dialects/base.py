@@ -67,6 +67,17 @@ def invalid_request(message: str, param: str | None = None) -> GatewayError:
     return GatewayError(400, "invalid_request", message, param=param)
 
 
+def encode(payload: Any) -> bytes:
+    """The upstream request body as JSON; a value the encoder refuses (nested deeper than
+    it allows, e.g. tool arguments decoded from a string) is the caller's 400, not a 500."""
+    try:
+        return orjson.dumps(payload)
+    except orjson.JSONEncodeError as exc:
+        raise invalid_request(
+            f"The request cannot be encoded for the upstream ({exc}); flatten it and resend."
+        ) from None
+
+
 def load_json(body: bytes, model: ModelSpec, expect: type = dict) -> Any:
     """Decode a 2xx upstream body; anything but valid JSON of the `expect` type is INVALID_BODY."""
     try:

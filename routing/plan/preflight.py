@@ -182,11 +182,10 @@ def requirements(kind: str, body: Mapping[str, Any]) -> Requirements:
     """Read what the request needs from its body (one pass over the messages, for images)."""
     max_output = None
     max_param = None
-    for name in _MAX_OUTPUT_FIELDS:
+    for name in _MAX_OUTPUT_FIELDS:  # the largest one given: a dialect may send either
         value = body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and not isinstance(value, bool) and (max_output is None or value > max_output):
             max_output, max_param = value, name
-            break
     if kind in ("embeddings", "rerank"):
         return Requirements(kind=kind, max_output_tokens=max_output, max_output_param=max_param, body=body)
     tools = bool(body.get("tools")) or bool(body.get("functions"))
