@@ -268,15 +268,15 @@ def _check_chat(req: ChatRequest) -> None:
 
 # --- embeddings, rerank, responses --------------------------------------------------
 
-TokenId_ = Annotated[int, Meta(ge=0)]
-TokenIds = Annotated[list[TokenId_], Meta(min_length=1)]
+TokenIdInt = Annotated[int, Meta(ge=0)]
+TokenIds = Annotated[list[TokenIdInt], Meta(min_length=1)]
 NonEmptyStr = Annotated[str, Meta(min_length=1)]
 
 
 class EmbeddingsRequest(Struct):
     input: (
         NonEmptyStr
-        | Annotated[list[NonEmptyStr | TokenId_ | TokenIds], Meta(min_length=1, max_length=MAX_EMBEDDING_INPUTS)]
+        | Annotated[list[NonEmptyStr | TokenIdInt | TokenIds], Meta(min_length=1, max_length=MAX_EMBEDDING_INPUTS)]
     )
     model: NStr = UNSET
     dimensions: Annotated[int, Meta(ge=1, le=MAX_DIMENSIONS)] | None | Unset = UNSET
