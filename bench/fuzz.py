@@ -173,6 +173,40 @@ def paths(value: Any, prefix: tuple = ()) -> list[tuple]:
     return out
 
 
+EXTRA_KEYS = [
+    "type",
+    "role",
+    "content",
+    "text",
+    "image_url",
+    "tool_calls",
+    "function",
+    "name",
+    "arguments",
+    "stream",
+    "model",
+    "format",
+    "input",
+    "usage",
+    "id",
+    "messages",
+    "tools",
+    "response_format",
+    "max_output_tokens",
+]
+
+
+def _objects(value: Any) -> list[Any]:
+    out = [value]
+    if isinstance(value, dict):
+        for item in value.values():
+            out += _objects(item)
+    elif isinstance(value, list):
+        for item in value:
+            out += _objects(item)
+    return out
+
+
 def mutate(rng: random.Random, body: dict[str, Any]) -> dict[str, Any]:
     body = copy.deepcopy(body)
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
@@ -186,6 +220,9 @@ def mutate(rng: random.Random, body: dict[str, Any]) -> dict[str, Any]:
         action = rng.random()
         if action < 0.15 and isinstance(target, dict):
             target.pop(path[-1], None)
+        elif action < 0.35:  # a field where the API has none (or another object's field): passed through
+            objects = [value for value in _objects(body) if isinstance(value, dict)]
+            rng.choice(objects)[rng.choice(EXTRA_KEYS)] = hostile(rng)
         else:
             target[path[-1]] = hostile(rng)
     return body

@@ -150,6 +150,11 @@ def estimate_tokens(kind: str, body: Mapping[str, Any]) -> int:
     return _ceil_tokens(chars) + TOKENS_PER_MESSAGE * len(items)
 
 
+def _is_one_of(value: Any, names: frozenset[str]) -> bool:
+    """`value in names` for any JSON value: a list or object (unhashable) is never a name."""
+    return isinstance(value, str) and value in names
+
+
 def _has_image(items: Any) -> bool:
     """Any message / input item whose content has an image part."""
     if not isinstance(items, list):
@@ -157,24 +162,24 @@ def _has_image(items: Any) -> bool:
     for item in items:
         if not isinstance(item, dict):
             continue
-        if item.get("type") in _IMAGE_PARTS:
+        if _is_one_of(item.get("type"), _IMAGE_PARTS):
             return True
         content = item.get("content")
         if isinstance(content, list):
             for part in content:
-                if isinstance(part, dict) and part.get("type") in _IMAGE_PARTS:
+                if isinstance(part, dict) and _is_one_of(part.get("type"), _IMAGE_PARTS):
                     return True
     return False
 
 
 def _structured(body: Mapping[str, Any]) -> bool:
     fmt = body.get("response_format")
-    if isinstance(fmt, dict) and fmt.get("type") in _STRUCTURED:
+    if isinstance(fmt, dict) and _is_one_of(fmt.get("type"), _STRUCTURED):
         return True
     text = body.get("text")  # Responses API: text.format
     if isinstance(text, dict):
         fmt = text.get("format")
-        return isinstance(fmt, dict) and fmt.get("type") in _STRUCTURED
+        return isinstance(fmt, dict) and _is_one_of(fmt.get("type"), _STRUCTURED)
     return False
 
 
