@@ -309,3 +309,14 @@ def test_max_completion_tokens_over_the_limit_moves_to_a_fallback_that_can(http,
     assert response.headers["x-switchboard-model-used"] == "edge-big"
     assert response.headers["x-switchboard-fallback"] == "unsupported_capability"
     assert mock_upstream.count("up-edge-capped-fb") == 0
+
+
+def test_the_fuzzer_gets_no_500_from_a_real_server(make_gateway, mock_upstream):
+    """bench/fuzz.py, bounded, against this run's server: bad JSON, wrong types, depth, odd paths and headers."""
+    from bench import fuzz
+
+    gw = make_gateway(fuzz.CONFIG.format(mock=mock_upstream.url), org=fuzz.ORG, agent=fuzz.AGENT)
+    lines: list[str] = []
+    failures = fuzz.fuzz(gw.url, gw.api_key, 400, seed=7, timeout=2.0, log=lines.append)
+    assert failures == 0, "\n".join(lines)
+    assert "Traceback" not in gw.logs()
