@@ -19,6 +19,7 @@ from providers.dialects.base import (
     Dialect,
     ParsedResponse,
     PreparedRequest,
+    encode,
     join_url,
     load_json,
     unsupported,
@@ -113,6 +114,14 @@ def _tool_use(call: Any, param: str) -> dict[str, Any]:
     return {"type": "tool_use", "id": str(call.get("id", "")), "name": str(fn.get("name", "")), "input": args}
 
 
+def _stop_sequences(stop: Any) -> list[str]:
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        return stop
+    raise invalid_request("stop must be a string or a list of strings", "stop")
+
+
 def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
     """Add a turn, merging with the previous one of the same role (Anthropic alternates roles)."""
     if messages and messages[-1]["role"] == role:
@@ -138,7 +147,10 @@ def translate_messages(raw: Any) -> tuple[str | None, list[dict[str, Any]]]:
             _append(messages, "user", _blocks(content, param + ".content"))
         elif role == "assistant":
             blocks = _blocks(content, param + ".content")
-            for j, call in enumerate(msg.get("tool_calls") or ()):
+            calls = msg.get("tool_calls") or ()
+            if not isinstance(calls, list | tuple):
+                raise invalid_request(f"{param}.tool_calls must be a list of tool calls", param + ".tool_calls")
+            for j, call in enumerate(calls):
                 blocks.append(_tool_use(call, f"{param}.tool_calls[{j}]"))
             _append(messages, "assistant", blocks)
         elif role == "tool":
@@ -243,7 +255,7 @@ class AnthropicDialect(Dialect):
                 out[name] = body[name]
         stop = body.get("stop")
         if stop:
-            out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+            out["stop_sequences"] = _stop_sequences(stop)
         if body.get("tools"):
             out["tools"] = translate_tools(body["tools"])
         choice = translate_tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))
@@ -254,7 +266,7 @@ class AnthropicDialect(Dialect):
         if stream:
             out["stream"] = True
         headers = {"Content-Type": "application/json", **self.auth_headers(api_key)}
-        return PreparedRequest("POST", join_url(base_url, "/messages"), headers, orjson.dumps(out))
+        return PreparedRequest("POST", join_url(base_url, "/messages"), headers, encode(out))
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         """Anthropic authenticates with `x-api-key` and needs `anthropic-version` on every call."""

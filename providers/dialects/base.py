@@ -59,6 +59,17 @@ def unsupported(dialect: str, kind: str, model: ModelSpec) -> GatewayError:
     return errors.dialect_cannot_serve(dialect, kind, model.id)
 
 
+def encode(payload: Any) -> bytes:
+    """The upstream request body as JSON; a value the encoder refuses (nested deeper than
+    it allows, e.g. tool arguments decoded from a string) is the caller's 400, not a 500."""
+    try:
+        return orjson.dumps(payload)
+    except orjson.JSONEncodeError as exc:
+        raise errors.invalid_request(
+            f"The request cannot be encoded for the upstream ({exc}); flatten it and resend."
+        ) from None
+
+
 def load_json(body: bytes, model: ModelSpec, expect: type = dict) -> Any:
     """Decode a 2xx upstream body; anything but valid JSON of the `expect` type is INVALID_BODY."""
     try:

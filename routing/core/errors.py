@@ -519,11 +519,12 @@ def model_denied(name: str) -> GatewayError:
     )
 
 
-def not_found_endpoint(path: str) -> GatewayError:
-    return _error(
-        "not_found",
-        f"No endpoint at {path}. Use /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses or /v1/models.",
-    )
+ENDPOINTS = "POST /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses and GET /v1/models"
+
+
+def not_found_endpoint(path: str, endpoints: str = ENDPOINTS) -> GatewayError:
+    shown = path if len(path) <= 200 else path[:200] + "..."
+    return _error("not_found", f"No endpoint at {shown!r}. The endpoints are {endpoints}.")
 
 
 def method_not_allowed(method: str, path: str, allowed: str) -> GatewayError:
@@ -713,4 +714,29 @@ def internal_error(request_id: str) -> GatewayError:
     return _error(
         "internal_error",
         f"The gateway failed unexpectedly; quote request id {request_id} to the operator.",
+    )
+
+
+# --- request shape at the edge (docs/request-validation.md) -------------------
+
+
+def invalid_field(param: str | None, detail: str) -> GatewayError:
+    """A body field of the wrong type, range or shape; `param` names it (`messages[0].role`)."""
+    where = f"Invalid '{param}'" if param else "Invalid request body"
+    return _error("invalid_request", f"{where}: {detail}. Fix it and resend; nothing was sent upstream.", param)
+
+
+def nested_too_deep(limit: int, param: str | None = None) -> GatewayError:
+    where = f" (in '{param}')" if param else ""
+    return _error(
+        "invalid_request",
+        f"The request body is nested more than {limit} levels deep{where}; flatten it and resend.",
+        param,
+    )
+
+
+def duplicate_authorization() -> GatewayError:
+    return _error(
+        "invalid_request",
+        "The request has more than one Authorization header: send exactly one 'Authorization: Bearer <key>'.",
     )

@@ -21,7 +21,7 @@ from providers.health import health_providers_payload
 from routing.config import live
 from routing.core import errors
 from routing.core.errors import GatewayError
-from routing.gateway import request
+from routing.gateway import request, shapes
 from routing.gateway.proxy import proxy_idempotent, proxy_once, proxy_stream
 from routing.gateway.wire import (
     JSON,
@@ -57,10 +57,11 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
 
     started = _perf()
     auth = request_id = idempotency_key = b""
-    content_length = -1
+    content_length = auth_headers = -1
     for name, value in scope["headers"]:
         if name == b"authorization":
             auth = value
+            auth_headers += 1
         elif name == b"x-request-id":
             request_id = value
         elif name == b"content-length":
@@ -69,6 +70,8 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
             idempotency_key = value
     ctx = Context(request.request_id(request_id), started, request.endpoint_of(path))
     try:
+        if auth_headers > 0:
+            raise errors.duplicate_authorization()
         await _handle(process, ctx, scope, receive, send, path, auth, content_length, idempotency_key)
     except GatewayError as exc:
         ctx.status, ctx.error_code = exc.status, exc.code
@@ -137,7 +140,7 @@ async def _handle(
     raw = await read_body(receive, content_length, ctx, settings.SWITCHBOARD_MAX_BODY_BYTES)
     body = request.parse_body(raw)
     kind = ctx.endpoint
-    request.check_fields(kind, body)
+    shapes.check(kind, body, raw)
 
     agent = key.agent
     org = agent.org

@@ -1,4 +1,4 @@
-"""Reading a request: headers, request id, authentication, field checks, the models list."""
+"""Reading a request: headers, request id, authentication, the body, the models list (shapes: routing.gateway.shapes)."""
 
 from __future__ import annotations
 
@@ -57,33 +57,6 @@ def parse_body(raw: bytes) -> dict:
     if not isinstance(body, dict):
         raise errors.body_not_object()
     return body
-
-
-_FIELD_TYPES: dict[str, tuple[tuple[str, type | tuple[type, ...], bool], ...]] = {
-    "chat": (("messages", list, True), ("stream", bool, False), ("tools", list, False), ("max_tokens", int, False)),
-    "embeddings": (("input", (str, list), True),),
-    "rerank": (("query", str, True), ("documents", list, True), ("top_n", int, False)),
-    "responses": (("stream", bool, False),),
-}
-_TYPE_NAMES = {
-    list: "an array",
-    bool: "a boolean",
-    int: "an integer",
-    str: "a string",
-    (str, list): "a string or an array",
-}
-
-
-def check_fields(kind: str, body: dict) -> None:
-    """Reject wrong field types with 400 invalid_request naming the field."""
-    for name, types, required in _FIELD_TYPES[kind]:
-        value = body.get(name)
-        if value is None:
-            if required:
-                raise errors.field_required(name)
-            continue
-        if not isinstance(value, types) or (types is int and isinstance(value, bool)):
-            raise errors.field_wrong_type(name, _TYPE_NAMES[types])
 
 
 def models_payload(snap: Snapshot, org: OrgSpec) -> bytes:

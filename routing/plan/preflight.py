@@ -151,6 +151,11 @@ def estimate_tokens(kind: str, body: Mapping[str, Any]) -> int:
     return _ceil_tokens(chars) + TOKENS_PER_MESSAGE * len(items)
 
 
+def _is_one_of(value: Any, names: frozenset[str]) -> bool:
+    """`value in names` for any JSON value: a list or object (unhashable) is never a name."""
+    return isinstance(value, str) and value in names
+
+
 def _has_image(items: Any) -> bool:
     """Any message / input item whose content has an image part."""
     if not isinstance(items, list):
@@ -158,24 +163,24 @@ def _has_image(items: Any) -> bool:
     for item in items:
         if not isinstance(item, dict):
             continue
-        if item.get("type") in _IMAGE_PARTS:
+        if _is_one_of(item.get("type"), _IMAGE_PARTS):
             return True
         content = item.get("content")
         if isinstance(content, list):
             for part in content:
-                if isinstance(part, dict) and part.get("type") in _IMAGE_PARTS:
+                if isinstance(part, dict) and _is_one_of(part.get("type"), _IMAGE_PARTS):
                     return True
     return False
 
 
 def _structured(body: Mapping[str, Any]) -> bool:
     fmt = body.get("response_format")
-    if isinstance(fmt, dict) and fmt.get("type") in _STRUCTURED:
+    if isinstance(fmt, dict) and _is_one_of(fmt.get("type"), _STRUCTURED):
         return True
     text = body.get("text")  # Responses API: text.format
     if isinstance(text, dict):
         fmt = text.get("format")
-        return isinstance(fmt, dict) and fmt.get("type") in _STRUCTURED
+        return isinstance(fmt, dict) and _is_one_of(fmt.get("type"), _STRUCTURED)
     return False
 
 
@@ -183,11 +188,10 @@ def requirements(kind: str, body: Mapping[str, Any]) -> Requirements:
     """Read what the request needs from its body (one pass over the messages, for images)."""
     max_output = None
     max_param = None
-    for name in _MAX_OUTPUT_FIELDS:
+    for name in _MAX_OUTPUT_FIELDS:  # the largest one given: a dialect may send either
         value = body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and not isinstance(value, bool) and (max_output is None or value > max_output):
             max_output, max_param = value, name
-            break
     if kind in ("embeddings", "rerank"):
         return Requirements(kind=kind, max_output_tokens=max_output, max_output_param=max_param, body=body)
     tools = bool(body.get("tools")) or bool(body.get("functions"))
