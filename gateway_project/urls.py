@@ -3,11 +3,11 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from routing.ops import admin_views, views
+from routing.ops import admin_views, metrics_view
 
 urlpatterns = [
     path("admin/explain-route/", admin.site.admin_view(admin_views.explain_route_view), name="explain-route"),
     path("admin/", admin.site.urls),
-    path("dashboard/", include("routing.ops.dashboard_urls")),
-    path("metrics", views.metrics_view, name="metrics"),
+    path("dashboard/", include("routing.ops.dashboard.urls")),
+    path("metrics", metrics_view.metrics_view, name="metrics"),
 ]
