@@ -153,7 +153,7 @@ def _breaker_action(modeladmin: admin.ModelAdmin, request: Any, queryset: Any, a
     for model in queryset.select_related("provider"):
         key = BreakerKey(model.provider.name, model.public_id)
         try:
-            controls.apply(request.user.get_username(), action, key, **extra)
+            controls.apply(action, key, request.user.get_username(), **extra)
         except controls.ControlError as exc:
             modeladmin.message_user(request, f"{model.public_id}: {exc}", messages.ERROR)
         else:

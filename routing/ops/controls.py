@@ -4,7 +4,7 @@ The dashboard socket, the admin's model actions and `manage.py breaker` all come
 here. A control is validated once (`parse`: a known verb, a configured link or BYO
 breaker, sane minutes) and performed once (`perform`):
 
-1. applied to this process's breakers at once;
+1. applied to this process's breakers at once (`here=False` for the CLI, which serves nothing);
 2. broadcast on CONTROL_GROUP, so `control_listener` applies it in every other
    serving process (the message's origin stops it being applied twice here);
 3. put in the dashboard feed;
@@ -12,10 +12,9 @@ breaker, sane minutes) and performed once (`perform`):
    already applied when the row is written);
 5. logged.
 
-`apply(user, verb, key, ...)` (and `reset` / `force_open`) does both for synchronous
+`apply(verb, key, user, ...)` (and `reset` / `force_open`) does both for synchronous
 callers (admin, CLI); the consumer parses first, to answer a refused control with its
-reason, then awaits `perform`. See
-docs/operations.md#breaker-controls.
+reason, then awaits `perform`. See docs/operations.md#breaker-controls.
 """
 
 from __future__ import annotations
@@ -149,9 +148,9 @@ def _record(user: str, control: Control) -> None:
 
 
 def apply(
-    user: str,
     verb: str,
     key: BreakerKey | tuple[str, ...] | list[str],
+    user: str,
     reason: str = "",
     minutes: float | None = None,
     snapshot: Snapshot | None = None,
@@ -164,20 +163,20 @@ def apply(
     return control
 
 
-def reset(user: str, key: BreakerKey | tuple[str, ...], snapshot: Snapshot | None = None) -> Control:
+def reset(key: BreakerKey | tuple[str, ...], user: str, snapshot: Snapshot | None = None) -> Control:
     """Close a breaker in every process and forget its failures (also ends a forced open)."""
-    return apply(user, "reset", key, snapshot=snapshot)
+    return apply("reset", key, user, snapshot=snapshot)
 
 
 def force_open(
-    user: str,
     key: BreakerKey | tuple[str, ...],
+    user: str,
     reason: str = "",
     minutes: float | None = None,
     snapshot: Snapshot | None = None,
 ) -> Control:
     """Hold a breaker open in every process (maintenance) for `minutes`, or until reset."""
-    return apply(user, "force_open", key, reason, minutes, snapshot)
+    return apply("force_open", key, user, reason, minutes, snapshot)
 
 
 def audit(user: str, control: Control) -> None:

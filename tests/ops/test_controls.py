@@ -37,7 +37,7 @@ def test_sync_force_open_of_a_byo_breaker_is_applied_broadcast_fed_audited_and_l
     channel = _listen(layer)
     caplog.set_level(logging.INFO, logger="switchboard.dashboard")
 
-    control = controls.force_open("op-admin", ("op-a", "op-chat", "org:acme"), "acme's key rotated", 20)
+    control = controls.force_open(("op-a", "op-chat", "org:acme"), "op-admin", "acme's key rotated", 20)
 
     assert control.key == BYO and control.until is not None
     assert registry.state(BYO) is State.OPEN and registry.state(SHARED) is State.CLOSED  # its own breaker only
@@ -52,7 +52,7 @@ def test_sync_force_open_of_a_byo_breaker_is_applied_broadcast_fed_audited_and_l
     assert row.expires_at is not None
     assert "breaker force_open on op-a/op-chat@acme by op-admin" in caplog.text
 
-    controls.reset("op-admin", BYO)
+    controls.reset(BYO, "op-admin")
     assert registry.state(BYO) is State.CLOSED
     assert list(BreakerAction.objects.order_by("created_at").values_list("action", flat=True)) == [
         "force_open",
@@ -66,7 +66,7 @@ def test_an_audit_failure_does_not_undo_the_control(snapshot, fresh_layer, monke
         raise RuntimeError("database away")
 
     monkeypatch.setattr(controls, "audit", broken)
-    controls.force_open("op-admin", SHARED, "maintenance")
+    controls.force_open(SHARED, "op-admin", "maintenance")
     assert registry.state(SHARED) is State.OPEN
     assert "could not record breaker action by op-admin" in caplog.text
 

@@ -44,9 +44,9 @@ class Command(BaseCommand):
         try:
             snapshot = live.load_snapshot()
             controls.apply(
-                f"cli:{getpass.getuser()}",
                 options["action"],
                 key,
+                f"cli:{getpass.getuser()}",
                 options["reason"],
                 options["minutes"],
                 snapshot=snapshot,
