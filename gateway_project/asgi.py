@@ -28,7 +28,7 @@ from routing.config import live  # noqa: E402
 from routing.gateway.app import gateway_application, lifespan_application  # noqa: E402
 from routing.gateway.paths import is_gateway_path  # noqa: E402
 from routing.ops import wiring  # noqa: E402
-from routing.ops.dashboard import websocket_urlpatterns  # noqa: E402
+from routing.ops.dashboard.consumer import websocket_urlpatterns  # noqa: E402
 
 if settings.SWITCHBOARD_VALIDATE_ON_BOOT:
     live.boot()

@@ -146,13 +146,15 @@ class FallbackLinkInline(admin.TabularInline):
 
 def _breaker_action(modeladmin: admin.ModelAdmin, request: Any, queryset: Any, action: str, **extra: Any) -> None:
     """Apply a breaker control to the shared breaker of each selected model, in every process."""
-    from routing.ops.dashboard import ControlError, control_from_sync
+    from routing.core.breaker import BreakerKey
+    from routing.ops import controls
 
     done = []
     for model in queryset.select_related("provider"):
+        key = BreakerKey(model.provider.name, model.public_id)
         try:
-            control_from_sync(request.user.get_username(), action, (model.provider.name, model.public_id), **extra)
-        except ControlError as exc:
+            controls.apply(action, key, request.user.get_username(), **extra)
+        except controls.ControlError as exc:
             modeladmin.message_user(request, f"{model.public_id}: {exc}", messages.ERROR)
         else:
             done.append(model.public_id)

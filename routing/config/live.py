@@ -132,3 +132,25 @@ def boot() -> Snapshot:
         raise ImproperlyConfigured(f"The routing configuration is invalid; fix it before starting:\n{lines}")
     swap(snapshot)
     return snapshot
+
+
+class InvalidConfiguration(ValueError):
+    """The configuration in the database does not validate; `errors` lists every problem."""
+
+    def __init__(self, errors: list) -> None:
+        self.errors = errors
+        listing = "; ".join(f"{e.path}: {e.message}" for e in errors)
+        super().__init__(f"the configuration does not validate, fix it first: {listing}")
+
+
+def load_snapshot() -> Snapshot:
+    """The configuration in the database as a validated snapshot, for tools outside the serving
+    path (management commands): the same read and checks as a rebuild, never swapped in.
+
+    Raises InvalidConfiguration (its message lists every problem; a command re-raises it
+    as a CommandError) rather than building a snapshot from an unvalidated document.
+    """
+    snapshot, errors, _ = load_from_db()
+    if snapshot is None:
+        raise InvalidConfiguration(errors)
+    return snapshot

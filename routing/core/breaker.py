@@ -21,7 +21,81 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
-BreakerKey = tuple[str, ...]  # (provider, model) shared; (provider, model, "org:<org>") for BYO credentials
+ORG_PREFIX = "org:"
+
+
+class BreakerKey(tuple):
+    """Which breaker a link uses: (provider, model) shared, (provider, model, "org:<org>") for an
+    org's own (BYO) credentials. Built by routing.plan.chain; read everywhere else through
+    `provider`, `model`, `org`, `label` and `link`, never by slicing.
+
+    A tuple subclass with no fields of its own: it is the registry's dict key on every attempt,
+    so it hashes and compares at plain-tuple speed, and it equals the plain tuple it extends.
+    Its wire form (dashboard and channel-layer messages, explain_route) is the JSON list of
+    those parts; `from_wire` is the one parser.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, provider: str, model: str, org: str | None = None) -> BreakerKey:
+        if org is None:
+            return tuple.__new__(cls, (provider, model))
+        return tuple.__new__(cls, (provider, model, ORG_PREFIX + org))
+
+    def __getnewargs__(self) -> tuple[str, str, str | None]:  # copy / pickle rebuild through __new__
+        return (self[0], self[1], self.org)
+
+    @property
+    def provider(self) -> str:
+        return self[0]
+
+    @property
+    def model(self) -> str:
+        return self[1]
+
+    @property
+    def org(self) -> str | None:
+        """The organisation whose own credentials this breaker guards (None: the shared breaker)."""
+        return self[2][len(ORG_PREFIX) :] if len(self) > 2 else None
+
+    @property
+    def label(self) -> str:
+        """The model label of metrics and the dashboard: "<model>", or "<model>@<org>" for BYO."""
+        return f"{self[1]}@{self[2][len(ORG_PREFIX) :]}" if len(self) > 2 else self[1]
+
+    @property
+    def link(self) -> str:
+        """ "provider/model", or "provider/model@org" for a BYO breaker (logs, dashboard, audit)."""
+        return f"{self[0]}/{self.label}"
+
+    def __str__(self) -> str:
+        return self.link
+
+    def wire(self) -> list[str]:
+        """The JSON form: [provider, model] or [provider, model, "org:<org>"]."""
+        return list(self)
+
+    @classmethod
+    def from_wire(cls, value: object) -> BreakerKey:
+        """Parse the wire form (or "provider/model"); ValueError says what a key looks like."""
+        if isinstance(value, str):
+            value = value.split("/", 1) if "/" in value else None
+        if (
+            not isinstance(value, (list, tuple))
+            or not 2 <= len(value) <= 3
+            or not all(isinstance(part, str) and part for part in value)
+        ):
+            raise ValueError("key must be [provider, model] or [provider, model, 'org:<org>']")
+        if len(value) == 2:
+            return cls(value[0], value[1])
+        if not value[2].startswith(ORG_PREFIX) or len(value[2]) == len(ORG_PREFIX):
+            raise ValueError(f"no organisation for breaker key {value[2]!r}: the third part is 'org:<org>'")
+        return cls(value[0], value[1], value[2][len(ORG_PREFIX) :])
+
+    @classmethod
+    def of(cls, key: tuple[str, ...]) -> BreakerKey:
+        """`key` as a BreakerKey (registry callers such as tests may pass the plain tuple)."""
+        return key if type(key) is cls else cls.from_wire(key)
 
 
 class State(enum.IntEnum):

@@ -6,8 +6,8 @@ django-prometheus middleware is sync and far too slow for it); `.labels()` child
 are cached in dicts keyed by label tuples so a hot-path observation is a dict hit
 and an increment.
 
-Breaker keys of BYO credentials, (provider, model, "org:<org>"), are exported with
-the model label "<model>@<org>": each such breaker is separate (CONTRACT §6) and an
+Breaker keys of BYO credentials are exported with the model label
+"<model>@<org>" (`BreakerKey.label`): each such breaker is separate (CONTRACT §6) and an
 operator needs to see which org's link is open; their number is bounded by the
 configured credentials.
 """
@@ -18,6 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from routing.core.breaker import BreakerKey
 
 CIRCUIT_STATE = Gauge(
     "switchboard_circuit_state",
@@ -137,11 +139,8 @@ class MetricsObserver:
 
 def link_labels(key: tuple[str, ...]) -> tuple[str, str]:
     """(provider, model label) of a breaker key; BYO keys label the model "<model>@<org>"."""
-    provider, model = key[0], key[1]
-    if len(key) > 2:
-        org = key[2][4:] if key[2].startswith("org:") else key[2]
-        model = f"{model}@{org}"
-    return provider, model
+    key = BreakerKey.of(key)
+    return key.provider, key.label
 
 
 def set_circuit(key: tuple[str, ...], state: int) -> None:
@@ -165,11 +164,12 @@ def refresh_circuits(snapshot: Any, views: list[Any]) -> None:
     for model in snapshot.models.values():
         wanted[(model.provider.name, model.id)] = 0
     for view in views:
-        key = tuple(view.key)
-        if len(key) < 2:
+        try:
+            key = BreakerKey.of(view.key)
+        except ValueError:
             continue
-        labels = link_labels(key)
-        if len(key) == 2 and labels not in wanted:
+        labels = (key.provider, key.label)
+        if key.org is None and labels not in wanted:
             continue  # a breaker of a link no longer configured
         state = 1 if getattr(view, "forced_reason", None) else int(view.state)
         wanted[labels] = state

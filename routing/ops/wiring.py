@@ -22,7 +22,8 @@ from routing.config import live
 from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
-from routing.ops import background, dashboard, metrics, usage
+from routing.ops import background, controls, metrics, usage
+from routing.ops.dashboard import counters, feed, state
 from routing.plan.chain import breaker_keys
 
 log = logging.getLogger("switchboard")
@@ -51,11 +52,11 @@ def process() -> Process:
 
 def _build() -> Process:
     executor = Executor(breakers, budgets, observer=_Observer())
-    dashboard.install()  # breaker transitions into the dashboard feed and the circuit metric
-    metrics.request_listeners.append(dashboard.note_request)
+    feed.install()  # breaker transitions into the dashboard feed and the circuit metric
+    metrics.request_listeners.append(counters.note_request)
     live.swap_listeners.append(_retain_breakers)
     live.reload_listeners.append(metrics.config_reloaded)
-    health.change_listeners.append(dashboard.note_probe)
+    health.change_listeners.append(feed.note_probe)
     # The snapshot may already be in place (booted before the wiring): keep its breakers.
     _retain_breakers(live.current())
     return Process(executor)
@@ -68,7 +69,7 @@ class _Observer(metrics.MetricsObserver):
 
     def fallback(self, from_model: str, to_model: str, reason: str) -> None:
         super().fallback(from_model, to_model, reason)
-        dashboard.note_fallback(from_model, to_model, reason)
+        feed.note_fallback(from_model, to_model, reason)
 
 
 def _retain_breakers(snapshot: live.Snapshot) -> None:
@@ -94,8 +95,8 @@ def start() -> Process:
             ("config-listener", background.config_listener),
             ("config-poller", background.config_poller),
             ("usage-writer", usage.run_writer),
-            ("dashboard-controls", dashboard.control_listener),
-            ("dashboard-broadcaster", dashboard.run_broadcaster),
+            ("breaker-controls", controls.control_listener),
+            ("dashboard-broadcaster", state.run_broadcaster),
             ("health-prober", health.run_prober),
         ):
             proc.tasks.append(_spawn(name, func))

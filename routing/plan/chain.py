@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from policies.decision import decide
 from routing.config.snapshot import ModelSpec, OrgSpec, ProviderSpec, Snapshot, Timeouts
+from routing.core.breaker import BreakerKey
 from routing.core.executor import Link
 
 
@@ -48,10 +49,10 @@ def link_for(org: OrgSpec, model: ModelSpec, skip_reason: str | None = None) -> 
     provider = model.provider
     cred = org.credentials.get(provider.name)
     if cred is None:
-        return Link(model, (provider.name, model.id), provider.base_url, provider.api_key, skip_reason)
+        return Link(model, BreakerKey(provider.name, model.id), provider.base_url, provider.api_key, skip_reason)
     base_url = cred.base_url or provider.base_url
     api_key = cred.api_key if cred.api_key_env else provider.api_key
-    return Link(model, (provider.name, model.id, f"org:{org.name}"), base_url, api_key, skip_reason)
+    return Link(model, BreakerKey(provider.name, model.id, org.name), base_url, api_key, skip_reason)
 
 
 def unknown_model(name: str) -> ModelSpec:
@@ -105,7 +106,7 @@ def build_chain(snapshot: Snapshot, org: OrgSpec, model: ModelSpec, requested_na
         if hop is None:
             if name not in seen:
                 seen.add(name)
-                links.append(Link(unknown_model(name), ("", name), "", None, "model_not_found"))
+                links.append(Link(unknown_model(name), BreakerKey("", name), "", None, "model_not_found"))
             continue
         if hop.id in seen:
             continue
@@ -118,15 +119,15 @@ def build_chain(snapshot: Snapshot, org: OrgSpec, model: ModelSpec, requested_na
     return chain
 
 
-def breaker_keys(snapshot: Snapshot) -> set[tuple[str, ...]]:
+def breaker_keys(snapshot: Snapshot) -> set[BreakerKey]:
     """Every breaker key a chain of this snapshot can use (shared and org-keyed BYO).
 
     For `BreakerRegistry.retain` on a rebuild, so BYO breakers keep their state too.
     """
-    keys: set[tuple[str, ...]] = {(m.provider.name, m.id) for m in snapshot.models.values()}
+    keys: set[BreakerKey] = {BreakerKey(m.provider.name, m.id) for m in snapshot.models.values()}
     for org in snapshot.orgs.values():
         for provider in org.credentials:
             keys.update(
-                (provider, m.id, f"org:{org.name}") for m in snapshot.models.values() if m.provider.name == provider
+                BreakerKey(provider, m.id, org.name) for m in snapshot.models.values() if m.provider.name == provider
             )
     return keys

@@ -95,14 +95,14 @@ def explain(
     breakers = _breaker_states()
     for position, link in enumerate(links):
         m = link.model
-        byo = len(link.breaker_key) > 2
+        byo = link.breaker_key.org is not None
         entry: dict[str, Any] = {
             "position": position,
             "model": m.id,
             "provider": m.provider.name or None,
             "base_url": link.base_url or None,
             "credentials": "org" if byo else "platform",
-            "breaker_key": list(link.breaker_key),
+            "breaker_key": link.breaker_key.wire(),
             "breaker": breakers.get(link.breaker_key, "closed") if link.skip_reason != "model_not_found" else None,
             "kept": link.skip_reason is None,
             "skip_reason": link.skip_reason,

@@ -10,7 +10,7 @@ from channels.layers import channel_layers
 from routing.config import live
 from routing.config.snapshot import build_snapshot
 from routing.core.breaker import registry
-from routing.ops import dashboard
+from routing.ops.dashboard import feed
 
 DOCUMENT = {
     "providers": [
@@ -56,13 +56,13 @@ def fresh_layer(settings):
     layer is exercised end to end by the servers of tests/e2e in CI's PostgreSQL pass."""
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     channel_layers.backends.clear()
-    dashboard._outbox.clear()
-    dashboard._flush_loop = None
-    dashboard.viewers = 0
+    feed._outbox.clear()
+    feed._flush_loop = None
+    feed.viewers = 0
     yield
     channel_layers.backends.clear()
-    dashboard._flush_loop = None
-    dashboard.viewers = 0
+    feed._flush_loop = None
+    feed.viewers = 0
 
 
 @pytest.fixture

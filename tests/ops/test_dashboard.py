@@ -14,9 +14,11 @@ from django.test import Client
 
 from routing.core.breaker import State, registry
 from routing.models import BreakerAction, UsageRecord
-from routing.ops import dashboard
+from routing.ops import controls
+from routing.ops.dashboard import consumer, counters, feed
+from routing.ops.dashboard import state as dashboard_state
 
-APP = URLRouter(dashboard.websocket_urlpatterns)
+APP = URLRouter(consumer.websocket_urlpatterns)
 
 
 # --------------------------------------------------------------------------- pages
@@ -110,28 +112,28 @@ def test_admin_index_links_to_the_dashboard(client, django_user_model):
 
 def test_rolling_counters_give_rates_over_the_window(monkeypatch):
     now = [1000.0]
-    monkeypatch.setattr(dashboard, "clock", lambda: now[0])
+    monkeypatch.setattr(counters, "clock", lambda: now[0])
     model = "rolling-test-model"
-    dashboard._stats.pop(model, None)
+    counters._stats.pop(model, None)
     for i in range(60):
-        dashboard.note_request(model, 200 if i % 4 else 502, "upstream_5xx" if i % 3 == 0 else None)
-    stats = dashboard.model_stats()[model]
+        counters.note_request(model, 200 if i % 4 else 502, "upstream_5xx" if i % 3 == 0 else None)
+    stats = counters.model_stats()[model]
     assert stats["requests"] == 60 and stats["errors"] == 15 and stats["fallbacks"] == 20
     assert stats["rps"] == 1.0 and stats["error_rate"] == 0.25
     now[0] += 120  # two minutes later: out of the req/s window, still in the 5-minute one
-    stats = dashboard.model_stats()[model]
+    stats = counters.model_stats()[model]
     assert stats["rps"] == 0 and stats["requests"] == 60
     now[0] += 400  # past the window: forgotten
-    assert dashboard.model_stats()[model]["requests"] == 0
-    dashboard._stats.pop(model, None)
+    assert counters.model_stats()[model]["requests"] == 0
+    counters._stats.pop(model, None)
 
 
 def test_request_metrics_feed_the_dashboard_counters(snapshot):
     from routing.ops import metrics
 
-    dashboard._stats.pop("op-chat", None)
+    counters._stats.pop("op-chat", None)
     metrics.observe_request("chat", "op-chat", "op-chat-b", 200, 0.0002, fallback_reason="upstream_429")
-    stats = dashboard.model_stats()["op-chat"]  # counted for the model the client asked for
+    stats = counters.model_stats()["op-chat"]  # counted for the model the client asked for
     assert stats["requests"] == 1 and stats["fallbacks"] == 1
 
 
@@ -184,7 +186,7 @@ async def test_staff_gets_state_then_breaker_transitions_as_events(snapshot, fre
     communicator, connected, _ = await connect_as(staff_user)
     assert connected
     state = await communicator.receive_json_from(timeout=2)
-    assert state["type"] == "state" and state["process"] == dashboard.PROCESS_ID
+    assert state["type"] == "state" and state["process"] == feed.PROCESS_ID
     assert {link["link"]: link["state"] for link in state["links"]} == {
         "op-a/op-chat": "closed",
         "op-b/op-chat-b": "closed",
@@ -195,9 +197,9 @@ async def test_staff_gets_state_then_breaker_transitions_as_events(snapshot, fre
     message = await next_message(communicator, "events", lambda m: any(e["kind"] == "breaker" for e in m["events"]))
     event = next(e for e in message["events"] if e["kind"] == "breaker")
     assert event["link"] == "op-a/op-chat" and event["old"] == "closed" and event["new"] == "open"
-    assert message["process"] == dashboard.PROCESS_ID
+    assert message["process"] == feed.PROCESS_ID
 
-    dashboard.note_fallback("op-chat", "op-chat-b", "circuit_open")
+    feed.note_fallback("op-chat", "op-chat-b", "circuit_open")
     message = await next_message(communicator, "events", lambda m: any(e["kind"] == "fallback" for e in m["events"]))
     assert message["events"][-1]["to_model"] == "op-chat-b"
     await communicator.disconnect()
@@ -283,15 +285,15 @@ async def test_real_session_cookie_through_auth_middleware(snapshot, fresh_layer
 async def test_control_listener_applies_controls_from_other_processes(snapshot, fresh_layer):
     key = ("op-a", "op-chat")
     registry.record_failure(key, probe=False, threshold=1, cooldown_s=60)
-    listener = asyncio.create_task(dashboard.control_listener())
+    listener = asyncio.create_task(controls.control_listener())
     try:
         layer = get_channel_layer()
         for _ in range(100):  # wait until the listener has joined its group
-            if layer.groups.get(dashboard.CONTROL_GROUP):
+            if layer.groups.get(feed.CONTROL_GROUP):
                 break
             await asyncio.sleep(0.01)
         await layer.group_send(
-            dashboard.CONTROL_GROUP,
+            feed.CONTROL_GROUP,
             {
                 "type": "control.apply",
                 "origin": "other-host:1",
@@ -311,14 +313,14 @@ async def test_broadcaster_publishes_state_to_viewers(snapshot, fresh_layer, set
     settings.SWITCHBOARD_DASHBOARD_REFRESH_S = 0.01
     layer = get_channel_layer()
     channel = await layer.new_channel()
-    await layer.group_add(dashboard.DASHBOARD_GROUP, channel)
-    dashboard.viewers = 1
-    task = asyncio.create_task(dashboard.run_broadcaster())
+    await layer.group_add(feed.DASHBOARD_GROUP, channel)
+    feed.viewers = 1
+    task = asyncio.create_task(dashboard_state.run_broadcaster())
     try:
         message = await asyncio.wait_for(layer.receive(channel), timeout=2)
     finally:
         task.cancel()
-    assert message["type"] == "dashboard.state" and message["state"]["process"] == dashboard.PROCESS_ID
+    assert message["type"] == "dashboard.state" and message["state"]["process"] == feed.PROCESS_ID
     assert {link["link"] for link in message["state"]["links"]} == {"op-a/op-chat", "op-b/op-chat-b"}
 
 
@@ -345,7 +347,7 @@ def test_breaker_command_publishes_a_validated_control(fresh_layer, monkeypatch)
     layer = SharedLayer()
     monkeypatch.setattr("channels.layers.get_channel_layer", lambda *a, **k: layer)
     channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(dashboard.CONTROL_GROUP, channel)
+    async_to_sync(layer.group_add)(feed.CONTROL_GROUP, channel)
     provider = Provider.objects.create(name="cli-p", dialect="openai", base_url="http://127.0.0.1:9/v1")
     Model.objects.create(public_id="cli-m", provider=provider, upstream_model="x", capabilities=["chat"])
 
@@ -367,11 +369,11 @@ def test_sync_views_read_breakers_on_the_serving_loop_thread(monkeypatch):
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    monkeypatch.setattr(dashboard, "_loop", loop)
+    monkeypatch.setattr(feed, "_loop", loop)
     try:
-        assert dashboard.call_on_loop(threading.get_ident) == thread.ident != threading.get_ident()
+        assert feed.call_on_loop(threading.get_ident) == thread.ident != threading.get_ident()
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
-    assert dashboard.call_on_loop(threading.get_ident) == threading.get_ident()  # no serving loop: run here
+    assert feed.call_on_loop(threading.get_ident) == threading.get_ident()  # no serving loop: run here

@@ -13,7 +13,8 @@ from django.core.management import CommandError, call_command
 
 from providers import health
 from providers.models import Provider
-from routing.ops import dashboard, metrics
+from routing.ops import metrics
+from routing.ops.dashboard import feed
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -110,7 +111,7 @@ async def test_probe_all_records_results_metrics_and_dashboard_event(snapshot, u
     assert [p["status"] for p in payload["providers"]] == ["up", "down"]
     assert metrics.PROVIDER_UP.labels("op-a")._value.get() == 1
     assert metrics.PROVIDER_UP.labels("op-b")._value.get() == 0
-    probes = [e for e in dashboard._feed if e["kind"] == "probe" and e["provider"] in ("op-a", "op-b")]
+    probes = [e for e in feed._feed if e["kind"] == "probe" and e["provider"] in ("op-a", "op-b")]
     assert {e["provider"] for e in probes[-2:]} == {"op-a", "op-b"}
 
 

@@ -182,3 +182,13 @@ def test_breaker_keys_cover_every_link_a_chain_can_use() -> None:
         for model_id in snap.models:
             assert {link.breaker_key for link in _chain(snap, model_id, org=org)} <= keys
     assert ("p1", "m0", "org:acme") in keys and ("p2", "m3", "org:acme") not in keys
+
+
+def test_chain_keys_are_breaker_keys_labelled_with_the_org() -> None:
+    """The chain is the one place a BYO key is made; everything else reads its label."""
+    from routing.core.breaker import BreakerKey
+
+    snap = snapshot(credentials=[{"provider": "p1", "api_key_env": "ACME_KEY"}])
+    links = _chain(snap, "chat-a")
+    assert all(type(link.breaker_key) is BreakerKey for link in links)
+    assert [link.breaker_key.label for link in links] == ["chat-a@acme", "chat-b"]

@@ -1,14 +1,13 @@
 """`manage.py probe_providers [--provider NAME] [--json]` (CONTRACT §10).
 
 Probes providers now, from this process, with the configuration in the database.
-Exit status: 0 when every probed provider is up, 1 otherwise, 2 on a usage error
-(unknown provider name).
+Exit status: 0 when every probed provider is up, 1 otherwise, 2 when nothing can be
+probed: an unknown provider name, or a configuration that does not validate.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from typing import Any
 
@@ -28,10 +27,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from providers.health import UP, probe_all
-        from routing.config.document import document_from_db, key_rows_from_db
-        from routing.config.snapshot import build_snapshot
+        from routing.config import live
 
-        snapshot = build_snapshot(document_from_db(), key_rows_from_db(), os.environ)
+        try:
+            snapshot = live.load_snapshot()
+        except live.InvalidConfiguration as exc:
+            raise CommandError(str(exc), returncode=2) from None
         names = options["provider"] or sorted(snapshot.providers)
         unknown = [n for n in names if n not in snapshot.providers]
         if unknown:

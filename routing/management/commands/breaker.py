@@ -1,10 +1,12 @@
 """`manage.py breaker reset|force-open PROVIDER MODEL [--org ORG] [--reason R] [--minutes N]`.
 
-Breakers live in the serving processes' memory, so this command does not touch them
-directly: it publishes the same control message the dashboard sends on the
-"switchboard.control" channel-layer group, which every serving process applies.
-That needs a shared channel layer (REDIS_URL); with the in-memory default no
-serving process can hear it, and the command says so and exits 1.
+Breakers live in the serving processes' memory: this command performs the same control
+as the dashboard's buttons (routing.ops.controls: validated against the configuration
+in the database, broadcast on the "switchboard.control" channel-layer group, which every
+serving process applies, and audited). That needs a shared channel layer (REDIS_URL);
+with the in-memory default no serving process can hear it, and the command says so and
+exits 1. A control that does not validate (no such link or organisation, bad minutes,
+an invalid configuration) exits 2.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import getpass
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.core.management.base import BaseCommand, CommandError
 
 
@@ -28,33 +29,29 @@ class Command(BaseCommand):
         parser.add_argument("--minutes", type=float, help="force-open: keep it open this long (default: until reset).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        import os
+        from routing.config import live
+        from routing.core.breaker import BreakerKey
+        from routing.ops import controls
+        from routing.ops.dashboard import feed
 
-        from channels.layers import get_channel_layer
-
-        from routing.config.document import document_from_db, key_rows_from_db
-        from routing.config.snapshot import build_snapshot
-        from routing.ops import dashboard
-
-        layer = get_channel_layer()
-        if layer is None or type(layer).__name__ == "InMemoryChannelLayer":
+        if not feed.shared_layer():
             raise CommandError(
                 "No shared channel layer: serving processes cannot hear this command. "
                 "Set REDIS_URL (the same as the servers'), or use the dashboard's buttons.",
                 returncode=1,
             )
-        key = [options["provider"], options["model"]] + ([f"org:{options['org']}"] if options["org"] else [])
-        snapshot = build_snapshot(document_from_db(), key_rows_from_db(), os.environ)
+        key = BreakerKey(options["provider"], options["model"], options["org"])
         try:
-            control = dashboard.parse_control(
-                {"action": options["action"], "key": key, "reason": options["reason"], "minutes": options["minutes"]},
-                snapshot,
+            snapshot = live.load_snapshot()
+            controls.apply(
+                options["action"],
+                key,
+                f"cli:{getpass.getuser()}",
+                options["reason"],
+                options["minutes"],
+                snapshot=snapshot,
+                here=False,  # this process serves nothing: the serving processes apply it
             )
-        except dashboard.ControlError as exc:
+        except (live.InvalidConfiguration, controls.ControlError) as exc:
             raise CommandError(str(exc), returncode=2) from None
-        user = f"cli:{getpass.getuser()}"
-        async_to_sync(layer.group_send)(
-            dashboard.CONTROL_GROUP, {"type": "control.apply", "origin": f"cli:{os.getpid()}", "control": control}
-        )
-        dashboard._log_action(user, control)
-        self.stdout.write(f"{options['action']} sent for {dashboard.link_name(tuple(key))}")
+        self.stdout.write(f"{options['action']} sent for {key.link}")

@@ -7,14 +7,12 @@ and why. Nothing is sent upstream.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import orjson
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from routing.config.document import document_from_db, key_rows_from_db
-from routing.config.snapshot import build_snapshot
+from routing.config import live
 from routing.plan.explain import explain, render
 
 
@@ -36,17 +34,10 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        document = document_from_db()
         try:
-            from routing.config.validation import validate_document
-        except ImportError:  # pragma: no cover - validation ships with the project
-            validate_document = None
-        if validate_document is not None:
-            errors = validate_document(document)
-            if errors:
-                listing = "; ".join(f"{e.path}: {e.message}" for e in errors)
-                raise CommandError(f"the configuration does not validate, fix it first: {listing}")
-        snapshot = build_snapshot(document, key_rows_from_db(), os.environ)
+            snapshot = live.load_snapshot()
+        except live.InvalidConfiguration as exc:
+            raise CommandError(str(exc)) from None
         if opts["tokens"] is not None and opts["tokens"] < 0:
             raise CommandError("--tokens must be 0 or more")
         try:

@@ -19,6 +19,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import render
 from django.utils import timezone
 
+from routing.ops.dashboard import feed, state
+
 
 def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     @wraps(view)
@@ -35,15 +37,13 @@ def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
 
 @staff_only
 def index(request: HttpRequest) -> HttpResponse:
-    from routing.ops import dashboard
-
-    dashboard.install()
+    feed.install()
     return render(
         request,
         "dashboard/index.html",
         {
-            "initial_state": dashboard.call_on_loop(dashboard.build_state),
-            "refresh_s": dashboard.refresh_s(),
+            "initial_state": feed.call_on_loop(state.build_state),
+            "refresh_s": state.refresh_s(),
             "title": "Switchboard dashboard",
         },
     )

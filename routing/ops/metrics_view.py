@@ -1,4 +1,4 @@
-"""Django-side views: /metrics."""
+"""The /metrics page: the Prometheus exposition, staff only unless SWITCHBOARD_METRICS_PUBLIC."""
 
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
     from routing.config import live
     from routing.core.breaker import registry
-    from routing.ops import dashboard, metrics
+    from routing.ops import metrics
+    from routing.ops.dashboard import feed
 
-    views = dashboard.call_on_loop(registry.views)  # breakers belong to the serving loop's thread
+    views = feed.call_on_loop(registry.views)  # breakers belong to the serving loop's thread
     metrics.refresh_circuits(live.current(), views)
     return ExportToDjangoView(request)

@@ -2,11 +2,11 @@
 
 from django.urls import path
 
-from routing.ops import dashboard_views
+from routing.ops.dashboard import views
 
 app_name = "dashboard"
 
 urlpatterns = [
-    path("", dashboard_views.index, name="index"),
-    path("usage/", dashboard_views.usage_summary, name="usage"),
+    path("", views.index, name="index"),
+    path("usage/", views.usage_summary, name="usage"),
 ]

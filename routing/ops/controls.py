@@ -1,0 +1,216 @@
+"""Operator controls of circuit breakers: one implementation behind every button.
+
+The dashboard socket, the admin's model actions and `manage.py breaker` all come
+here. A control is validated once (`parse`: a known verb, a configured link or BYO
+breaker, sane minutes) and performed once (`perform`):
+
+1. applied to this process's breakers at once (`here=False` for the CLI, which serves nothing);
+2. broadcast on CONTROL_GROUP, so `control_listener` applies it in every other
+   serving process (the message's origin stops it being applied twice here);
+3. put in the dashboard feed;
+4. audited: one BreakerAction row saying who did what (best effort: the control is
+   already applied when the row is written);
+5. logged.
+
+`apply(verb, key, user, ...)` (and `reset` / `force_open`) does both for synchronous
+callers (admin, CLI); the consumer parses first, to answer a refused control with its
+reason, then awaits `perform`. See docs/operations.md#breaker-controls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels import layers
+from channels.db import database_sync_to_async
+
+from routing.config import live
+from routing.config.snapshot import Snapshot
+from routing.core.breaker import BreakerKey
+from routing.core.breaker import registry as breakers
+from routing.ops.dashboard import feed, state
+
+log = logging.getLogger("switchboard.dashboard")
+
+VERBS = ("reset", "force_open")
+MAX_FORCE_MINUTES = 7 * 24 * 60
+
+
+class ControlError(ValueError):
+    """An operator control that cannot be applied (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """A validated control: what to do to which breaker, why, and until when (epoch s, None: until reset)."""
+
+    action: str
+    key: BreakerKey
+    reason: str = ""
+    until: float | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The channel-layer form other processes apply."""
+        return {"action": self.action, "key": self.key.wire(), "reason": self.reason, "until": self.until}
+
+    @classmethod
+    def from_wire(cls, message: dict[str, Any]) -> Control:
+        """A control broadcast by another process (already validated there against its snapshot)."""
+        action = message["action"]
+        if action not in VERBS:
+            raise ControlError(f"unknown action {action!r}")
+        until = message.get("until")
+        return cls(action, BreakerKey.from_wire(message["key"]), str(message.get("reason") or ""), until)
+
+
+def parse(content: dict[str, Any], snapshot: Snapshot | None = None) -> Control:
+    """Validate a control (as the page sends it) against the snapshot (default: the live one)."""
+    action = str(content.get("action") or "").replace("-", "_")
+    if action not in VERBS:
+        raise ControlError("unknown action: use 'reset' or 'force_open'")
+    try:
+        key = BreakerKey.from_wire(content.get("key"))
+    except ValueError as exc:
+        raise ControlError(str(exc)) from None
+    snapshot = snapshot if snapshot is not None else live.current()
+    model = snapshot.models.get(key.model)
+    if model is None or model.provider.name != key.provider:
+        raise ControlError(f"no configured link {key.provider}/{key.model}; reload the page")
+    if key.org is not None and key.org not in snapshot.orgs:
+        raise ControlError(f"no organisation for breaker key {key.wire()[2]!r}")
+    reason = str(content.get("reason") or "").strip()[:500]
+    until = None
+    if action == "force_open":
+        minutes = content.get("minutes")
+        if minutes not in (None, ""):
+            try:
+                minutes = float(minutes)
+            except (TypeError, ValueError):
+                raise ControlError("minutes must be a number (empty: until reset)") from None
+            if not 0 < minutes <= MAX_FORCE_MINUTES:
+                raise ControlError(f"minutes must be between 0 and {MAX_FORCE_MINUTES}")
+            until = time.time() + minutes * 60
+    return Control(action, key, reason, until)
+
+
+def apply_here(control: Control) -> None:
+    """Apply to this process's breakers (on the loop thread, which owns them)."""
+    if control.action == "reset":
+        breakers.reset(control.key)
+    else:
+        breakers.force_open(control.key, control.reason or "forced open from the dashboard", control.until)
+
+
+async def perform(user: str, control: Control) -> None:
+    """Apply here, tell every other process, put it in the feed, record who did it, log it."""
+    await _announce(user, control)
+    await database_sync_to_async(_record)(user, control)
+
+
+def perform_sync(user: str, control: Control, here: bool = True) -> None:
+    """`perform` from synchronous code: the same steps, the audit row on this thread's connection.
+
+    The breaker part runs through async_to_sync, so on the serving loop when there is
+    one (a Django view's thread under ASGI): the breakers are touched on the thread
+    that owns them. `here=False` skips step 1 (a management command serves nothing).
+    """
+    async_to_sync(_announce)(user, control, here)
+    _record(user, control)
+
+
+async def _announce(user: str, control: Control, here: bool = True) -> None:
+    if here:
+        apply_here(control)
+    feed.emit(
+        "control",
+        action=control.action,
+        link=control.key.link,
+        user=user,
+        reason=control.reason,
+        until=control.until,
+    )
+    message = {"type": "control.apply", "origin": feed.PROCESS_ID, "control": control.wire()}
+    await feed.publish(feed.CONTROL_GROUP, message)
+
+
+def _record(user: str, control: Control) -> None:
+    try:
+        audit(user, control)
+    except Exception:  # noqa: BLE001 - the action is applied; the audit row is best effort
+        log.exception("could not record breaker action by %s", user)
+    log.info("breaker %s on %s by %s", control.action, control.key.link, user)
+
+
+def apply(
+    verb: str,
+    key: BreakerKey | tuple[str, ...] | list[str],
+    user: str,
+    reason: str = "",
+    minutes: float | None = None,
+    snapshot: Snapshot | None = None,
+    here: bool = True,
+) -> Control:
+    """Validate and perform a control from synchronous code (admin action, CLI). Raises ControlError."""
+    wire_key = key.wire() if isinstance(key, BreakerKey) else list(key)
+    control = parse({"action": verb, "key": wire_key, "reason": reason, "minutes": minutes}, snapshot)
+    perform_sync(user, control, here)
+    return control
+
+
+def reset(key: BreakerKey | tuple[str, ...], user: str, snapshot: Snapshot | None = None) -> Control:
+    """Close a breaker in every process and forget its failures (also ends a forced open)."""
+    return apply("reset", key, user, snapshot=snapshot)
+
+
+def force_open(
+    key: BreakerKey | tuple[str, ...],
+    user: str,
+    reason: str = "",
+    minutes: float | None = None,
+    snapshot: Snapshot | None = None,
+) -> Control:
+    """Hold a breaker open in every process (maintenance) for `minutes`, or until reset."""
+    return apply("force_open", key, user, reason, minutes, snapshot)
+
+
+def audit(user: str, control: Control) -> None:
+    """One BreakerAction row: who, which link (BYO breakers as "<model>@<org>"), what, why, until."""
+    from routing.models import BreakerAction
+
+    BreakerAction.objects.create(
+        user=user[:150],
+        provider=control.key.provider,
+        model=control.key.label,
+        action=control.action,
+        reason=control.reason,
+        expires_at=datetime.fromtimestamp(control.until, tz=UTC) if control.until else None,
+    )
+
+
+async def control_listener() -> None:
+    """Apply controls sent from any other process; answer a new page's "hello" with this state."""
+    feed.install()
+    layer = layers.get_channel_layer()
+    if layer is None:
+        return
+    channel = await layer.new_channel()
+    while True:
+        await layer.group_add(feed.CONTROL_GROUP, channel)  # re-joined: group membership expires
+        try:
+            message = await asyncio.wait_for(layer.receive(channel), timeout=600)
+        except TimeoutError:
+            continue
+        kind = message.get("type")
+        if kind == "control.apply" and message.get("origin") != feed.PROCESS_ID:
+            try:
+                apply_here(Control.from_wire(message["control"]))
+            except Exception:  # noqa: BLE001 - a bad message must not stop the listener
+                log.exception("could not apply breaker control %r", message)
+        elif kind == "control.hello" and feed.has_audience():
+            await feed.publish(feed.DASHBOARD_GROUP, state.state_message())

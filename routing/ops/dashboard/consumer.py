@@ -1,0 +1,100 @@
+"""The dashboard's websocket: staff only, same origin; state and events out, controls in."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.urls import path
+
+from routing.ops import controls
+from routing.ops.dashboard import feed
+from routing.ops.dashboard.state import build_state
+
+
+def _is_staff(user: Any) -> bool:
+    return bool(user is not None and getattr(user, "is_authenticated", False) and user.is_active and user.is_staff)
+
+
+def _same_origin(scope: dict[str, Any]) -> bool:
+    """Browsers always send Origin; refuse cross-site sockets riding a staff session cookie."""
+    headers = dict(scope.get("headers") or [])
+    origin = headers.get(b"origin")
+    if not origin:
+        return True
+    origin_s = origin.decode("latin-1")
+    if origin_s in getattr(settings, "CSRF_TRUSTED_ORIGINS", []):
+        return True
+    host = headers.get(b"host", b"").decode("latin-1")
+    return bool(host) and urlsplit(origin_s).netloc == host
+
+
+class DashboardConsumer(AsyncJsonWebsocketConsumer):
+    """Staff-only socket: full state on connect, then events and state refreshes; controls in."""
+
+    async def connect(self) -> None:
+        if not _same_origin(self.scope):
+            await self.close(code=4403)
+            return
+        if not _is_staff(self.scope.get("user")):
+            # Accept first: a close before accept becomes an HTTP 403 and the page would only
+            # see 1006; 4403 lets it say "sign in as staff" instead of retrying forever.
+            await self.accept()
+            await self.close(code=4403)
+            return
+        feed.install()
+        await self.accept()
+        feed.viewers += 1
+        self._counted = True
+        if self.channel_layer is not None:
+            await self.channel_layer.group_add(feed.DASHBOARD_GROUP, self.channel_name)
+        await self.send_json(build_state())
+        if self.channel_layer is not None and feed.shared_layer():
+            await feed.publish(feed.CONTROL_GROUP, {"type": "control.hello"})
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "_counted", False):
+            feed.viewers -= 1
+            self._counted = False
+        if self.channel_layer is not None:
+            await self.channel_layer.group_discard(feed.DASHBOARD_GROUP, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        user = self.scope.get("user")
+        if not _is_staff(user):
+            await self.close(code=4403)
+            return
+        if not isinstance(content, dict):
+            await self.send_json({"type": "ack", "ok": False, "message": "send a JSON object"})
+            return
+        if content.get("action") == "state":
+            await self.send_json(build_state())
+            return
+        try:
+            control = controls.parse(content)
+        except controls.ControlError as exc:
+            await self.send_json({"type": "ack", "ok": False, "action": content.get("action"), "message": str(exc)})
+            return
+        await controls.perform(user.get_username(), control)
+        link = control.key.link
+        await self.send_json(
+            {
+                "type": "ack",
+                "ok": True,
+                "action": control.action,
+                "link": link,
+                "message": f"{control.action.replace('_', ' ')} applied to {link}",
+            }
+        )
+        await self.send_json(build_state())
+
+    async def dashboard_events(self, message: dict[str, Any]) -> None:
+        await self.send_json({"type": "events", "process": message["process"], "events": message["events"]})
+
+    async def dashboard_state(self, message: dict[str, Any]) -> None:
+        await self.send_json(message["state"])
+
+
+websocket_urlpatterns = [path("ws/dashboard/", DashboardConsumer.as_asgi())]

@@ -1,0 +1,101 @@
+"""This process's dashboard state: every link with its breaker, providers with health, counters.
+
+Built from memory only (the live snapshot, the breaker registry, the last probe
+results, the rolling counters, the event feed), never the database, so a refresh
+is cheap; `run_broadcaster` publishes it every SWITCHBOARD_DASHBOARD_REFRESH_S
+while anyone may be watching.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from django.conf import settings
+
+from providers import health
+from routing.config import live
+from routing.core.breaker import BreakerKey
+from routing.core.breaker import registry as breakers
+from routing.ops.dashboard import feed
+from routing.ops.dashboard.counters import model_stats
+
+
+def refresh_s() -> float:
+    return float(getattr(settings, "SWITCHBOARD_DASHBOARD_REFRESH_S", 1.5))
+
+
+def link_state(view: Any) -> str:
+    if view is None:
+        return "closed"
+    if view.forced_reason is not None:
+        return "forced"
+    return feed.STATE_NAMES[int(view.state)]
+
+
+def build_state() -> dict[str, Any]:
+    """This process's view: every link with its breaker, providers with health, model counters."""
+    snapshot = live.current()
+    views = {BreakerKey.of(v.key): v for v in breakers.views()}
+    links = []
+    seen = set()
+    for model in sorted(snapshot.models.values(), key=lambda m: (m.provider.name, m.id)):
+        key = BreakerKey(model.provider.name, model.id)
+        seen.add(key)
+        links.append(link_entry(key, views.get(key)))
+    for key, view in sorted(views.items()):
+        if key.org is not None and BreakerKey(key.provider, key.model) in seen:
+            links.append(link_entry(key, view))
+    providers = []
+    for name in sorted(snapshot.providers):
+        result = health.results.get(name)
+        providers.append(
+            {
+                "name": name,
+                "status": result.status if result else "unknown",
+                "latency_ms": result.latency_ms if result else None,
+                "checked_at": result.checked_at if result else None,
+                "detail": result.detail if result else "",
+            }
+        )
+    return {
+        "type": "state",
+        "process": feed.PROCESS_ID,
+        "at": time.time(),
+        "version": snapshot.version,
+        "links": links,
+        "providers": providers,
+        "models": model_stats(),
+        "feed": feed.events(),
+    }
+
+
+def link_entry(key: BreakerKey, view: Any) -> dict[str, Any]:
+    """One row of the links table: the link, its breaker key (wire form) and the breaker's state."""
+    return {
+        "link": key.link,
+        "key": key.wire(),
+        "provider": key.provider,
+        "model": key.model,
+        "org": key.org,
+        "state": link_state(view),
+        "failures": view.consecutive_failures if view else 0,
+        "cooldown_s": round(view.cooldown_remaining_s, 3) if view else 0.0,
+        "forced_reason": view.forced_reason if view else None,
+        "forced_until": view.forced_until if view else None,
+    }
+
+
+def state_message() -> dict[str, Any]:
+    """The channel-layer message carrying this process's state to every dashboard."""
+    return {"type": "dashboard.state", "state": build_state()}
+
+
+async def run_broadcaster() -> None:
+    """Publish this process's state every refresh interval while anyone may be watching."""
+    feed.install()
+    while True:
+        await asyncio.sleep(refresh_s())
+        if feed.has_audience():
+            await feed.publish(feed.DASHBOARD_GROUP, state_message())
