@@ -21,8 +21,9 @@ from policies.keys import create_api_key
 from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, edited_copy
 from routing.config.document import child_item
+from routing.config.schema import AGENT, CREDENTIAL, POLICY
 from routing.config.store import find_org
-from routing.config.validation import validate_base_url, validate_env_name, validate_pattern
+from routing.config.validation import add_form_validators
 
 Edit = Callable[[dict[str, Any]], None]
 CHAIN_WIDGET = forms.TextInput(attrs={"size": 30, "placeholder": '["chat-b"]; [] = no fallback'})
@@ -30,13 +31,7 @@ CHAIN_WIDGET = forms.TextInput(attrs={"size": 30, "placeholder": '["chat-b"]; []
 
 def _with_validators(form: forms.BaseForm) -> None:
     """Field validators shared by inline and standalone forms of org children."""
-    for name, validator in (
-        ("pattern", validate_pattern),
-        ("base_url", validate_base_url),
-        ("api_key_env", validate_env_name),
-    ):
-        if name in form.fields:
-            form.fields[name].validators.append(validator)
+    add_form_validators(form, AGENT, POLICY, CREDENTIAL)
 
 
 def _org_entry(doc: dict[str, Any], old_name: str | None, org: Org) -> dict[str, Any]:

@@ -1,169 +1,133 @@
 """The configuration document: the one plain-data shape of the whole configuration.
 
-It is exactly the YAML of `import_config` / `export_config` (CONTRACT §9). The
-database is read into it (`document_from_db`), validation runs over it
+It is exactly the YAML of `import_config` / `export_config` (docs/configuration-at-scale.md).
+The database is read into it (`document_from_db`), validation runs over it
 (`routing.config.validation`), the snapshot is built from it (`routing.config.snapshot`), so
-admin, import, the system check and the server all see the same thing.
+admin, import, the system check and the server all see the same thing. Which keys
+an entry has, and when, is routing.config.schema's table.
 API keys are not part of it: they are secrets, created with `create_api_key`.
+
+The reader does a fixed number of queries whatever the size: each table is read
+whole as plain `.values()` rows and joined here in one pass, so there is never an
+IN list or an expression that grows with the configuration (SQLite refuses those
+past 1 000 terms).
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
+from collections import defaultdict
 from typing import Any
 
-RESILIENCE_DEFAULTS: dict[str, Any] = {
-    "max_retries": 2,
-    "backoff_base_ms": 100,
-    "backoff_max_ms": 5000,
-    "connect_timeout_ms": 5000,
-    "first_token_timeout_ms": 30000,
-    "stream_idle_timeout_ms": 60000,
-    "total_timeout_ms": 600000,
-    "breaker_failure_threshold": 5,
-    "breaker_cooldown_s": 30,
-    "fallback_max_depth": 8,
-    "fallback_on": ["provider_error", "rate_limited", "timeout", "circuit_open"],
-    "retry_budget_ratio": 0.2,
-    "retry_budget_min_per_s": 10,
-}
+from routing.config.schema import AGENT, CREDENTIAL, MODEL, ORG, POLICY, PROVIDER, RESILIENCE, RESILIENCE_DEFAULTS
 
-PROVIDER_OPTIONAL = (
-    "api_key_env",
-    "connect_timeout_ms",
-    "first_token_timeout_ms",
-    "total_timeout_ms",
-    "health_check_path",
-    "health_probe",
-)
-MODEL_OPTIONAL = (
-    "context_window",
-    "max_output_tokens",
-    "residency",
-    "fallbacks",
-    "connect_timeout_ms",
-    "first_token_timeout_ms",
-    "total_timeout_ms",
-    "fallback_on",
-    "input_price_per_mtok",
-    "output_price_per_mtok",
-)
+__all__ = ["RESILIENCE_DEFAULTS", "child_item", "document_from_db", "key_rows_from_db", "model_item", "provider_item"]
 
 
-def _num(value: Any) -> Any:
-    """Decimals and whole floats as plain YAML numbers, so export is stable."""
-    if isinstance(value, Decimal):
-        value = float(value)
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
+def _attrs(entity: Any, *extra: str) -> list[str]:
+    return [f.attr for f in entity.columns] + list(extra)
 
 
 def document_from_db() -> dict[str, Any]:
-    """Read every configuration table once into the canonical document."""
-    from policies.models import Org
-    from providers.models import Alias, Model, Provider
+    """Read every configuration table once (nine queries) into the canonical document."""
+    from policies.models import Agent, Org, OrgCredential, OrgPolicy
+    from providers.models import Alias, FallbackLink, Model, Provider
     from routing.models import ResilienceSettings
 
-    settings_row = ResilienceSettings.objects.filter(pk=1).first()
+    settings_row = ResilienceSettings.objects.filter(pk=1).values(*_attrs(RESILIENCE)).first()
     resilience = {}
-    for key, default in RESILIENCE_DEFAULTS.items():
-        resilience[key] = _num(getattr(settings_row, key)) if settings_row else default
+    for f in RESILIENCE:
+        value = settings_row[f.attr] if settings_row else f.default
+        resilience[f.name] = f.to_doc(value) if not isinstance(value, list) else list(value)
 
-    providers = [provider_item(p) for p in Provider.objects.order_by("name")]
+    provider_names: dict[int, str] = {}
+    providers = []
+    for row in Provider.objects.order_by("name").values("id", *_attrs(PROVIDER)):
+        provider_names[row["id"]] = row["name"]
+        providers.append(PROVIDER.serialise(row))
 
+    model_rows = list(Model.objects.order_by("public_id").values("id", "provider_id", *_attrs(MODEL)))
+    model_ids = {row["id"]: row["public_id"] for row in model_rows}
+    chains: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for link_id, model_pk, target_pk, position in FallbackLink.objects.values_list(
+        "id", "model_id", "target_id", "position"
+    ):
+        chains[model_pk].append((position, link_id, target_pk))
     models = []
-    for m in Model.objects.select_related("provider").prefetch_related("fallback_links__target").order_by("public_id"):
-        links = sorted(m.fallback_links.all(), key=lambda link: (link.position, link.id))
-        models.append(model_item(m, [link.target.public_id for link in links]))
+    for row in model_rows:
+        links = sorted(chains.get(row["id"], ()))
+        models.append(
+            MODEL.serialise(
+                row,
+                provider=provider_names[row["provider_id"]],
+                fallbacks=[model_ids[target] for _, _, target in links],
+            )
+        )
 
-    aliases = {a.name: a.target.public_id for a in Alias.objects.select_related("target").order_by("name")}
+    aliases = {
+        name: model_ids[target] for name, target in Alias.objects.order_by("name").values_list("name", "target_id")
+    }
+
+    agents: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in Agent.objects.order_by("org_id", "name").values("org_id", *_attrs(AGENT)):
+        agents[row["org_id"]].append(AGENT.serialise(row))
+    policies: dict[int, list[tuple[int, int, dict[str, Any]]]] = defaultdict(list)
+    for row in OrgPolicy.objects.values("id", "org_id", *_attrs(POLICY)):
+        policies[row["org_id"]].append((row["priority"], row["id"], POLICY.serialise(row)))
+    credentials: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in OrgCredential.objects.values("org_id", "provider_id", *_attrs(CREDENTIAL)):
+        credentials[row["org_id"]].append(CREDENTIAL.serialise(row, provider=provider_names[row["provider_id"]]))
 
     orgs = []
-    for o in Org.objects.prefetch_related("agents", "policies", "credentials__provider").order_by("name"):
-        item = {"name": o.name, "default_action": o.default_action}
-        agents = [child_item("agents", a) for a in sorted(o.agents.all(), key=lambda a: a.name)]
-        if agents:
-            item["agents"] = agents
-        policies = [child_item("policies", p) for p in sorted(o.policies.all(), key=lambda p: (p.priority, p.id))]
-        if policies:
-            item["policies"] = policies
-        credentials = [child_item("credentials", c) for c in sorted(o.credentials.all(), key=lambda c: c.provider.name)]
-        if credentials:
-            item["credentials"] = credentials
-        orgs.append(item)
+    for row in Org.objects.order_by("name").values("id", *_attrs(ORG)):
+        org_pk = row["id"]
+        orgs.append(
+            ORG.serialise(
+                row,
+                agents=sorted(agents.get(org_pk, ()), key=lambda a: a["name"]),
+                policies=[item for _, _, item in sorted(policies.get(org_pk, ()), key=lambda p: p[:2])],
+                credentials=sorted(credentials.get(org_pk, ()), key=lambda c: c["provider"]),
+            )
+        )
 
     return {"resilience": resilience, "providers": providers, "models": models, "aliases": aliases, "orgs": orgs}
 
 
+def _row(obj: Any, entity: Any) -> dict[str, Any]:
+    return {f.attr: getattr(obj, f.attr) for f in entity.columns}
+
+
 def provider_item(p: Any) -> dict[str, Any]:
-    """One Provider row as its document entry (also used by the admin for unsaved edits)."""
-    item: dict[str, Any] = {"name": p.name, "dialect": p.dialect, "base_url": p.base_url}
-    if p.api_key_env:
-        item["api_key_env"] = p.api_key_env
-    for key in ("connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms"):
-        if getattr(p, key) is not None:
-            item[key] = getattr(p, key)
-    if p.health_check_path:
-        item["health_check_path"] = p.health_check_path
-    if p.health_probe_enabled:
-        item["health_probe"] = True
-    return item
+    """One Provider object as its document entry (also used by the admin for unsaved edits)."""
+    return PROVIDER.serialise(_row(p, PROVIDER))
 
 
 def model_item(m: Any, fallbacks: list[str]) -> dict[str, Any]:
-    """One model as its document entry; `fallbacks` are the target ids in order."""
-    item: dict[str, Any] = {
-        "id": m.public_id,
-        "provider": m.provider.name,
-        "upstream_model": m.upstream_model,
-        "capabilities": list(m.capabilities or []),
-    }
-    for key in (
-        "context_window",
-        "max_output_tokens",
-        "connect_timeout_ms",
-        "first_token_timeout_ms",
-        "total_timeout_ms",
-    ):
-        if getattr(m, key) is not None:
-            item[key] = getattr(m, key)
-    if m.residency:
-        item["residency"] = m.residency
-    if fallbacks:
-        item["fallbacks"] = list(fallbacks)
-    if m.fallback_on:
-        item["fallback_on"] = list(m.fallback_on)
-    for key in ("input_price_per_mtok", "output_price_per_mtok"):
-        if getattr(m, key) is not None:
-            item[key] = _num(getattr(m, key))
-    return item
+    """One model object as its document entry; `fallbacks` are the target ids in order."""
+    return MODEL.serialise(_row(m, MODEL), provider=m.provider.name, fallbacks=list(fallbacks))
 
 
 def child_item(kind: str, obj: Any) -> dict[str, Any]:
-    """An org's agent, policy or credential as its document entry."""
+    """An org's agent, policy or credential object as its document entry."""
     if kind == "agents":
-        return {"name": obj.name, **({"default_model": obj.default_model} if obj.default_model else {})}
+        return AGENT.serialise(_row(obj, AGENT))
     if kind == "policies":
-        item = {"pattern": obj.pattern, "action": obj.action, "priority": obj.priority}
-        return item if obj.fallback_chain is None else {**item, "fallback_chain": obj.fallback_chain}
-    item = {"provider": obj.provider.name if obj.provider_id else None}
-    return {**item, **{k: getattr(obj, k) for k in ("api_key_env", "base_url") if getattr(obj, k)}}
+        return POLICY.serialise(_row(obj, POLICY))
+    return CREDENTIAL.serialise(_row(obj, CREDENTIAL), provider=obj.provider.name if obj.provider_id else None)
 
 
 def key_rows_from_db() -> list[dict[str, Any]]:
-    """Active API keys as plain rows for the snapshot (hash, prefix, org, agent, expiry)."""
+    """Active API keys as plain rows for the snapshot (hash, prefix, org, agent, expiry), in one query."""
     from policies.models import ApiKey
 
-    rows = []
-    for k in ApiKey.objects.filter(revoked=False).select_related("agent__org"):
-        rows.append(
-            {
-                "key_hash": k.key_hash,
-                "prefix": k.prefix,
-                "org": k.agent.org.name,
-                "agent": k.agent.name,
-                "expires_at": k.expires_at.timestamp() if k.expires_at else None,
-            }
+    return [
+        {
+            "key_hash": key_hash,
+            "prefix": prefix,
+            "org": org,
+            "agent": agent,
+            "expires_at": expires_at.timestamp() if expires_at else None,
+        }
+        for key_hash, prefix, org, agent, expires_at in ApiKey.objects.filter(revoked=False).values_list(
+            "key_hash", "prefix", "agent__org__name", "agent__name", "expires_at"
         )
-    return rows
+    ]

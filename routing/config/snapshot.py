@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.matcher import compile_pattern
-from routing.config.document import RESILIENCE_DEFAULTS
+from routing.config.schema import ORG, POLICY, PROVIDER, core_resilience
 from routing.core.resilience import Resilience, Timeouts
 
 
@@ -118,27 +118,19 @@ class Snapshot:
 EMPTY = Snapshot(version=0, resilience=Resilience(), providers={}, models={}, aliases={}, orgs={}, keys={})
 
 
+_DIALECT = PROVIDER["dialect"].default
+_DEFAULT_ACTION = ORG["default_action"].default
+_ACTION = POLICY["action"].default
+_PRIORITY = POLICY["priority"].default
+
+
 def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
 def build_resilience(raw: Mapping[str, Any] | None) -> Resilience:
-    merged = {**RESILIENCE_DEFAULTS, **(raw or {})}
-    return Resilience(
-        max_retries=int(merged["max_retries"]),
-        backoff_base_ms=int(merged["backoff_base_ms"]),
-        backoff_max_ms=int(merged["backoff_max_ms"]),
-        connect_timeout_ms=int(merged["connect_timeout_ms"]),
-        first_token_timeout_ms=int(merged["first_token_timeout_ms"]),
-        stream_idle_timeout_ms=int(merged["stream_idle_timeout_ms"]),
-        total_timeout_ms=int(merged["total_timeout_ms"]),
-        breaker_failure_threshold=int(merged["breaker_failure_threshold"]),
-        breaker_cooldown_s=float(merged["breaker_cooldown_s"]),
-        fallback_max_depth=int(merged["fallback_max_depth"]),
-        fallback_on=frozenset(merged["fallback_on"]),
-        retry_budget_ratio=float(merged["retry_budget_ratio"]),
-        retry_budget_min_per_s=float(merged["retry_budget_min_per_s"]),
-    )
+    """The executor's settings from the document's section (absent keys take the schema's defaults)."""
+    return core_resilience(raw)
 
 
 def build_snapshot(
@@ -155,7 +147,7 @@ def build_snapshot(
         key_env = p.get("api_key_env") or None
         providers[p["name"]] = ProviderSpec(
             name=p["name"],
-            dialect=p.get("dialect", "openai"),
+            dialect=p.get("dialect") or _DIALECT,
             base_url=p["base_url"].rstrip("/"),
             api_key=environ.get(key_env) if key_env else None,
             api_key_env=key_env,
@@ -205,7 +197,7 @@ def build_snapshot(
     orgs: dict[str, OrgSpec] = {}
     agents: dict[tuple[str, str], AgentSpec] = {}
     for o in document.get("orgs") or []:
-        policies = sorted(o.get("policies") or [], key=lambda p: int(p.get("priority", 100)))
+        policies = sorted(o.get("policies") or [], key=lambda p: int(p.get("priority", _PRIORITY)))
         credentials = {}
         for c in o.get("credentials") or []:
             key_env = c.get("api_key_env") or None
@@ -217,13 +209,13 @@ def build_snapshot(
             )
         org = OrgSpec(
             name=o["name"],
-            default_action=o.get("default_action", "allow"),
+            default_action=o.get("default_action", _DEFAULT_ACTION),
             policies=tuple(
                 PolicySpec(
                     pattern=p["pattern"],
                     regex=compile_pattern(p["pattern"]),
-                    action=p.get("action", "allow"),
-                    priority=int(p.get("priority", 100)),
+                    action=p.get("action", _ACTION),
+                    priority=int(p.get("priority", _PRIORITY)),
                     fallback_chain=None if p.get("fallback_chain") is None else tuple(p["fallback_chain"]),
                 )
                 for p in policies

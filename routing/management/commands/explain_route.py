@@ -15,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from routing.config.document import document_from_db, key_rows_from_db
 from routing.config.snapshot import build_snapshot
+from routing.core.kinds import ENDPOINT_KINDS
 from routing.plan.explain import explain, render
 
 
@@ -30,7 +31,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--kind",
             default="chat",
-            choices=["chat", "embeddings", "rerank", "responses"],
+            choices=list(ENDPOINT_KINDS),
             help="endpoint kind (default chat)",
         )
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
