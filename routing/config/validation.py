@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -49,6 +50,8 @@ ALIAS = "routing.E007"
 REFERENCE = "routing.E008"
 
 
+_SETS: dict[tuple[str, ...], frozenset[str]] = {}
+_CAPABILITY_SET = frozenset(CAPABILITIES)
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -174,6 +177,10 @@ def _kind(value: Any) -> str:
 
 
 # Value rules the schema names (routing.config.schema Field.check): value, key, what -> message.
+# Parsing a pattern is the costliest rule; patterns rarely change between rebuilds.
+_pattern_problem = lru_cache(maxsize=1 << 16)(pattern_problem)
+
+
 def _in_range(top: int) -> Callable[[Any, str, str], str | None]:
     def check(value: Any, key: str, what: str) -> str | None:
         return (
@@ -203,7 +210,7 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
     "env_name": (_prefixed(lambda v: None if not v else env_name_problem(v)), VALUE),
     "health_path": (_prefixed(health_path_problem), VALUE),
     "ratio": (_prefixed(ratio_problem), VALUE),
-    "pattern": (lambda v, key, what: None if (m := pattern_problem(v)) is None else f"{what}: {m}", PATTERN),
+    "pattern": (lambda v, key, what: None if (m := _pattern_problem(v)) is None else f"{what}: {m}", PATTERN),
     "dialect": (
         lambda v, key, what: None
         if v in DIALECTS
@@ -301,8 +308,9 @@ class _Validator:
     def fields(
         self, item: Mapping[str, Any], path: str, what: str, allowed: tuple[str, ...], required: tuple[str, ...]
     ) -> None:
+        allowed_set = _SETS.get(allowed) or _SETS.setdefault(allowed, frozenset(allowed))
         for key in item:
-            if key not in allowed:
+            if key not in allowed_set:
                 self.add(
                     f"{path}.{key}", f"unknown field {key!r} for {what}: remove it (allowed: {', '.join(allowed)})"
                 )
@@ -343,11 +351,10 @@ class _Validator:
 
     def values(self, item: Mapping[str, Any], path: str, what: str, entity: Entity) -> None:
         """Run the value rule the schema names for each field the item sets."""
-        for f in entity:
-            if f.check is None or f.check == "slug":  # names: see name()
-                continue
-            value = item.get(f.name)
-            if value is None:
+        checked = entity.checked
+        for key, value in item.items():  # the item's few keys, not every field of the entity
+            f = checked.get(key)
+            if f is None or value is None or f.check == "slug":  # names: see name()
                 continue
             if f.check == "fallback_on":
                 self.fallback_on(value, f"{path}.{f.name}", what)
@@ -448,7 +455,7 @@ class _Validator:
                     )
                 else:
                     for j, cap in enumerate(caps):
-                        if cap not in CAPABILITIES:
+                        if cap not in _CAPABILITY_SET:
                             self.add(
                                 f"{path}.capabilities[{j}]",
                                 f"unknown capability {cap!r} of {what}: use one of {', '.join(CAPABILITIES)}",
