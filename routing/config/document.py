@@ -16,6 +16,7 @@ past 1 000 terms).
 from __future__ import annotations
 
 import gc
+import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -99,9 +100,40 @@ def gc_paused() -> Iterator[None]:
 
 
 def document_from_db() -> dict[str, Any]:
-    """Read every configuration table once (nine queries, whatever the size) into the canonical document."""
+    """Read every configuration table once (nine queries, whatever the size) into the canonical document.
+
+    A failing query raises routing.config.db_errors.ConfigReadError (a DatabaseError)
+    naming the table and keeping the database's message.
+    """
+    from django.db import DatabaseError
+
+    from routing.config.db_errors import ConfigReadError
+
     with gc_paused():
-        return _read_document()
+        try:
+            return _read_document()
+        except ConfigReadError:
+            raise
+        except DatabaseError as exc:
+            raise ConfigReadError(_reading.table, exc) from exc
+
+
+class _Reading:
+    """Which table the reader is on, for the error message (one reader per thread)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    @property
+    def table(self) -> str:
+        return getattr(self._local, "table", "the configuration tables")
+
+    def at(self, queryset: Any) -> Any:
+        self._local.table = queryset.model._meta.db_table
+        return queryset
+
+
+_reading = _Reading()
 
 
 def _read_document() -> dict[str, Any]:
@@ -110,7 +142,7 @@ def _read_document() -> dict[str, Any]:
     from routing.models import ResilienceSettings
 
     read = _readers()
-    settings_row = ResilienceSettings.objects.filter(pk=1).values(*RESILIENCE.column_attrs).first()
+    settings_row = _reading.at(ResilienceSettings.objects.filter(pk=1)).values(*RESILIENCE.column_attrs).first()
     resilience = {}
     for f in RESILIENCE:
         value = settings_row[f.attr] if settings_row else f.default
@@ -119,18 +151,18 @@ def _read_document() -> dict[str, Any]:
     provider_names: dict[int, str] = {}
     providers = []
     read_provider = read["provider"]
-    for pk, *row in Provider.objects.order_by("name").values_list("id", *_select(PROVIDER)):
+    for pk, *row in _reading.at(Provider.objects.order_by("name")).values_list("id", *_select(PROVIDER)):
         item = read_provider(tuple(row))
         provider_names[pk] = item["name"]
         providers.append(item)
 
-    model_rows = Model.objects.order_by("public_id").values_list("id", "provider_id", *_select(MODEL))
+    model_rows = _reading.at(Model.objects.order_by("public_id")).values_list("id", "provider_id", *_select(MODEL))
     model_rows = list(model_rows)
     model_ids = {row[0]: row[2] for row in model_rows}  # public_id is the first column
     chains: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-    for link_id, model_pk, target_pk, position in FallbackLink.objects.values_list(
-        "id", "model_id", "target_id", "position"
-    ).order_by():
+    for link_id, model_pk, target_pk, position in (
+        _reading.at(FallbackLink.objects.all()).values_list("id", "model_id", "target_id", "position").order_by()
+    ):
         chains[model_pk].append((position, link_id, target_pk))
     read_model = read["model"]
     models = []
@@ -144,20 +176,21 @@ def _read_document() -> dict[str, Any]:
         )
 
     aliases = {
-        name: model_ids[target] for name, target in Alias.objects.order_by("name").values_list("name", "target_id")
+        name: model_ids[target]
+        for name, target in _reading.at(Alias.objects.order_by("name")).values_list("name", "target_id")
     }
 
     read_agent, read_policy, read_credential = read["agent"], read["policy"], read["credential"]
     agents: dict[int, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    for org_pk, *row in Agent.objects.order_by().values_list("org_id", *_select(AGENT)):
+    for org_pk, *row in _reading.at(Agent.objects.order_by()).values_list("org_id", *_select(AGENT)):
         item = read_agent(tuple(row))
         agents[org_pk].append((item["name"], item))
     policies: dict[int, list[tuple[int, int, dict[str, Any]]]] = defaultdict(list)
-    for pk, org_pk, *row in OrgPolicy.objects.order_by().values_list("id", "org_id", *_select(POLICY)):
+    for pk, org_pk, *row in _reading.at(OrgPolicy.objects.order_by()).values_list("id", "org_id", *_select(POLICY)):
         item = read_policy(tuple(row))
         policies[org_pk].append((item["priority"], pk, item))
     credentials: dict[int, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    for org_pk, provider_pk, *row in OrgCredential.objects.order_by().values_list(
+    for org_pk, provider_pk, *row in _reading.at(OrgCredential.objects.order_by()).values_list(
         "org_id", "provider_id", *_select(CREDENTIAL)
     ):
         provider = provider_names[provider_pk]
@@ -165,7 +198,7 @@ def _read_document() -> dict[str, Any]:
 
     read_org = read["org"]
     orgs = []
-    for pk, *row in Org.objects.order_by("name").values_list("id", *_select(ORG)):
+    for pk, *row in _reading.at(Org.objects.order_by("name")).values_list("id", *_select(ORG)):
         orgs.append(
             read_org(
                 tuple(row),

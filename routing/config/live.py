@@ -123,10 +123,9 @@ def boot() -> Snapshot:
     thread.start()
     thread.join()
     if "db_error" in result:
-        raise ImproperlyConfigured(
-            f"Cannot read the configuration from the database ({result['db_error']}). "
-            "Run `python manage.py migrate` and check DATABASE_URL."
-        )
+        from routing.config.db_errors import describe
+
+        raise ImproperlyConfigured(describe(result["db_error"])) from result["db_error"]
     snapshot, errors, _ = result["value"]
     if snapshot is None:
         lines = "\n".join(f"  {e.path}: {e.message}" for e in errors)
