@@ -108,14 +108,24 @@ class CredentialFormSet(OrgChildFormSet):
     kind = "credentials"
 
 
-class AgentInline(admin.TabularInline):
+class OrgChildInline(admin.TabularInline):
+    """An org's rows with their org (and provider) joined: one query for the whole list,
+    not one per row for its title."""
+
+    related: tuple[str, ...] = ("org",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).select_related(*self.related)
+
+
+class AgentInline(OrgChildInline):
     model = Agent
     formset = AgentFormSet
     fields = ["name", "default_model"]
     extra = 0
 
 
-class PolicyInline(admin.TabularInline):
+class PolicyInline(OrgChildInline):
     model = OrgPolicy
     formset = PolicyFormSet
     fields = ["priority", "pattern", "action", "fallback_chain"]
@@ -128,9 +138,10 @@ class PolicyInline(admin.TabularInline):
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
 
-class CredentialInline(admin.TabularInline):
+class CredentialInline(OrgChildInline):
     model = OrgCredential
     formset = CredentialFormSet
+    related = ("org", "provider")
     fields = ["provider", "api_key_env", "base_url"]
     extra = 0
 
@@ -231,6 +242,7 @@ class CredentialForm(OrgChildForm):
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     form = AgentForm
+    autocomplete_fields = ["org"]
     list_display = ["name", "org", "default_model", "active_keys"]
     list_filter = ["org"]
     search_fields = ["name", "org__name", "default_model"]
@@ -249,6 +261,7 @@ class AgentAdmin(admin.ModelAdmin):
 @admin.register(OrgPolicy)
 class OrgPolicyAdmin(admin.ModelAdmin):
     form = PolicyForm
+    autocomplete_fields = ["org"]
     list_display = ["org", "priority", "pattern", "action", "fallback_chain"]
     list_filter = ["org", "action"]
     search_fields = ["pattern", "org__name"]
@@ -258,6 +271,7 @@ class OrgPolicyAdmin(admin.ModelAdmin):
 @admin.register(OrgCredential)
 class OrgCredentialAdmin(admin.ModelAdmin):
     form = CredentialForm
+    autocomplete_fields = ["org", "provider"]
     list_display = ["org", "provider", "api_key_env", "base_url"]
     list_filter = ["org", "provider"]
     search_fields = ["org__name", "provider__name"]
@@ -277,6 +291,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     list_select_related = ["agent__org"]
     actions = ["revoke_keys"]
     add_fields = ["agent", "label", "expires_at"]
+    autocomplete_fields = ["agent"]
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "agent":

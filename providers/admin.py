@@ -133,7 +133,12 @@ class FallbackLinkInline(admin.TabularInline):
     formset = FallbackFormSet
     fields = ["position", "target"]
     ordering = ["position", "id"]
+    autocomplete_fields = ["target"]  # a search box, not one <select> of every model per row
     extra = 1
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[FallbackLink]:
+        return super().get_queryset(request).select_related("model", "target")
+
     verbose_name = "fallback"
     verbose_name_plural = "fallback chain (tried in position order when this model fails)"
 

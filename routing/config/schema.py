@@ -79,7 +79,7 @@ class Field:
     @staticmethod
     def to_doc(value: Any) -> Any:
         """The document value of a column value (Decimals and whole floats as plain numbers)."""
-        if isinstance(value, (Decimal, str)):  # str: a decimal column read as text
+        if isinstance(value, Decimal):
             value = float(value)
         if isinstance(value, float) and value.is_integer():
             return int(value)
@@ -172,7 +172,9 @@ class Entity:
                         continue
                 elif export == TRUTHY and not value:
                     continue
-                item[name] = to_doc(value) if convert is NUMBER else value
+                if convert is NUMBER:
+                    value = to_doc(float(value) if isinstance(value, str) else value)  # decimals arrive as text
+                item[name] = value
             return item
 
         return read
