@@ -21,8 +21,9 @@ from policies.keys import create_api_key
 from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, edited_copy
 from routing.config.document import child_item
+from routing.config.schema import AGENT, CREDENTIAL, POLICY
 from routing.config.store import find_org
-from routing.config.validation import validate_base_url, validate_env_name, validate_pattern
+from routing.config.validation import add_form_validators
 
 Edit = Callable[[dict[str, Any]], None]
 CHAIN_WIDGET = forms.TextInput(attrs={"size": 30, "placeholder": '["chat-b"]; [] = no fallback'})
@@ -30,13 +31,7 @@ CHAIN_WIDGET = forms.TextInput(attrs={"size": 30, "placeholder": '["chat-b"]; []
 
 def _with_validators(form: forms.BaseForm) -> None:
     """Field validators shared by inline and standalone forms of org children."""
-    for name, validator in (
-        ("pattern", validate_pattern),
-        ("base_url", validate_base_url),
-        ("api_key_env", validate_env_name),
-    ):
-        if name in form.fields:
-            form.fields[name].validators.append(validator)
+    add_form_validators(form, AGENT, POLICY, CREDENTIAL)
 
 
 def _org_entry(doc: dict[str, Any], old_name: str | None, org: Org) -> dict[str, Any]:
@@ -113,14 +108,24 @@ class CredentialFormSet(OrgChildFormSet):
     kind = "credentials"
 
 
-class AgentInline(admin.TabularInline):
+class OrgChildInline(admin.TabularInline):
+    """An org's rows with their org (and provider) joined: one query for the whole list,
+    not one per row for its title."""
+
+    related: tuple[str, ...] = ("org",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return super().get_queryset(request).select_related(*self.related)
+
+
+class AgentInline(OrgChildInline):
     model = Agent
     formset = AgentFormSet
     fields = ["name", "default_model"]
     extra = 0
 
 
-class PolicyInline(admin.TabularInline):
+class PolicyInline(OrgChildInline):
     model = OrgPolicy
     formset = PolicyFormSet
     fields = ["priority", "pattern", "action", "fallback_chain"]
@@ -133,9 +138,10 @@ class PolicyInline(admin.TabularInline):
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
 
-class CredentialInline(admin.TabularInline):
+class CredentialInline(OrgChildInline):
     model = OrgCredential
     formset = CredentialFormSet
+    related = ("org", "provider")
     fields = ["provider", "api_key_env", "base_url"]
     extra = 0
 
@@ -236,6 +242,7 @@ class CredentialForm(OrgChildForm):
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     form = AgentForm
+    autocomplete_fields = ["org"]
     list_display = ["name", "org", "default_model", "active_keys"]
     list_filter = ["org"]
     search_fields = ["name", "org__name", "default_model"]
@@ -254,6 +261,7 @@ class AgentAdmin(admin.ModelAdmin):
 @admin.register(OrgPolicy)
 class OrgPolicyAdmin(admin.ModelAdmin):
     form = PolicyForm
+    autocomplete_fields = ["org"]
     list_display = ["org", "priority", "pattern", "action", "fallback_chain"]
     list_filter = ["org", "action"]
     search_fields = ["pattern", "org__name"]
@@ -263,6 +271,7 @@ class OrgPolicyAdmin(admin.ModelAdmin):
 @admin.register(OrgCredential)
 class OrgCredentialAdmin(admin.ModelAdmin):
     form = CredentialForm
+    autocomplete_fields = ["org", "provider"]
     list_display = ["org", "provider", "api_key_env", "base_url"]
     list_filter = ["org", "provider"]
     search_fields = ["org__name", "provider__name"]
@@ -282,6 +291,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
     list_select_related = ["agent__org"]
     actions = ["revoke_keys"]
     add_fields = ["agent", "label", "expires_at"]
+    autocomplete_fields = ["agent"]
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "agent":

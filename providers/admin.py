@@ -14,26 +14,23 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from providers.models import CAPABILITIES, Alias, FallbackLink, Model, Provider
+from providers.models import Alias, FallbackLink, Model, Provider
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, GuardedDeleteMixin, checkbox_choices
 from routing.config.document import model_item, provider_item
+from routing.config.schema import MODEL, PROVIDER, TIMEOUTS
 from routing.config.store import rename_references, replace_item
-from routing.config.validation import validate_base_url, validate_env_name, validate_health_path, validate_timeout_ms
-from routing.models import FALLBACK_TRIGGERS
+from routing.config.validation import add_form_validators
+from routing.core.kinds import ENDPOINT_KINDS
 
 Edit = Callable[[dict[str, Any]], None]
-TIMEOUT_FIELDS = ("connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms")
+TIMEOUT_FIELDS = TIMEOUTS
+CAPABILITIES = MODEL["capabilities"].choices
+FALLBACK_TRIGGERS = MODEL["fallback_on"].choices
 
 
 def _old(model: type, pk: int | None, field: str) -> str | None:
     """The value of `field` as saved in the database (None for a new object)."""
     return None if pk is None else model.objects.filter(pk=pk).values_list(field, flat=True).first()
-
-
-def _add_validators(form: forms.ModelForm, **validators: Any) -> None:
-    for name, validator in validators.items():
-        if name in form.fields:
-            form.fields[name].validators.append(validator)
 
 
 class ProviderForm(DocumentCheckedForm):
@@ -43,10 +40,7 @@ class ProviderForm(DocumentCheckedForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _add_validators(
-            self, base_url=validate_base_url, api_key_env=validate_env_name, health_check_path=validate_health_path
-        )
-        _add_validators(self, **dict.fromkeys(TIMEOUT_FIELDS, validate_timeout_ms))
+        add_form_validators(self, PROVIDER)
 
     def document_edit(self, obj: Provider) -> tuple[Edit, str]:
         old, item = _old(Provider, obj.pk, "name"), provider_item(obj)
@@ -91,10 +85,10 @@ class ModelConfigForm(DocumentCheckedForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        _add_validators(self, **dict.fromkeys(TIMEOUT_FIELDS, validate_timeout_ms))
+        add_form_validators(self, MODEL)
         self.fields[
             "capabilities"
-        ].help_text = "Every fallback must serve each of chat, embeddings, rerank, responses this model serves."
+        ].help_text = f"Every fallback must serve each of {', '.join(ENDPOINT_KINDS)} this model serves."
         self.fields["fallback_on"].help_text = "Overrides the global fallback_on; none checked inherits it."
 
     def clean_capabilities(self) -> list[str]:
@@ -139,7 +133,12 @@ class FallbackLinkInline(admin.TabularInline):
     formset = FallbackFormSet
     fields = ["position", "target"]
     ordering = ["position", "id"]
+    autocomplete_fields = ["target"]  # a search box, not one <select> of every model per row
     extra = 1
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[FallbackLink]:
+        return super().get_queryset(request).select_related("model", "target")
+
     verbose_name = "fallback"
     verbose_name_plural = "fallback chain (tried in position order when this model fails)"
 

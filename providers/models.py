@@ -8,17 +8,9 @@ from __future__ import annotations
 
 from django.db import models
 
-DIALECTS = ("openai", "anthropic", "ollama", "tei", "cohere")
-CAPABILITIES = (
-    "chat",
-    "embeddings",
-    "rerank",
-    "responses",
-    "streaming",
-    "tools",
-    "structured_output",
-    "vision",
-)
+from routing.config.schema import CAPABILITIES, DIALECTS
+
+__all__ = ["CAPABILITIES", "DIALECTS", "Alias", "FallbackLink", "Model", "Provider"]
 
 
 class Provider(models.Model):

@@ -19,10 +19,10 @@ from django.forms.models import BaseInlineFormSet, construct_instance
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
-from routing.config.document import RESILIENCE_DEFAULTS
+from routing.config.schema import RESILIENCE
 from routing.config.store import errors_for_edit, in_scope
-from routing.config.validation import ConfigError, validate_ratio, validate_timeout_ms
-from routing.models import FALLBACK_TRIGGERS, BreakerAction, ResilienceSettings, UsageRecord
+from routing.config.validation import ConfigError, add_form_validators
+from routing.models import BreakerAction, ResilienceSettings, UsageRecord
 
 FORM_FIELD = {"id": "public_id", "health_probe": "health_probe_enabled"}
 _LEAD = re.compile(r"^(?:\[([^\]]*)\])?(?:\.(\w+))?")
@@ -155,7 +155,7 @@ def checkbox_choices(values: Sequence[str]) -> forms.MultipleChoiceField:
 
 
 class ResilienceForm(DocumentCheckedForm):
-    fallback_on = checkbox_choices(FALLBACK_TRIGGERS)
+    fallback_on = checkbox_choices(RESILIENCE["fallback_on"].choices)
 
     class Meta:
         model = ResilienceSettings
@@ -163,17 +163,14 @@ class ResilienceForm(DocumentCheckedForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        for name, form_field in self.fields.items():
-            if name.endswith("_ms"):
-                form_field.validators.append(validate_timeout_ms)
-        self.fields["retry_budget_ratio"].validators.append(validate_ratio)
+        add_form_validators(self, RESILIENCE)
         self.fields["fallback_on"].help_text = "Failures that move a request to the next link of its chain."
 
     def clean_fallback_on(self) -> list[str]:
-        return [t for t in FALLBACK_TRIGGERS if t in self.cleaned_data["fallback_on"]]
+        return [t for t in RESILIENCE["fallback_on"].choices if t in self.cleaned_data["fallback_on"]]
 
     def document_edit(self, obj: ResilienceSettings) -> tuple[Callable[[dict[str, Any]], None], str]:
-        values = {key: getattr(obj, key) for key in RESILIENCE_DEFAULTS}
+        values = {f.name: getattr(obj, f.attr) for f in RESILIENCE}
 
         def edit(doc: dict[str, Any]) -> None:
             doc["resilience"] = values

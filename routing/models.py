@@ -6,30 +6,32 @@ import uuid
 
 from django.db import models
 
-FALLBACK_TRIGGERS = ("provider_error", "rate_limited", "timeout", "circuit_open", "context_length", "content_filter")
-DEFAULT_FALLBACK_ON = ["provider_error", "rate_limited", "timeout", "circuit_open"]
+from routing.config.schema import RESILIENCE_DEFAULTS as _D
+from routing.core.resilience import FALLBACK_TRIGGERS
+
+__all__ = ["FALLBACK_TRIGGERS", "BreakerAction", "ConfigVersion", "ResilienceSettings", "UsageRecord"]
 
 
 def default_fallback_on() -> list[str]:
-    return list(DEFAULT_FALLBACK_ON)
+    return list(_D["fallback_on"])
 
 
 class ResilienceSettings(models.Model):
-    """The single row of global resilience defaults (CONTRACT §5)."""
+    """The single row of global resilience settings; defaults and columns follow routing.config.schema.RESILIENCE."""
 
-    max_retries = models.PositiveIntegerField(default=2)
-    backoff_base_ms = models.PositiveIntegerField(default=100)
-    backoff_max_ms = models.PositiveIntegerField(default=5000)
-    connect_timeout_ms = models.PositiveIntegerField(default=5000)
-    first_token_timeout_ms = models.PositiveIntegerField(default=30000)
-    stream_idle_timeout_ms = models.PositiveIntegerField(default=60000)
-    total_timeout_ms = models.PositiveIntegerField(default=600000)
-    breaker_failure_threshold = models.PositiveIntegerField(default=5)
-    breaker_cooldown_s = models.FloatField(default=30)
-    fallback_max_depth = models.PositiveIntegerField(default=8)
+    max_retries = models.PositiveIntegerField(default=_D["max_retries"])
+    backoff_base_ms = models.PositiveIntegerField(default=_D["backoff_base_ms"])
+    backoff_max_ms = models.PositiveIntegerField(default=_D["backoff_max_ms"])
+    connect_timeout_ms = models.PositiveIntegerField(default=_D["connect_timeout_ms"])
+    first_token_timeout_ms = models.PositiveIntegerField(default=_D["first_token_timeout_ms"])
+    stream_idle_timeout_ms = models.PositiveIntegerField(default=_D["stream_idle_timeout_ms"])
+    total_timeout_ms = models.PositiveIntegerField(default=_D["total_timeout_ms"])
+    breaker_failure_threshold = models.PositiveIntegerField(default=_D["breaker_failure_threshold"])
+    breaker_cooldown_s = models.FloatField(default=_D["breaker_cooldown_s"])
+    fallback_max_depth = models.PositiveIntegerField(default=_D["fallback_max_depth"])
     fallback_on = models.JSONField(default=default_fallback_on)
-    retry_budget_ratio = models.FloatField(default=0.2)
-    retry_budget_min_per_s = models.FloatField(default=10)
+    retry_budget_ratio = models.FloatField(default=_D["retry_budget_ratio"])
+    retry_budget_min_per_s = models.FloatField(default=_D["retry_budget_min_per_s"])
 
     class Meta:
         verbose_name = "resilience settings"

@@ -19,8 +19,9 @@ import orjson
 from routing.config.snapshot import ModelSpec, ProviderSpec
 from routing.core import errors
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.kinds import ENDPOINT_KINDS
 
-KINDS = ("chat", "embeddings", "rerank", "responses")
+KINDS = ENDPOINT_KINDS
 
 
 def bearer_headers(api_key: str | None) -> dict[str, str]:

@@ -13,7 +13,11 @@ routing.config.validation as an Error with a stable id, one per rule family:
 - routing.E007  aliases: unknown target, alias to alias, name clashing with a model id
 - routing.E008  unknown reference: model provider, credential provider, agent default_model
 
-Before `migrate` the tables do not exist; the check then reports nothing.
+- routing.E009  the configuration could not be read from the database (not a missing
+                table): the table and the database's message
+
+Before `migrate` the tables do not exist; the check then reports nothing (migrate runs
+the checks itself and must not be stopped by them).
 """
 
 from __future__ import annotations
@@ -23,16 +27,21 @@ from typing import Any
 from django.core import checks
 from django.db import DatabaseError
 
+READ_FAILED = "routing.E009"
+
 
 @checks.register()
 def check_routing_configuration(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    from routing.config.db_errors import describe, schema_missing
     from routing.config.document import document_from_db
     from routing.config.validation import validate_document
 
     try:
         document = document_from_db()
-    except DatabaseError:  # OperationalError / ProgrammingError: not migrated yet
-        return []
+    except DatabaseError as exc:
+        if schema_missing(exc.error if hasattr(exc, "error") else exc):
+            return []  # not migrated yet
+        return [checks.Error(describe(exc), id=READ_FAILED)]
     return [
         checks.Error(
             f"{error.path}: {error.message}",

@@ -1,169 +1,260 @@
 """The configuration document: the one plain-data shape of the whole configuration.
 
-It is exactly the YAML of `import_config` / `export_config` (CONTRACT §9). The
-database is read into it (`document_from_db`), validation runs over it
+It is exactly the YAML of `import_config` / `export_config` (docs/configuration-at-scale.md).
+The database is read into it (`document_from_db`), validation runs over it
 (`routing.config.validation`), the snapshot is built from it (`routing.config.snapshot`), so
-admin, import, the system check and the server all see the same thing.
+admin, import, the system check and the server all see the same thing. Which keys
+an entry has, and when, is routing.config.schema's table.
 API keys are not part of it: they are secrets, created with `create_api_key`.
+
+The reader does a fixed number of queries whatever the size: each table is read
+whole as plain `.values()` rows and joined here in one pass, so there is never an
+IN list or an expression that grows with the configuration (SQLite refuses those
+past 1 000 terms).
 """
 
 from __future__ import annotations
 
-from decimal import Decimal
+import gc
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
-RESILIENCE_DEFAULTS: dict[str, Any] = {
-    "max_retries": 2,
-    "backoff_base_ms": 100,
-    "backoff_max_ms": 5000,
-    "connect_timeout_ms": 5000,
-    "first_token_timeout_ms": 30000,
-    "stream_idle_timeout_ms": 60000,
-    "total_timeout_ms": 600000,
-    "breaker_failure_threshold": 5,
-    "breaker_cooldown_s": 30,
-    "fallback_max_depth": 8,
-    "fallback_on": ["provider_error", "rate_limited", "timeout", "circuit_open"],
-    "retry_budget_ratio": 0.2,
-    "retry_budget_min_per_s": 10,
-}
+import orjson
 
-PROVIDER_OPTIONAL = (
-    "api_key_env",
-    "connect_timeout_ms",
-    "first_token_timeout_ms",
-    "total_timeout_ms",
-    "health_check_path",
-    "health_probe",
-)
-MODEL_OPTIONAL = (
-    "context_window",
-    "max_output_tokens",
-    "residency",
-    "fallbacks",
-    "connect_timeout_ms",
-    "first_token_timeout_ms",
-    "total_timeout_ms",
-    "fallback_on",
-    "input_price_per_mtok",
-    "output_price_per_mtok",
+from routing.config.schema import (
+    AGENT,
+    CREDENTIAL,
+    DECIMAL,
+    MODEL,
+    ORG,
+    POLICY,
+    PROVIDER,
+    RESILIENCE,
+    RESILIENCE_DEFAULTS,
 )
 
+__all__ = ["RESILIENCE_DEFAULTS", "child_item", "document_from_db", "key_rows_from_db", "model_item", "provider_item"]
 
-def _num(value: Any) -> Any:
-    """Decimals and whole floats as plain YAML numbers, so export is stable."""
-    if isinstance(value, Decimal):
-        value = float(value)
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
+
+def _readers() -> dict[str, Any]:
+    """Each entity's row serialiser for one read (JSON texts decoded once per distinct value)."""
+    seen: dict[str, Any] = {}
+
+    def decode(text: str) -> Any:
+        value = seen.get(text)
+        if value is None:
+            value = seen[text] = orjson.loads(text)
+        return list(value) if isinstance(value, list) else value  # each item owns its list
+
+    return {
+        "provider": PROVIDER.reader(decode=decode),
+        "model": MODEL.reader("provider", "fallbacks", decode=decode),
+        "agent": AGENT.reader(decode=decode),
+        "policy": POLICY.reader(decode=decode),
+        "credential": CREDENTIAL.reader("provider", decode=decode),
+        "org": ORG.reader("agents", "policies", "credentials", decode=decode),
+    }
+
+
+@cache
+def _select(entity: Any) -> tuple[Any, ...]:
+    """The columns of an entity as selected by the reader: JSON and decimals as text.
+
+    Django's per-value converters (json.loads, Decimal quantize) were most of the
+    read time at 10 000 models; the casts work the same on SQLite and PostgreSQL.
+    """
+    from django.db.models import TextField
+    from django.db.models.functions import Cast
+
+    out: list[Any] = []
+    for f in entity.columns:
+        if f.type == "list":
+            out.append(Cast(f.attr, TextField()))
+        elif f.store == DECIMAL:
+            out.append(Cast(f.attr, TextField()))  # a numeric output field brings a converter back
+        else:
+            out.append(f.attr)
+    return tuple(out)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a whole configuration is built.
+
+    Building tens of thousands of small dicts and tuples triggers full collections
+    that walk the whole heap; at 10 000 models they were a third of a rebuild. Nothing
+    built here is cyclic garbage, and the collector runs as usual right after.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def document_from_db() -> dict[str, Any]:
-    """Read every configuration table once into the canonical document."""
-    from policies.models import Org
-    from providers.models import Alias, Model, Provider
+    """Read every configuration table once (nine queries, whatever the size) into the canonical document.
+
+    A failing query raises routing.config.db_errors.ConfigReadError (a DatabaseError)
+    naming the table and keeping the database's message.
+    """
+    from django.db import DatabaseError
+
+    from routing.config.db_errors import ConfigReadError
+
+    with gc_paused():
+        try:
+            return _read_document()
+        except ConfigReadError:
+            raise
+        except DatabaseError as exc:
+            raise ConfigReadError(_reading.table, exc) from exc
+
+
+class _Reading:
+    """Which table the reader is on, for the error message (one reader per thread)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    @property
+    def table(self) -> str:
+        return getattr(self._local, "table", "the configuration tables")
+
+    def at(self, queryset: Any) -> Any:
+        self._local.table = queryset.model._meta.db_table
+        return queryset
+
+
+_reading = _Reading()
+
+
+def _read_document() -> dict[str, Any]:
+    from policies.models import Agent, Org, OrgCredential, OrgPolicy
+    from providers.models import Alias, FallbackLink, Model, Provider
     from routing.models import ResilienceSettings
 
-    settings_row = ResilienceSettings.objects.filter(pk=1).first()
+    read = _readers()
+    settings_row = _reading.at(ResilienceSettings.objects.filter(pk=1)).values(*RESILIENCE.column_attrs).first()
     resilience = {}
-    for key, default in RESILIENCE_DEFAULTS.items():
-        resilience[key] = _num(getattr(settings_row, key)) if settings_row else default
+    for f in RESILIENCE:
+        value = settings_row[f.attr] if settings_row else f.default
+        resilience[f.name] = list(value) if isinstance(value, list) else f.to_doc(value)
 
-    providers = [provider_item(p) for p in Provider.objects.order_by("name")]
+    provider_names: dict[int, str] = {}
+    providers = []
+    read_provider = read["provider"]
+    for pk, *row in _reading.at(Provider.objects.order_by("name")).values_list("id", *_select(PROVIDER)):
+        item = read_provider(tuple(row))
+        provider_names[pk] = item["name"]
+        providers.append(item)
 
+    model_rows = _reading.at(Model.objects.order_by("public_id")).values_list("id", "provider_id", *_select(MODEL))
+    model_rows = list(model_rows)
+    model_ids = {row[0]: row[2] for row in model_rows}  # public_id is the first column
+    chains: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for link_id, model_pk, target_pk, position in (
+        _reading.at(FallbackLink.objects.all()).values_list("id", "model_id", "target_id", "position").order_by()
+    ):
+        chains[model_pk].append((position, link_id, target_pk))
+    read_model = read["model"]
     models = []
-    for m in Model.objects.select_related("provider").prefetch_related("fallback_links__target").order_by("public_id"):
-        links = sorted(m.fallback_links.all(), key=lambda link: (link.position, link.id))
-        models.append(model_item(m, [link.target.public_id for link in links]))
+    no_links: list[tuple[int, int, int]] = []
+    for pk, provider_pk, *row in model_rows:
+        links = chains.get(pk, no_links)
+        if len(links) > 1:
+            links.sort()
+        models.append(
+            read_model(tuple(row), provider_names[provider_pk], [model_ids[target] for _, _, target in links])
+        )
 
-    aliases = {a.name: a.target.public_id for a in Alias.objects.select_related("target").order_by("name")}
+    aliases = {
+        name: model_ids[target]
+        for name, target in _reading.at(Alias.objects.order_by("name")).values_list("name", "target_id")
+    }
 
+    read_agent, read_policy, read_credential = read["agent"], read["policy"], read["credential"]
+    agents: dict[int, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for org_pk, *row in _reading.at(Agent.objects.order_by()).values_list("org_id", *_select(AGENT)):
+        item = read_agent(tuple(row))
+        agents[org_pk].append((item["name"], item))
+    policies: dict[int, list[tuple[int, int, dict[str, Any]]]] = defaultdict(list)
+    for pk, org_pk, *row in _reading.at(OrgPolicy.objects.order_by()).values_list("id", "org_id", *_select(POLICY)):
+        item = read_policy(tuple(row))
+        policies[org_pk].append((item["priority"], pk, item))
+    credentials: dict[int, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for org_pk, provider_pk, *row in _reading.at(OrgCredential.objects.order_by()).values_list(
+        "org_id", "provider_id", *_select(CREDENTIAL)
+    ):
+        provider = provider_names[provider_pk]
+        credentials[org_pk].append((provider, read_credential(tuple(row), provider)))
+
+    read_org = read["org"]
     orgs = []
-    for o in Org.objects.prefetch_related("agents", "policies", "credentials__provider").order_by("name"):
-        item = {"name": o.name, "default_action": o.default_action}
-        agents = [child_item("agents", a) for a in sorted(o.agents.all(), key=lambda a: a.name)]
-        if agents:
-            item["agents"] = agents
-        policies = [child_item("policies", p) for p in sorted(o.policies.all(), key=lambda p: (p.priority, p.id))]
-        if policies:
-            item["policies"] = policies
-        credentials = [child_item("credentials", c) for c in sorted(o.credentials.all(), key=lambda c: c.provider.name)]
-        if credentials:
-            item["credentials"] = credentials
-        orgs.append(item)
+    for pk, *row in _reading.at(Org.objects.order_by("name")).values_list("id", *_select(ORG)):
+        orgs.append(
+            read_org(
+                tuple(row),
+                [item for _, item in sorted(agents.get(pk, ()), key=_first)],
+                [item for _, _, item in sorted(policies.get(pk, ()), key=_first_two)],
+                [item for _, item in sorted(credentials.get(pk, ()), key=_first)],
+            )
+        )
 
     return {"resilience": resilience, "providers": providers, "models": models, "aliases": aliases, "orgs": orgs}
 
 
+def _first(entry: tuple[Any, ...]) -> Any:
+    return entry[0]
+
+
+def _first_two(entry: tuple[Any, ...]) -> Any:
+    return entry[:2]
+
+
+def _row(obj: Any, entity: Any) -> dict[str, Any]:
+    return {f.attr: getattr(obj, f.attr) for f in entity.columns}
+
+
 def provider_item(p: Any) -> dict[str, Any]:
-    """One Provider row as its document entry (also used by the admin for unsaved edits)."""
-    item: dict[str, Any] = {"name": p.name, "dialect": p.dialect, "base_url": p.base_url}
-    if p.api_key_env:
-        item["api_key_env"] = p.api_key_env
-    for key in ("connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms"):
-        if getattr(p, key) is not None:
-            item[key] = getattr(p, key)
-    if p.health_check_path:
-        item["health_check_path"] = p.health_check_path
-    if p.health_probe_enabled:
-        item["health_probe"] = True
-    return item
+    """One Provider object as its document entry (also used by the admin for unsaved edits)."""
+    return PROVIDER.serialise(_row(p, PROVIDER))
 
 
 def model_item(m: Any, fallbacks: list[str]) -> dict[str, Any]:
-    """One model as its document entry; `fallbacks` are the target ids in order."""
-    item: dict[str, Any] = {
-        "id": m.public_id,
-        "provider": m.provider.name,
-        "upstream_model": m.upstream_model,
-        "capabilities": list(m.capabilities or []),
-    }
-    for key in (
-        "context_window",
-        "max_output_tokens",
-        "connect_timeout_ms",
-        "first_token_timeout_ms",
-        "total_timeout_ms",
-    ):
-        if getattr(m, key) is not None:
-            item[key] = getattr(m, key)
-    if m.residency:
-        item["residency"] = m.residency
-    if fallbacks:
-        item["fallbacks"] = list(fallbacks)
-    if m.fallback_on:
-        item["fallback_on"] = list(m.fallback_on)
-    for key in ("input_price_per_mtok", "output_price_per_mtok"):
-        if getattr(m, key) is not None:
-            item[key] = _num(getattr(m, key))
-    return item
+    """One model object as its document entry; `fallbacks` are the target ids in order."""
+    return MODEL.serialise(_row(m, MODEL), provider=m.provider.name, fallbacks=list(fallbacks))
 
 
 def child_item(kind: str, obj: Any) -> dict[str, Any]:
-    """An org's agent, policy or credential as its document entry."""
+    """An org's agent, policy or credential object as its document entry."""
     if kind == "agents":
-        return {"name": obj.name, **({"default_model": obj.default_model} if obj.default_model else {})}
+        return AGENT.serialise(_row(obj, AGENT))
     if kind == "policies":
-        item = {"pattern": obj.pattern, "action": obj.action, "priority": obj.priority}
-        return item if obj.fallback_chain is None else {**item, "fallback_chain": obj.fallback_chain}
-    item = {"provider": obj.provider.name if obj.provider_id else None}
-    return {**item, **{k: getattr(obj, k) for k in ("api_key_env", "base_url") if getattr(obj, k)}}
+        return POLICY.serialise(_row(obj, POLICY))
+    return CREDENTIAL.serialise(_row(obj, CREDENTIAL), provider=obj.provider.name if obj.provider_id else None)
 
 
 def key_rows_from_db() -> list[dict[str, Any]]:
-    """Active API keys as plain rows for the snapshot (hash, prefix, org, agent, expiry)."""
+    """Active API keys as plain rows for the snapshot (hash, prefix, org, agent, expiry), in one query."""
     from policies.models import ApiKey
 
-    rows = []
-    for k in ApiKey.objects.filter(revoked=False).select_related("agent__org"):
-        rows.append(
-            {
-                "key_hash": k.key_hash,
-                "prefix": k.prefix,
-                "org": k.agent.org.name,
-                "agent": k.agent.name,
-                "expires_at": k.expires_at.timestamp() if k.expires_at else None,
-            }
+    return [
+        {
+            "key_hash": key_hash,
+            "prefix": prefix,
+            "org": org,
+            "agent": agent,
+            "expires_at": expires_at.timestamp() if expires_at else None,
+        }
+        for key_hash, prefix, org, agent, expires_at in ApiKey.objects.filter(revoked=False).values_list(
+            "key_hash", "prefix", "agent__org__name", "agent__name", "expires_at"
         )
-    return rows
+    ]

@@ -48,16 +48,17 @@ def read_version() -> int:
 
 def load_from_db() -> tuple[Snapshot | None, list, int]:
     """Read and validate the configuration; return (snapshot, [], version) or (None, errors, version)."""
-    from routing.config.document import document_from_db, key_rows_from_db
+    from routing.config.document import document_from_db, gc_paused, key_rows_from_db
     from routing.config.snapshot import build_snapshot
     from routing.config.validation import validate_document
 
-    version = read_version()
-    document = document_from_db()
-    errors = validate_document(document)
-    if errors:
-        return None, errors, version
-    return build_snapshot(document, key_rows_from_db(), os.environ, version=version), [], version
+    with gc_paused():  # see gc_paused: a large rebuild is otherwise a third collector
+        version = read_version()
+        document = document_from_db()
+        errors = validate_document(document)
+        if errors:
+            return None, errors, version
+        return build_snapshot(document, key_rows_from_db(), os.environ, version=version), [], version
 
 
 def rebuild_from_db(reason: str = "") -> bool:
@@ -122,10 +123,9 @@ def boot() -> Snapshot:
     thread.start()
     thread.join()
     if "db_error" in result:
-        raise ImproperlyConfigured(
-            f"Cannot read the configuration from the database ({result['db_error']}). "
-            "Run `python manage.py migrate` and check DATABASE_URL."
-        )
+        from routing.config.db_errors import describe
+
+        raise ImproperlyConfigured(describe(result["db_error"])) from result["db_error"]
     snapshot, errors, _ = result["value"]
     if snapshot is None:
         lines = "\n".join(f"  {e.path}: {e.message}" for e in errors)

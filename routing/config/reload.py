@@ -51,6 +51,15 @@ def broadcast() -> None:
 def _on_change(sender: type, **kwargs: object) -> None:
     if kwargs.get("raw") or sender not in _config_models():
         return
+    mark_changed()
+
+
+def mark_changed() -> None:
+    """Bump the version now and broadcast once the transaction commits.
+
+    Saves and deletes call it through the signals; bulk writes (a large import), which
+    send no signals, call it themselves once.
+    """
     bump_version()
     conn = transaction.get_connection()
     # One broadcast per transaction, however many rows it saved (an import saves many).

@@ -9,12 +9,13 @@ reference is swapped whole by routing.config.live; nothing here touches the data
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from policies.matcher import compile_pattern
-from routing.config.document import RESILIENCE_DEFAULTS
+from routing.config.schema import ORG, POLICY, PROVIDER, core_resilience
 from routing.core.resilience import Resilience, Timeouts
 
 
@@ -118,27 +119,50 @@ class Snapshot:
 EMPTY = Snapshot(version=0, resilience=Resilience(), providers={}, models={}, aliases={}, orgs={}, keys={})
 
 
+_DIALECT = PROVIDER["dialect"].default
+_DEFAULT_ACTION = ORG["default_action"].default
+_ACTION = POLICY["action"].default
+_PRIORITY = POLICY["priority"].default
+
+
+class _PatternCache:
+    """Compiled policy patterns carried from one build to the next, so a rebuild compiles
+    only patterns that are new; it holds exactly the patterns of the last build."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, re.Pattern[str]] = {}
+        self._lock = threading.Lock()
+
+    def compiler(self) -> Any:
+        last, used = self._last, {}
+
+        def regex(pattern: str) -> re.Pattern[str]:
+            compiled = used.get(pattern)
+            if compiled is None:
+                compiled = last.get(pattern)
+                if compiled is None:
+                    compiled = compile_pattern(pattern)
+                used[pattern] = compiled
+            return compiled
+
+        regex.used = used  # type: ignore[attr-defined]
+        return regex
+
+    def keep(self, regex: Any) -> None:
+        with self._lock:
+            self._last = regex.used
+
+
+_patterns = _PatternCache()
+
+
 def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
 def build_resilience(raw: Mapping[str, Any] | None) -> Resilience:
-    merged = {**RESILIENCE_DEFAULTS, **(raw or {})}
-    return Resilience(
-        max_retries=int(merged["max_retries"]),
-        backoff_base_ms=int(merged["backoff_base_ms"]),
-        backoff_max_ms=int(merged["backoff_max_ms"]),
-        connect_timeout_ms=int(merged["connect_timeout_ms"]),
-        first_token_timeout_ms=int(merged["first_token_timeout_ms"]),
-        stream_idle_timeout_ms=int(merged["stream_idle_timeout_ms"]),
-        total_timeout_ms=int(merged["total_timeout_ms"]),
-        breaker_failure_threshold=int(merged["breaker_failure_threshold"]),
-        breaker_cooldown_s=float(merged["breaker_cooldown_s"]),
-        fallback_max_depth=int(merged["fallback_max_depth"]),
-        fallback_on=frozenset(merged["fallback_on"]),
-        retry_budget_ratio=float(merged["retry_budget_ratio"]),
-        retry_budget_min_per_s=float(merged["retry_budget_min_per_s"]),
-    )
+    """The executor's settings from the document's section (absent keys take the schema's defaults)."""
+    return core_resilience(raw)
 
 
 def build_snapshot(
@@ -155,7 +179,7 @@ def build_snapshot(
         key_env = p.get("api_key_env") or None
         providers[p["name"]] = ProviderSpec(
             name=p["name"],
-            dialect=p.get("dialect", "openai"),
+            dialect=p.get("dialect") or _DIALECT,
             base_url=p["base_url"].rstrip("/"),
             api_key=environ.get(key_env) if key_env else None,
             api_key_env=key_env,
@@ -167,29 +191,47 @@ def build_snapshot(
         )
 
     models: dict[str, ModelSpec] = {}
+    # Values many models share are built once: per-provider timeout defaults, Timeouts,
+    # capability sets (a 10 000-model rebuild is in docs/configuration-at-scale.md#rebuild).
+    provider_defaults = {
+        name: tuple(res_value if own is None else own for own, res_value in zip(
+            (p.connect_timeout_ms, p.first_token_timeout_ms, p.total_timeout_ms),
+            (res.connect_timeout_ms, res.first_token_timeout_ms, res.total_timeout_ms),
+            strict=True,
+        ))
+        for name, p in providers.items()
+    }  # fmt: skip
+    timeouts_of: dict[tuple[int, int, int], Timeouts] = {}
+    frozen: dict[tuple[str, ...], frozenset[str]] = {}
+    stream_idle = res.stream_idle_timeout_ms
     for m in document.get("models") or []:
         provider = providers[m["provider"]]
-
-        def pick(name: str, _m: Mapping[str, Any] = m, _p: ProviderSpec = provider) -> int:
-            value = _m.get(name)
-            if value is None:
-                value = getattr(_p, name, None)
-            if value is None:
-                value = getattr(res, name)
-            return int(value)
-
-        timeouts = Timeouts(
-            connect_ms=pick("connect_timeout_ms"),
-            first_token_ms=pick("first_token_timeout_ms"),
-            stream_idle_ms=res.stream_idle_timeout_ms,
-            total_ms=pick("total_timeout_ms"),
-        )
+        connect, first, total = provider_defaults[provider.name]
+        value = m.get("connect_timeout_ms")
+        connect = int(connect if value is None else value)
+        value = m.get("first_token_timeout_ms")
+        first = int(first if value is None else value)
+        value = m.get("total_timeout_ms")
+        total = int(total if value is None else value)
+        timeouts = timeouts_of.get((connect, first, total))
+        if timeouts is None:
+            timeouts = timeouts_of[(connect, first, total)] = Timeouts(
+                connect_ms=connect, first_token_ms=first, stream_idle_ms=stream_idle, total_ms=total
+            )
+        caps = tuple(m.get("capabilities") or ())
+        capabilities = frozen.get(caps)
+        if capabilities is None:
+            capabilities = frozen[caps] = frozenset(caps)
+        fallback_on = res.fallback_on
+        if m.get("fallback_on"):
+            triggers = tuple(m["fallback_on"])
+            fallback_on = frozen.get(triggers) or frozen.setdefault(triggers, frozenset(triggers))
         prices = (m.get("input_price_per_mtok"), m.get("output_price_per_mtok"))
         models[m["id"]] = ModelSpec(
             id=m["id"],
             provider=provider,
             upstream_model=m["upstream_model"],
-            capabilities=frozenset(m.get("capabilities") or ()),
+            capabilities=capabilities,
             context_window=_opt_int(m.get("context_window")),
             max_output_tokens=_opt_int(m.get("max_output_tokens")),
             residency=m.get("residency") or "",
@@ -197,15 +239,16 @@ def build_snapshot(
             output_price_per_mtok=None if prices[1] is None else float(prices[1]),
             fallbacks=tuple(m.get("fallbacks") or ()),
             timeouts=timeouts,
-            fallback_on=frozenset(m["fallback_on"]) if m.get("fallback_on") else res.fallback_on,
+            fallback_on=fallback_on,
         )
 
     aliases = dict(document.get("aliases") or {})
 
+    regex = _patterns.compiler()
     orgs: dict[str, OrgSpec] = {}
     agents: dict[tuple[str, str], AgentSpec] = {}
     for o in document.get("orgs") or []:
-        policies = sorted(o.get("policies") or [], key=lambda p: int(p.get("priority", 100)))
+        policies = sorted(o.get("policies") or [], key=lambda p: int(p.get("priority", _PRIORITY)))
         credentials = {}
         for c in o.get("credentials") or []:
             key_env = c.get("api_key_env") or None
@@ -217,13 +260,13 @@ def build_snapshot(
             )
         org = OrgSpec(
             name=o["name"],
-            default_action=o.get("default_action", "allow"),
+            default_action=o.get("default_action", _DEFAULT_ACTION),
             policies=tuple(
                 PolicySpec(
                     pattern=p["pattern"],
-                    regex=compile_pattern(p["pattern"]),
-                    action=p.get("action", "allow"),
-                    priority=int(p.get("priority", 100)),
+                    regex=regex(p["pattern"]),
+                    action=p.get("action", _ACTION),
+                    priority=int(p.get("priority", _PRIORITY)),
                     fallback_chain=None if p.get("fallback_chain") is None else tuple(p["fallback_chain"]),
                 )
                 for p in policies
@@ -246,6 +289,7 @@ def build_snapshot(
             agent = AgentSpec(name=row["agent"], org=org, default_model=None)
         keys[row["key_hash"]] = KeySpec(prefix=row["prefix"], agent=agent, expires_at=row.get("expires_at"))
 
+    _patterns.keep(regex)
     return Snapshot(
         version=version,
         resilience=res,

@@ -10,19 +10,22 @@ same rules.
 from __future__ import annotations
 
 import copy
-from collections import Counter
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
+import orjson
 import yaml
 from django.db import models as djm
 from django.db import transaction
+from django.utils import timezone
 
 from policies.models import Agent, Org, OrgCredential, OrgPolicy
 from providers.models import Alias, FallbackLink, Model, Provider
-from routing.config.document import RESILIENCE_DEFAULTS, document_from_db
+from routing.config.document import document_from_db
+from routing.config.reload import mark_changed
+from routing.config.schema import AGENT, CREDENTIAL, MODEL, ORG, POLICY, PROVIDER, RESILIENCE, resilience_values
 from routing.config.validation import ConfigError, validate_document
 from routing.models import ResilienceSettings
 
@@ -74,6 +77,10 @@ def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
 _Dumper.add_representer(list, _represent_list)
 
 
+# libyaml's safe loader parses a 10 000-model file in about a second, PyYAML's in fifteen.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def dump_yaml(doc: dict[str, Any]) -> str:
     """Deterministic YAML of a document (its key and list order as given)."""
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=120)
@@ -82,7 +89,7 @@ def dump_yaml(doc: dict[str, Any]) -> str:
 def load_yaml(text: str, source: str = "<file>") -> Any:
     """Parse YAML; a syntax error becomes ConfigInvalid naming the line. An empty file is {}."""
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader (libyaml's when built with it)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -98,10 +105,6 @@ def export_document() -> dict[str, Any]:
 
 
 # Import -----------------------------------------------------------------------------
-
-
-def _dec(value: Any) -> Decimal | None:
-    return None if value is None else Decimal(str(value))
 
 
 def _empty(value: Any) -> Any:
@@ -127,7 +130,8 @@ def merge_documents(base: dict[str, Any], update: Any) -> Any:
         names = {item.get(name) for item in new if isinstance(item, dict)}
         kept = [item for item in base.get(key, []) if item.get(name) not in names]
         if key == "orgs":
-            new = [_merge_org(item, base.get(key, [])) for item in new]
+            by_name = {o.get("name"): o for o in base.get(key, [])}
+            new = [_merge_org(item, by_name) for item in new]
         merged[key] = new + kept  # file entries first, so error paths with indexes match the file
     aliases = update.get("aliases")
     merged["aliases"] = (
@@ -136,14 +140,11 @@ def merge_documents(base: dict[str, Any], update: Any) -> Any:
     return merged
 
 
-def _merge_org(item: Any, base_orgs: list[dict[str, Any]]) -> Any:
-    """An org of the file over the database's: agents are added to, listed policies and
-    credentials replace (mirrors what a non-pruning import does)."""
-    old = (
-        next((o for o in base_orgs if o.get("name") == (item or {}).get("name")), None)
-        if isinstance(item, dict)
-        else None
-    )
+def _merge_org(item: Any, base_orgs: dict[Any, dict[str, Any]]) -> Any:
+    """An org of the file over the database's (by name): agents are added to, listed policies
+    and credentials replace (mirrors what a non-pruning import does)."""
+    name = item.get("name") if isinstance(item, dict) else None
+    old = base_orgs.get(name) if isinstance(name, str) else None
     if old is None:
         return item
     merged = {**item}
@@ -159,197 +160,289 @@ def _merge_org(item: Any, base_orgs: list[dict[str, Any]]) -> Any:
     return merged
 
 
-class _Applier:
-    """Makes the database match a valid document, saving only what differs."""
+# Rows of one kind written one by one (signals per row, as an admin save) up to this
+# many; above it the kind is written with bulk_create / bulk_update in batches and
+# the configuration version is bumped once (docs/configuration-at-scale.md#import).
+SMALL_WRITE = 100
+BATCH = 500
 
-    def __init__(self, result: ImportResult, prune: bool = False) -> None:
+Progress = Callable[[str], None]
+
+
+def _changed(current: dict[str, Any], values: dict[str, Any]) -> list[str]:
+    return [name for name, value in values.items() if _empty(current.get(name)) != _empty(value)]
+
+
+def _chunks(items: list[Any], size: int = BATCH) -> Iterable[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class _Applier:
+    """Makes the database match a valid document, writing only what differs.
+
+    Every table is read whole once (`.values()`), diffed in Python, then written per
+    kind: row by row for a few changes, in bulk for many.
+    """
+
+    def __init__(self, result: ImportResult, prune: bool = False, progress: Progress | None = None) -> None:
         self.result = result
         self.pruning = prune
+        self.progress = progress
+        self.bulk_written = False  # bulk writes send no signals: bump the version once at the end
 
-    def kind(self, obj: djm.Model) -> str:
-        kind = str(obj._meta.verbose_name)
-        self.result.plurals[kind] = str(obj._meta.verbose_name_plural)
+    def kind(self, model: type[djm.Model]) -> str:
+        kind = str(model._meta.verbose_name)
+        self.result.plurals[kind] = str(model._meta.verbose_name_plural)
         return kind
 
-    def save(self, obj: djm.Model, values: dict[str, Any]) -> bool:
-        kind = self.kind(obj)
-        if obj._state.adding:
-            for name, value in values.items():
-                setattr(obj, name, value)
-            obj.save()
-            self.result.created[kind] += 1
-            return True
-        changed = [n for n, v in values.items() if _empty(getattr(obj, n)) != _empty(v)]
-        if changed:
-            for name in changed:
-                setattr(obj, name, values[name])
-            obj.save()
-            self.result.updated[kind] += 1
-        return bool(changed)
+    def note(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(message)
 
-    def delete(self, objs: Iterable[djm.Model]) -> None:
-        for obj in objs:
-            self.result.deleted[self.kind(obj)] += 1
-            obj.delete()
+    # writing ------------------------------------------------------------------------
+
+    def write(
+        self,
+        model: type[djm.Model],
+        creates: list[dict[str, Any]],
+        updates: list[tuple[int, dict[str, Any], list[str]]],
+    ) -> None:
+        """Create rows (column values) and update rows (pk, values, changed columns)."""
+        if not creates and not updates:
+            return
+        kind = self.kind(model)
+        if creates:
+            self.result.created[kind] += len(creates)
+        if updates:
+            self.result.updated[kind] += len(updates)
+        label = str(model._meta.verbose_name_plural)
+        self.note(f"writing {label}: {len(creates)} new, {len(updates)} changed")
+        if len(creates) + len(updates) <= SMALL_WRITE:
+            for values in creates:
+                model(**values).save()
+            if updates:
+                objs = {}
+                for chunk in _chunks([pk for pk, _, _ in updates]):
+                    objs.update(model.objects.in_bulk(chunk))
+                for pk, values, changed in updates:
+                    obj = objs[pk]
+                    for name in changed:
+                        setattr(obj, name, values[name])
+                    obj.save()
+            return
+        self.bulk_written = True
+        auto_now = [f.attname for f in model._meta.concrete_fields if getattr(f, "auto_now", False)]
+        for chunk in _chunks(creates):
+            model.objects.bulk_create([model(**values) for values in chunk])
+        if updates:
+            fields = sorted({name for _, _, changed in updates for name in changed} | set(auto_now))
+            now = timezone.now()
+            objs = []
+            for pk, values, _ in updates:
+                obj = model(pk=pk, **{k: v for k, v in values.items() if k in fields})
+                for name in auto_now:
+                    setattr(obj, name, now)
+                objs.append(obj)
+            # A few columns per batch keeps each CASE expression small on SQLite.
+            for chunk in _chunks(objs, 100):
+                model.objects.bulk_update(chunk, fields)
+
+    def remove(self, model: type[djm.Model], pks: list[int], leaf: bool = False) -> None:
+        """Delete rows; `leaf` rows (nothing refers to them) go in bulk without signals when many."""
+        if not pks:
+            return
+        self.result.deleted[self.kind(model)] += len(pks)
+        if leaf and len(pks) > SMALL_WRITE:
+            self.bulk_written = True
+            for chunk in _chunks(pks):
+                # No signal listener needs these rows: skip Django's per-row collection.
+                model.objects.filter(pk__in=chunk)._raw_delete(model.objects.db)
+            return
+        for chunk in _chunks(pks):
+            for obj in model.objects.filter(pk__in=chunk):
+                obj.delete()
+
+    def sync(
+        self,
+        model: type[djm.Model],
+        existing: dict[Any, dict[str, Any]],
+        wanted: dict[Any, dict[str, Any]],
+    ) -> tuple[list[dict[str, Any]], list[tuple[int, dict[str, Any], list[str]]]]:
+        """Diff wanted rows against existing ones by natural key; returns (creates, updates)."""
+        creates, updates = [], []
+        for key, values in wanted.items():
+            current = existing.get(key)
+            if current is None:
+                creates.append(values)
+                continue
+            changed = _changed(current, values)
+            if changed:
+                updates.append((current["id"], values, changed))
+        return creates, updates
+
+    # sections -----------------------------------------------------------------------
 
     def resilience(self, raw: dict[str, Any] | None) -> None:
-        values = {**RESILIENCE_DEFAULTS, **(raw or {})}
-        row = ResilienceSettings.objects.filter(pk=1).first()
-        if row is None and values == RESILIENCE_DEFAULTS:
-            return  # absent row already means defaults
-        self.save(row or ResilienceSettings(pk=1), values)
+        merged = resilience_values(raw)
+        values = {f.attr: f.to_db(merged[f.name]) for f in RESILIENCE}
+        defaults = {f.attr: f.to_db(None) for f in RESILIENCE}
+        row = ResilienceSettings.objects.filter(pk=1).values("id", *values).first()
+        if row is None:
+            if values != defaults:
+                self.write(ResilienceSettings, [{"id": 1, **values}], [])
+            return
+        changed = _changed(row, values)
+        self.write(ResilienceSettings, [], [(1, values, changed)] if changed else [])
 
-    def providers(self, items: list[dict[str, Any]]) -> dict[str, Provider]:
-        existing = {p.name: p for p in Provider.objects.all()}
-        for item in items:
-            obj = existing.get(item["name"]) or Provider()
-            self.save(
-                obj,
-                {
-                    "name": item["name"],
-                    "dialect": item.get("dialect", "openai"),
-                    "base_url": item["base_url"],
-                    "api_key_env": item.get("api_key_env") or "",
-                    "connect_timeout_ms": item.get("connect_timeout_ms"),
-                    "first_token_timeout_ms": item.get("first_token_timeout_ms"),
-                    "total_timeout_ms": item.get("total_timeout_ms"),
-                    "health_check_path": item.get("health_check_path") or "",
-                    "health_probe_enabled": bool(item.get("health_probe", False)),
-                },
-            )
-            existing[obj.name] = obj
-        return existing
+    def providers(self, items: list[dict[str, Any]]) -> dict[str, int]:
+        existing = {row["name"]: row for row in Provider.objects.values("id", *_attrs(PROVIDER))}
+        wanted = {item["name"]: PROVIDER.row_values(item) for item in items}
+        self.write(Provider, *self.sync(Provider, existing, wanted))
+        return dict(Provider.objects.values_list("name", "id"))
 
-    def models(self, items: list[dict[str, Any]], providers: dict[str, Provider]) -> dict[str, Model]:
-        existing = {m.public_id: m for m in Model.objects.all()}
-        for item in items:
-            obj = existing.get(item["id"]) or Model()
-            self.save(
-                obj,
-                {
-                    "public_id": item["id"],
-                    "provider_id": providers[item["provider"]].pk,
-                    "upstream_model": item["upstream_model"],
-                    "capabilities": list(item.get("capabilities") or []),
-                    "context_window": item.get("context_window"),
-                    "max_output_tokens": item.get("max_output_tokens"),
-                    "residency": item.get("residency") or "",
-                    "connect_timeout_ms": item.get("connect_timeout_ms"),
-                    "first_token_timeout_ms": item.get("first_token_timeout_ms"),
-                    "total_timeout_ms": item.get("total_timeout_ms"),
-                    "fallback_on": list(item["fallback_on"]) if item.get("fallback_on") else None,
-                    "input_price_per_mtok": _dec(item.get("input_price_per_mtok")),
-                    "output_price_per_mtok": _dec(item.get("output_price_per_mtok")),
-                },
-            )
-            existing[obj.public_id] = obj
+    def models(self, items: list[dict[str, Any]], providers: dict[str, int]) -> dict[str, int]:
+        existing = {row["public_id"]: row for row in Model.objects.values("id", "provider_id", *_attrs(MODEL))}
+        wanted = {item["id"]: {**MODEL.row_values(item), "provider_id": providers[item["provider"]]} for item in items}
+        self.write(Model, *self.sync(Model, existing, wanted))
+        ids = dict(Model.objects.values_list("public_id", "id"))
+        chains: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+        for link_id, model_pk, target_pk, position in FallbackLink.objects.values_list(
+            "id", "model_id", "target_id", "position"
+        ):
+            chains[model_pk].append((position, link_id, target_pk))
+        doomed: list[int] = []
+        creates: list[dict[str, Any]] = []
         for item in items:  # every target exists now
-            obj = existing[item["id"]]
-            want = [existing[t].pk for t in item.get("fallbacks") or []]
-            links = list(FallbackLink.objects.filter(model=obj).order_by("position", "id"))
-            if [link.target_id for link in links] != want:
-                self.delete(links)
-                for position, target_id in enumerate(want):
-                    self.save(FallbackLink(model=obj), {"target_id": target_id, "position": position})
-        return existing
+            model_pk = ids[item["id"]]
+            want = [ids[t] for t in item.get("fallbacks") or []]
+            links = sorted(chains.get(model_pk, ()))
+            if [target for _, _, target in links] != want:
+                doomed += [link_id for _, link_id, _ in links]
+                creates += [
+                    {"model_id": model_pk, "target_id": target, "position": position}
+                    for position, target in enumerate(want)
+                ]
+        self.remove(FallbackLink, doomed, leaf=True)
+        self.write(FallbackLink, creates, [])
+        return ids
 
-    def aliases(self, aliases: dict[str, str], models: dict[str, Model]) -> None:
-        existing = {a.name: a for a in Alias.objects.all()}
-        for name, target in aliases.items():
-            self.save(existing.get(name) or Alias(), {"name": name, "target_id": models[target].pk})
+    def aliases(self, aliases: dict[str, str], models: dict[str, int]) -> None:
+        existing = {row["name"]: row for row in Alias.objects.values("id", "name", "target_id")}
+        wanted = {name: {"name": name, "target_id": models[target]} for name, target in aliases.items()}
+        self.write(Alias, *self.sync(Alias, existing, wanted))
 
-    def orgs(self, items: list[dict[str, Any]], providers: dict[str, Provider]) -> None:
-        existing = {o.name: o for o in Org.objects.all()}
+    def orgs(self, items: list[dict[str, Any]], providers: dict[str, int]) -> None:
+        existing = {row["name"]: row for row in Org.objects.values("id", *_attrs(ORG))}
+        wanted = {item["name"]: ORG.row_values(item) for item in items}
+        self.write(Org, *self.sync(Org, existing, wanted))
+        org_ids = dict(Org.objects.values_list("name", "id"))
+
+        # Agents carry API keys: without --prune an agent missing from the file is kept.
+        current_agents = {
+            (row["org_id"], row["name"]): row for row in Agent.objects.values("id", "org_id", *_attrs(AGENT))
+        }
+        wanted_agents = {
+            (org_ids[item["name"]], a["name"]): {"org_id": org_ids[item["name"]], **AGENT.row_values(a)}
+            for item in items
+            for a in item.get("agents") or []
+        }
+        self.write(Agent, *self.sync(Agent, current_agents, wanted_agents))
+        listed = {org_ids[item["name"]] for item in items}
+        if self.pruning:
+            self.remove(
+                Agent, [r["id"] for k, r in current_agents.items() if k[0] in listed and k not in wanted_agents]
+            )
+
+        cred_orgs = {org_ids[item["name"]] for item in items if "credentials" in item or self.pruning}
+        current_creds = {
+            (row["org_id"], row["provider_id"]): row
+            for row in OrgCredential.objects.values("id", "org_id", "provider_id", *_attrs(CREDENTIAL))
+        }
+        wanted_creds = {}
         for item in items:
-            org = existing.get(item["name"]) or Org()
-            self.save(org, {"name": item["name"], "default_action": item.get("default_action", "allow")})
-            # Agents carry API keys: without --prune an agent missing from the file is kept.
-            self.by_key(
-                Agent.objects.filter(org=org),
-                lambda a: a.name,
-                {
-                    a["name"]: {"org": org, "name": a["name"], "default_model": a.get("default_model") or ""}
-                    for a in item.get("agents") or []
-                },
-                Agent,
-                delete_missing=self.pruning,
-            )
-            if "credentials" in item or self.pruning:
-                self.by_key(
-                    OrgCredential.objects.filter(org=org).select_related("provider"),
-                    lambda c: c.provider.name,
-                    {
-                        c["provider"]: {
-                            "org": org,
-                            "provider": providers[c["provider"]],
-                            "api_key_env": c.get("api_key_env") or "",
-                            "base_url": c.get("base_url") or "",
-                        }
-                        for c in item.get("credentials") or []
-                    },
-                    OrgCredential,
-                )
-            if "policies" in item or self.pruning:
-                self.policies(org, item.get("policies") or [])
+            org_pk = org_ids[item["name"]]
+            if org_pk in cred_orgs:
+                for c in item.get("credentials") or []:
+                    provider_pk = providers[c["provider"]]
+                    wanted_creds[(org_pk, provider_pk)] = {
+                        "org_id": org_pk,
+                        "provider_id": provider_pk,
+                        **CREDENTIAL.row_values(c),
+                    }
+        self.remove(
+            OrgCredential,
+            [r["id"] for k, r in current_creds.items() if k[0] in cred_orgs and k not in wanted_creds],
+            leaf=True,
+        )
+        self.write(OrgCredential, *self.sync(OrgCredential, current_creds, wanted_creds))
 
-    def by_key(
-        self,
-        rows: Any,
-        key: Callable[[Any], str],
-        wanted: dict[str, dict[str, Any]],
-        model: type[djm.Model],
-        delete_missing: bool = True,
-    ) -> None:
-        """Make an org's nested rows match `wanted` (natural key -> field values)."""
-        current = {key(row): row for row in rows}
-        if delete_missing:
-            self.delete(row for k, row in current.items() if k not in wanted)
-        for k, values in wanted.items():
-            self.save(current.get(k) or model(), values)
+        self.policies(
+            {org_ids[item["name"]]: item.get("policies") or [] for item in items if "policies" in item or self.pruning}
+        )
 
-    def policies(self, org: Org, items: list[dict[str, Any]]) -> None:
+    def policies(self, by_org: dict[int, list[dict[str, Any]]]) -> None:
         """Policies have no natural key: keep identical rows, reuse the others, delete the rest."""
-
-        def values(p: dict[str, Any]) -> dict[str, Any]:
-            return {
-                "org": org,
-                "pattern": p["pattern"],
-                "action": p.get("action", "allow"),
-                "priority": p.get("priority", 100),
-                "fallback_chain": p.get("fallback_chain"),
-            }
-
-        def same(row: OrgPolicy, v: dict[str, Any]) -> bool:
-            return (row.pattern, row.action, row.priority, row.fallback_chain) == (
-                v["pattern"],
-                v["action"],
-                v["priority"],
-                v["fallback_chain"],
-            )
-
-        spare = list(OrgPolicy.objects.filter(org=org).order_by("priority", "id"))
-        todo = []
-        for v in map(values, items):
-            match = next((row for row in spare if same(row, v)), None)
-            if match is None:
-                todo.append(v)
-            else:
-                spare.remove(match)
-        for v in todo:
-            self.save(spare.pop(0) if spare else OrgPolicy(), v)
-        self.delete(spare)
+        rows: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for row in OrgPolicy.objects.order_by("priority", "id").values("id", "org_id", *_attrs(POLICY)):
+            if row["org_id"] in by_org:
+                rows[row["org_id"]].append(row)
+        names = [f.attr for f in POLICY.columns]
+        creates, updates, doomed = [], [], []
+        for org_pk, items in by_org.items():
+            spare = rows.get(org_pk, [])
+            by_values: dict[tuple[Any, ...], deque[int]] = defaultdict(deque)
+            for index, row in enumerate(spare):
+                by_values[_policy_key(row, names)].append(index)
+            kept: set[int] = set()
+            todo = []
+            for item in items:
+                values = {"org_id": org_pk, **POLICY.row_values(item)}
+                same = by_values.get(_policy_key(values, names))
+                if same:
+                    kept.add(same.popleft())  # the first identical row, in priority order
+                else:
+                    todo.append(values)
+            spare = [row for index, row in enumerate(spare) if index not in kept]
+            for values in todo:
+                if spare:
+                    row = spare.pop(0)
+                    updates.append((row["id"], values, _changed(row, values)))
+                else:
+                    creates.append(values)
+            doomed += [row["id"] for row in spare]
+        self.write(OrgPolicy, creates, updates)
+        self.remove(OrgPolicy, doomed, leaf=True)
 
     def prune(self, doc: dict[str, Any]) -> None:
+        aliases = set(doc.get("aliases") or {})
+        self.remove(
+            Alias, [pk for pk, name in Alias.objects.values_list("id", "name") if name not in aliases], leaf=True
+        )
+        orgs = {o["name"] for o in doc.get("orgs") or []}
+        self.remove(Org, [pk for pk, name in Org.objects.values_list("id", "name") if name not in orgs])
         model_ids = {m["id"] for m in doc.get("models") or []}
-        self.delete(Alias.objects.exclude(name__in=list(doc.get("aliases") or {})))
-        self.delete(Org.objects.exclude(name__in=[o["name"] for o in doc.get("orgs") or []]))
-        doomed = list(Model.objects.exclude(public_id__in=model_ids))
-        self.delete(FallbackLink.objects.filter(model__in=doomed))  # PROTECT between doomed models
-        self.delete(doomed)
-        self.delete(Provider.objects.exclude(name__in=[p["name"] for p in doc.get("providers") or []]))
+        doomed = [pk for pk, public_id in Model.objects.values_list("id", "public_id") if public_id not in model_ids]
+        doomed_set = set(doomed)
+        # PROTECT between doomed models: their links go first.
+        links = [pk for pk, model_pk in FallbackLink.objects.values_list("id", "model_id") if model_pk in doomed_set]
+        self.remove(FallbackLink, links, leaf=True)
+        self.remove(Model, doomed)
+        providers = {p["name"] for p in doc.get("providers") or []}
+        self.remove(Provider, [pk for pk, name in Provider.objects.values_list("id", "name") if name not in providers])
 
 
-def import_document(doc: Any, *, prune: bool = False, dry_run: bool = False) -> ImportResult:
+def _attrs(entity: Any) -> list[str]:
+    return [f.attr for f in entity.columns]
+
+
+def _policy_key(row: dict[str, Any], names: list[str]) -> tuple[Any, ...]:
+    return tuple(repr(_empty(row.get(name))) for name in names)
+
+
+def import_document(
+    doc: Any, *, prune: bool = False, dry_run: bool = False, progress: Progress | None = None
+) -> ImportResult:
     """Validate the document and apply it in one transaction, or raise ConfigInvalid and change nothing.
 
     Objects in the file are created or updated; objects absent from the file are kept
@@ -359,24 +452,35 @@ def import_document(doc: Any, *, prune: bool = False, dry_run: bool = False) -> 
     file may refer to objects that only exist in the database. A `resilience:`
     section resets the keys it leaves out to their defaults; no section keeps the row.
     With `prune`, deleting an agent absent from its org's list deletes its API keys.
+    Nothing is written when the database already matches (importing an export is a
+    no-op). `progress` receives one line per phase (the command shows it on a terminal).
     """
+    note = progress or (lambda message: None)
     with transaction.atomic():
+        note("reading the current configuration")
         target = doc if prune else merge_documents(document_from_db(), doc)
+        note("validating")
         errors = validate_document(target)
         if errors:
             raise ConfigInvalid(errors)
         result = ImportResult()
-        applier = _Applier(result, prune)
+        applier = _Applier(result, prune, progress)
         if "resilience" in doc or prune:
             applier.resilience(doc.get("resilience"))
+        note("providers")
         providers = applier.providers(doc.get("providers") or [])
+        note("models and fallback chains")
         models = applier.models(doc.get("models") or [], providers)
         applier.aliases(doc.get("aliases") or {}, models)
+        note("organisations, agents, policies, credentials")
         applier.orgs(doc.get("orgs") or [], providers)
         if prune:
             applier.prune(doc)
+        if applier.bulk_written:
+            mark_changed()
         if dry_run:
             transaction.set_rollback(True)
+    note("done")
     return result
 
 
@@ -387,6 +491,14 @@ def in_scope(path: str, scope: str) -> bool:
     return path == scope or path.startswith((scope + ".", scope + "["))
 
 
+def _copy(doc: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a plain-JSON document (orjson: about 7x faster than deepcopy at 10 000 models)."""
+    try:
+        return orjson.loads(orjson.dumps(doc))
+    except TypeError:  # something not JSON (never from document_from_db)
+        return copy.deepcopy(doc)
+
+
 def errors_for_edit(edit: Callable[[dict[str, Any]], None], scope: str) -> list[ConfigError]:
     """Validate the configuration with one unsaved edit applied to the database document.
 
@@ -395,7 +507,7 @@ def errors_for_edit(edit: Callable[[dict[str, Any]], None], scope: str) -> list[
     do not block an unrelated save.
     """
     before = document_from_db()
-    after = copy.deepcopy(before)
+    after = _copy(before)
     edit(after)
     old = set(validate_document(before))
     return [e for e in validate_document(after) if in_scope(e.path, scope) or e not in old]

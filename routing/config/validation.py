@@ -13,17 +13,32 @@ routing.config.checks for the list.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
 
 from policies.matcher import pattern_error
-from providers.models import CAPABILITIES, DIALECTS
-from routing.config.document import RESILIENCE_DEFAULTS
-from routing.models import FALLBACK_TRIGGERS
+from routing.config.schema import (
+    ACTIONS,
+    AGENT,
+    CAPABILITIES,
+    CREDENTIAL,
+    DIALECTS,
+    MAX_CHAIN,
+    MODEL,
+    ORG,
+    POLICY,
+    PROVIDER,
+    RESILIENCE,
+    TOP_KEYS,
+    Entity,
+)
+from routing.core.kinds import ENDPOINT_KINDS
+from routing.core.resilience import FALLBACK_TRIGGERS
 
 STRUCTURE = "routing.E001"
 FALLBACK = "routing.E002"
@@ -34,21 +49,9 @@ VALUE = "routing.E006"
 ALIAS = "routing.E007"
 REFERENCE = "routing.E008"
 
-MAX_CHAIN = 8
-ENDPOINT_KINDS = ("chat", "embeddings", "rerank", "responses")
-ACTIONS = ("allow", "deny")
-TOP_KEYS = ("resilience", "providers", "models", "aliases", "orgs")
-TIMEOUT_KEYS = ("connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms")
-PROVIDER_KEYS = ("name", "dialect", "base_url", "api_key_env", *TIMEOUT_KEYS, "health_check_path", "health_probe")
-MODEL_KEYS = (
-    "id", "provider", "upstream_model", "capabilities", "context_window", "max_output_tokens", "residency",
-    "fallbacks", *TIMEOUT_KEYS, "fallback_on", "input_price_per_mtok", "output_price_per_mtok",
-)  # fmt: skip
-ORG_KEYS = ("name", "default_action", "agents", "policies", "credentials")
-AGENT_KEYS = ("name", "default_model")
-POLICY_KEYS = ("pattern", "action", "priority", "fallback_chain")
-CREDENTIAL_KEYS = ("provider", "api_key_env", "base_url")
 
+_SETS: dict[tuple[str, ...], frozenset[str]] = {}
+_CAPABILITY_SET = frozenset(CAPABILITIES)
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -131,6 +134,25 @@ validate_env_name = _field_validator(env_name_problem)
 validate_health_path = _field_validator(health_path_problem)
 validate_ratio = _field_validator(ratio_problem)
 
+# The form field validator of each schema value rule that has one (the admin attaches them).
+FORM_VALIDATORS = {
+    "timeout": validate_timeout_ms,
+    "base_url": validate_base_url,
+    "env_name": validate_env_name,
+    "health_path": validate_health_path,
+    "ratio": validate_ratio,
+    "pattern": validate_pattern,
+}
+
+
+def add_form_validators(form: Any, *entities: Entity) -> None:
+    """Attach the field validators the schema names to a model form's fields (admin forms)."""
+    for entity in entities:
+        for f in entity:
+            validator = FORM_VALIDATORS.get(f.check or "")
+            if validator is not None and f.attr in form.fields:
+                form.fields[f.attr].validators.append(validator)
+
 
 # Helpers ----------------------------------------------------------------------------
 
@@ -152,6 +174,98 @@ def _kind(value: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
         type(value), type(value).__name__
     )
+
+
+# Value rules the schema names (routing.config.schema Field.check): value, key, what -> message.
+# Parsing a pattern is the costliest rule; patterns rarely change between rebuilds.
+_pattern_problem = lru_cache(maxsize=1 << 16)(pattern_problem)
+
+
+def _in_range(top: int) -> Callable[[Any, str, str], str | None]:
+    def check(value: Any, key: str, what: str) -> str | None:
+        return (
+            None if _is_int(value) and 0 <= value <= top else f"{key} {value!r} must be a whole number from 0 to {top}"
+        )
+
+    return check
+
+
+def _prefixed(
+    problem: Callable[[Any], str | None], resilience_plain: bool = False
+) -> Callable[[Any, str, str], str | None]:
+    def check(value: Any, key: str, what: str) -> str | None:
+        message = problem(value)
+        if message is None:
+            return None
+        if what == "resilience":
+            return message if resilience_plain else f"{key} {message}"
+        return f"{key} of {what}: {message}"
+
+    return check
+
+
+CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
+    "timeout": (_prefixed(timeout_problem, resilience_plain=True), VALUE),
+    "base_url": (_prefixed(lambda v: None if v in (None, "") else base_url_problem(v)), URL),
+    "env_name": (_prefixed(lambda v: None if not v else env_name_problem(v)), VALUE),
+    "health_path": (_prefixed(health_path_problem), VALUE),
+    "ratio": (_prefixed(ratio_problem), VALUE),
+    "pattern": (lambda v, key, what: None if (m := _pattern_problem(v)) is None else f"{what}: {m}", PATTERN),
+    "dialect": (
+        lambda v, key, what: None
+        if v in DIALECTS
+        else f"unknown dialect {v!r} for {what}: use one of {' | '.join(DIALECTS)}",
+        VALUE,
+    ),
+    "action": (lambda v, key, what: None if v in ACTIONS else f"{key} of {what} is {v!r}: use allow or deny", VALUE),
+    "bool": (lambda v, key, what: None if isinstance(v, bool) else f"{key} of {what} must be true or false", STRUCTURE),
+    "int": (
+        lambda v, key, what: None
+        if _is_int(v)
+        else f"{key} of {what} must be a whole number (lower is evaluated first), got {_short(v)}",
+        STRUCTURE,
+    ),
+    "tokens": (
+        lambda v, key, what: None
+        if _is_int(v) and v > 0
+        else f"{key} of {what} must be a positive whole number of tokens, got {_short(v)}",
+        VALUE,
+    ),
+    "price": (
+        lambda v, key, what: None
+        if _is_num(v) and v >= 0
+        else f"{key} of {what} must be a number of at least 0, got {_short(v)}",
+        VALUE,
+    ),
+    "retries": (_in_range(100), VALUE),
+    "depth": (_in_range(MAX_CHAIN), VALUE),
+    "threshold": (
+        lambda v, key, what: None
+        if _is_int(v) and v >= 1
+        else f"breaker_failure_threshold {v!r} must be a whole number of at least 1, e.g. 5",
+        VALUE,
+    ),
+    "cooldown": (
+        lambda v, key, what: None
+        if _is_num(v) and v > 0
+        else f"breaker_cooldown_s {v!r} must be a positive number of seconds, e.g. 30",
+        VALUE,
+    ),
+    "min_per_s": (
+        lambda v, key, what: None
+        if _is_num(v) and v >= 0
+        else f"retry_budget_min_per_s {v!r} must be a number of at least 0, e.g. 10",
+        VALUE,
+    ),
+    "fallback_on": (lambda v, key, what: None, VALUE),  # per-trigger paths: _Validator.fallback_on
+    # Names: checked with their uniqueness by _Validator.name (what is the entity kind there).
+    "slug": (
+        lambda v, key, what: None
+        if _SLUG.match(v)
+        else f"{what} name {v!r} must be a slug (letters, digits, '-' or '_', at most 64): rename it",
+        STRUCTURE,
+    ),
+}
 
 
 def endpoint_kinds(item: Mapping[str, Any]) -> set[str]:
@@ -194,8 +308,9 @@ class _Validator:
     def fields(
         self, item: Mapping[str, Any], path: str, what: str, allowed: tuple[str, ...], required: tuple[str, ...]
     ) -> None:
+        allowed_set = _SETS.get(allowed) or _SETS.setdefault(allowed, frozenset(allowed))
         for key in item:
-            if key not in allowed:
+            if key not in allowed_set:
                 self.add(
                     f"{path}.{key}", f"unknown field {key!r} for {what}: remove it (allowed: {', '.join(allowed)})"
                 )
@@ -217,11 +332,10 @@ class _Validator:
         value = self.string(item, key, path, what)
         if not value:
             return None
-        if not _SLUG.match(value):
-            self.add(
-                f"{path}.{key}",
-                f"{what} name {value!r} must be a slug (letters, digits, '-' or '_', at most 64): rename it",
-            )
+        rule, code = CHECKS["slug"]
+        message = rule(value, key, what)
+        if message:
+            self.add(f"{path}.{key}", message, code)
         if value in seen:
             self.add(f"{path}.{key}", f"duplicate {what} name {value!r}: names must be unique, rename or remove one")
         seen[value] = path
@@ -235,10 +349,20 @@ class _Validator:
         if problem:
             self.add(path, prefix + problem, code)
 
-    def timeouts(self, item: Mapping[str, Any], path: str, what: str, keys: tuple[str, ...] = TIMEOUT_KEYS) -> None:
-        for key in keys:
-            if item.get(key) is not None:
-                self.check(f"{path}.{key}", timeout_problem(item[key]), VALUE, f"{key} of {what}: ")
+    def values(self, item: Mapping[str, Any], path: str, what: str, entity: Entity) -> None:
+        """Run the value rule the schema names for each field the item sets."""
+        checked = entity.checked
+        for key, value in item.items():  # the item's few keys, not every field of the entity
+            f = checked.get(key)
+            if f is None or value is None or f.check == "slug":  # names: see name()
+                continue
+            if f.check == "fallback_on":
+                self.fallback_on(value, f"{path}.{f.name}", what)
+                continue
+            rule, code = CHECKS[f.check]
+            message = rule(value, f.name, what)
+            if message:
+                self.add(f"{path}.{f.name}" if path else f.name, message, code)
 
     def fallback_on(self, value: Any, path: str, what: str) -> None:
         if not isinstance(value, list):
@@ -271,33 +395,13 @@ class _Validator:
         self.orgs(doc, providers, models, aliases)
 
     def resilience(self, res: Mapping[str, Any]) -> None:
-        for key, value in res.items():
-            path = f"resilience.{key}"
-            if key not in RESILIENCE_DEFAULTS:
+        for key in res:
+            if key not in RESILIENCE.names:
                 self.add(
-                    path, f"unknown resilience setting {key!r}: remove it (allowed: {', '.join(RESILIENCE_DEFAULTS)})"
+                    f"resilience.{key}",
+                    f"unknown resilience setting {key!r}: remove it (allowed: {', '.join(RESILIENCE.names)})",
                 )
-            elif key.endswith("_ms"):
-                self.check(path, timeout_problem(value), VALUE)
-            elif key in ("max_retries", "fallback_max_depth"):
-                if not (_is_int(value) and 0 <= value <= (MAX_CHAIN if key == "fallback_max_depth" else 100)):
-                    top = MAX_CHAIN if key == "fallback_max_depth" else 100
-                    self.add(path, f"{key} {value!r} must be a whole number from 0 to {top}", VALUE)
-            elif key == "breaker_failure_threshold":
-                if not (_is_int(value) and value >= 1):
-                    self.add(
-                        path, f"breaker_failure_threshold {value!r} must be a whole number of at least 1, e.g. 5", VALUE
-                    )
-            elif key == "breaker_cooldown_s":
-                if not (_is_num(value) and value > 0):
-                    self.add(path, f"breaker_cooldown_s {value!r} must be a positive number of seconds, e.g. 30", VALUE)
-            elif key == "retry_budget_ratio":
-                self.check(path, ratio_problem(value), VALUE, "retry_budget_ratio ")
-            elif key == "retry_budget_min_per_s":
-                if not (_is_num(value) and value >= 0):
-                    self.add(path, f"retry_budget_min_per_s {value!r} must be a number of at least 0, e.g. 10", VALUE)
-            elif key == "fallback_on":
-                self.fallback_on(value, path, "resilience")
+        self.values(res, "resilience", "resilience", RESILIENCE)
         base, top = res.get("backoff_base_ms"), res.get("backoff_max_ms")
         if _is_int(base) and _is_int(top) and base > top:
             self.add(
@@ -311,29 +415,9 @@ class _Validator:
         for i, p in self.items(doc, "providers", "providers", "provider"):
             path = f"providers[{self.label(p, 'name', i)}]"
             what = f"provider {p.get('name', i)!r}"
-            self.fields(p, path, what, PROVIDER_KEYS, ("name", "base_url"))
+            self.fields(p, path, what, PROVIDER.names, PROVIDER.required)
             self.name(p, "name", path, "provider", seen)
-            dialect = p.get("dialect")
-            if dialect is not None and dialect not in DIALECTS:
-                self.add(
-                    f"{path}.dialect",
-                    f"unknown dialect {dialect!r} for {what}: use one of {' | '.join(DIALECTS)}",
-                    VALUE,
-                )
-            if p.get("base_url") not in (None, ""):
-                self.check(f"{path}.base_url", base_url_problem(p["base_url"]), URL, f"base_url of {what}: ")
-            if p.get("api_key_env"):
-                self.check(f"{path}.api_key_env", env_name_problem(p["api_key_env"]), VALUE, f"api_key_env of {what}: ")
-            self.timeouts(p, path, what)
-            if p.get("health_check_path") is not None:
-                self.check(
-                    f"{path}.health_check_path",
-                    health_path_problem(p["health_check_path"]),
-                    VALUE,
-                    f"health_check_path of {what}: ",
-                )
-            if p.get("health_probe") is not None and not isinstance(p["health_probe"], bool):
-                self.add(f"{path}.health_probe", f"health_probe of {what} must be true or false")
+            self.values(p, path, what, PROVIDER)
         return set(seen)
 
     def models(self, doc: Mapping[str, Any], providers: set[str]) -> dict[str, dict[str, Any]]:
@@ -342,7 +426,7 @@ class _Validator:
         for i, m in self.items(doc, "models", "models", "model"):
             path = f"models[{self.label(m, 'id', i)}]"
             what = f"model {m.get('id', i)!r}"
-            self.fields(m, path, what, MODEL_KEYS, ("id", "provider", "upstream_model"))
+            self.fields(m, path, what, MODEL.names, MODEL.required)
             model_id = self.string(m, "id", path, what)
             if model_id:
                 if model_id in seen:
@@ -371,29 +455,13 @@ class _Validator:
                     )
                 else:
                     for j, cap in enumerate(caps):
-                        if cap not in CAPABILITIES:
+                        if cap not in _CAPABILITY_SET:
                             self.add(
                                 f"{path}.capabilities[{j}]",
                                 f"unknown capability {cap!r} of {what}: use one of {', '.join(CAPABILITIES)}",
                                 CAPABILITY,
                             )
-            for key in ("context_window", "max_output_tokens"):
-                value = m.get(key)
-                if value is not None and not (_is_int(value) and value > 0):
-                    self.add(
-                        f"{path}.{key}",
-                        f"{key} of {what} must be a positive whole number of tokens, got {_short(value)}",
-                        VALUE,
-                    )
-            for key in ("input_price_per_mtok", "output_price_per_mtok"):
-                value = m.get(key)
-                if value is not None and not (_is_num(value) and value >= 0):
-                    self.add(
-                        f"{path}.{key}", f"{key} of {what} must be a number of at least 0, got {_short(value)}", VALUE
-                    )
-            self.timeouts(m, path, what)
-            if m.get("fallback_on") is not None:
-                self.fallback_on(m["fallback_on"], f"{path}.fallback_on", what)
+            self.values(m, path, what, MODEL)
             fallbacks = m.get("fallbacks")
             if fallbacks is not None and not isinstance(fallbacks, list):
                 self.add(
@@ -481,11 +549,9 @@ class _Validator:
         for i, o in self.items(doc, "orgs", "orgs", "org"):
             path = f"orgs[{self.label(o, 'name', i)}]"
             what = f"org {o.get('name', i)!r}"
-            self.fields(o, path, what, ORG_KEYS, ("name",))
+            self.fields(o, path, what, ORG.names, ORG.required)
             self.name(o, "name", path, "org", seen)
-            action = o.get("default_action")
-            if action is not None and action not in ACTIONS:
-                self.add(f"{path}.default_action", f"default_action of {what} is {action!r}: use allow or deny", VALUE)
+            self.values(o, path, what, ORG)
             self.agents(o, path, what, models, aliases)
             self.policies(o, path, what, models, aliases)
             self.credentials(o, path, what, providers)
@@ -497,7 +563,7 @@ class _Validator:
         for i, a in self.items(o, "agents", f"{org_path}.agents", "agent"):
             path = f"{org_path}.agents[{self.label(a, 'name', i)}]"
             what = f"agent {a.get('name', i)!r} of {org}"
-            self.fields(a, path, what, AGENT_KEYS, ("name",))
+            self.fields(a, path, what, AGENT.names, AGENT.required)
             self.name(a, "name", path, "agent", seen)
             default = self.string(a, "default_model", path, what)
             if default and default not in models and default not in aliases:
@@ -513,17 +579,9 @@ class _Validator:
         for i, p in self.items(o, "policies", f"{org_path}.policies", "policy"):
             path = f"{org_path}.policies[{i}]"
             what = f"policy {i} ({p.get('pattern')!r}) of {org}"
-            self.fields(p, path, what, POLICY_KEYS, ("pattern",))
-            if p.get("pattern") is not None:
-                self.check(f"{path}.pattern", pattern_problem(p["pattern"]), PATTERN, f"{what}: ")
+            self.fields(p, path, what, POLICY.names, POLICY.required)
+            self.values(p, path, what, POLICY)
             action = p.get("action")
-            if action is not None and action not in ACTIONS:
-                self.add(f"{path}.action", f"action of {what} is {action!r}: use allow or deny", VALUE)
-            if p.get("priority") is not None and not _is_int(p["priority"]):
-                self.add(
-                    f"{path}.priority",
-                    f"priority of {what} must be a whole number (lower is evaluated first), got {_short(p['priority'])}",
-                )
             chain = p.get("fallback_chain")
             if chain is None:
                 continue
@@ -554,7 +612,7 @@ class _Validator:
         for i, c in self.items(o, "credentials", f"{org_path}.credentials", "credential"):
             path = f"{org_path}.credentials[{self.label(c, 'provider', i)}]"
             what = f"BYO credential {c.get('provider', i)!r} of {org}"
-            self.fields(c, path, what, CREDENTIAL_KEYS, ("provider",))
+            self.fields(c, path, what, CREDENTIAL.names, CREDENTIAL.required)
             provider = self.string(c, "provider", path, what)
             if provider:
                 if provider not in providers:
@@ -566,10 +624,7 @@ class _Validator:
                 if provider in seen:
                     self.add(f"{path}.provider", f"{org} has two credentials for provider {provider!r}: keep one")
                 seen.add(provider)
-            if c.get("base_url"):
-                self.check(f"{path}.base_url", base_url_problem(c["base_url"]), URL, f"base_url of {what}: ")
-            if c.get("api_key_env"):
-                self.check(f"{path}.api_key_env", env_name_problem(c["api_key_env"]), VALUE, f"api_key_env of {what}: ")
+            self.values(c, path, what, CREDENTIAL)
 
 
 def validate_document(doc: Any) -> list[ConfigError]:

@@ -10,9 +10,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+# Every failure that may move a request to the next link, in the order the admin lists them.
+FALLBACK_TRIGGERS: tuple[str, ...] = (
+    "provider_error",
+    "rate_limited",
+    "timeout",
+    "circuit_open",
+    "context_length",
+    "content_filter",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Resilience:
+    """The global resilience settings; these defaults are the configuration's (routing.config.schema)."""
+
     max_retries: int = 2
     backoff_base_ms: int = 100
     backoff_max_ms: int = 5000

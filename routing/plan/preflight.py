@@ -26,8 +26,9 @@ from routing.config.snapshot import ModelSpec
 from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.core.executor import Link
+from routing.core.kinds import ENDPOINT_KINDS
 
-KINDS = frozenset({"chat", "embeddings", "rerank", "responses"})
+KINDS = frozenset(ENDPOINT_KINDS)
 CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 4
 _IMAGE_PARTS = frozenset({"image_url", "input_image"})

@@ -13,6 +13,7 @@ import orjson
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from routing.config import live
+from routing.core.kinds import ENDPOINT_KINDS
 from routing.plan.explain import explain, render
 
 
@@ -28,7 +29,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--kind",
             default="chat",
-            choices=["chat", "embeddings", "rerank", "responses"],
+            choices=list(ENDPOINT_KINDS),
             help="endpoint kind (default chat)",
         )
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -1,13 +1,42 @@
-"""`manage.py import_config FILE [--prune] [--dry-run]` (CONTRACT §9)."""
+"""`manage.py import_config FILE [--prune] [--dry-run] [--progress]` (docs/configuration-at-scale.md#import).
+
+Large files take seconds; on a terminal (or with --progress) a progress line on
+stderr says which phase the import is in.
+"""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from routing.config.store import ConfigInvalid, import_document, load_yaml
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+class ProgressLine:
+    """One status line on stderr, rewritten in place, with the seconds since the start."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.start = time.monotonic()
+        self.tty = _is_tty(stream)
+
+    def __call__(self, message: str) -> None:
+        line = f"import_config [{time.monotonic() - self.start:5.1f}s] {message}"
+        if self.tty:
+            self.stream.write("\r\033[K" + line + ("\n" if message == "done" else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
 
 
 class Command(BaseCommand):
@@ -23,6 +52,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--dry-run", action="store_true", help="Validate and report what would change, then roll back."
         )
+        parser.add_argument(
+            "--progress",
+            action="store_true",
+            help="Print a progress line per phase on stderr (the default when stderr is a terminal).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = Path(options["file"])
@@ -30,9 +64,15 @@ class Command(BaseCommand):
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        progress = ProgressLine(self.stderr._out) if options["progress"] or _is_tty(self.stderr._out) else None
         try:
+            if progress:
+                progress("parsing " + str(path))
             result = import_document(
-                load_yaml(text, source=str(path)), prune=options["prune"], dry_run=options["dry_run"]
+                load_yaml(text, source=str(path)),
+                prune=options["prune"],
+                dry_run=options["dry_run"],
+                progress=progress,
             )
         except ConfigInvalid as exc:
             lines = "\n".join(f"  {error}" for error in exc.errors)
