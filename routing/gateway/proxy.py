@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from policies.idempotency import REPLAY_HEADER, store
 from providers.dialects import get_dialect
@@ -26,10 +26,39 @@ _monotonic = time.monotonic
 _perf = time.perf_counter
 
 
+class Tap(Protocol):
+    """What a stream's committed bytes go through on their way out (routing.core.stream.UsageTap)."""
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+
+class Shape(Protocol):
+    """An endpoint that answers in another shape than chat's (routing.gateway.messages.SHAPE)."""
+
+    def body(self, payload: bytes) -> bytes: ...
+
+    def tap(self, strip: bool) -> Tap: ...
+
+
 async def proxy_once(
-    executor: Executor, ctx: Context, snap: Snapshot, kind: str, body: dict, links: list[Link], deadline: float
+    executor: Executor,
+    ctx: Context,
+    snap: Snapshot,
+    kind: str,
+    body: dict,
+    links: list[Link],
+    deadline: float,
+    shape: Shape | None = None,
 ) -> tuple[int, Headers, bytes]:
-    """Run the chain for a non-streaming call; return (status, headers, body) or raise GatewayError."""
+    """Run the chain for a non-streaming call; return (status, headers, body) or raise GatewayError.
+
+    With a `shape`, the answer is translated by it (its usage is read first).
+    """
 
     async def attempt(link: Link, deadline: float) -> Any:
         dialect, prepared, _, data, _ = await call_upstream(link, kind, body, False, deadline)
@@ -42,7 +71,7 @@ async def proxy_once(
     parsed = outcome.result
     ctx.status = 200
     ctx.prompt_tokens, ctx.completion_tokens = parsed.usage
-    return 200, answer_headers(ctx, [JSON]), parsed.body
+    return 200, answer_headers(ctx, [JSON]), parsed.body if shape is None else shape.body(parsed.body)
 
 
 async def proxy_idempotent(
@@ -57,6 +86,7 @@ async def proxy_idempotent(
     deadline: float,
     send: Send,
     key: str,
+    shape: Shape | None = None,
 ) -> None:
     """Replay the stored answer of an Idempotency-Key, or make the call once and store it."""
     claim = await store.begin(org.name, key, hashlib.sha256(raw).hexdigest())
@@ -77,7 +107,7 @@ async def proxy_idempotent(
         )
         return
     try:
-        status, headers, payload = await proxy_once(executor, ctx, snap, kind, body, links, deadline)
+        status, headers, payload = await proxy_once(executor, ctx, snap, kind, body, links, deadline, shape)
     except BaseException:
         store.release(claim)
         raise
@@ -94,11 +124,13 @@ async def proxy_stream(
     links: list[Link],
     deadline: float,
     send: Send,
+    shape: Shape | None = None,
 ) -> None:
     """Run the chain until a stream commits, then relay it byte-identical.
 
     Clients that did not ask for `stream_options.include_usage` still get their tokens
     recorded: the gateway asks upstreams that support it and keeps that one frame back.
+    With a `shape`, its tap translates the committed frames instead.
     """
     options = body.get("stream_options")
     client_asked = isinstance(options, dict) and options.get("include_usage") is True
@@ -128,7 +160,7 @@ async def proxy_stream(
     committed, response = outcome.result
     ctx.status = 200
     ctx.ttft_s = _perf() - ctx.started
-    tap = UsageTap(strip=not client_asked)
+    tap: Tap = UsageTap(strip=not client_asked) if shape is None else shape.tap(not client_asked)
     try:
         await send({"type": "http.response.start", "status": 200, "headers": answer_headers(ctx, list(SSE_HEADERS))})
         async for chunk in committed.relay():
