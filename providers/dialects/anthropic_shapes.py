@@ -152,7 +152,13 @@ def sse_events(buffer: bytearray) -> list[tuple[bytes | None, bytes]]:
 
 
 def _normalised(buffer: bytearray, chunk: bytes) -> None:
-    buffer += chunk.replace(b"\r\n", b"\n") if b"\r" in chunk else chunk
+    """Append `chunk` with its line ends made \\n, even when a \\r\\n is split across chunks."""
+    buffer += chunk
+    if b"\r" in buffer:
+        data = bytes(buffer)
+        held = data.endswith(b"\r")  # may be the first half of \r\n
+        data = (data[:-1] if held else data).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buffer[:] = data + b"\r" if held else data
 
 
 # --- OpenAI chat request -> Anthropic upstream request (the anthropic dialect) --------

@@ -262,6 +262,18 @@ def test_an_anthropic_upstream_failing_falls_back_to_an_openai_one(client, mock_
     assert last_sent(mock_upstream, "msg-openai-fb")["path"] == "/v1/chat/completions"
 
 
+def test_an_anthropic_stream_broken_before_its_first_content_falls_back_cleanly(client, mock_upstream):
+    # message_start, content_block_start and a ping, then the connection drops: nothing committed yet
+    mock_upstream.script("msg-claude-failing", [], then={"status": 200, "break_after": 3})
+    with client.messages.stream(model="m-claude-failing", max_tokens=10, messages=HI) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+        headers = stream.response.headers
+    assert text == STREAMED and final.stop_reason == "end_turn"
+    assert [b.type for b in final.content] == ["text"]  # one clean message, from the fallback alone
+    assert (headers["x-switchboard-model-used"], headers["x-switchboard-fallback"]) == ("m-openai-fb", "stream_error")
+
+
 # --- errors ----------------------------------------------------------------------------
 
 
