@@ -47,11 +47,14 @@ class AnthropicDialect(Dialect):
     ) -> PreparedRequest:
         if kind != "chat":
             raise unsupported(self.name, kind, model)
-        out = anthropic_request(body, model.upstream_model, stream)
+        return self.prepare(anthropic_request(body, model.upstream_model, stream), base_url, api_key)
+
+    def prepare(self, payload: dict[str, Any], base_url: str, api_key: str | None) -> PreparedRequest:
+        """The upstream request for an Anthropic Messages body (also /v1/messages' passthrough)."""
         headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
-        return PreparedRequest("POST", join_url(base_url, "/messages"), headers, orjson.dumps(out))
+        return PreparedRequest("POST", join_url(base_url, "/messages"), headers, orjson.dumps(payload))
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
         out, prompt, completion = chat_completion_of(load_json(body, model), model.upstream_model)

@@ -24,6 +24,7 @@ import orjson
 
 from providers.dialects.base import invalid_request
 from routing.config.snapshot import ModelSpec
+from routing.core.errors import FailureKind, UpstreamFailure
 
 # --- shared tables and helpers -----------------------------------------------------
 
@@ -131,24 +132,29 @@ def tool_call_of(block: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def sse_events(buffer: bytearray) -> list[tuple[bytes | None, bytes]]:
-    """Pop every complete SSE event from the buffer as (event name, joined `data:` payload)."""
+def sse_frames(buffer: bytearray) -> list[tuple[bytes, bytes | None, bytes | None]]:
+    """Pop every complete SSE frame from a (normalised) buffer: (raw frame, event name, joined data)."""
     out = []
     while True:
         end = buffer.find(b"\n\n")
         if end < 0:
             return out
-        raw = bytes(buffer[:end])
+        raw = bytes(buffer[: end + 2])
         del buffer[: end + 2]
         name = None
         data = []
-        for line in raw.split(b"\n"):
+        for line in raw[:-2].split(b"\n"):
             if line.startswith(b"data:"):
                 data.append(line[5:].lstrip(b" "))
             elif line.startswith(b"event:"):
                 name = line[6:].strip()
-        if data:
-            out.append((name, b"\n".join(data)))
+        if data or name:
+            out.append((raw, name, b"\n".join(data) if data else None))
+
+
+def sse_events(buffer: bytearray) -> list[tuple[bytes | None, bytes]]:
+    """Pop every complete SSE event that carries data: (event name, joined `data:` payload)."""
+    return [(name, data) for _, name, data in sse_frames(buffer) if data is not None]
 
 
 def _normalised(buffer: bytearray, chunk: bytes) -> None:
@@ -898,3 +904,127 @@ class MessagesStream:
         kind = error_type(500, error.get("type"))
         out.append(event("error", {"type": "error", "error": {"type": kind, "message": message}}))
         self._ended = True
+
+
+# --- Anthropic upstream -> Anthropic client, unchanged (the /v1/messages passthrough) ---
+
+HOLD_MAX_EVENTS = 16  # events without content held before the commit (as routing.core.stream does)
+_CONTENT_EVENTS = frozenset({b"content_block_delta", b"message_delta", b"message_stop"})
+_END_EVENTS = frozenset({b"message_stop", b"error"})
+
+
+def _event_name(name: bytes | None, data: bytes | None) -> bytes:
+    if name is not None or data is None:
+        return name or b""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return b""
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    return kind.encode() if isinstance(kind, str) else b""
+
+
+def _carries_content(name: bytes, data: bytes | None) -> bool:
+    """Whether an Anthropic event is content for the commit: a delta, the stop, or a tool_use / non-empty text start."""
+    if name in _CONTENT_EVENTS:
+        return True
+    if name != b"content_block_start" or data is None:
+        return False
+    try:
+        block = orjson.loads(data).get("content_block") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        return True
+    return block.get("type") == "tool_use" or bool(block.get("text"))
+
+
+async def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """An Anthropic upstream's event stream, framed for routing.core.stream's commit and relay.
+
+    The events go through unchanged (line ends made \\n), but those before the first
+    content (message_start, an empty text block start, pings) are held and sent with it,
+    so the stream commits where a chat stream does; an error event before it is raised as
+    a pre-commit failure (retried, failed over). After message_stop or an error event a
+    `data: [DONE]` marker tells the relay the stream ended as it should; `AnthropicRelay`
+    takes it out again.
+    """
+    buffer = bytearray()
+    held: list[bytes] | None = []
+    async for chunk in chunks:
+        _normalised(buffer, chunk)
+        out: list[bytes] = []
+        for raw, name, data in sse_frames(buffer):
+            kind = _event_name(name, data)
+            if held is not None:
+                if kind == b"error":
+                    detail = data.decode("utf-8", "replace")[:300] if data else ""
+                    raise UpstreamFailure(
+                        FailureKind.STREAM_ERROR, f"the upstream stream started with an error: {detail}", body=data
+                    )
+                held.append(raw)
+                if not (_carries_content(kind, data) or len(held) > HOLD_MAX_EVENTS):
+                    continue
+                out.extend(held)
+                held = None
+            else:
+                out.append(raw)
+            if kind in _END_EVENTS:
+                out.append(DONE)
+                yield b"".join(out)
+                return
+        if out:
+            yield b"".join(out)
+
+
+class AnthropicRelay:
+    """The committed bytes of an Anthropic upstream's stream, as sent, for an Anthropic client.
+
+    Takes out the `[DONE]` marker of `held_until_content`, turns the gateway's own terminal
+    frame (`data: {"error": ...}`, when the stream breaks after its commit) into Anthropic's
+    `event: error`, and reads the token usage from message_start and message_delta.
+    """
+
+    __slots__ = ("prompt_tokens", "completion_tokens", "_buf")
+
+    def __init__(self) -> None:
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> bytes:
+        _normalised(self._buf, chunk)
+        out: list[bytes] = []
+        for raw, name, data in sse_frames(self._buf):
+            if data == b"[DONE]":
+                continue
+            if name is None and data is not None and data.startswith(b'{"error"'):
+                try:
+                    error = orjson.loads(data).get("error")
+                except (orjson.JSONDecodeError, AttributeError):
+                    error = None
+                error = error if isinstance(error, dict) else {}
+                message = str(error.get("message") or "the upstream stream failed; retry the request")
+                out.append(event("error", {"type": "error", "error": {"type": error_type(500), "message": message}}))
+                continue
+            if name in (b"message_start", b"message_delta") and data is not None:
+                self._usage(name, data)
+            out.append(raw)
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        return b""
+
+    def _usage(self, name: bytes, data: bytes) -> None:
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(obj, dict):
+            return
+        usage = (obj.get("message") or {}).get("usage") if name == b"message_start" else obj.get("usage")
+        if not isinstance(usage, dict):
+            return
+        prompt, completion, _ = anthropic_usage(usage)
+        if prompt is not None:
+            self.prompt_tokens = prompt
+        if completion is not None:
+            self.completion_tokens = completion

@@ -4,25 +4,38 @@ docs/anthropic-messages.md. The request is checked (routing.gateway.messages_sha
 translated into the internal chat shape and then runs the chat path unchanged (model
 selection, policy, chain, preflight, executor, usage records) over any chat dialect.
 This module supplies what differs at the edges: the `x-api-key` credential, the
-answer translated back (`SHAPE.body`), the Anthropic event stream (`SHAPE.tap`, fed
-the committed chunk stream) and errors in Anthropic's shape. The translations
+per-link request and answer (`Shape`: passthrough to Anthropic upstreams, translation
+to and from the others), the Anthropic event stream and errors in Anthropic's shape. The translations
 themselves are in providers.dialects.anthropic_shapes.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 
-from providers.dialects.anthropic_shapes import MessagesStream, chat_request, error_body, message_of
+from providers.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
+from providers.dialects.anthropic_shapes import (
+    AnthropicRelay,
+    MessagesStream,
+    anthropic_usage,
+    chat_request,
+    error_body,
+    held_until_content,
+    message_of,
+)
+from providers.dialects.base import load_json
 from routing.core.errors import GatewayError
+from routing.core.executor import Link
 from routing.gateway import messages_shapes
 from routing.gateway.wire import JSON, Send, answer_headers, send_response
 from routing.ops.accounting import Context
 from routing.plan import preflight
 
 ENDPOINTS = frozenset({"messages", "count_tokens"})
+_ANTHROPIC = get_dialect("anthropic")
 
 
 def credential(auth: bytes, x_api_key: bytes) -> bytes:
@@ -52,18 +65,44 @@ async def send_count(send: Send, ctx: Context, body: dict[str, Any]) -> None:
     await send_response(send, 200, orjson.dumps({"input_tokens": tokens}), answer_headers(ctx, [JSON]))
 
 
-class _Shape:
-    """The proxy hook (routing.gateway.proxy): chat answers and chunk streams as Anthropic's."""
-
-    __slots__ = ()
-
-    @staticmethod
-    def body(payload: bytes) -> bytes:
-        return orjson.dumps(message_of(orjson.loads(payload)))
-
-    @staticmethod
-    def tap(strip: bool) -> MessagesStream:  # noqa: ARG004 - the usage frame is never relayed as such
-        return MessagesStream()
+def _passthrough(link: Link) -> bool:
+    return link.model.provider.dialect == "anthropic"
 
 
-SHAPE = _Shape()
+class Shape:
+    """The proxy hook (routing.gateway.proxy.Shape) for one /v1/messages request.
+
+    An anthropic-dialect link gets the client's own body (only `model` replaced) and its
+    answer or event stream is relayed as the upstream sent it; any other link gets the
+    chat translation, and its answer / chunk stream is translated back.
+    """
+
+    __slots__ = ("original",)
+
+    def __init__(self, original: dict[str, Any]) -> None:
+        self.original = original
+
+    def prepare(self, link: Link, stream: bool) -> PreparedRequest | None:
+        if not _passthrough(link):
+            return None
+        payload = {**self.original, "model": link.model.upstream_model}
+        if stream:
+            payload["stream"] = True
+        else:
+            payload.pop("stream", None)
+        return _ANTHROPIC.prepare(payload, link.base_url, link.api_key)
+
+    def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:
+        if _passthrough(link):
+            prompt, completion, _ = anthropic_usage(load_json(data, link.model).get("usage"))
+            return ParsedResponse(data, (prompt, completion))
+        parsed = dialect.parse_response("chat", data, link.model, prepared.context)
+        return ParsedResponse(orjson.dumps(message_of(orjson.loads(parsed.body))), parsed.usage)
+
+    def chunks(self, dialect: Dialect, link: Link, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        if _passthrough(link):
+            return held_until_content(chunks)
+        return dialect.translate_stream(chunks, link.model)
+
+    def tap(self, link: Link, strip: bool) -> AnthropicRelay | MessagesStream:  # noqa: ARG002 - no usage frame to keep back
+        return AnthropicRelay() if _passthrough(link) else MessagesStream()

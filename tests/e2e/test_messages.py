@@ -131,11 +131,16 @@ def test_a_message_is_answered_in_anthropic_shape(client, mock_upstream, model, 
             {"role": "user", "content": "Hello, world"},
         ]
         assert (sent["body"]["max_tokens"], sent["body"]["stop"], sent["body"]["temperature"]) == (100, ["END"], 0.2)
-    else:  # back to Anthropic's shape for an Anthropic upstream
+    else:  # an Anthropic upstream gets the client's own body, only the model replaced
         assert sent["path"] == "/anthropic/v1/messages"
-        assert sent["body"]["system"] == "Be brief."
-        assert sent["body"]["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Hello, world"}]}]
-        assert (sent["body"]["max_tokens"], sent["body"]["stop_sequences"]) == (100, ["END"])
+        assert sent["body"] == {
+            "model": "msg-claude",
+            "max_tokens": 100,
+            "system": "Be brief.",
+            "messages": HI,
+            "stop_sequences": ["END"],
+            "temperature": 0.2,
+        }
 
 
 @DIALECTS
@@ -166,7 +171,7 @@ def test_a_tool_call_and_its_result_round_trip(client, mock_upstream, model, ups
 
 
 @DIALECTS
-def test_a_stream_is_anthropics_event_sequence(client, gw, model, upstream):
+def test_a_stream_is_anthropics_event_sequence(client, gw, mock_upstream, model, upstream):
     with client.messages.stream(model=model, max_tokens=100, messages=HI) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
@@ -178,6 +183,10 @@ def test_a_stream_is_anthropics_event_sequence(client, gw, model, upstream):
     raw = httpx.post(f"{gw.url}/v1/messages", json=body, headers={"x-api-key": gw.api_key}, timeout=20)
     assert raw.headers["content-type"].startswith("text/event-stream")
     assert raw.headers["x-switchboard-model-used"] == model
+    if upstream == "msg-claude":  # an Anthropic upstream's events are relayed byte-identical
+        direct = httpx.post(f"{mock_upstream.url}/anthropic/v1/messages", json={**body, "model": upstream}, timeout=20)
+        assert raw.content == direct.content
+        return
     names = [name for name, _ in events(raw.content)]
     assert names == [
         "message_start",
@@ -238,6 +247,75 @@ def test_a_stream_broken_after_commit_ends_with_an_error_event(client, gw, mock_
         client.messages.stream(model="m-break", max_tokens=100, messages=HI) as stream,
     ):
         stream.get_final_message()
+
+
+# --- passthrough to Anthropic upstreams -------------------------------------------------
+
+
+def test_an_anthropic_upstreams_answer_is_relayed_as_sent(client, gw, mock_upstream):
+    answer = {
+        "id": "msg_think",
+        "type": "message",
+        "role": "assistant",
+        "model": "msg-claude",
+        "content": [
+            {"type": "thinking", "thinking": "Let me think.", "signature": "sig"},
+            {"type": "text", "text": "42", "citations": None},
+        ],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "cache_read_input_tokens": 100, "output_tokens": 2},
+    }
+    mock_upstream.script("msg-claude", [{"body": orjson.dumps(answer).decode()}])
+    raw = client.messages.with_raw_response.create(
+        model="m-claude",
+        max_tokens=100,
+        messages=HI,
+        system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        extra_body={"thinking": {"type": "enabled", "budget_tokens": 64}},
+    )
+    assert raw.http_response.content == orjson.dumps(answer)  # thinking block and cache usage included
+    assert raw.parse().content[0].type == "thinking"
+    sent = last_sent(mock_upstream, "msg-claude")["body"]
+    assert sent["system"][0]["cache_control"] == {"type": "ephemeral"}  # prompt caching reaches the upstream
+    assert sent["thinking"] == {"type": "enabled", "budget_tokens": 64}
+    rid = raw.headers["x-request-id"]
+    wait_for(lambda: any(r["request_id"] == rid for r in usage_rows(gw.database_url)), 10, "the usage record")
+    row = next(r for r in usage_rows(gw.database_url) if r["request_id"] == rid)
+    assert (row["endpoint"], row["prompt_tokens"], row["completion_tokens"]) == ("messages", 105, 2)
+
+
+def _sse(*events: tuple[str, dict]) -> str:
+    return "".join(f"event: {name}\ndata: {orjson.dumps(data).decode()}\n\n" for name, data in events)
+
+
+def test_an_error_event_before_content_fails_over_and_after_it_ends_the_stream(client, gw, mock_upstream):
+    start = ("message_start", {"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 1}}})
+    error = ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    sse = {"Content-Type": "text/event-stream"}
+    mock_upstream.script("msg-claude-failing", [{"body": _sse(start, error), "headers": sse}])
+    with client.messages.stream(model="m-claude-failing", max_tokens=10, messages=HI) as stream:
+        assert "".join(stream.text_stream) == STREAMED
+        assert stream.response.headers["x-switchboard-fallback"] == "stream_error"
+
+    delta = (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "par"}},
+    )
+    mock_upstream.script("msg-claude-failing", [{"body": _sse(start, delta, error), "headers": sse}])
+    body = {"model": "m-claude-failing", "max_tokens": 10, "messages": HI, "stream": True}
+    raw = httpx.post(f"{gw.url}/v1/messages", json=body, headers={"x-api-key": gw.api_key}, timeout=20)
+    assert raw.content.decode() == _sse(start, delta, error)  # committed: the upstream's error event, relayed
+
+
+def test_an_anthropic_stream_broken_after_commit_ends_with_an_error_event(gw, mock_upstream):
+    mock_upstream.script("msg-claude", [{"status": 200, "frames": 3, "break_after": 5}])
+    body = {"model": "m-claude", "max_tokens": 10, "messages": HI, "stream": True}
+    raw = httpx.post(f"{gw.url}/v1/messages", json=body, headers={"x-api-key": gw.api_key}, timeout=20)
+    got = events(raw.content)
+    assert [e["delta"]["text"] for n, e in got if n == "content_block_delta"] == ["tok0 ", "tok1 "]
+    assert got[-1][0] == "error" and got[-1][1]["error"]["type"] == "api_error"
+    assert "message_stop" not in [n for n, _ in got]
 
 
 # --- fallback across dialects ----------------------------------------------------------
