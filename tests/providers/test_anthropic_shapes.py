@@ -11,14 +11,16 @@ import orjson
 import pytest
 
 from providers.dialects.anthropic_shapes import (
+    AnthropicRelay,
     MessagesStream,
     anthropic_request,
     chat_completion_of,
     chat_request,
     error_type,
+    held_until_content,
     message_of,
 )
-from routing.core.errors import GatewayError
+from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
 
 PNG = "iVBORw0KGgo="
 TOOL = {"name": "lookup", "description": "Look it up", "input_schema": {"type": "object", "properties": {}}}
@@ -344,3 +346,66 @@ def test_a_stream_that_just_stops_ends_with_an_error_event():
     writer = MessagesStream()
     got = parse_events(writer.feed(chunk({"content": "x"})) + writer.flush())
     assert got[-1][0] == "error" and got[-1][1]["error"]["type"] == "api_error"
+
+
+# --- passthrough framing ---------------------------------------------------------------
+
+
+def anthropic_event(name: str, data: dict) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+START = anthropic_event(
+    "message_start", {"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 9}}}
+)
+TEXT_START = anthropic_event(
+    "content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+)
+PING_EVENT = anthropic_event("ping", {"type": "ping"})
+DELTA = anthropic_event(
+    "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}}
+)
+STOP = anthropic_event("message_stop", {"type": "message_stop"})
+OVERLOADED = anthropic_event("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+
+
+async def held(data: bytes, size: int) -> list[bytes]:
+    async def pieces():
+        for i in range(0, len(data), size):
+            yield data[i : i + size]
+
+    return [c async for c in held_until_content(pieces())]
+
+
+@pytest.mark.parametrize("size", [1, 9, 4096])
+async def test_events_before_the_first_content_are_held_and_sent_with_it(size):
+    out = await held(START + TEXT_START + PING_EVENT + DELTA + STOP, size)
+    assert out[0].startswith(START + TEXT_START + PING_EVENT + DELTA)  # one piece: the commit sees content at once
+    assert b"".join(out) == START + TEXT_START + PING_EVENT + DELTA + STOP + b"data: [DONE]\n\n"
+
+
+async def test_an_error_event_before_content_is_a_pre_commit_failure():
+    with pytest.raises(UpstreamFailure) as info:
+        await held(START + PING_EVENT + OVERLOADED, 4096)
+    assert info.value.kind is FailureKind.STREAM_ERROR and b"overloaded_error" in info.value.body
+
+
+async def test_an_end_before_content_yields_nothing():
+    assert await held(START + TEXT_START, 4096) == []
+
+
+def test_the_relay_passes_events_through_and_reads_usage():
+    relay = AnthropicRelay()
+    delta = anthropic_event("message_delta", {"type": "message_delta", "delta": {}, "usage": {"output_tokens": 3}})
+    sent = relay.feed(START + DELTA) + relay.feed(delta + STOP + b"data: [DONE]\n\n")
+    assert sent == START + DELTA + delta + STOP
+    assert (relay.prompt_tokens, relay.completion_tokens) == (9, 3)
+
+
+def test_the_relay_turns_the_gateways_terminal_frame_into_an_error_event():
+    relay = AnthropicRelay()
+    terminal = b'\n\ndata: {"error":{"message":"the upstream stream broke","type":"upstream_error"}}\n\n'
+    out = relay.feed(START + DELTA[:20]) + relay.feed(DELTA[20:] + terminal)
+    assert out == START + DELTA + anthropic_event(
+        "error", {"type": "error", "error": {"type": "api_error", "message": "the upstream stream broke"}}
+    )
