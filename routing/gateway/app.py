@@ -128,7 +128,7 @@ async def _handle(
         raise GatewayError(
             404,
             "not_found",
-            f"No endpoint at {path}. Use /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses or /v1/models.",
+            f"No endpoint at {path}. Use /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses, /v1/messages or /v1/models.",
         )
     snap = live.current()
     key = request.authenticate(snap, auth)

@@ -61,7 +61,6 @@ async def send_count(send: Send, ctx: Context, body: dict[str, Any]) -> None:
     """`{"input_tokens": N}` from the preflight estimate (characters / 4 plus framing), no upstream call."""
     tokens = preflight.estimate_tokens("chat", body)
     ctx.status = 200
-    ctx.prompt_tokens = tokens
     await send_response(send, 200, orjson.dumps({"input_tokens": tokens}), answer_headers(ctx, [JSON]))
 
 
