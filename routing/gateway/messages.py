@@ -5,8 +5,8 @@ translated into the internal chat shape and then runs the chat path unchanged (m
 selection, policy, chain, preflight, executor, usage records) over any chat dialect.
 This module supplies what differs at the edges: the `x-api-key` credential, the
 per-link request and answer (`Shape`: passthrough to Anthropic upstreams, translation
-to and from the others), the Anthropic event stream and errors in Anthropic's shape. The translations
-themselves are in providers.dialects.anthropic_shapes.
+to and from the others), the Anthropic event stream and errors in Anthropic's shape.
+The translations themselves are in providers.dialects.anthropic_shapes.
 """
 
 from __future__ import annotations
