@@ -462,3 +462,30 @@ def test_a_body_that_is_not_json_is_an_anthropic_shaped_400(gw):
     )
     assert answer.status_code == 400
     assert answer.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_x_api_key_is_for_the_messages_paths_only(gw):
+    chat = {"model": "m-openai", "messages": HI}
+    answer = httpx.post(f"{gw.url}/v1/chat/completions", json=chat, headers={"x-api-key": gw.api_key}, timeout=20)
+    assert answer.status_code == 401 and answer.json()["error"]["code"] == "invalid_api_key"  # OpenAI shape there
+
+
+def test_count_tokens_checks_its_body_too(gw):
+    answer = httpx.post(
+        f"{gw.url}/v1/messages/count_tokens",
+        json={"model": "m-openai", "messages": [{"role": "user", "content": 3}]},
+        headers={"x-api-key": gw.api_key},
+        timeout=20,
+    )
+    assert answer.status_code == 400 and "messages[0].content" in answer.json()["error"]["message"]
+
+
+def test_an_idempotency_key_replays_the_anthropic_answer(gw, mock_upstream):
+    headers = {"x-api-key": gw.api_key, "Idempotency-Key": "msg-idem-1"}
+    body = {"model": "m-openai", "max_tokens": 10, "messages": [{"role": "user", "content": "once"}]}
+    before = mock_upstream.count("msg-openai")
+    first = httpx.post(f"{gw.url}/v1/messages", json=body, headers=headers, timeout=20)
+    second = httpx.post(f"{gw.url}/v1/messages", json=body, headers=headers, timeout=20)
+    assert first.json()["type"] == "message" and second.content == first.content
+    assert second.headers["idempotent-replayed"] == "true"
+    assert mock_upstream.count("msg-openai") == before + 1
