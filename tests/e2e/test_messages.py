@@ -12,6 +12,7 @@ import httpx
 import orjson
 import pytest
 
+from tests.e2e.test_metrics_e2e import scrape
 from tests.e2e.test_usage_e2e import COMPLETION_TOKENS, PROMPT_TOKENS, usage_rows, wait_for
 
 CONFIG = """
@@ -489,3 +490,10 @@ def test_an_idempotency_key_replays_the_anthropic_answer(gw, mock_upstream):
     assert first.json()["type"] == "message" and second.content == first.content
     assert second.headers["idempotent-replayed"] == "true"
     assert mock_upstream.count("msg-openai") == before + 1
+
+
+def test_requests_are_counted_under_the_messages_endpoint(client, gw):
+    labels = {"endpoint": "messages", "model": "m-openai", "model_used": "m-openai", "status": "200"}
+    before = scrape(gw).value("switchboard_requests_total", **labels)
+    client.messages.create(model="m-openai", max_tokens=10, messages=HI)
+    wait_for(lambda: scrape(gw).value("switchboard_requests_total", **labels) == before + 1, 5, "the request metric")
