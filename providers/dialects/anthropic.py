@@ -49,11 +49,16 @@ class AnthropicDialect(Dialect):
             raise unsupported(self.name, kind, model)
         return self.prepare(anthropic_request(body, model.upstream_model, stream), base_url, api_key)
 
-    def prepare(self, payload: dict[str, Any], base_url: str, api_key: str | None) -> PreparedRequest:
-        """The upstream request for an Anthropic Messages body (also /v1/messages' passthrough)."""
+    def prepare(
+        self, payload: dict[str, Any], base_url: str, api_key: str | None, beta: str | None = None
+    ) -> PreparedRequest:
+        """The upstream request for an Anthropic Messages body (also /v1/messages' passthrough,
+        which forwards the client's `anthropic-beta`)."""
         headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
+        if beta:
+            headers["anthropic-beta"] = beta
         return PreparedRequest("POST", join_url(base_url, "/messages"), headers, orjson.dumps(payload))
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:

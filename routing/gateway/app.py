@@ -152,7 +152,7 @@ async def _handle(
     kind = ctx.endpoint
     shape = None
     if kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat
-        body, shape, kind = messages.chat_body(kind, body), messages.Shape(body), "chat"
+        body, shape, kind = messages.chat_body(kind, body), messages.Shape(body, scope), "chat"
     request.check_fields(kind, body)
 
     agent = key.agent

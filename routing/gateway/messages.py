@@ -30,7 +30,7 @@ from providers.dialects.base import load_json
 from routing.core.errors import GatewayError
 from routing.core.executor import Link
 from routing.gateway import messages_shapes
-from routing.gateway.wire import JSON, Send, answer_headers, send_response
+from routing.gateway.wire import JSON, Scope, Send, answer_headers, send_response
 from routing.ops.accounting import Context
 from routing.plan import preflight
 
@@ -72,14 +72,18 @@ class Shape:
     """The proxy hook (routing.gateway.proxy.Shape) for one /v1/messages request.
 
     An anthropic-dialect link gets the client's own body (only `model` replaced) and its
-    answer or event stream is relayed as the upstream sent it; any other link gets the
+    `anthropic-beta` header, and its answer or event stream is relayed as the upstream sent it; any other link gets the
     chat translation, and its answer / chunk stream is translated back.
     """
 
-    __slots__ = ("original",)
+    __slots__ = ("original", "beta")
 
-    def __init__(self, original: dict[str, Any]) -> None:
+    def __init__(self, original: dict[str, Any], scope: Scope) -> None:
         self.original = original
+        self.beta: str | None = None  # the client's anthropic-beta, for Anthropic upstreams only
+        for name, value in scope["headers"]:
+            if name == b"anthropic-beta":
+                self.beta = value.decode("latin-1")
 
     def prepare(self, link: Link, stream: bool) -> PreparedRequest | None:
         if not _passthrough(link):
@@ -89,7 +93,7 @@ class Shape:
             payload["stream"] = True
         else:
             payload.pop("stream", None)
-        return _ANTHROPIC.prepare(payload, link.base_url, link.api_key)
+        return _ANTHROPIC.prepare(payload, link.base_url, link.api_key, self.beta)
 
     def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:
         if _passthrough(link):

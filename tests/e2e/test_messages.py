@@ -274,12 +274,16 @@ def test_an_anthropic_upstreams_answer_is_relayed_as_sent(client, gw, mock_upstr
         messages=HI,
         system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
         extra_body={"thinking": {"type": "enabled", "budget_tokens": 64}},
+        extra_headers={"anthropic-beta": "interleaved-thinking-2025-05-14"},
     )
     assert raw.http_response.content == orjson.dumps(answer)  # thinking block and cache usage included
     assert raw.parse().content[0].type == "thinking"
     sent = last_sent(mock_upstream, "msg-claude")["body"]
     assert sent["system"][0]["cache_control"] == {"type": "ephemeral"}  # prompt caching reaches the upstream
     assert sent["thinking"] == {"type": "enabled", "budget_tokens": 64}
+    beta = last_sent(mock_upstream, "msg-claude")["headers"]
+    assert beta["anthropic-beta"] == "interleaved-thinking-2025-05-14"
+    assert gw.api_key not in beta.values()  # the client's own key never reaches the upstream
     rid = raw.headers["x-request-id"]
     wait_for(lambda: any(r["request_id"] == rid for r in usage_rows(gw.database_url)), 10, "the usage record")
     row = next(r for r in usage_rows(gw.database_url) if r["request_id"] == rid)
