@@ -501,3 +501,11 @@ def test_requests_are_counted_under_the_messages_endpoint(client, gw):
     before = scrape(gw).value("switchboard_requests_total", **labels)
     client.messages.create(model="m-openai", max_tokens=10, messages=HI)
     wait_for(lambda: scrape(gw).value("switchboard_requests_total", **labels) == before + 1, 5, "the request metric")
+
+
+def test_an_anthropic_upstreams_client_error_keeps_its_type_and_message(client, mock_upstream):
+    refusal = {"type": "error", "error": {"type": "invalid_request_error", "message": "messages: roles must alternate"}}
+    mock_upstream.script("msg-claude", [{"status": 400, "body": orjson.dumps(refusal).decode()}])
+    with pytest.raises(anthropic.BadRequestError) as info:
+        client.messages.create(model="m-claude", max_tokens=10, messages=HI)
+    assert info.value.body["error"] == refusal["error"]
