@@ -7,6 +7,8 @@ upstream and once by an anthropic-dialect one, so both translations are exercise
 
 from __future__ import annotations
 
+import uuid
+
 import anthropic
 import httpx
 import orjson
@@ -221,14 +223,14 @@ def test_a_streamed_tool_call_arrives_as_input_json_deltas(client, gw, model, up
 def test_a_streams_usage_is_recorded_under_the_messages_endpoint(client, gw):
     with client.messages.stream(model="m-openai", max_tokens=10, messages=HI, metadata={"user_id": "u1"}) as stream:
         stream.get_final_message()
+        rid = stream.response.headers["x-request-id"]
 
     def row() -> dict | None:
-        rows = [r for r in usage_rows(gw.database_url) if r["endpoint"] == "messages" and r["streamed"]]
-        return rows[-1] if rows else None
+        return next((r for r in usage_rows(gw.database_url) if r["request_id"] == rid), None)
 
     wait_for(lambda: row() is not None, 10, "the messages stream's usage record")
     got = row()
-    assert (got["model_used"], got["status"]) == ("m-openai", 200)
+    assert (got["endpoint"], got["streamed"], got["model_used"], got["status"]) == ("messages", True, "m-openai", 200)
     assert (got["prompt_tokens"], got["completion_tokens"]) == (PROMPT_TOKENS, COMPLETION_TOKENS)
 
 
@@ -486,7 +488,7 @@ def test_count_tokens_checks_its_body_too(gw):
 
 
 def test_an_idempotency_key_replays_the_anthropic_answer(gw, mock_upstream):
-    headers = {"x-api-key": gw.api_key, "Idempotency-Key": "msg-idem-1"}
+    headers = {"x-api-key": gw.api_key, "Idempotency-Key": f"msg-idem-{uuid.uuid4().hex}"}  # Redis outlives runs
     body = {"model": "m-openai", "max_tokens": 10, "messages": [{"role": "user", "content": "once"}]}
     before = mock_upstream.count("msg-openai")
     first = httpx.post(f"{gw.url}/v1/messages", json=body, headers=headers, timeout=20)
