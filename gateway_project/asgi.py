@@ -26,6 +26,7 @@ from django.conf import settings  # noqa: E402
 
 from routing.config import live  # noqa: E402
 from routing.gateway.app import gateway_application, lifespan_application  # noqa: E402
+from routing.gateway.paths import is_gateway_path  # noqa: E402
 from routing.ops import wiring  # noqa: E402
 from routing.ops.dashboard import websocket_urlpatterns  # noqa: E402
 
@@ -45,7 +46,7 @@ sys.setswitchinterval(0.001)
 async def http_application(scope, receive, send) -> None:
     """Path dispatch: the gateway's paths first, Django as the catch-all."""
     path = scope["path"]
-    if path.startswith("/v1/") or path.startswith("/health"):
+    if is_gateway_path(path):
         await gateway_application(scope, receive, send)
     else:
         wiring.start()

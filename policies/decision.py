@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from routing.config.snapshot import AgentSpec, OrgSpec, PolicySpec, Snapshot
-from routing.core.errors import GatewayError
+from routing.core import errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,24 +36,13 @@ def select_model_name(body_model: Any, agent: AgentSpec) -> str:
     """
     if body_model is not None:
         if not isinstance(body_model, str):
-            raise GatewayError(
-                400,
-                "invalid_request",
-                f"'model' must be a string, got {type(body_model).__name__}. Send the model id or alias as a string.",
-                param="model",
-            )
+            raise errors.model_not_string(type(body_model).__name__)
         name = body_model.strip()
         if name:
             return name
     if agent.default_model:
         return agent.default_model
-    raise GatewayError(
-        400,
-        "model_required",
-        f"No 'model' in the request body and agent '{agent.name}' has no default model. "
-        "Send a model id or alias (GET /v1/models lists them), or set the agent's default_model.",
-        param="model",
-    )
+    raise errors.model_required(agent.name)
 
 
 def evaluate(org: OrgSpec, model_id: str) -> Decision:

@@ -61,20 +61,10 @@ def health_url(provider: ProviderSpec) -> str:
 
 
 def health_headers(provider: ProviderSpec) -> dict[str, str]:
-    """Credentials the probe sends, so a wrong key shows up as "down" before traffic does."""
-    try:
-        from providers.dialects import get_dialect
+    """The dialect's probe headers (its credentials), so a wrong key shows up as "down"."""
+    from providers.dialects import get_dialect
 
-        custom = getattr(get_dialect(provider.dialect), "health_headers", None)
-        if custom is not None:
-            return dict(custom(provider))
-    except (ImportError, KeyError, LookupError, ValueError):
-        pass
-    if not provider.api_key:
-        return {}
-    if provider.dialect == "anthropic":
-        return {"x-api-key": provider.api_key, "anthropic-version": "2023-06-01"}
-    return {"Authorization": f"Bearer {provider.api_key}"}
+    return get_dialect(provider.dialect).probe_headers(provider)
 
 
 def _now_iso() -> str:

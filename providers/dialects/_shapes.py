@@ -6,7 +6,7 @@ import base64
 from array import array
 from typing import Any
 
-from providers.dialects.base import invalid_request
+from routing.core.errors import invalid_request
 
 
 def embedding_inputs(body: dict[str, Any]) -> list[Any]:

@@ -28,7 +28,15 @@ from providers.dialects.anthropic_shapes import (
     translate_tool_choice,
     translate_tools,
 )
-from providers.dialects.base import Dialect, ParsedResponse, PreparedRequest, join_url, load_json, unsupported
+from providers.dialects.base import (
+    Dialect,
+    ParsedResponse,
+    PreparedRequest,
+    encode,
+    join_url,
+    load_json,
+    unsupported,
+)
 from routing.config.snapshot import ModelSpec
 
 
@@ -54,12 +62,16 @@ class AnthropicDialect(Dialect):
     ) -> PreparedRequest:
         """The upstream request for an Anthropic Messages body (also /v1/messages' passthrough,
         which forwards the client's `anthropic-beta`)."""
-        headers = {"Content-Type": "application/json", "anthropic-version": API_VERSION}
-        if api_key:
-            headers["x-api-key"] = api_key
+        headers = {"Content-Type": "application/json", **self.auth_headers(api_key)}
         if beta:
             headers["anthropic-beta"] = beta
-        return PreparedRequest("POST", join_url(base_url, "/messages"), headers, orjson.dumps(payload))
+        return PreparedRequest("POST", join_url(base_url, "/messages"), headers, encode(payload))
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        """Anthropic authenticates with `x-api-key` and needs `anthropic-version` on every call."""
+        if api_key:
+            return {"anthropic-version": API_VERSION, "x-api-key": api_key}
+        return {"anthropic-version": API_VERSION}
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
         out, prompt, completion = chat_completion_of(load_json(body, model), model.upstream_model)

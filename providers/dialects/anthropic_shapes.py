@@ -22,9 +22,8 @@ from typing import Any
 
 import orjson
 
-from providers.dialects.base import invalid_request
 from routing.config.snapshot import ModelSpec
-from routing.core.errors import FailureKind, UpstreamFailure
+from routing.core.errors import FailureKind, UpstreamFailure, invalid_request
 
 # --- shared tables and helpers -----------------------------------------------------
 
@@ -227,6 +226,14 @@ def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
     return blocks
 
 
+def _stop_sequences(stop: Any) -> list[str]:
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        return stop
+    raise invalid_request("stop must be a string or a list of strings", "stop")
+
+
 def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
     """Add a turn, merging with the previous one of the same role (Anthropic alternates roles)."""
     if messages and messages[-1]["role"] == role:
@@ -252,7 +259,10 @@ def translate_messages(raw: Any) -> tuple[str | None, list[dict[str, Any]]]:
             _append(messages, "user", _blocks(content, param + ".content"))
         elif role == "assistant":
             blocks = _blocks(content, param + ".content")
-            for j, call in enumerate(msg.get("tool_calls") or ()):
+            calls = msg.get("tool_calls") or ()
+            if not isinstance(calls, list | tuple):
+                raise invalid_request(f"{param}.tool_calls must be a list of tool calls", param + ".tool_calls")
+            for j, call in enumerate(calls):
                 blocks.append(tool_use_of(call, f"{param}.tool_calls[{j}]"))
             _append(messages, "assistant", blocks)
         elif role == "tool":
@@ -315,7 +325,7 @@ def anthropic_request(body: dict[str, Any], upstream_model: str, stream: bool) -
             out[name] = body[name]
     stop = body.get("stop")
     if stop:
-        out["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+        out["stop_sequences"] = _stop_sequences(stop)
     if body.get("tools"):
         out["tools"] = translate_tools(body["tools"])
     choice = translate_tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))
@@ -943,9 +953,10 @@ async def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[byte
     The events go through unchanged (line ends made \\n), but those before the first
     content (message_start, an empty text block start, pings) are held and sent with it,
     so the stream commits where a chat stream does; an error event before it is raised as
-    a pre-commit failure (retried, failed over). After message_stop or an error event a
-    `data: [DONE]` marker tells the relay the stream ended as it should; `AnthropicRelay`
-    takes it out again.
+    a pre-commit failure (retried, failed over). After message_stop a `data: [DONE]`
+    marker tells the relay the stream ended as it should (`AnthropicRelay` takes it out
+    again); after an error event the stream just ends, so the relay counts it as broken
+    (breaker, usage record) and its terminal frame is dropped by `AnthropicRelay`.
     """
     buffer = bytearray()
     held: list[bytes] | None = []
@@ -968,7 +979,8 @@ async def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[byte
             else:
                 out.append(raw)
             if kind in _END_EVENTS:
-                out.append(DONE)
+                if kind == b"message_stop":
+                    out.append(DONE)
                 yield b"".join(out)
                 return
         if out:
@@ -980,15 +992,17 @@ class AnthropicRelay:
 
     Takes out the `[DONE]` marker of `held_until_content`, turns the gateway's own terminal
     frame (`data: {"error": ...}`, when the stream breaks after its commit) into Anthropic's
-    `event: error`, and reads the token usage from message_start and message_delta.
+    `event: error` (or drops it when the upstream's own error event was just relayed), and
+    reads the token usage from message_start and message_delta.
     """
 
-    __slots__ = ("prompt_tokens", "completion_tokens", "_buf")
+    __slots__ = ("prompt_tokens", "completion_tokens", "_buf", "_errored")
 
     def __init__(self) -> None:
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self._buf = bytearray()
+        self._errored = False
 
     def feed(self, chunk: bytes) -> bytes:
         _normalised(self._buf, chunk)
@@ -997,6 +1011,9 @@ class AnthropicRelay:
             if data == b"[DONE]":
                 continue
             if name is None and data is not None and data.startswith(b'{"error"'):
+                if self._errored:
+                    continue
+                self._errored = True
                 try:
                     error = orjson.loads(data).get("error")
                 except (orjson.JSONDecodeError, AttributeError):
@@ -1007,6 +1024,8 @@ class AnthropicRelay:
                 continue
             if name in (b"message_start", b"message_delta") and data is not None:
                 self._usage(name, data)
+            elif name == b"error":
+                self._errored = True
             out.append(raw)
         return b"".join(out)
 

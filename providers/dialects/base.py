@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 
 from routing.config.snapshot import ModelSpec, ProviderSpec
+from routing.core import errors
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
 
 KINDS = ("chat", "embeddings", "rerank", "responses")
-JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 def bearer_headers(api_key: str | None) -> dict[str, str]:
@@ -55,16 +55,19 @@ class ParsedResponse:
 
 
 def unsupported(dialect: str, kind: str, model: ModelSpec) -> GatewayError:
-    return GatewayError(
-        400,
-        "unsupported_capability",
-        f"model {model.id!r} is served by a {dialect} provider, which cannot do {kind}; "
-        "use a model whose provider supports it",
-    )
+    """400 unsupported_capability: this dialect cannot serve `kind` at all."""
+    return errors.dialect_cannot_serve(dialect, kind, model.id)
 
 
-def invalid_request(message: str, param: str | None = None) -> GatewayError:
-    return GatewayError(400, "invalid_request", message, param=param)
+def encode(payload: Any) -> bytes:
+    """The upstream request body as JSON; a value the encoder refuses (nested deeper than
+    it allows, e.g. tool arguments decoded from a string) is the caller's 400, not a 500."""
+    try:
+        return orjson.dumps(payload)
+    except orjson.JSONEncodeError as exc:
+        raise errors.invalid_request(
+            f"The request cannot be encoded for the upstream ({exc}); flatten it and resend."
+        ) from None
 
 
 def load_json(body: bytes, model: ModelSpec, expect: type = dict) -> Any:
@@ -120,10 +123,6 @@ class Dialect:
     # usage frame on every stream and keeps it from clients that did not ask (docs/metrics.md#usage).
     stream_usage_option = False
 
-    def check_kind(self, kind: str, model: ModelSpec) -> None:
-        if kind not in self.kinds:
-            raise unsupported(self.name, kind, model)
-
     def build_request(
         self,
         kind: str,
@@ -144,3 +143,11 @@ class Dialect:
 
     def health_url(self, provider: ProviderSpec) -> str:
         return join_url(provider.base_url, provider.health_check_path or "/models")
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        """The credentials this dialect sends; the health probe sends them too."""
+        return {"Authorization": "Bearer " + api_key} if api_key else {}
+
+    def probe_headers(self, provider: ProviderSpec) -> dict[str, str]:
+        """Headers of the health probe, so a wrong key shows up as "down" before traffic does."""
+        return self.auth_headers(provider.api_key)

@@ -12,6 +12,7 @@ from providers.dialects.base import (
     ParsedResponse,
     PreparedRequest,
     bearer_headers,
+    encode,
     join_url,
     load_json,
     unsupported,
@@ -51,7 +52,7 @@ class CohereDialect(Dialect):
             payload: dict[str, Any] = {"model": model.upstream_model, "query": query, "documents": texts}
             if top_n is not None:
                 payload["top_n"] = top_n
-            return PreparedRequest("POST", join_url(base_url, "/rerank"), headers, orjson.dumps(payload))
+            return PreparedRequest("POST", join_url(base_url, "/rerank"), headers, encode(payload))
         if kind == "embeddings":
             payload = {
                 "model": model.upstream_model,
@@ -62,7 +63,7 @@ class CohereDialect(Dialect):
             if body.get("dimensions") is not None:
                 payload["output_dimension"] = body["dimensions"]
             context = {"encoding_format": body.get("encoding_format")}
-            return PreparedRequest("POST", join_url(base_url, "/embed"), headers, orjson.dumps(payload), context)
+            return PreparedRequest("POST", join_url(base_url, "/embed"), headers, encode(payload), context)
         raise unsupported(self.name, kind, model)
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from providers.dialects.base import (
     Dialect,
     ParsedResponse,
     PreparedRequest,
     bearer_headers,
+    encode,
     load_json,
     unsupported,
     usage_of,
@@ -47,7 +46,7 @@ class OpenAIDialect(Dialect):
         path = PATHS.get(kind)
         if path is None or kind not in self.kinds:
             raise unsupported(self.name, kind, model)
-        payload = orjson.dumps({**body, "model": model.upstream_model})
+        payload = encode({**body, "model": model.upstream_model})
         return PreparedRequest("POST", base_url.rstrip("/") + path, bearer_headers(api_key), payload)
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:

@@ -17,6 +17,7 @@ from providers.dialects.base import (
     ParsedResponse,
     PreparedRequest,
     bearer_headers,
+    encode,
     join_url,
     load_json,
     unsupported,
@@ -43,13 +44,11 @@ class TEIDialect(Dialect):
             if body.get("dimensions") is not None:
                 payload["dimensions"] = body["dimensions"]
             context = {"encoding_format": body.get("encoding_format")}
-            return PreparedRequest("POST", join_url(base_url, "/embed"), headers, orjson.dumps(payload), context)
+            return PreparedRequest("POST", join_url(base_url, "/embed"), headers, encode(payload), context)
         if kind == "rerank":
             query, texts, top_n = rerank_inputs(body)
             payload = {"query": query, "texts": texts, "raw_scores": False}
-            return PreparedRequest(
-                "POST", join_url(base_url, "/rerank"), headers, orjson.dumps(payload), {"top_n": top_n}
-            )
+            return PreparedRequest("POST", join_url(base_url, "/rerank"), headers, encode(payload), {"top_n": top_n})
         raise unsupported(self.name, kind, model)
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:

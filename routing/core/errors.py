@@ -1,4 +1,4 @@
-"""Failure classification and the gateway's error answers (CONTRACT §3, R2).
+"""Failure classification and the gateway's error answers (docs/errors.md).
 
 `UpstreamFailure` carries one upstream failure; its properties (`is_retryable`,
 `is_provider_fault`, `fallback_trigger`, `fallback_reason`) are the single source
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 import time
 from collections.abc import Callable, Mapping
 from email.utils import parsedate_to_datetime
@@ -23,6 +24,8 @@ class FailureKind(enum.Enum):
     UPSTREAM_429 = "upstream_429"
     UPSTREAM_408 = "upstream_408"
     UPSTREAM_4XX = "upstream_4xx"
+    # A 5xx whose body is a request-validation error: the caller's fault (docs/errors.md#validation-5xx).
+    UPSTREAM_INVALID_REQUEST = "upstream_invalid_request"
     CONNECT_ERROR = "connect_error"
     CONNECT_TIMEOUT = "connect_timeout"
     READ_TIMEOUT = "read_timeout"
@@ -70,7 +73,7 @@ _TRIGGER: dict[FailureKind, str] = {
     K.CONTENT_FILTER: "content_filter",
 }
 
-# X-Switchboard-Fallback values (CONTRACT §4).
+# X-Switchboard-Fallback values (docs/errors.md#how-upstream-failures-are-classified).
 _REASON: dict[FailureKind, str] = {
     K.UPSTREAM_5XX: "upstream_5xx",
     K.UPSTREAM_429: "upstream_429",
@@ -90,7 +93,7 @@ _LABEL: dict[FailureKind, str] = {kind: kind.value for kind in FailureKind}
 
 
 class GatewayError(Exception):
-    """An error answer in the OpenAI shape with a stable `code` (CONTRACT §3)."""
+    """An error answer in the OpenAI shape with a stable `code` (docs/errors.md#codes)."""
 
     __slots__ = ("status", "code", "message", "type", "param", "headers", "error_object")
 
@@ -174,68 +177,19 @@ class UpstreamFailure(Exception):
         return _LABEL[self.kind]
 
     def to_gateway_error(self) -> GatewayError:
-        """The answer when this failure ends the request on a single link (CONTRACT §3)."""
+        """The answer when this failure ends the request on a single link (docs/errors.md)."""
         kind = self.kind
         if kind in (K.UPSTREAM_5XX, K.CONNECT_ERROR, K.UPSTREAM_408, K.INVALID_BODY):
-            return GatewayError(
-                502,
-                "upstream_error",
-                f"The upstream provider failed: {self.message}. Retry later, or configure a fallback model.",
-                type="upstream_error",
-            )
+            return upstream_error(self.message)
         if kind is K.UPSTREAM_429:
-            headers = None
-            if self.retry_after_s is not None:
-                headers = {"Retry-After": str(max(0, math.ceil(self.retry_after_s)))}
-            return GatewayError(
-                429,
-                "upstream_rate_limited",
-                f"The upstream provider is rate limiting requests: {self.message}. Retry after the Retry-After delay, or configure a fallback model.",
-                type="rate_limit_error",
-                headers=headers,
-            )
+            return upstream_rate_limited(self.message, self.retry_after_s)
         if kind is K.CONNECT_TIMEOUT:
-            return GatewayError(
-                504,
-                "connect_timeout",
-                f"Connecting to the upstream provider timed out: {self.message}. Retry later, or raise connect_timeout_ms.",
-                type="timeout_error",
-            )
+            return connect_timeout(self.message)
         if kind in (K.FIRST_TOKEN_TIMEOUT, K.READ_TIMEOUT):
-            return GatewayError(
-                504,
-                "first_token_timeout",
-                f"The upstream provider did not answer in time: {self.message}. Retry later, or raise first_token_timeout_ms.",
-                type="timeout_error",
-            )
+            return first_token_timeout(self.message)
         if kind in (K.EMPTY_STREAM, K.STREAM_ERROR):
-            return GatewayError(
-                502,
-                "upstream_stream_error",
-                f"The upstream stream failed: {self.message}. Retry the request.",
-                type="upstream_error",
-            )
-        return self._client_error()
-
-    def _client_error(self) -> GatewayError:
-        status = self.status if self.status is not None and 400 <= self.status < 500 else 400
-        obj = _upstream_error_object(self.body)
-        if obj is not None:
-            obj = dict(obj)
-            if obj.get("code") is None:
-                obj["code"] = "upstream_client_error"
-            return GatewayError(
-                status,
-                "upstream_client_error",
-                str(obj.get("message") or self.message),
-                type=str(obj.get("type") or "invalid_request_error"),
-                error_object=obj,
-            )
-        return GatewayError(
-            status,
-            "upstream_client_error",
-            f"The upstream provider rejected the request: {self.message}. Fix the request; it was not retried.",
-        )
+            return upstream_stream_error(self.message)
+        return upstream_client_error(self.message, self.status, _upstream_error_object(self.body))
 
     def __repr__(self) -> str:
         return f"UpstreamFailure({self.kind.name}, {self.message!r}, status={self.status})"
@@ -324,6 +278,74 @@ def _classify_4xx(body: bytes) -> tuple[FailureKind, str | None]:
     return K.UPSTREAM_4XX, detail
 
 
+# What request-validation errors look like when a server sends them as a 5xx
+# (llama-cpp-python, some vLLM/TGI versions): matched only in a JSON body.
+_VALIDATION_TYPES = frozenset(
+    {
+        "invalid_request_error",
+        "invalid_request",
+        "validation_error",
+        "request_validation_error",
+        "badrequesterror",
+        "bad_request",
+        "bad_request_error",
+        "unprocessable_entity",
+        "validation",
+        "400",
+        "422",
+    }
+)
+_VALIDATION_MESSAGE = re.compile(r"\b\d+ validation errors?\b|\binput validation error\b", re.IGNORECASE)
+
+
+def _is_validation_detail(detail: Any) -> bool:
+    """FastAPI/pydantic's 422 body: `{"detail": [{"loc": [...], "msg": ..., "type": ...}, ...]}`."""
+    return (
+        isinstance(detail, list)
+        and bool(detail)
+        and all(isinstance(item, dict) and "loc" in item and "msg" in item for item in detail)
+    )
+
+
+def _validation_rejection(body: bytes) -> tuple[FailureKind, str] | None:
+    """(kind, detail) when a 5xx body says the request was invalid, else None (a provider fault).
+
+    Conservative on purpose: only a JSON body that names a validation error counts; a
+    plain "Internal Server Error", a non-JSON body or an error object without such a
+    marker stays a provider fault. A prompt too long or a content refusal keeps its own
+    kind, so the opt-in `context_length` / `content_filter` fallbacks still apply.
+    """
+    if not body:
+        return None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    detail: str | None = None
+    if _is_validation_detail(data.get("detail")):
+        first = data["detail"][0]
+        detail = f"{first.get('msg')} at {first.get('loc')}"
+    elif str(data.get("error_type", "")).lower() == "validation":  # TGI
+        detail = str(data.get("error") or "validation error")
+    else:
+        obj = data if data.get("object") == "error" else _upstream_error_object(body)  # vLLM's or OpenAI's
+        if obj is None:
+            return None
+        markers = [str(obj.get(key)).lower() for key in ("type", "code") if obj.get(key) is not None]
+        message = obj.get("message")
+        text = message if isinstance(message, str) else ""
+        if any(m in _VALIDATION_TYPES for m in markers) or _VALIDATION_MESSAGE.search(text):
+            detail = " ".join(text.split())[:200] or "invalid request"
+    if detail is None:
+        return None
+    kind, _ = _classify_4xx(body)
+    if kind is K.UPSTREAM_4XX:
+        kind = K.UPSTREAM_INVALID_REQUEST
+    return kind, detail
+
+
 def failure_from_response(
     status: int,
     headers: Mapping[str, str],
@@ -331,6 +353,13 @@ def failure_from_response(
     now: float | Callable[[], float] | None = None,
 ) -> UpstreamFailure:
     """Classify a non-2xx upstream answer. `now` (epoch, or a clock) resolves HTTP-date Retry-After."""
+    if status >= 500:
+        rejected = _validation_rejection(body)
+        if rejected is not None:
+            kind, detail = rejected
+            return UpstreamFailure(
+                kind, f"upstream answered HTTP {status} to an invalid request: {detail}", status, None, body
+            )
     if status == 429 or status >= 500 or status < 400:
         now_s = now() if callable(now) else now
         retry_after = parse_retry_after(_header(headers, "Retry-After"), now_s)
@@ -344,132 +373,370 @@ def failure_from_response(
     return UpstreamFailure(kind, message, status, None, body)
 
 
-# --- the gateway's own errors (CONTRACT §3) ---------------------------------
+# --- the error catalogue (docs/errors.md) -------------------------------------
+#
+# Every error answer the gateway sends is built by one of the factories below;
+# nothing else constructs a GatewayError. `CATALOGUE` fixes each code's status
+# and `type`, so one code always has one status and one type.
+
+INVALID_REQUEST_ERROR = "invalid_request_error"
+AUTHENTICATION_ERROR = "authentication_error"
+PERMISSION_ERROR = "permission_error"
+NOT_FOUND_ERROR = "not_found_error"
+RATE_LIMIT_ERROR = "rate_limit_error"
+SERVER_ERROR = "server_error"
+UPSTREAM_ERROR = "upstream_error"
+SERVICE_UNAVAILABLE_ERROR = "service_unavailable_error"
+TIMEOUT_ERROR = "timeout_error"
+
+# code -> (status, type). upstream_client_error's status is the upstream's 4xx
+# (400 when the upstream sent a request-validation error as a 5xx); 400 is its default.
+CATALOGUE: dict[str, tuple[int, str]] = {
+    "invalid_request": (400, INVALID_REQUEST_ERROR),
+    "model_required": (400, INVALID_REQUEST_ERROR),
+    "request_too_large": (413, INVALID_REQUEST_ERROR),
+    "invalid_api_key": (401, AUTHENTICATION_ERROR),
+    "model_not_found": (404, NOT_FOUND_ERROR),
+    "model_denied": (403, PERMISSION_ERROR),
+    "unsupported_capability": (400, INVALID_REQUEST_ERROR),
+    "context_length_exceeded": (400, INVALID_REQUEST_ERROR),
+    "idempotency_stream_conflict": (400, INVALID_REQUEST_ERROR),
+    "idempotency_key_reused": (409, INVALID_REQUEST_ERROR),
+    "rate_limited": (429, RATE_LIMIT_ERROR),
+    "upstream_client_error": (400, INVALID_REQUEST_ERROR),
+    "upstream_error": (502, UPSTREAM_ERROR),
+    "upstream_rate_limited": (429, RATE_LIMIT_ERROR),
+    "upstream_unavailable": (503, SERVICE_UNAVAILABLE_ERROR),
+    "circuit_open": (503, SERVICE_UNAVAILABLE_ERROR),
+    "connect_timeout": (504, TIMEOUT_ERROR),
+    "first_token_timeout": (504, TIMEOUT_ERROR),
+    "total_timeout": (504, TIMEOUT_ERROR),
+    "upstream_stream_error": (502, UPSTREAM_ERROR),
+    "not_found": (404, NOT_FOUND_ERROR),
+    "method_not_allowed": (405, INVALID_REQUEST_ERROR),
+    "internal_error": (500, SERVER_ERROR),
+}
+
+
+def _error(
+    code: str,
+    message: str,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+    status: int | None = None,
+    error_object: dict[str, Any] | None = None,
+) -> GatewayError:
+    default_status, type_ = CATALOGUE[code]
+    return GatewayError(
+        default_status if status is None else status, code, message, type_, param, headers, error_object
+    )
+
+
+def _retry_after(seconds: float) -> dict[str, str]:
+    return {"Retry-After": str(max(1, math.ceil(seconds)))}
+
+
+# 400 invalid_request: the body itself is wrong.
 
 
 def invalid_request(message: str, param: str | None = None) -> GatewayError:
-    return GatewayError(400, "invalid_request", message, param=param)
+    """A field of the body is wrong; `message` names it and says what to send instead."""
+    return _error("invalid_request", message, param)
 
 
-def model_required() -> GatewayError:
-    return GatewayError(
-        400,
+def invalid_json(detail: str) -> GatewayError:
+    return _error("invalid_request", f"The request body is not valid JSON ({detail}). Send a JSON object.")
+
+
+def body_not_object() -> GatewayError:
+    return _error("invalid_request", "The request body must be a JSON object.")
+
+
+def field_required(name: str) -> GatewayError:
+    return _error("invalid_request", f"The field '{name}' is required.", name)
+
+
+def field_wrong_type(name: str, expected: str) -> GatewayError:
+    """`expected` reads after "must be", e.g. "an array"."""
+    return _error("invalid_request", f"The field '{name}' must be {expected}.", name)
+
+
+def model_not_string(got: str) -> GatewayError:
+    return _error(
+        "invalid_request",
+        f"'model' must be a string, got {got}. Send the model id or alias as a string.",
+        "model",
+    )
+
+
+def model_required(agent: str | None = None) -> GatewayError:
+    who = f"agent '{agent}'" if agent else "the agent"
+    return _error(
         "model_required",
-        "No model given: set `model` in the body, or give the agent a default model.",
-        param="model",
+        f"No 'model' in the request body and {who} has no default model. "
+        "Send a model id or alias (GET /v1/models lists them), or set the agent's default_model.",
+        "model",
     )
 
 
 def request_too_large(limit_bytes: int) -> GatewayError:
-    return GatewayError(
-        413, "request_too_large", f"The request body is larger than {limit_bytes} bytes; send a smaller body."
-    )
+    return _error("request_too_large", f"The request body is larger than {limit_bytes} bytes; send a smaller request.")
+
+
+# 401 / 403 / 404: who is asking, and for what.
+
+
+def missing_api_key() -> GatewayError:
+    return _error("invalid_api_key", "Missing API key. Send 'Authorization: Bearer <key>'.")
 
 
 def invalid_api_key() -> GatewayError:
-    return GatewayError(
-        401,
+    """An unknown or revoked key."""
+    return _error(
         "invalid_api_key",
-        "Missing, unknown, revoked or expired API key: send `Authorization: Bearer <key>` with a valid key.",
-        type="authentication_error",
+        "The API key is unknown or revoked. Check the key, or ask your administrator for a new one.",
     )
 
 
+def expired_api_key() -> GatewayError:
+    return _error("invalid_api_key", "The API key has expired. Ask your administrator for a new one.")
+
+
 def model_not_found(name: str) -> GatewayError:
-    return GatewayError(
-        404,
+    return _error(
         "model_not_found",
-        f"The model {name!r} does not exist: use a model id or alias listed by GET /v1/models.",
-        type="not_found_error",
-        param="model",
+        f"The model '{name}' does not exist. GET /v1/models lists the models you may use.",
+        "model",
     )
 
 
 def model_denied(name: str) -> GatewayError:
-    return GatewayError(
-        403,
+    return _error(
         "model_denied",
-        f"Your organisation's policy does not allow the model {name!r}: use a model listed by GET /v1/models.",
-        type="permission_error",
-        param="model",
+        f"Your organisation's policy does not allow model '{name}'. "
+        "Ask your administrator, or pick another model from GET /v1/models.",
+        "model",
     )
 
 
-def unsupported_capability(model: str, capability: str) -> GatewayError:
-    return GatewayError(
-        400,
+ENDPOINTS = "POST /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses and GET /v1/models"
+
+
+def not_found_endpoint(path: str, endpoints: str = ENDPOINTS) -> GatewayError:
+    shown = path if len(path) <= 200 else path[:200] + "..."
+    return _error("not_found", f"No endpoint at {shown!r}. The endpoints are {endpoints}.")
+
+
+def method_not_allowed(method: str, path: str, allowed: str) -> GatewayError:
+    return _error("method_not_allowed", f"{method} is not allowed on {path}. Use {allowed} for {path}.")
+
+
+# 400: what the chosen models cannot do.
+
+
+def unsupported_capability(
+    model: str, capability: str, hint: str | None = None, param: str | None = "model"
+) -> GatewayError:
+    """The model lacks `capability`; `hint` replaces the default advice."""
+    advice = hint or f"pick a model whose capabilities include {capability}"
+    return _error("unsupported_capability", f"model {model} does not support '{capability}'; {advice}.", param)
+
+
+def no_servable_link(model: str) -> GatewayError:
+    return _error(
         "unsupported_capability",
-        f"The model {model!r} (and its fallbacks) does not support {capability}: choose a model that declares it.",
-        param="model",
+        f"No model of the chain of {model} can serve this request; pick another model (GET /v1/models).",
+        "model",
     )
 
 
-def context_length_exceeded(model: str, estimated_tokens: int | None = None, window: int | None = None) -> GatewayError:
-    detail = (
-        f" (about {estimated_tokens} tokens, window {window})"
+def max_output_exceeded(model: str, param: str, requested: int, limit: int | None) -> GatewayError:
+    return _error(
+        "unsupported_capability",
+        f"{param} = {requested} is more than model {model} can produce "
+        f"(max_output_tokens {limit}). Lower {param} or pick another model.",
+        param,
+    )
+
+
+def streaming_not_supported(path: str) -> GatewayError:
+    return _error("unsupported_capability", f'Streaming is not supported on {path}; send "stream": false.', "stream")
+
+
+def dialect_cannot_serve(dialect: str, kind: str, model: str) -> GatewayError:
+    return _error(
+        "unsupported_capability",
+        f"model {model!r} is served by a {dialect} provider, which cannot do {kind}; "
+        "use a model whose provider supports it.",
+        "model",
+    )
+
+
+def context_length_exceeded(
+    model: str,
+    estimated_tokens: int | None = None,
+    window: int | None = None,
+    param: str | None = "messages",
+) -> GatewayError:
+    size = (
+        f"about {estimated_tokens} tokens, more than the {window}-token context window of model {model}"
         if estimated_tokens is not None and window is not None
-        else ""
+        else f"too long for the context window of model {model}"
     )
-    return GatewayError(
-        400,
+    return _error(
         "context_length_exceeded",
-        f"The prompt is too long for {model!r} and every fallback{detail}: shorten the messages or use a model with a larger context window.",
-        param="messages",
+        f"The prompt is {size}, and no fallback can take it. "
+        "Shorten the prompt or pick a model with a larger context_window.",
+        param,
     )
 
 
-def rate_limited(retry_after_s: float) -> GatewayError:
-    seconds = max(1, math.ceil(retry_after_s))
-    return GatewayError(
-        429,
-        "rate_limited",
-        f"This API key is over its rate limit: retry in {seconds} s.",
-        type="rate_limit_error",
-        headers={"Retry-After": str(seconds)},
-    )
+# Idempotency-Key and the caller's own limits.
 
 
 def idempotency_stream_conflict() -> GatewayError:
-    return GatewayError(
-        400,
+    return _error(
         "idempotency_stream_conflict",
-        "Idempotency-Key cannot be used with a streaming request: drop the header or set stream to false.",
+        'Idempotency-Key cannot be used with a streaming request; drop the header or send "stream": false.',
     )
 
 
 def idempotency_key_reused() -> GatewayError:
-    return GatewayError(
-        409,
+    return _error(
         "idempotency_key_reused",
-        "This Idempotency-Key was already used with a different body: use a new key for a new request.",
+        "This Idempotency-Key was already used with a different request body; use a new key for a new request.",
     )
 
 
+def rate_limited(retry_after_s: float) -> GatewayError:
+    headers = _retry_after(retry_after_s)
+    return _error(
+        "rate_limited",
+        f"This API key is over its rate limit: retry in {headers['Retry-After']} s.",
+        headers=headers,
+    )
+
+
+# The upstream's answer, when nothing is left to try (UpstreamFailure.to_gateway_error).
+
+
+def upstream_client_error(
+    detail: str, status: int | None = None, error_object: dict[str, Any] | None = None
+) -> GatewayError:
+    """The upstream refused the request; its own error object is relayed when it sent one.
+
+    `status` is the upstream's status when it is a 4xx, else 400 (a request-validation
+    error that the upstream sent as a 5xx, docs/errors.md#validation-5xx).
+    """
+    status = status if status is not None and 400 <= status < 500 else 400
+    if error_object is not None:
+        obj = dict(error_object)
+        if obj.get("code") is None:
+            obj["code"] = "upstream_client_error"
+        return _error("upstream_client_error", str(obj.get("message") or detail), status=status, error_object=obj)
+    return _error(
+        "upstream_client_error",
+        f"The upstream provider rejected the request: {detail}. Fix the request; it was not retried.",
+        status=status,
+    )
+
+
+def upstream_error(detail: str) -> GatewayError:
+    return _error(
+        "upstream_error",
+        f"The upstream provider failed: {detail}. Retry later, or configure a fallback model.",
+    )
+
+
+def upstream_rate_limited(detail: str, retry_after_s: float | None = None) -> GatewayError:
+    headers = None if retry_after_s is None else {"Retry-After": str(max(0, math.ceil(retry_after_s)))}
+    return _error(
+        "upstream_rate_limited",
+        f"The upstream provider is rate limiting requests: {detail}. "
+        "Retry after the Retry-After delay, or configure a fallback model.",
+        headers=headers,
+    )
+
+
+def connect_timeout(detail: str) -> GatewayError:
+    return _error(
+        "connect_timeout",
+        f"Connecting to the upstream provider timed out: {detail}. Retry later, or raise connect_timeout_ms.",
+    )
+
+
+def first_token_timeout(detail: str) -> GatewayError:
+    return _error(
+        "first_token_timeout",
+        f"The upstream provider did not answer in time: {detail}. Retry later, or raise first_token_timeout_ms.",
+    )
+
+
+def stream_idle_timeout(idle_s: float) -> GatewayError:
+    """A committed stream went silent (sent in-stream, code first_token_timeout)."""
+    return _error(
+        "first_token_timeout",
+        f"The upstream stream was silent for more than {idle_s:g} s. Retry the request, or raise stream_idle_timeout_ms.",
+    )
+
+
+def upstream_stream_error(detail: str) -> GatewayError:
+    return _error("upstream_stream_error", f"The upstream stream failed: {detail}. Retry the request.")
+
+
+# The chain as a whole.
+
+
 def circuit_open(model: str, retry_after_s: float) -> GatewayError:
-    seconds = max(1, math.ceil(retry_after_s))
-    return GatewayError(
-        503,
+    headers = _retry_after(retry_after_s)
+    return _error(
         "circuit_open",
-        f"The circuit breaker for {model!r} is open after repeated upstream failures and no fallback is left: retry in {seconds} s.",
-        type="service_unavailable_error",
-        headers={"Retry-After": str(seconds)},
+        f"The circuit breaker for {model!r} is open after repeated upstream failures and no fallback is left: "
+        f"retry in {headers['Retry-After']} s.",
+        headers=headers,
     )
 
 
 def upstream_unavailable(details: str) -> GatewayError:
-    return GatewayError(
-        503,
-        "upstream_unavailable",
-        f"Every model of the fallback chain failed ({details}). Retry later.",
-        type="service_unavailable_error",
+    return _error("upstream_unavailable", f"Every model of the fallback chain failed ({details}). Retry later.")
+
+
+def total_timeout(total_s: float | None = None, while_streaming: bool = False) -> GatewayError:
+    detail = f" of {total_s:g} s" if total_s is not None else ""
+    when = "while the answer was streaming" if while_streaming else "before an upstream answered"
+    return _error(
+        "total_timeout",
+        f"The request's total deadline{detail} passed {when}: retry later, or raise total_timeout_ms.",
     )
 
 
-def total_timeout(total_s: float | None = None) -> GatewayError:
-    detail = f" of {total_s:g} s" if total_s is not None else ""
-    return GatewayError(
-        504,
-        "total_timeout",
-        f"The request's total deadline{detail} passed before an upstream answered: retry later, or raise total_timeout_ms.",
-        type="timeout_error",
+def internal_error(request_id: str) -> GatewayError:
+    return _error(
+        "internal_error",
+        f"The gateway failed unexpectedly; quote request id {request_id} to the operator.",
+    )
+
+
+# --- request shape at the edge (docs/request-validation.md) -------------------
+
+
+def invalid_field(param: str | None, detail: str) -> GatewayError:
+    """A body field of the wrong type, range or shape; `param` names it (`messages[0].role`)."""
+    where = f"Invalid '{param}'" if param else "Invalid request body"
+    return _error("invalid_request", f"{where}: {detail}. Fix it and resend; nothing was sent upstream.", param)
+
+
+def nested_too_deep(limit: int, param: str | None = None) -> GatewayError:
+    where = f" (in '{param}')" if param else ""
+    return _error(
+        "invalid_request",
+        f"The request body is nested more than {limit} levels deep{where}; flatten it and resend.",
+        param,
+    )
+
+
+def duplicate_authorization() -> GatewayError:
+    return _error(
+        "invalid_request",
+        "The request has more than one Authorization header: send exactly one 'Authorization: Bearer <key>'.",
     )

@@ -1,4 +1,4 @@
-"""The one generic executor: breaker gate, retries, backoff, fallback, deadline (CONTRACT R1–R7).
+"""The one generic executor: breaker gate, retries, backoff, fallback, deadline (docs/resilience.md).
 
 It knows nothing about chat, embeddings or rerank: it walks a resolved chain of
 `Link`s and calls `attempt(link, deadline)` for each upstream try. `attempt`
@@ -28,8 +28,6 @@ from routing.core.retry_budget import RetryBudgets
 
 T = TypeVar("T")
 
-# Preflight/policy skip reasons that a serving fallback reports (CONTRACT §4, §6).
-VISIBLE_SKIPS = frozenset({"unsupported_capability", "context_length"})
 # Hops the org may not use or that do not exist: skipped without becoming a fallback reason.
 SILENT_SKIPS = frozenset({"model_denied", "model_not_found"})
 
@@ -52,6 +50,42 @@ class Outcome:
     fallback_reason: str | None  # why the link before `link` was left; None when the first link served
     upstream_s: float  # time spent awaiting attempt(); the rest is gateway overhead
     trail: list[tuple[str, str]]  # (model id, what happened) per link considered
+    # Set when the caller settles the serving link's breaker itself (a stream: at its end).
+    settlement: Settlement | None = None
+
+
+class Settlement:
+    """The serving link's breaker charge, decided later (a stream's success is its clean end).
+
+    Exactly one of `success`, `failure`, `release` takes effect; later calls do nothing.
+    """
+
+    __slots__ = ("_breakers", "_key", "_probe", "_threshold", "_cooldown", "_open")
+
+    def __init__(self, breakers: BreakerRegistry, key: Any, probe: bool, threshold: int, cooldown_s: float) -> None:
+        self._breakers = breakers
+        self._key = key
+        self._probe = probe
+        self._threshold = threshold
+        self._cooldown = cooldown_s
+        self._open = True
+
+    def success(self) -> None:
+        if self._open:
+            self._open = False
+            self._breakers.record_success(self._key, self._probe)
+
+    def failure(self) -> None:
+        """One breaker failure for the link (a committed stream that broke)."""
+        if self._open:
+            self._open = False
+            self._breakers.record_failure(self._key, self._probe, self._threshold, self._cooldown)
+
+    def release(self) -> None:
+        """Neither: the outcome says nothing about the provider (client gone, our deadline)."""
+        if self._open:
+            self._open = False
+            self._breakers.release(self._key, self._probe)
 
 
 class Observer(Protocol):
@@ -67,11 +101,89 @@ def _skip_error(reason: str, model: str) -> GatewayError:
         return errors.model_denied(model)
     if reason == "model_not_found":
         return errors.model_not_found(model)
-    return errors.unsupported_capability(model, "what this request needs")
+    return errors.no_servable_link(model)
 
 
 def _plural(n: int) -> str:
     return "attempt" if n == 1 else "attempts"
+
+
+class _Walk:
+    """One request's walk along its chain: what has happened so far, and every Outcome it ends with."""
+
+    __slots__ = (
+        "trail",
+        "details",
+        "attempts",
+        "upstream_s",
+        "reason",
+        "prev_model",
+        "last",
+        "last_failure",
+        "involved",
+        "open_retry",
+        "open_model",
+        "first_skip",
+    )
+
+    def __init__(self) -> None:
+        self.trail: list[tuple[str, str]] = []
+        self.details: list[str] | None = None  # per-link explanation, built only when something fails
+        self.attempts = 0
+        self.upstream_s = 0.0
+        self.reason: str | None = None  # why the previous link was left
+        self.prev_model: str | None = None
+        self.last: Link | None = None  # the last link tried or found open
+        self.last_failure: UpstreamFailure | None = None
+        self.involved = 0  # links tried or skipped as open
+        self.open_retry: float | None = None  # the soonest open breaker's cooldown left
+        self.open_model: str | None = None
+        self.first_skip: tuple[str, str] | None = None  # (reason, model id) of the skip that explains a dead chain
+
+    def done(self, result: Any, link: Link) -> Outcome:
+        return Outcome(result, None, link, self.attempts, self.reason, self.upstream_s, self.trail)
+
+    def fail(self, error: GatewayError, link: Link | None) -> Outcome:
+        return Outcome(None, error, link, self.attempts, self.reason, self.upstream_s, self.trail)
+
+    def explain(self, detail: str) -> None:
+        if self.details is None:
+            self.details = []
+        self.details.append(detail)
+
+    def leave(self, model_id: str, reason: str | None) -> None:
+        """The request moves on from this link; `reason` is what a serving fallback reports."""
+        self.prev_model, self.reason = model_id, reason
+
+    def skipped(self, model_id: str, skip: str) -> bool:
+        """Record a preflight/policy skip; True when it is a visible hop (a fallback reason)."""
+        self.trail.append((model_id, skip))
+        first = self.first_skip
+        if first is None or (first[0] in SILENT_SKIPS and skip not in SILENT_SKIPS):
+            self.first_skip = (skip, model_id)
+        return skip not in SILENT_SKIPS
+
+    def found_open(self, model_id: str, retry_after_s: float) -> None:
+        self.trail.append((model_id, "circuit_open"))
+        if self.open_retry is None or retry_after_s < self.open_retry:
+            self.open_retry, self.open_model = retry_after_s, model_id
+
+    def exhausted(self, chain: Sequence[Link]) -> Outcome:
+        """Nothing served and no link ended the request itself: say why the chain as a whole failed."""
+        last = self.last if self.last is not None or not chain else chain[0]
+        failure = self.last_failure
+        if failure is None:
+            if self.open_retry is not None:
+                error = errors.circuit_open(self.open_model or "", self.open_retry)
+            elif self.first_skip is not None:
+                error = _skip_error(*self.first_skip)
+            else:
+                error = errors.upstream_unavailable("the chain has no model")
+        elif self.involved == 1:
+            error = failure.to_gateway_error()
+        else:
+            error = errors.upstream_unavailable("; ".join(self.details or ()))
+        return self.fail(error, last)
 
 
 class Executor:
@@ -103,186 +215,172 @@ class Executor:
         attempt: Callable[[Link, float], Awaitable[T]],
         resilience: Resilience,
         deadline: float,
+        settle_later: bool = False,
     ) -> Outcome:
-        """Serve the request from the first link that can; `deadline` is on this executor's clock."""
-        clock = self.clock
-        breakers = self.breakers
+        """Serve the request from the first link that can; `deadline` is on this executor's clock.
+
+        With `settle_later` the serving link's breaker is not charged when `attempt`
+        returns: the Outcome carries a `Settlement` the caller must settle (streams, whose
+        success is a clean end, not the commit).
+        """
         obs = self.observer
-        threshold = resilience.breaker_failure_threshold
-        cooldown = resilience.breaker_cooldown_s
-        max_tries = 1 + max(resilience.max_retries, 0)
-
-        trail: list[tuple[str, str]] = []
-        details: list[str] | None = None  # per-link explanation, built only when something fails
-        attempts = 0
-        upstream_s = 0.0
-        reason: str | None = None  # why the previous link was left
-        prev_model: str | None = None
-        last: Link | None = None
-        last_failure: UpstreamFailure | None = None
-        involved = 0  # links tried or skipped as open
-        open_retry: float | None = None
-        open_model: str | None = None
-        first_skip: tuple[str, str] | None = None
-
+        walk = _Walk()
         for link in chain:
             model = link.model
             skip = link.skip_reason
             if skip is not None:
-                trail.append((model.id, skip))
-                if first_skip is None or (first_skip[0] in SILENT_SKIPS and skip not in SILENT_SKIPS):
-                    first_skip = (skip, model.id)
-                if skip in SILENT_SKIPS:
-                    continue
-                if prev_model is not None and obs is not None:
-                    obs.fallback(prev_model, model.id, reason or skip)
-                if details is None:
-                    details = []
-                details.append(f"{model.id}: {skip}")
-                prev_model, reason = model.id, skip
+                if walk.skipped(model.id, skip):
+                    if walk.prev_model is not None and obs is not None:
+                        obs.fallback(walk.prev_model, model.id, walk.reason or skip)
+                    walk.explain(f"{model.id}: {skip}")
+                    walk.leave(model.id, skip)
                 continue
 
-            if prev_model is not None and obs is not None and reason is not None:
-                obs.fallback(prev_model, model.id, reason)
-            involved += 1
-            last = link
-            key = link.breaker_key
-            adm = breakers.admit(key, threshold, cooldown)
+            if walk.prev_model is not None and obs is not None and walk.reason is not None:
+                obs.fallback(walk.prev_model, model.id, walk.reason)
+            walk.involved += 1
+            walk.last = link
+            adm = self.breakers.admit(
+                link.breaker_key, resilience.breaker_failure_threshold, resilience.breaker_cooldown_s
+            )
             if not adm.allowed:
-                trail.append((model.id, "circuit_open"))
-                if open_retry is None or adm.retry_after_s < open_retry:
-                    open_retry, open_model = adm.retry_after_s, model.id
+                walk.found_open(model.id, adm.retry_after_s)
                 if "circuit_open" not in model.fallback_on:
-                    return Outcome(
-                        None,
-                        errors.circuit_open(model.id, adm.retry_after_s),
-                        link,
-                        attempts,
-                        reason,
-                        upstream_s,
-                        trail,
-                    )
-                if details is None:
-                    details = []
-                details.append(f"{model.id}: circuit_open")
-                prev_model, reason = model.id, "circuit_open"
+                    return walk.fail(errors.circuit_open(model.id, adm.retry_after_s), link)
+                walk.explain(f"{model.id}: circuit_open")
+                walk.leave(model.id, "circuit_open")
                 continue
 
-            probe = adm.probe
-            self.budgets.record_request(key)
-            tries = 0
-            failure: UpstreamFailure | None = None
-            note = ""
-            settled = False
-            try:
-                while True:
-                    now = clock()
-                    if now >= deadline:
-                        if failure is not None and failure.is_provider_fault and not failure.is_timeout:
-                            breakers.record_failure(key, probe, threshold, cooldown)
-                            settled = True
-                        trail.append((model.id, "total_timeout"))
-                        return Outcome(None, errors.total_timeout(), link, attempts, reason, upstream_s, trail)
-                    tries += 1
-                    attempts += 1
-                    cm = asyncio.timeout(deadline - now)
-                    try:
-                        async with cm:
-                            result = await attempt(link, deadline)
-                    except UpstreamFailure as f:
-                        upstream_s += clock() - now
-                        failure = f
-                        if obs is not None:
-                            obs.attempt(link, f.label)
-                    except TimeoutError:
-                        upstream_s += clock() - now
-                        if cm.expired():
-                            if obs is not None:
-                                obs.attempt(link, "total_timeout")
-                            trail.append((model.id, "total_timeout"))
-                            return Outcome(None, errors.total_timeout(), link, attempts, reason, upstream_s, trail)
-                        failure = UpstreamFailure(FailureKind.READ_TIMEOUT, "the upstream call timed out")
-                        if obs is not None:
-                            obs.attempt(link, failure.label)
-                    except GatewayError as e:  # the request cannot be sent to this link at all
-                        attempts -= 1
-                        trail.append((model.id, e.code))
-                        return Outcome(None, e, link, attempts, reason, upstream_s, trail)
-                    except asyncio.CancelledError:
-                        if obs is not None:
-                            obs.attempt(link, "cancelled")
-                        raise
-                    else:
-                        upstream_s += clock() - now
-                        if obs is not None:
-                            obs.attempt(link, "ok")
-                        breakers.record_success(key, probe)
-                        settled = True
-                        trail.append((model.id, "ok"))
-                        return Outcome(result, None, link, attempts, reason, upstream_s, trail)
-
-                    assert failure is not None
-                    if not failure.is_provider_fault:
-                        # the provider answered (4xx, context length, content filter): not its fault
-                        if probe:
-                            breakers.record_success(key, True)
-                        settled = True
-                        break
-                    if not failure.is_retryable:  # invalid body: charged, never retried or failed over
-                        breakers.record_failure(key, probe, threshold, cooldown)
-                        settled = True
-                        trail.append((model.id, failure.label))
-                        return Outcome(None, failure.to_gateway_error(), link, attempts, reason, upstream_s, trail)
-                    if clock() >= deadline:
-                        continue  # reported as total_timeout at the top of the loop
-                    if tries >= max_tries:
-                        break
-                    if not self.budgets.try_spend_retry(
-                        key, resilience.retry_budget_ratio, resilience.retry_budget_min_per_s
-                    ):
-                        note = ", retry budget spent"
-                        break
-                    delay = backoff_delay(
-                        tries - 1,
-                        resilience.backoff_base_ms / 1000.0,
-                        resilience.backoff_max_ms / 1000.0,
-                        failure.retry_after_s,
-                        self.rand(),
-                    )
-                    if clock() + delay >= deadline:
-                        note = ", next retry would pass the deadline"
-                        break
-                    await self.sleep(delay)
-                if not settled:
-                    breakers.record_failure(key, probe, threshold, cooldown)
-                    settled = True
-            finally:
-                if not settled:  # cancelled or crashed: outcome unknown, free the probe slot
-                    breakers.release(key, probe)
-
-            last_failure = failure
-            why = failure.fallback_reason or failure.label
-            trail.append((model.id, why))
-            if details is None:
-                details = []
-            details.append(f"{model.id}: {why} after {tries} {_plural(tries)}{note}")
+            ended = await self._try_link(link, adm.probe, attempt, resilience, deadline, walk, settle_later)
+            if ended is not None:
+                return ended
+            failure = walk.last_failure
+            assert failure is not None
             trigger = failure.fallback_trigger
             if trigger is None or trigger not in model.fallback_on:
-                return Outcome(None, failure.to_gateway_error(), link, attempts, reason, upstream_s, trail)
-            prev_model, reason = model.id, failure.fallback_reason
+                return walk.fail(failure.to_gateway_error(), link)
+            walk.leave(model.id, failure.fallback_reason)
+        return walk.exhausted(chain)
 
-        # the chain is exhausted
-        if last is None and chain:
-            last = chain[0]
-        if last_failure is None:
-            if open_retry is not None:
-                error = errors.circuit_open(open_model or "", open_retry)
-            elif first_skip is not None:
-                error = _skip_error(*first_skip)
-            else:
-                error = errors.upstream_unavailable("the chain has no model")
-        elif involved == 1:
-            error = last_failure.to_gateway_error()
-        else:
-            error = errors.upstream_unavailable("; ".join(details or ()))
-        return Outcome(None, error, last, attempts, reason, upstream_s, trail)
+    async def _try_link(
+        self,
+        link: Link,
+        probe: bool,
+        attempt: Callable[[Link, float], Awaitable[Any]],
+        res: Resilience,
+        deadline: float,
+        walk: _Walk,
+        settle_later: bool = False,
+    ) -> Outcome | None:
+        """Call one link with its retries, charging its breaker once.
+
+        Returns the Outcome when the request ends here (served, total timeout, or a
+        failure that must not be retried elsewhere); None when the link failed after its
+        retries, with the failure in `walk.last_failure`, for `run` to decide on fallback.
+        """
+        clock = self.clock
+        breakers = self.breakers
+        obs = self.observer
+        threshold = res.breaker_failure_threshold
+        cooldown = res.breaker_cooldown_s
+        max_tries = 1 + max(res.max_retries, 0)
+        key = link.breaker_key
+        model_id = link.model.id
+        self.budgets.record_request(key)
+        tries = 0
+        failure: UpstreamFailure | None = None
+        note = ""
+        settled = False
+        try:
+            while True:
+                now = clock()
+                if now >= deadline:
+                    if failure is not None and failure.is_provider_fault and not failure.is_timeout:
+                        breakers.record_failure(key, probe, threshold, cooldown)
+                        settled = True
+                    walk.trail.append((model_id, "total_timeout"))
+                    return walk.fail(errors.total_timeout(), link)
+                tries += 1
+                walk.attempts += 1
+                cm = asyncio.timeout(deadline - now)
+                try:
+                    async with cm:
+                        result = await attempt(link, deadline)
+                except UpstreamFailure as f:
+                    walk.upstream_s += clock() - now
+                    failure = f
+                    if obs is not None:
+                        obs.attempt(link, f.label)
+                except TimeoutError:
+                    walk.upstream_s += clock() - now
+                    if cm.expired():
+                        if obs is not None:
+                            obs.attempt(link, "total_timeout")
+                        walk.trail.append((model_id, "total_timeout"))
+                        return walk.fail(errors.total_timeout(), link)
+                    failure = UpstreamFailure(FailureKind.READ_TIMEOUT, "the upstream call timed out")
+                    if obs is not None:
+                        obs.attempt(link, failure.label)
+                except GatewayError as e:  # the request cannot be sent to this link at all
+                    walk.attempts -= 1
+                    walk.trail.append((model_id, e.code))
+                    return walk.fail(e, link)
+                except asyncio.CancelledError:
+                    if obs is not None:
+                        obs.attempt(link, "cancelled")
+                    raise
+                else:
+                    walk.upstream_s += clock() - now
+                    if obs is not None:
+                        obs.attempt(link, "ok")
+                    settled = True
+                    walk.trail.append((model_id, "ok"))
+                    outcome = walk.done(result, link)
+                    if settle_later:
+                        outcome.settlement = Settlement(breakers, key, probe, threshold, cooldown)
+                    else:
+                        breakers.record_success(key, probe)
+                    return outcome
+
+                assert failure is not None
+                if not failure.is_provider_fault:
+                    # the provider answered (4xx, context length, content filter): not its fault
+                    if probe:
+                        breakers.record_success(key, True)
+                    settled = True
+                    break
+                if not failure.is_retryable:  # invalid body: charged, never retried or failed over
+                    breakers.record_failure(key, probe, threshold, cooldown)
+                    settled = True
+                    walk.trail.append((model_id, failure.label))
+                    return walk.fail(failure.to_gateway_error(), link)
+                if clock() >= deadline:
+                    continue  # reported as total_timeout at the top of the loop
+                if tries >= max_tries:
+                    break
+                if not self.budgets.try_spend_retry(key, res.retry_budget_ratio, res.retry_budget_min_per_s):
+                    note = ", retry budget spent"
+                    break
+                delay = backoff_delay(
+                    tries - 1,
+                    res.backoff_base_ms / 1000.0,
+                    res.backoff_max_ms / 1000.0,
+                    failure.retry_after_s,
+                    self.rand(),
+                )
+                if clock() + delay >= deadline:
+                    note = ", next retry would pass the deadline"
+                    break
+                await self.sleep(delay)
+            if not settled:
+                breakers.record_failure(key, probe, threshold, cooldown)
+                settled = True
+        finally:
+            if not settled:  # cancelled or crashed: outcome unknown, free the probe slot
+                breakers.release(key, probe)
+
+        walk.last_failure = failure
+        why = failure.fallback_reason or failure.label
+        walk.trail.append((model_id, why))
+        walk.explain(f"{model_id}: {why} after {tries} {_plural(tries)}{note}")
+        return None

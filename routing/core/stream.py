@@ -23,7 +23,8 @@ from typing import Any
 
 import orjson
 
-from routing.core.errors import FailureKind, UpstreamFailure
+from routing.core import errors
+from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
 
 HOLD_MAX_FRAMES = 16  # frames without content held before the commit ...
 HOLD_MAX_BYTES = 64 * 1024  # ... or bytes: past either bound the stream commits anyway
@@ -126,13 +127,9 @@ def _next_tail(tail: bytes, chunk: bytes) -> bytes:
     return chunk[-_TAIL:] if len(chunk) >= _TAIL else (tail + chunk)[-_TAIL:]
 
 
-def terminal_frame(code: str, message: str, error_type: str = "upstream_error") -> bytes:
+def terminal_frame(error: GatewayError) -> bytes:
     """The one SSE frame that ends a committed stream on error (no [DONE] follows)."""
-    return (
-        b"data: "
-        + orjson.dumps({"error": {"message": message, "type": error_type, "code": code, "param": None}})
-        + b"\n\n"
-    )
+    return b"data: " + error.body() + b"\n\n"
 
 
 async def _close_source(it: Any, close: Callable[[], Awaitable[Any]] | None) -> None:
@@ -219,6 +216,8 @@ class CommittedStream:
         "_reading",
         "_done",
         "_tail",
+        "end_code",
+        "_errored",
     )
 
     def __init__(
@@ -242,14 +241,29 @@ class CommittedStream:
         self._reading = False
         self._done = _has_done(b"\n", first)
         self._tail = first[-_TAIL:]
+        self.end_code: str | None = None  # the code of the terminal frame the gateway sent, if any
+        self._errored = False  # the upstream sent its own error frame
 
     @property
     def done_seen(self) -> bool:
         """Whether the upstream's `data: [DONE]` has been relayed."""
         return self._done
 
-    def _terminal(self, code: str, message: str) -> bytes:
-        frame = terminal_frame(code, message)
+    @property
+    def ending(self) -> str | None:
+        """How the stream ended, for the breaker and the usage record (docs/resilience.md#r6):
+        "ok" (the upstream's terminator), an error code (it broke, fell silent, ended without
+        its terminator, sent its own error frame, or the deadline passed), or None (the
+        relay was stopped from outside — the client went away — or has not ended)."""
+        if self._done:
+            return "ok"
+        if self.end_code is not None:
+            return self.end_code
+        return "upstream_stream_error" if self._errored else None
+
+    def _terminal(self, error: GatewayError) -> bytes:
+        self.end_code = error.code
+        frame = terminal_frame(error)
         tail = self._tail
         if tail and not (tail.endswith(b"\n\n") or tail.endswith(b"\r\n\r\n") or tail.endswith(b"\r\r")):
             frame = b"\n\n" + frame  # never glue our frame onto a half-sent upstream frame
@@ -268,10 +282,7 @@ class CommittedStream:
                 wait = idle if idle < left else left
                 if wait <= 0:
                     if not (self._done or errored):
-                        yield self._terminal(
-                            "total_timeout",
-                            "the request's total deadline passed while streaming; raise total_timeout_ms",
-                        )
+                        yield self._terminal(errors.total_timeout(while_streaming=True))
                     return
                 cm = asyncio.timeout(wait)
                 self._reading = True
@@ -280,32 +291,22 @@ class CommittedStream:
                         chunk = await it.__anext__()
                 except StopAsyncIteration:
                     if not (self._done or errored or self._closed):
-                        yield self._terminal(
-                            "upstream_stream_error", "the upstream stream ended without data: [DONE]; retry the request"
-                        )
+                        yield self._terminal(errors.upstream_stream_error("it ended without data: [DONE]"))
                     return
                 except TimeoutError:
                     if not (self._done or errored or self._closed):
                         if cm.expired() and wait == idle:
-                            yield self._terminal(
-                                "first_token_timeout",
-                                f"the upstream stream was silent for more than {idle:g} s; retry the request",
-                            )
+                            yield self._terminal(errors.stream_idle_timeout(idle))
                         elif cm.expired():
-                            yield self._terminal(
-                                "total_timeout",
-                                "the request's total deadline passed while streaming; raise total_timeout_ms",
-                            )
+                            yield self._terminal(errors.total_timeout(while_streaming=True))
                         else:
-                            yield self._terminal(
-                                "upstream_stream_error", "the upstream stream timed out; retry the request"
-                            )
+                            yield self._terminal(errors.upstream_stream_error("it timed out"))
                     return
                 except asyncio.CancelledError:
                     raise
                 except Exception:
                     if not (self._done or errored or self._closed):
-                        yield self._terminal("upstream_stream_error", "the upstream stream broke; retry the request")
+                        yield self._terminal(errors.upstream_stream_error("it broke"))
                     return
                 finally:
                     self._reading = False
@@ -315,7 +316,7 @@ class CommittedStream:
                     if _has_done(self._tail, chunk):
                         self._done = True
                     elif b'{"error"' in chunk:
-                        errored = True
+                        self._errored = errored = True
                     self._tail = _next_tail(self._tail, chunk)
                 yield chunk
         finally:

@@ -19,8 +19,9 @@ from django.conf import settings
 from policies.decision import decide, select_model_name
 from providers.health import health_providers_payload
 from routing.config import live
+from routing.core import errors
 from routing.core.errors import GatewayError
-from routing.gateway import messages, request
+from routing.gateway import messages, request, shapes
 from routing.gateway.proxy import proxy_idempotent, proxy_once, proxy_stream
 from routing.gateway.wire import (
     JSON,
@@ -56,10 +57,11 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
 
     started = _perf()
     auth = request_id = idempotency_key = x_api_key = b""
-    content_length = -1
+    content_length = auth_headers = -1
     for name, value in scope["headers"]:
         if name == b"authorization":
             auth = value
+            auth_headers += 1
         elif name == b"x-request-id":
             request_id = value
         elif name == b"content-length":
@@ -73,6 +75,8 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
     if anthropic:
         auth = messages.credential(auth, x_api_key)
     try:
+        if auth_headers > 0:
+            raise errors.duplicate_authorization()
         await _handle(process, ctx, scope, receive, send, path, auth, content_length, idempotency_key)
     except GatewayError as exc:
         ctx.status, ctx.error_code = exc.status, exc.code
@@ -86,12 +90,7 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
         ctx.status, ctx.error_code = 499, "client_closed_request"
     except Exception:
         log.exception("unexpected error serving %s (request %s)", path, ctx.request_id)
-        exc = GatewayError(
-            500,
-            "internal_error",
-            f"The gateway failed unexpectedly; quote request id {ctx.request_id} to the operator.",
-            type="server_error",
-        )
+        exc = errors.internal_error(ctx.request_id)
         ctx.status, ctx.error_code = 500, "internal_error"
         await send_error(send, ctx, exc, messages.error_answer(ctx, exc) if anthropic else None)
     finally:
@@ -125,17 +124,13 @@ async def _handle(
 ) -> None:
     method = scope["method"]
     if ctx.endpoint == "unknown":
-        raise GatewayError(
-            404,
-            "not_found",
-            f"No endpoint at {path}. Use /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses, /v1/messages or /v1/models.",
-        )
+        raise errors.not_found_endpoint(path)
     snap = live.current()
     key = request.authenticate(snap, auth)
     ctx.key = key
     if ctx.endpoint == "models":
         if method != "GET":
-            raise GatewayError(405, "method_not_allowed", "Use GET for /v1/models.")
+            raise errors.method_not_allowed(method, path, "GET")
         ctx.status = 200
         await send_response(
             send,
@@ -145,7 +140,7 @@ async def _handle(
         )
         return
     if method != "POST":
-        raise GatewayError(405, "method_not_allowed", f"Use POST for {path}.")
+        raise errors.method_not_allowed(method, path, "POST")
 
     raw = await read_body(receive, content_length, ctx, settings.SWITCHBOARD_MAX_BODY_BYTES)
     body = request.parse_body(raw)
@@ -153,7 +148,7 @@ async def _handle(
     shape = None
     if kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat
         body, shape, kind = messages.chat_body(kind, body), messages.Shape(body, scope), "chat"
-    request.check_fields(kind, body)
+    shapes.check(kind, body, raw)
 
     agent = key.agent
     org = agent.org
@@ -161,40 +156,21 @@ async def _handle(
     ctx.requested = name
     model = snap.resolve(name)
     if model is None:
-        raise GatewayError(
-            404,
-            "model_not_found",
-            f"The model '{name}' does not exist. GET /v1/models lists the models you may use.",
-            param="model",
-        )
+        raise errors.model_not_found(name)
     ctx.resolved = model.id
     if not decide(snap, org, model.id).allowed:
-        raise GatewayError(
-            403,
-            "model_denied",
-            f"Your organisation's policy does not allow model '{model.id}'. Ask your administrator, or pick another model from GET /v1/models.",
-            param="model",
-        )
+        raise errors.model_denied(model.id)
     if ctx.endpoint == "count_tokens":
         await messages.send_count(send, ctx, body)
         return
 
     stream = body.get("stream", False) is True
     if stream and kind == "responses":
-        raise GatewayError(
-            400,
-            "unsupported_capability",
-            'Streaming is not supported on /v1/responses; send "stream": false.',
-            param="stream",
-        )
+        raise errors.streaming_not_supported(path)
     if kind in ("embeddings", "rerank"):
         stream = False
     if stream and idempotency_key:
-        raise GatewayError(
-            400,
-            "idempotency_stream_conflict",
-            'Idempotency-Key cannot be used with a streaming request; drop the header or send "stream": false.',
-        )
+        raise errors.idempotency_stream_conflict()
 
     req = preflight.requirements(kind, body)
     links = preflight.apply(chain.build_chain(snap, org, model, name), req)

@@ -17,8 +17,9 @@ from policies.idempotency import REPLAY_HEADER, store
 from providers.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
 from providers.transport import transport
 from routing.config.snapshot import OrgSpec, Snapshot
-from routing.core.errors import FailureKind, GatewayError, UpstreamFailure, failure_from_response
-from routing.core.executor import Executor, Link
+from routing.core import errors
+from routing.core.errors import FailureKind, UpstreamFailure, failure_from_response
+from routing.core.executor import Executor, Link, Settlement
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
 from routing.ops.accounting import Context
@@ -103,11 +104,7 @@ async def proxy_idempotent(
     """Replay the stored answer of an Idempotency-Key, or make the call once and store it."""
     claim = await store.begin(org.name, key, hashlib.sha256(raw).hexdigest())
     if claim.conflict:
-        raise GatewayError(
-            409,
-            "idempotency_key_reused",
-            "This Idempotency-Key was already used with a different request body; use a new key for a new request.",
-        )
+        raise errors.idempotency_key_reused()
     if claim.replay is not None:
         status, headers, payload = claim.replay
         ctx.status = status
@@ -169,7 +166,7 @@ async def proxy_stream(
             raise
         return committed, response
 
-    outcome = await executor.run(links, attempt, snap.resilience, deadline)
+    outcome = await executor.run(links, attempt, snap.resilience, deadline, settle_later=True)
     ctx.outcome = outcome
     if outcome.error is not None:
         raise outcome.error
@@ -186,8 +183,27 @@ async def proxy_stream(
         await send({"type": "http.response.body", "body": tap.flush(), "more_body": False})
     finally:
         ctx.prompt_tokens, ctx.completion_tokens = tap.prompt_tokens, tap.completion_tokens
+        _settle(outcome.settlement, committed.ending, ctx)
         await committed.aclose()
         await response.close()
+
+
+def _settle(settlement: Settlement | None, ending: str | None, ctx: Context) -> None:
+    """A stream's breaker charge, at its end (docs/resilience.md#r6): a clean end is the
+    success; a break, a silence or a missing terminator is one failure of the link, and
+    the usage record keeps the code the client saw in its last frame. A client that went
+    away, or the request's own deadline, says nothing about the provider."""
+    if settlement is None:
+        return
+    if ending == "ok":
+        settlement.success()
+    elif ending is None or ending == "total_timeout":
+        settlement.release()
+        if ending is not None:
+            ctx.error_code = ending
+    else:
+        settlement.failure()
+        ctx.error_code = ending
 
 
 async def call_upstream(

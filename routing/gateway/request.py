@@ -1,4 +1,4 @@
-"""Reading a request: headers, request id, authentication, field checks, the models list."""
+"""Reading a request: headers, request id, authentication, the body, the models list (shapes: routing.gateway.shapes)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import orjson
 
 from policies.decision import decide
 from routing.config.snapshot import KeySpec, OrgSpec, Snapshot
-from routing.core.errors import GatewayError
+from routing.core import errors
 
 ROUTES = {
     "/v1/chat/completions": "chat",
@@ -31,25 +31,13 @@ def endpoint_of(path: str) -> str:
 
 def authenticate(snap: Snapshot, auth: bytes) -> KeySpec:
     if not auth[:7].lower() == b"bearer ":
-        raise GatewayError(
-            401, "invalid_api_key", "Missing API key. Send 'Authorization: Bearer <key>'.", type="authentication_error"
-        )
+        raise errors.missing_api_key()
     digest = hashlib.sha256(auth[7:].strip()).hexdigest()
     key = snap.keys.get(digest)
     if key is None:
-        raise GatewayError(
-            401,
-            "invalid_api_key",
-            "The API key is unknown or revoked. Check the key, or ask your administrator for a new one.",
-            type="authentication_error",
-        )
+        raise errors.invalid_api_key()
     if key.expires_at is not None and key.expires_at <= time.time():
-        raise GatewayError(
-            401,
-            "invalid_api_key",
-            "The API key has expired. Ask your administrator for a new one.",
-            type="authentication_error",
-        )
+        raise errors.expired_api_key()
     return key
 
 
@@ -67,39 +55,10 @@ def parse_body(raw: bytes) -> dict:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise GatewayError(
-            400, "invalid_request", f"The request body is not valid JSON ({exc}). Send a JSON object."
-        ) from None
+        raise errors.invalid_json(str(exc)) from None
     if not isinstance(body, dict):
-        raise GatewayError(400, "invalid_request", "The request body must be a JSON object.")
+        raise errors.body_not_object()
     return body
-
-
-_FIELD_TYPES: dict[str, tuple[tuple[str, type | tuple[type, ...], bool], ...]] = {
-    "chat": (("messages", list, True), ("stream", bool, False), ("tools", list, False), ("max_tokens", int, False)),
-    "embeddings": (("input", (str, list), True),),
-    "rerank": (("query", str, True), ("documents", list, True), ("top_n", int, False)),
-    "responses": (("stream", bool, False),),
-}
-_TYPE_NAMES = {
-    list: "an array",
-    bool: "a boolean",
-    int: "an integer",
-    str: "a string",
-    (str, list): "a string or an array",
-}
-
-
-def check_fields(kind: str, body: dict) -> None:
-    """Reject wrong field types with 400 invalid_request naming the field."""
-    for name, types, required in _FIELD_TYPES[kind]:
-        value = body.get(name)
-        if value is None:
-            if required:
-                raise GatewayError(400, "invalid_request", f"The field '{name}' is required.", param=name)
-            continue
-        if not isinstance(value, types) or (types is int and isinstance(value, bool)):
-            raise GatewayError(400, "invalid_request", f"The field '{name}' must be {_TYPE_NAMES[types]}.", param=name)
 
 
 def models_payload(snap: Snapshot, org: OrgSpec) -> bytes:

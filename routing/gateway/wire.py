@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.ops.accounting import Context
 
@@ -61,7 +62,7 @@ async def send_error(send: Send, ctx: Context, exc: GatewayError, body: bytes | 
 async def read_body(receive: Receive, content_length: int, ctx: Context, limit: int) -> bytes:
     """The whole request body, refused early when it is over `limit` bytes."""
     if content_length > limit:
-        raise _too_large(limit)
+        raise errors.request_too_large(limit)
     chunks = []
     size = 0
     while True:
@@ -72,7 +73,7 @@ async def read_body(receive: Receive, content_length: int, ctx: Context, limit: 
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise _too_large(limit)
+            raise errors.request_too_large(limit)
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
@@ -93,9 +94,3 @@ def watch_disconnect(receive: Receive, ctx: Context) -> asyncio.Task:
                 return
 
     return asyncio.get_running_loop().create_task(watch())
-
-
-def _too_large(limit: int) -> GatewayError:
-    return GatewayError(
-        413, "request_too_large", f"The request body is larger than {limit} bytes; send a smaller request."
-    )

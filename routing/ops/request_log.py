@@ -44,12 +44,6 @@ def log_line(record: Mapping[str, Any]) -> bytes:
     return orjson.dumps(out, default=str)
 
 
-def log_request(record: Mapping[str, Any]) -> None:
-    """Emit the request's log line when the logger is enabled."""
-    if logger.isEnabledFor(logging.INFO):
-        logger.info(log_line(record).decode())
-
-
 def log_requests(records: list[Mapping[str, Any]]) -> None:
     """One JSON line per request, handed to logging in one call per batch (cheaper for the writer thread)."""
     if records and logger.isEnabledFor(logging.INFO):

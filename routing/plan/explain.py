@@ -12,6 +12,7 @@ from typing import Any
 
 from policies.decision import decide
 from routing.config.snapshot import Snapshot
+from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.plan import chain as chain_mod
 from routing.plan import preflight
@@ -72,7 +73,7 @@ def explain(
         "error": None,
     }
     if model is None:
-        out["error"] = {"status": 404, "code": "model_not_found", "message": f"no model or alias {name!r} exists"}
+        out["error"] = _error(errors.model_not_found(name))
         return out
 
     decision = decide(snapshot, org, model.id)
@@ -122,7 +123,7 @@ def explain(
         out["chain"].append(entry)
 
     if not decision.allowed:
-        out["error"] = {"status": 403, "code": "model_denied", "message": decision.reason}
+        out["error"] = _error(errors.model_denied(model.id))
     elif not preflight.servable(links):
         out["error"] = _error(preflight.no_link_error(links, req))
     else:

@@ -23,6 +23,7 @@ from functools import cached_property
 from typing import Any
 
 from routing.config.snapshot import ModelSpec
+from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.core.executor import Link
 
@@ -150,6 +151,11 @@ def estimate_tokens(kind: str, body: Mapping[str, Any]) -> int:
     return _ceil_tokens(chars) + TOKENS_PER_MESSAGE * len(items)
 
 
+def _is_one_of(value: Any, names: frozenset[str]) -> bool:
+    """`value in names` for any JSON value: a list or object (unhashable) is never a name."""
+    return isinstance(value, str) and value in names
+
+
 def _has_image(items: Any) -> bool:
     """Any message / input item whose content has an image part."""
     if not isinstance(items, list):
@@ -157,24 +163,24 @@ def _has_image(items: Any) -> bool:
     for item in items:
         if not isinstance(item, dict):
             continue
-        if item.get("type") in _IMAGE_PARTS:
+        if _is_one_of(item.get("type"), _IMAGE_PARTS):
             return True
         content = item.get("content")
         if isinstance(content, list):
             for part in content:
-                if isinstance(part, dict) and part.get("type") in _IMAGE_PARTS:
+                if isinstance(part, dict) and _is_one_of(part.get("type"), _IMAGE_PARTS):
                     return True
     return False
 
 
 def _structured(body: Mapping[str, Any]) -> bool:
     fmt = body.get("response_format")
-    if isinstance(fmt, dict) and fmt.get("type") in _STRUCTURED:
+    if isinstance(fmt, dict) and _is_one_of(fmt.get("type"), _STRUCTURED):
         return True
     text = body.get("text")  # Responses API: text.format
     if isinstance(text, dict):
         fmt = text.get("format")
-        return isinstance(fmt, dict) and fmt.get("type") in _STRUCTURED
+        return isinstance(fmt, dict) and _is_one_of(fmt.get("type"), _STRUCTURED)
     return False
 
 
@@ -182,11 +188,10 @@ def requirements(kind: str, body: Mapping[str, Any]) -> Requirements:
     """Read what the request needs from its body (one pass over the messages, for images)."""
     max_output = None
     max_param = None
-    for name in _MAX_OUTPUT_FIELDS:
+    for name in _MAX_OUTPUT_FIELDS:  # the largest one given: a dialect may send either
         value = body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, int) and not isinstance(value, bool) and (max_output is None or value > max_output):
             max_output, max_param = value, name
-            break
     if kind in ("embeddings", "rerank"):
         return Requirements(kind=kind, max_output_tokens=max_output, max_output_param=max_param, body=body)
     tools = bool(body.get("tools")) or bool(body.get("functions"))
@@ -268,30 +273,17 @@ def no_link_error(chain: Sequence[Link], req: Requirements) -> GatewayError:
             break
     if target is None:
         model_id = chain[0].model.id if chain else "?"
-        return GatewayError(
-            400,
-            UNSUPPORTED,
-            f"No model of the chain of {model_id} can serve this request; pick another model (GET /v1/models).",
-            param="model",
-        )
+        return errors.no_servable_link(model_id)
     model = target.model
     found = missing(model, req)
     what = found[1] if found is not None else req.kind
     if what == "context_window":
-        return GatewayError(
-            400,
-            "context_length_exceeded",
-            f"The prompt is about {req.estimated_tokens} tokens, more than the {model.context_window}-token context window "
-            f"of model {model.id}, and no fallback can take it. Shorten the prompt or pick a model with a larger context_window.",
-            param=_PROMPT_PARAM.get(req.kind),
+        return errors.context_length_exceeded(
+            model.id, req.estimated_tokens, model.context_window, _PROMPT_PARAM.get(req.kind)
         )
     if what == "max_output_tokens":
-        return GatewayError(
-            400,
-            UNSUPPORTED,
-            f"{req.max_output_param} = {req.max_output_tokens} is more than model {model.id} can produce "
-            f"(max_output_tokens {model.max_output_tokens}). Lower {req.max_output_param} or pick another model.",
-            param=req.max_output_param,
+        return errors.max_output_exceeded(
+            model.id, req.max_output_param, req.max_output_tokens, model.max_output_tokens
         )
     if what == req.kind:
         param = "model"
@@ -301,4 +293,4 @@ def no_link_error(chain: Sequence[Link], req: Requirements) -> GatewayError:
     else:
         param = "input" if what == "vision" and req.kind == "responses" else _PARAM.get(what)
         hint = f"pick a model whose capabilities include {what}"
-    return GatewayError(400, UNSUPPORTED, f"model {model.id} does not support '{what}'; {hint}.", param=param)
+    return errors.unsupported_capability(model.id, what, hint, param)

@@ -1,4 +1,4 @@
-"""Failure classification and error answers (CONTRACT §3, R2)."""
+"""Failure classification and error answers, against docs/errors.md."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ import pytest
 from routing.core import errors
 from routing.core.errors import FailureKind as K
 from routing.core.errors import GatewayError, UpstreamFailure, failure_from_response, parse_retry_after
+from tests.core.error_table import rows
 
+TABLE = rows()
+
+# docs/errors.md#how-upstream-failures-are-classified: what is retried and charged to the breaker. R6 makes a stream
+# error before the commit point a retryable pre-commit failure like an empty stream.
 RETRYABLE = [
     K.UPSTREAM_5XX,
     K.UPSTREAM_429,
@@ -23,7 +28,14 @@ RETRYABLE = [
     K.EMPTY_STREAM,
     K.STREAM_ERROR,
 ]
-NOT_RETRYABLE = [K.UPSTREAM_4XX, K.INVALID_BODY, K.CONTEXT_LENGTH, K.CONTENT_FILTER]
+# A client-caused 4xx is never retried nor charged; a 2xx with a body that is not JSON is
+# charged but never retried (docs/errors.md#codes, upstream_error).
+CHARGED_NOT_RETRIED = [K.INVALID_BODY]
+CLIENT_CAUSED = [K.UPSTREAM_4XX, K.CONTEXT_LENGTH, K.CONTENT_FILTER, K.UPSTREAM_INVALID_REQUEST]
+
+
+def test_every_failure_kind_has_a_documented_rule() -> None:
+    assert set(RETRYABLE) | set(CHARGED_NOT_RETRIED) | set(CLIENT_CAUSED) == set(K)
 
 
 @pytest.mark.parametrize("kind", RETRYABLE)
@@ -33,59 +45,83 @@ def test_retryable_kinds_are_retried_and_charge_the_breaker(kind: K) -> None:
     assert f.is_provider_fault
 
 
-@pytest.mark.parametrize("kind", NOT_RETRYABLE)
-def test_non_retryable_kinds(kind: K) -> None:
+def test_an_unparseable_2xx_body_charges_the_breaker_but_is_never_retried() -> None:
+    f = UpstreamFailure(K.INVALID_BODY, "x")
+    assert (f.is_retryable, f.is_provider_fault, f.fallback_trigger) == (False, True, None)
+
+
+@pytest.mark.parametrize("kind", CLIENT_CAUSED)
+def test_client_caused_failures_are_neither_retried_nor_charged(kind: K) -> None:
     f = UpstreamFailure(kind, "x")
     assert not f.is_retryable
-    assert f.is_provider_fault is (kind is K.INVALID_BODY)
+    assert not f.is_provider_fault
 
 
-@pytest.mark.parametrize(
-    ("kind", "trigger", "reason"),
-    [
-        (K.UPSTREAM_5XX, "provider_error", "upstream_5xx"),
-        (K.CONNECT_ERROR, "provider_error", "connect_error"),
-        (K.EMPTY_STREAM, "provider_error", "empty_stream"),
-        (K.STREAM_ERROR, "provider_error", "stream_error"),
-        (K.UPSTREAM_429, "rate_limited", "upstream_429"),
-        (K.CONNECT_TIMEOUT, "timeout", "connect_timeout"),
-        (K.READ_TIMEOUT, "timeout", "first_token_timeout"),
-        (K.FIRST_TOKEN_TIMEOUT, "timeout", "first_token_timeout"),
-        (K.UPSTREAM_408, "timeout", "first_token_timeout"),
-        (K.CONTEXT_LENGTH, "context_length", "context_length"),
-        (K.CONTENT_FILTER, "content_filter", "content_filter"),
-        (K.UPSTREAM_4XX, None, None),
-        (K.INVALID_BODY, None, None),
-    ],
-)
+# (kind, fallback_on trigger, X-Switchboard-Fallback reason), as R2 and the response
+# headers' reason list state them.
+DOCUMENTED_FALLBACKS = [
+    (K.UPSTREAM_5XX, "provider_error", "upstream_5xx"),
+    (K.CONNECT_ERROR, "provider_error", "connect_error"),
+    (K.EMPTY_STREAM, "provider_error", "empty_stream"),
+    (K.STREAM_ERROR, "provider_error", "stream_error"),
+    (K.UPSTREAM_429, "rate_limited", "upstream_429"),
+    (K.CONNECT_TIMEOUT, "timeout", "connect_timeout"),
+    (K.FIRST_TOKEN_TIMEOUT, "timeout", "first_token_timeout"),
+    (K.READ_TIMEOUT, "timeout", "first_token_timeout"),  # non-streaming: no complete answer in time
+    (K.CONTEXT_LENGTH, "context_length", "context_length"),
+    (K.CONTENT_FILTER, "content_filter", "content_filter"),
+    (K.UPSTREAM_4XX, None, None),
+    (K.INVALID_BODY, None, None),
+]
+# Project decisions, docs/errors.md#project-decisions and #validation-5xx.
+DECIDED_FALLBACKS = [
+    (K.UPSTREAM_408, "timeout", "first_token_timeout"),
+    (K.UPSTREAM_INVALID_REQUEST, None, None),
+]
+
+
+@pytest.mark.parametrize(("kind", "trigger", "reason"), DOCUMENTED_FALLBACKS)
 def test_fallback_trigger_and_reason(kind: K, trigger: str | None, reason: str | None) -> None:
     f = UpstreamFailure(kind, "x")
     assert f.fallback_trigger == trigger
     assert f.fallback_reason == reason
 
 
-@pytest.mark.parametrize(
-    ("kind", "status", "code"),
-    [
-        (K.UPSTREAM_5XX, 502, "upstream_error"),
-        (K.CONNECT_ERROR, 502, "upstream_error"),
-        (K.UPSTREAM_408, 502, "upstream_error"),
-        (K.INVALID_BODY, 502, "upstream_error"),
-        (K.UPSTREAM_429, 429, "upstream_rate_limited"),
-        (K.CONNECT_TIMEOUT, 504, "connect_timeout"),
-        (K.READ_TIMEOUT, 504, "first_token_timeout"),
-        (K.FIRST_TOKEN_TIMEOUT, 504, "first_token_timeout"),
-        (K.EMPTY_STREAM, 502, "upstream_stream_error"),
-        (K.STREAM_ERROR, 502, "upstream_stream_error"),
-    ],
-)
-def test_single_link_errors(kind: K, status: int, code: str) -> None:
+@pytest.mark.parametrize(("kind", "trigger", "reason"), DECIDED_FALLBACKS)
+def test_documented_decision_fallback_trigger_and_reason(kind: K, trigger: str | None, reason: str | None) -> None:
+    f = UpstreamFailure(kind, "x")
+    assert (f.fallback_trigger, f.fallback_reason) == (trigger, reason)
+
+
+# The code a failure ends the request with when nothing is left to try, by the rows of
+# docs/errors.md#codes; the status comes from that table.
+DOCUMENTED_FINAL_CODES = [
+    (K.UPSTREAM_5XX, "upstream_error"),
+    (K.CONNECT_ERROR, "upstream_error"),
+    (K.INVALID_BODY, "upstream_error"),
+    (K.UPSTREAM_429, "upstream_rate_limited"),
+    (K.CONNECT_TIMEOUT, "connect_timeout"),
+    (K.READ_TIMEOUT, "first_token_timeout"),
+    (K.FIRST_TOKEN_TIMEOUT, "first_token_timeout"),
+    (K.EMPTY_STREAM, "upstream_stream_error"),
+    (K.STREAM_ERROR, "upstream_stream_error"),
+]
+
+
+@pytest.mark.parametrize(("kind", "code"), DOCUMENTED_FINAL_CODES)
+def test_single_link_errors(kind: K, code: str) -> None:
     err = UpstreamFailure(kind, "boom", status=503 if kind is K.UPSTREAM_5XX else None).to_gateway_error()
-    assert (err.status, err.code) == (status, code)
+    row = TABLE[code]
+    assert (err.status, err.code) == (row.status, code)
     body = orjson.loads(err.body())
     assert set(body["error"]) == {"message", "type", "code", "param"}
-    assert body["error"]["code"] == code
+    assert (body["error"]["code"], body["error"]["type"]) == (code, row.type)
     assert "boom" in body["error"]["message"]
+
+
+def test_documented_decision_upstream_408_with_nothing_left_is_upstream_error() -> None:
+    err = failure_from_response(408, {}, b"").to_gateway_error()
+    assert (err.status, err.code) == (TABLE["upstream_error"].status, "upstream_error")
 
 
 def test_429_carries_upstream_retry_after_in_whole_seconds() -> None:
@@ -171,11 +207,16 @@ def test_content_filter_detection(body: bytes) -> None:
         (408, K.UPSTREAM_408),
         (400, K.UPSTREAM_4XX),
         (404, K.UPSTREAM_4XX),
-        (302, K.UPSTREAM_5XX),
     ],
 )
 def test_status_classification(status: int, kind: K) -> None:
     assert failure_from_response(status, {}, b"{}").kind is kind
+
+
+@pytest.mark.parametrize("status", [301, 302, 101])
+def test_documented_decision_a_non_4xx_non_2xx_answer_is_a_provider_fault(status: int) -> None:
+    f = failure_from_response(status, {}, b"")
+    assert f.kind is K.UPSTREAM_5XX and f.is_provider_fault
 
 
 def test_retry_after_seconds_and_http_date() -> None:
@@ -211,3 +252,72 @@ def test_gateway_error_body_shape() -> None:
 def test_circuit_open_retry_after_rounds_up() -> None:
     err = errors.circuit_open("chat-a", 12.01)
     assert (err.status, err.code, err.headers) == (503, "circuit_open", {"Retry-After": "13"})
+
+
+# docs/errors.md#validation-5xx: a 5xx whose body says the request failed validation.
+LLAMA_CPP_500 = (
+    b"{\"error\":{\"message\":\"1 validation error:\\n  {'type': 'list_type', 'loc': ('body', 'messages'), "
+    b"'msg': 'Input should be a valid list', 'input': 'hi'}\\n\\n  File \\\"VENV/lib/python3.11/site-packages/"
+    b'llama_cpp/server/app.py\\", line 376, in create_chat_completion\\n    POST /v1/chat/completions",'
+    b'"type":"internal_server_error","param":null,"code":null}}'
+)
+VALIDATION_5XX = [
+    pytest.param(500, LLAMA_CPP_500, id="llama-cpp-python"),
+    pytest.param(
+        500,
+        b'{"detail":[{"loc":["body","messages"],"msg":"Field required","type":"missing"}]}',
+        id="fastapi-detail-list",
+    ),
+    pytest.param(
+        500, b'{"error":{"message":"bad messages","type":"invalid_request_error","code":null}}', id="openai-type"
+    ),
+    pytest.param(500, b'{"error":{"message":"bad role","type":"BadRequestError","code":400}}', id="vllm"),
+    pytest.param(503, b'{"object":"error","message":"bad role","type":"BadRequestError","code":400}', id="vllm-old"),
+    pytest.param(
+        500, b'{"type":"error","error":{"type":"invalid_request_error","message":"messages: required"}}', id="anthropic"
+    ),
+    pytest.param(500, b'{"error":"Input validation error: `inputs` is empty","error_type":"validation"}', id="tgi"),
+    pytest.param(500, b'{"error":{"message":"2 validation errors for ChatRequest","type":"server_error"}}', id="count"),
+]
+PROVIDER_5XX = [
+    pytest.param(500, b"Internal Server Error", id="plain-text"),
+    pytest.param(500, b"<html><h1>500 Internal Server Error</h1></html>", id="html"),
+    pytest.param(500, b"", id="empty"),
+    pytest.param(500, b'{"detail":"Internal Server Error"}', id="fastapi-string-detail"),
+    pytest.param(
+        500, b'{"error":{"message":"Internal server error","type":"internal_server_error","code":null}}', id="openai"
+    ),
+    pytest.param(503, b'{"error":{"message":"mock upstream failure","type":"server_error"}}', id="server-error"),
+    pytest.param(529, b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}', id="overloaded"),
+    pytest.param(500, b'{"detail":[{"msg":"no loc"}]}', id="detail-without-loc"),
+    pytest.param(502, b"[1, 2]", id="json-list"),
+]
+
+
+@pytest.mark.parametrize(("status", "body"), VALIDATION_5XX)
+def test_a_5xx_validation_error_is_the_callers_fault(status: int, body: bytes) -> None:
+    f = failure_from_response(status, {"Retry-After": "5"}, body)
+    assert f.kind is K.UPSTREAM_INVALID_REQUEST
+    assert (f.is_retryable, f.is_provider_fault, f.fallback_trigger) == (False, False, None)
+    err = f.to_gateway_error()
+    assert (err.status, err.code) == (400, "upstream_client_error")
+    answer = orjson.loads(err.body())["error"]
+    upstream = orjson.loads(body).get("error")
+    if isinstance(upstream, dict):  # the upstream's own error object is relayed, with our code if it had none
+        assert answer["message"] == upstream["message"]
+        assert answer["code"] == (upstream.get("code") or "upstream_client_error")
+    else:
+        assert answer["code"] == "upstream_client_error" and answer["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(("status", "body"), PROVIDER_5XX)
+def test_a_plain_5xx_stays_a_provider_fault(status: int, body: bytes) -> None:
+    f = failure_from_response(status, {}, body)
+    assert f.kind is K.UPSTREAM_5XX and f.is_provider_fault and f.is_retryable
+    assert f.to_gateway_error().code == "upstream_error"
+
+
+def test_a_5xx_validation_error_saying_the_prompt_is_too_long_keeps_its_opt_in_fallback() -> None:
+    body = b'{"error":{"message":"This model\'s maximum context length is 8192 tokens","type":"invalid_request_error"}}'
+    f = failure_from_response(500, {}, body)
+    assert f.kind is K.CONTEXT_LENGTH and not f.is_provider_fault

@@ -2,7 +2,9 @@
 
 The mock sends OpenAI's role-only first chunk, as real servers do; a stream commits
 only at the first content frame, so a failure right after the role chunk still fails
-over. Streams whose client did not ask for usage still get their tokens recorded.
+over. A committed stream that breaks counts against its link's breaker and its usage
+record carries the error. Streams whose client did not ask for usage still get their
+tokens recorded.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ resilience:
   max_retries: 0
   backoff_base_ms: 1
   backoff_max_ms: 5
-  breaker_failure_threshold: 50
+  breaker_failure_threshold: 3
+  breaker_cooldown_s: 60
 providers:
   - name: mock
     dialect: openai
@@ -39,6 +42,14 @@ models:
     capabilities: [chat, streaming]
     input_price_per_mtok: 2.5
     output_price_per_mtok: 10
+  - id: s-broken
+    provider: mock
+    upstream_model: st-broken
+    capabilities: [chat, streaming]
+  - id: s-slow
+    provider: mock
+    upstream_model: st-slow
+    capabilities: [chat, streaming]
 orgs:
   - name: acme
     agents:
@@ -100,3 +111,52 @@ def test_a_stream_whose_client_did_not_ask_for_usage_is_recorded_with_tokens_and
     row = streamed_row()
     assert (row["prompt_tokens"], row["completion_tokens"]) == (PROMPT_TOKENS, COMPLETION_TOKENS)
     assert row["cost"] == pytest.approx((PROMPT_TOKENS * 2.5 + COMPLETION_TOKENS * 10) / 1_000_000)
+
+
+def test_committed_streams_that_break_open_the_breaker_and_are_recorded_as_errors(gw, client, mock_upstream):
+    mock_upstream.script("st-broken", [], then={"status": 200, "frames": 3, "break_after": 1})
+    for _ in range(3):  # breaker_failure_threshold: 3
+        with pytest.raises(openai.APIError) as broken:
+            for _chunk in client.chat.completions.create(model="s-broken", messages=MESSAGES, stream=True):
+                pass
+        assert broken.value.code == "upstream_stream_error"
+    assert mock_upstream.count("st-broken") == 3
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.chat.completions.create(model="s-broken", messages=MESSAGES, stream=True)
+    assert refused.value.status_code == 503 and refused.value.code == "circuit_open"
+    assert mock_upstream.count("st-broken") == 3  # no upstream call once open
+
+    def broken_rows() -> list[dict]:
+        return [r for r in usage_rows(gw.database_url) if r["model_used"] == "s-broken" and r["streamed"]]
+
+    wait_for(lambda: len(broken_rows()) >= 4, 10, "the four requests' usage records")
+    assert sorted((r["status"], r["error_code"]) for r in broken_rows()) == [(200, "upstream_stream_error")] * 3 + [
+        (503, "circuit_open")
+    ]
+
+
+def test_a_client_that_leaves_mid_stream_charges_nothing(gw, mock_upstream):
+    mock_upstream.script("st-slow", [], then={"status": 200, "frames": 50, "frame_delay_ms": 100})
+    for _ in range(4):  # more than the threshold: none of them may count against the link
+        with httpx.Client(timeout=20) as http:
+            with http.stream(
+                "POST",
+                f"{gw.url}/v1/chat/completions",
+                json={"model": "s-slow", "messages": MESSAGES, "stream": True},
+                headers={"Authorization": f"Bearer {gw.api_key}"},
+            ) as response:
+                assert response.status_code == 200
+                next(response.iter_raw())  # committed: the first content arrived; now hang up
+    mock_upstream.script("st-slow", [], then={"status": 200, "frames": 1})
+    chunks = list(
+        openai.OpenAI(base_url=f"{gw.url}/v1", api_key=gw.api_key, max_retries=0, timeout=20).chat.completions.create(
+            model="s-slow", messages=MESSAGES, stream=True
+        )
+    )
+    assert chunks[-1].choices[0].finish_reason == "stop"  # still served: the breaker stayed closed
+
+    def slow_rows() -> list[dict]:
+        return [r for r in usage_rows(gw.database_url) if r["model_used"] == "s-slow"]
+
+    wait_for(lambda: len(slow_rows()) >= 5, 10, "the five streams' usage records")
+    assert sorted(r["error_code"] for r in slow_rows()) == [""] + ["client_closed_request"] * 4

@@ -83,7 +83,7 @@ async def test_expired_key_is_401(gateway, upstream):
         (b"{not json", None),
         (b"[1, 2]", None),
         (b'{"model": "fast", "messages": "hi"}', "messages"),
-        (b'{"model": "fast", "messages": [], "stream": "yes"}', "stream"),
+        (b'{"model": "fast", "messages": [{"role": "user", "content": "hi"}], "stream": "yes"}', "stream"),
     ],
 )
 async def test_bad_bodies_are_400_invalid_request_naming_the_field(gateway, content, param):
@@ -168,3 +168,11 @@ async def test_unknown_path_is_404_in_the_error_shape(gateway):
     response = await gateway.get("/v1/nothing")
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize("extra", [{"type": {}}, {"type": ["image_url"]}, {"content": "hi", "type": [1]}])
+async def test_unhashable_values_in_pass_through_fields_are_served_not_500(gateway, extra):
+    """Fields the API does not define pass through unchecked; nothing on the way may trip on them."""
+    message = {"role": "user", "content": "hi", **extra}
+    response = await gateway.post("/v1/chat/completions", json={"model": "fast", "messages": [message]})
+    assert response.status_code == 200, response.text

@@ -59,6 +59,13 @@ def test_requested_output_tokens_come_from_any_of_the_fields(field: str) -> None
     assert (req.max_output_tokens, req.max_output_param) == (300, field)
 
 
+def test_the_largest_output_field_decides_when_several_are_given() -> None:
+    """Dialects send either field (anthropic prefers max_completion_tokens): the check must cover both."""
+    req = preflight.requirements("chat", {"max_tokens": 50, "max_completion_tokens": 5000})
+    assert (req.max_output_tokens, req.max_output_param) == (5000, "max_completion_tokens")
+    assert preflight.check_link(_model(max_output_tokens=4096), req) == "unsupported_capability"
+
+
 def test_chat_estimate_is_chars_over_four_rounded_up_plus_four_per_message() -> None:
     body = {
         "messages": [

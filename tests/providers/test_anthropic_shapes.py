@@ -409,3 +409,11 @@ def test_the_relay_turns_the_gateways_terminal_frame_into_an_error_event():
     assert out == START + DELTA + anthropic_event(
         "error", {"type": "error", "error": {"type": "api_error", "message": "the upstream stream broke"}}
     )
+
+
+async def test_an_error_event_after_content_ends_the_stream_as_broken_with_one_error_event():
+    out = await held(START + DELTA + OVERLOADED + STOP, 4096)
+    assert b"".join(out) == START + DELTA + OVERLOADED  # no [DONE]: the relay counts the stream as broken
+    relay = AnthropicRelay()
+    terminal = b'data: {"error":{"message":"it ended without data: [DONE]","type":"upstream_error"}}\n\n'
+    assert relay.feed(b"".join(out)) + relay.feed(terminal) == START + DELTA + OVERLOADED

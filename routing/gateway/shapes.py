@@ -1,0 +1,460 @@
+"""Request shapes checked at the edge, before any upstream call (docs/request-validation.md).
+
+A malformed body that reached an upstream used to cost everyone: OpenAI-compatible
+servers answer many of them with a 500, which the gateway retried, failed over and
+charged to the shared circuit breaker. So every field the OpenAI API defines (and
+every field a dialect translates) is checked here, by msgspec structs: one C-level
+`msgspec.convert` over the already-parsed body, no copy kept, unknown fields ignored
+(they still pass through to the upstream unchanged). A violation is a 400
+`invalid_request` whose `param` names the field, e.g. `messages[0].role`.
+
+Each endpoint kind has a `Shape` in `SHAPES`; a new endpoint (the Anthropic Messages
+API) registers its own with `register()`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import msgspec
+import orjson
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from routing.core import errors
+
+# Sane bounds (docs/request-validation.md#bounds).
+MAX_OUTPUT_TOKENS = 1 << 20
+MAX_N = 128
+MAX_STOP = 4
+MAX_EMBEDDING_INPUTS = 2048
+MAX_DIMENSIONS = 1 << 16
+INT64 = (-(1 << 63), (1 << 63) - 1)
+# orjson encodes at most this many nested arrays/objects; the body itself is the first.
+MAX_DEPTH = 254
+_SHALLOW_BYTES = 2 * MAX_DEPTH
+
+Unset = UnsetType
+Str = str | Unset
+NStr = str | None | Unset
+NBool = bool | None | Unset
+Obj = dict[str, Any]
+NObj = Obj | None | Unset
+PosTokens = Annotated[int, Meta(ge=1, le=MAX_OUTPUT_TOKENS)]
+Temperature = Annotated[float, Meta(ge=0, le=2)]
+TopP = Annotated[float, Meta(ge=0, le=1)]
+Penalty = Annotated[float, Meta(ge=-2, le=2)]
+Seed = Annotated[int, Meta(ge=INT64[0], le=INT64[1])]
+TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
+TokenId = Annotated[str, Meta(pattern=r"^[0-9]+$")]
+Bias = Annotated[float, Meta(ge=-100, le=100)]
+Metadata = dict[str, str]
+
+
+# --- chat completions: message content -------------------------------------------
+
+
+class ImageURL(Struct):
+    url: str
+    detail: Str = UNSET
+
+
+class InputAudio(Struct):
+    data: str
+    format: str
+
+
+class FileRef(Struct):
+    file_data: Str = UNSET
+    file_id: Str = UNSET
+    filename: Str = UNSET
+
+
+class Part(Struct):
+    """A content part. Known types need their payload field; other types pass through."""
+
+    type: str
+    text: Str = UNSET
+    image_url: str | ImageURL | Unset = UNSET
+    input_audio: InputAudio | Unset = UNSET
+    file: FileRef | Unset = UNSET
+    refusal: Str = UNSET
+
+
+# The field a content part of a known type must carry.
+_PART_PAYLOAD = {"text": "text", "image_url": "image_url", "input_audio": "input_audio", "file": "file"}
+Content = str | list[Part]
+
+
+class FunctionCall(Struct):
+    name: str
+    arguments: str
+
+
+class CustomCall(Struct):
+    name: str
+    input: str
+
+
+class FunctionToolCall(Struct, tag_field="type", tag="function"):
+    id: str
+    function: FunctionCall
+
+
+class CustomToolCall(Struct, tag_field="type", tag="custom"):
+    id: str
+    custom: CustomCall
+
+
+class _Message(Struct, tag_field="role", kw_only=True):
+    name: Str = UNSET
+
+
+class SystemMessage(_Message, tag="system"):
+    content: Content
+
+
+class DeveloperMessage(_Message, tag="developer"):
+    content: Content
+
+
+class UserMessage(_Message, tag="user"):
+    content: Content
+
+
+class AssistantMessage(_Message, tag="assistant"):
+    content: Content | None | Unset = UNSET
+    refusal: NStr = UNSET
+    tool_calls: list[FunctionToolCall | CustomToolCall] | None | Unset = UNSET
+    function_call: FunctionCall | None | Unset = UNSET
+    audio: NObj = UNSET
+
+
+class ToolMessage(_Message, tag="tool"):
+    content: Content
+    tool_call_id: str
+
+
+class FunctionMessage(Struct, tag_field="role", tag="function"):
+    name: str
+    content: str | None
+
+
+Message = SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage
+
+
+# --- chat completions: tools and formats ------------------------------------------
+
+
+class FunctionDef(Struct):
+    name: Annotated[str, Meta(min_length=1)]
+    description: Str = UNSET
+    parameters: Obj | Unset = UNSET
+    strict: NBool = UNSET
+
+
+class CustomDef(Struct):
+    name: Annotated[str, Meta(min_length=1)]
+    description: Str = UNSET
+    format: Obj | Unset = UNSET
+
+
+class FunctionTool(Struct, tag_field="type", tag="function"):
+    function: FunctionDef
+
+
+class CustomTool(Struct, tag_field="type", tag="custom"):
+    custom: CustomDef
+
+
+class Named(Struct):
+    name: str
+
+
+class FunctionChoice(Struct, tag_field="type", tag="function"):
+    function: Named
+
+
+class CustomChoice(Struct, tag_field="type", tag="custom"):
+    custom: Named
+
+
+class AllowedTools(Struct):
+    mode: Literal["auto", "required"]
+    tools: list[Obj]
+
+
+class AllowedToolsChoice(Struct, tag_field="type", tag="allowed_tools"):
+    allowed_tools: AllowedTools
+
+
+ToolChoice = Literal["none", "auto", "required"] | FunctionChoice | CustomChoice | AllowedToolsChoice
+
+
+class TextFormat(Struct, tag_field="type", tag="text"):
+    pass
+
+
+class JSONObjectFormat(Struct, tag_field="type", tag="json_object"):
+    pass
+
+
+class JSONSchema(Struct):
+    name: Annotated[str, Meta(min_length=1)]
+    description: Str = UNSET
+    schema: Obj | Unset = UNSET
+    strict: NBool = UNSET
+
+
+class JSONSchemaFormat(Struct, tag_field="type", tag="json_schema"):
+    json_schema: JSONSchema
+
+
+class StreamOptions(Struct):
+    include_usage: NBool = UNSET
+    include_obfuscation: NBool = UNSET
+
+
+class ChatRequest(Struct):
+    messages: Annotated[list[Message], Meta(min_length=1)]
+    model: NStr = UNSET
+    stream: NBool = UNSET
+    stream_options: StreamOptions | None | Unset = UNSET
+    temperature: Temperature | None | Unset = UNSET
+    top_p: TopP | None | Unset = UNSET
+    top_k: Annotated[int, Meta(ge=0)] | None | Unset = UNSET
+    n: Annotated[int, Meta(ge=1, le=MAX_N)] | None | Unset = UNSET
+    max_tokens: PosTokens | None | Unset = UNSET
+    max_completion_tokens: PosTokens | None | Unset = UNSET
+    stop: str | Annotated[list[str], Meta(max_length=MAX_STOP)] | None | Unset = UNSET
+    presence_penalty: Penalty | None | Unset = UNSET
+    frequency_penalty: Penalty | None | Unset = UNSET
+    logit_bias: dict[TokenId, Bias] | None | Unset = UNSET
+    logprobs: NBool = UNSET
+    top_logprobs: TopLogprobs | None | Unset = UNSET
+    seed: Seed | None | Unset = UNSET
+    user: NStr = UNSET
+    safety_identifier: NStr = UNSET
+    prompt_cache_key: NStr = UNSET
+    tools: list[FunctionTool | CustomTool] | None | Unset = UNSET
+    tool_choice: ToolChoice | None | Unset = UNSET
+    parallel_tool_calls: NBool = UNSET
+    functions: list[FunctionDef] | None | Unset = UNSET
+    function_call: Literal["none", "auto"] | Named | None | Unset = UNSET
+    response_format: TextFormat | JSONObjectFormat | JSONSchemaFormat | None | Unset = UNSET
+    metadata: Metadata | None | Unset = UNSET
+    modalities: list[str] | None | Unset = UNSET
+    reasoning_effort: NStr = UNSET
+    service_tier: NStr = UNSET
+    verbosity: NStr = UNSET
+    store: NBool = UNSET
+    prediction: NObj = UNSET
+    audio: NObj = UNSET
+    web_search_options: NObj = UNSET
+
+
+def _check_chat(req: ChatRequest) -> None:
+    for i, message in enumerate(req.messages):
+        content = getattr(message, "content", None)
+        if type(content) is list:
+            for j, part in enumerate(content):
+                need = _PART_PAYLOAD.get(part.type)
+                if need is not None and getattr(part, need) is UNSET:
+                    param = f"messages[{i}].content[{j}].{need}"
+                    raise errors.invalid_field(param, f"a content part of type '{part.type}' needs '{need}'")
+
+
+# --- embeddings, rerank, responses --------------------------------------------------
+
+TokenIdInt = Annotated[int, Meta(ge=0)]
+TokenIds = Annotated[list[TokenIdInt], Meta(min_length=1)]
+NonEmptyStr = Annotated[str, Meta(min_length=1)]
+
+
+class EmbeddingsRequest(Struct):
+    input: (
+        NonEmptyStr
+        | Annotated[list[NonEmptyStr | TokenIdInt | TokenIds], Meta(min_length=1, max_length=MAX_EMBEDDING_INPUTS)]
+    )
+    model: NStr = UNSET
+    dimensions: Annotated[int, Meta(ge=1, le=MAX_DIMENSIONS)] | None | Unset = UNSET
+    encoding_format: Literal["float", "base64"] | None | Unset = UNSET
+    user: NStr = UNSET
+    input_type: NStr = UNSET
+
+
+def _check_embeddings(req: EmbeddingsRequest) -> None:
+    items = req.input
+    if type(items) is list and len(set(map(type, items))) > 1:
+        first = type(items[0])
+        i = next(i for i, item in enumerate(items) if type(item) is not first)
+        raise errors.invalid_field(
+            f"input[{i}]", "every input must be of one kind: all strings, all token ids, or all lists of token ids"
+        )
+
+
+class RerankDocument(Struct):
+    text: str
+
+
+class RerankRequest(Struct):
+    query: str
+    documents: Annotated[list[str | RerankDocument], Meta(min_length=1)]
+    model: NStr = UNSET
+    top_n: Annotated[int, Meta(ge=1)] | None | Unset = UNSET
+    return_documents: NBool = UNSET
+    max_chunks_per_doc: Annotated[int, Meta(ge=1)] | None | Unset = UNSET
+
+
+class ResponsePart(Struct):
+    type: str
+    text: Str = UNSET
+
+
+class ResponseItem(Struct):
+    """An input item: a message (role + content) or any typed item, passed through."""
+
+    type: Str = UNSET
+    role: Literal["user", "assistant", "system", "developer"] | Unset = UNSET
+    content: str | list[ResponsePart] | Unset = UNSET
+
+
+class Typed(Struct):
+    type: str
+
+
+class TextConfig(Struct):
+    format: Typed | Unset = UNSET
+    verbosity: NStr = UNSET
+
+
+class ResponsesRequest(Struct):
+    model: NStr = UNSET
+    input: str | list[ResponseItem] | Unset = UNSET
+    instructions: NStr = UNSET
+    stream: NBool = UNSET
+    max_output_tokens: PosTokens | None | Unset = UNSET
+    max_tool_calls: Annotated[int, Meta(ge=1)] | None | Unset = UNSET
+    temperature: Temperature | None | Unset = UNSET
+    top_p: TopP | None | Unset = UNSET
+    top_logprobs: TopLogprobs | None | Unset = UNSET
+    tools: list[Typed] | None | Unset = UNSET
+    tool_choice: Literal["none", "auto", "required"] | Typed | None | Unset = UNSET
+    parallel_tool_calls: NBool = UNSET
+    text: TextConfig | None | Unset = UNSET
+    reasoning: NObj = UNSET
+    include: list[str] | None | Unset = UNSET
+    metadata: Metadata | None | Unset = UNSET
+    previous_response_id: NStr = UNSET
+    store: NBool = UNSET
+    background: NBool = UNSET
+    truncation: NStr = UNSET
+    user: NStr = UNSET
+    safety_identifier: NStr = UNSET
+    prompt_cache_key: NStr = UNSET
+    service_tier: NStr = UNSET
+
+
+# --- the registry and the check --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One endpoint's body type, and an optional check of what a type cannot say."""
+
+    type: type
+    extra: Callable[[Any], None] | None = None
+
+
+SHAPES: dict[str, Shape] = {
+    "chat": Shape(ChatRequest, _check_chat),
+    "embeddings": Shape(EmbeddingsRequest, _check_embeddings),
+    "rerank": Shape(RerankRequest),
+    "responses": Shape(ResponsesRequest),
+}
+
+
+def register(kind: str, shape: Shape) -> None:
+    """Add (or replace) the shape of an endpoint kind, e.g. the Anthropic Messages API."""
+    SHAPES[kind] = shape
+
+
+def check(kind: str, body: dict[str, Any], raw: bytes) -> None:
+    """Raise 400 `invalid_request` naming the field when `body` is not a valid `kind` request.
+
+    `raw` is the body's bytes, used only to skip the depth check: a body shorter than
+    an opening and a closing bracket per level cannot be nested past the limit.
+    """
+    shape = SHAPES.get(kind)
+    if shape is not None:
+        try:
+            value = msgspec.convert(body, shape.type)
+        except msgspec.ValidationError as exc:
+            raise _field_error(str(exc)) from None
+        if shape.extra is not None:
+            shape.extra(value)
+    if len(raw) > _SHALLOW_BYTES:
+        check_depth(body)
+
+
+def check_depth(body: dict[str, Any]) -> None:
+    """400 when the body nests deeper than the upstream encoder accepts (naming the field).
+
+    The check is a trial encode, the exact test the dialect's encoder will apply: about
+    0.1 µs a KiB, several times cheaper than counting brackets in the raw bytes.
+    """
+    try:
+        orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        param = next((name for name, value in body.items() if not _encodes(value)), None)
+        raise errors.nested_too_deep(MAX_DEPTH, param) from None
+
+
+def _encodes(value: Any) -> bool:
+    try:
+        orjson.dumps([value])
+    except orjson.JSONEncodeError:
+        return False
+    return True
+
+
+_AT = re.compile(r"^(?P<detail>.*?)(?: - at (?:`key` in )?`\$(?P<path>[^`]*)`)?$", re.S)
+_MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]+)`$")
+_INDEX = re.compile(r"\[\d+\]")
+# Allowed values of each tagged or enumerated field, for a message that says what to send instead.
+_ALLOWED = {
+    "messages[].role": "system, developer, user, assistant, tool, function",
+    "messages[].tool_calls[].type": "function, custom",
+    "tools[].type": "function, custom",
+    "tool_choice": "none, auto, required, or a {type: function|custom|allowed_tools} object",
+    "tool_choice.type": "function, custom, allowed_tools",
+    "tool_choice.allowed_tools.mode": "auto, required",
+    "function_call": "none, auto, or {name}",
+    "response_format.type": "text, json_object, json_schema",
+    "encoding_format": "float, base64",
+    "input[].role": "user, assistant, system, developer",
+}
+
+
+def _field_error(text: str) -> errors.GatewayError:
+    """msgspec's message ('Expected `int` >= 1 - at `$.max_tokens`') as a 400 naming the field."""
+    match = _AT.match(text)
+    detail = match.group("detail") if match else text
+    path = (match.group("path") or "") if match else ""
+    param = path.replace("[...]", "")
+    param = param[1:] if param.startswith(".") else param
+    missing = _MISSING.match(detail)
+    if missing:
+        field = missing.group("field")
+        param = f"{param}.{field}" if param else field
+        return errors.invalid_field(param, "this field is required")
+    allowed = _ALLOWED.get(_INDEX.sub("[]", param))
+    for prefix in ("Invalid enum value ", "Invalid value "):
+        if allowed is not None and detail.startswith(prefix):
+            return errors.invalid_field(param, f"{detail[len(prefix) :]} is not one of {allowed}")
+    return errors.invalid_field(param or None, detail[:1].lower() + detail[1:])
+
+
+__all__ = ["MAX_DEPTH", "SHAPES", "Shape", "check", "check_depth", "register"]
