@@ -11,6 +11,9 @@ Routes (listening on 127.0.0.1):
   Cohere      POST /cohere/v2/rerank, /cohere/v2/embed
   Control     POST /_control/script, GET /_control/calls?model=M, POST /_control/reset
 
+Chat (OpenAI and Anthropic) calls the first tool offered, after its text, unless the
+last turn already carries a tool result (or tool_choice is none).
+
 Faults are scripted per upstream model name (the body's "model"; TEI has none, so
 its key is "tei"): POST /_control/script {"model": "m1", "steps": [{"status": 500},
 {"status": 429, "headers": {"Retry-After": "1"}}, {}], "then": {"status": 503}}.
@@ -373,14 +376,55 @@ def _model_of(body: dict[str, Any]) -> str:
     return str(body.get("model") or "")
 
 
+def _wants_openai_tool(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The function to call: the first one offered, unless the last message is already a tool result."""
+    tools = body.get("tools")
+    if not isinstance(tools, list) or not tools or body.get("tool_choice") == "none":
+        return None
+    messages = body.get("messages") or []
+    if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "tool":
+        return None
+    fn = tools[0].get("function") if isinstance(tools[0], dict) else None
+    return fn if isinstance(fn, dict) else {}
+
+
+def _tool_chunk(model: bytes, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    chunk = orjson.loads(_frame(FINAL_CHUNK, model)[6:])
+    chunk["choices"][0].update(delta={"tool_calls": [delta]} if delta else {}, finish_reason=finish)
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
 async def _openai_chat(
     request: web.Request, body: dict[str, Any], model: bytes, step: dict[str, Any] | None
 ) -> web.StreamResponse:
+    tool = _wants_openai_tool(body)
     if not body.get("stream"):
-        return web.Response(body=_chat_body(model), content_type=JSON_TYPE)
+        if tool is None:
+            return web.Response(body=_chat_body(model), content_type=JSON_TYPE)
+        out = orjson.loads(_chat_body(model))
+        call = {
+            "id": "call_mock1",
+            "type": "function",
+            "function": {"name": tool.get("name", ""), "arguments": '{"query": "mock"}'},
+        }
+        out["choices"][0]["message"]["tool_calls"] = [call]
+        out["choices"][0]["finish_reason"] = "tool_calls"
+        return web.Response(body=orjson.dumps(out), content_type=JSON_TYPE)
     count = int((step or {}).get("frames", 3))
     frames = [_chunk(model, f"tok{i} ") for i in range(count)]
-    frames.append(_frame(FINAL_CHUNK, model))
+    if tool is None:
+        frames.append(_frame(FINAL_CHUNK, model))
+    else:  # one call: id and name first, then the arguments in two pieces, as OpenAI streams them
+        start = {
+            "index": 0,
+            "id": "call_mock1",
+            "type": "function",
+            "function": {"name": tool.get("name", ""), "arguments": ""},
+        }
+        frames.append(_tool_chunk(model, start))
+        for part in ('{"query": ', '"mock"}'):
+            frames.append(_tool_chunk(model, {"index": 0, "function": {"arguments": part}}))
+        frames.append(_tool_chunk(model, {}, "tool_calls"))
     options = body.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage"):
         frames.append(_frame(USAGE_CHUNK, model))

@@ -21,7 +21,7 @@ from providers.health import health_providers_payload
 from routing.config import live
 from routing.core import errors
 from routing.core.errors import GatewayError
-from routing.gateway import request, shapes
+from routing.gateway import messages, request, shapes
 from routing.gateway.proxy import proxy_idempotent, proxy_once, proxy_stream
 from routing.gateway.wire import (
     JSON,
@@ -56,7 +56,7 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
         return
 
     started = _perf()
-    auth = request_id = idempotency_key = b""
+    auth = request_id = idempotency_key = x_api_key = b""
     content_length = auth_headers = -1
     for name, value in scope["headers"]:
         if name == b"authorization":
@@ -68,14 +68,19 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
             content_length = int(value) if value.isdigit() else -1
         elif name == b"idempotency-key":
             idempotency_key = value
+        elif name == b"x-api-key":
+            x_api_key = value
     ctx = Context(request.request_id(request_id), started, request.endpoint_of(path))
+    anthropic = ctx.endpoint in messages.ENDPOINTS
+    if anthropic:
+        auth = messages.credential(auth, x_api_key)
     try:
         if auth_headers > 0:
             raise errors.duplicate_authorization()
         await _handle(process, ctx, scope, receive, send, path, auth, content_length, idempotency_key)
     except GatewayError as exc:
         ctx.status, ctx.error_code = exc.status, exc.code
-        await send_error(send, ctx, exc)
+        await send_error(send, ctx, exc, messages.error_answer(ctx, exc) if anthropic else None)
     except (ClientGone, asyncio.CancelledError):
         if not ctx.disconnected:
             raise
@@ -87,7 +92,7 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
         log.exception("unexpected error serving %s (request %s)", path, ctx.request_id)
         exc = errors.internal_error(ctx.request_id)
         ctx.status, ctx.error_code = 500, "internal_error"
-        await send_error(send, ctx, exc)
+        await send_error(send, ctx, exc, messages.error_answer(ctx, exc) if anthropic else None)
     finally:
         if ctx.endpoint != "unknown" and ctx.status:
             _account(ctx)
@@ -140,6 +145,9 @@ async def _handle(
     raw = await read_body(receive, content_length, ctx, settings.SWITCHBOARD_MAX_BODY_BYTES)
     body = request.parse_body(raw)
     kind = ctx.endpoint
+    shape = None
+    if kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat
+        body, shape, kind = messages.chat_body(kind, body), messages.Shape(body, scope), "chat"
     shapes.check(kind, body, raw)
 
     agent = key.agent
@@ -152,6 +160,9 @@ async def _handle(
     ctx.resolved = model.id
     if not decide(snap, org, model.id).allowed:
         raise errors.model_denied(model.id)
+    if ctx.endpoint == "count_tokens":
+        await messages.send_count(send, ctx, body)
+        return
 
     stream = body.get("stream", False) is True
     if stream and kind == "responses":
@@ -172,13 +183,24 @@ async def _handle(
     try:
         if stream:
             ctx.streamed = True
-            await proxy_stream(executor, ctx, snap, kind, body, links, deadline, send)
+            await proxy_stream(executor, ctx, snap, kind, body, links, deadline, send, shape)
         elif idempotency_key and kind == "chat":
             await proxy_idempotent(
-                executor, ctx, snap, org, kind, body, raw, links, deadline, send, idempotency_key.decode("latin-1")
+                executor,
+                ctx,
+                snap,
+                org,
+                kind,
+                body,
+                raw,
+                links,
+                deadline,
+                send,
+                idempotency_key.decode("latin-1"),
+                shape,
             )
         else:
-            status, headers, payload = await proxy_once(executor, ctx, snap, kind, body, links, deadline)
+            status, headers, payload = await proxy_once(executor, ctx, snap, kind, body, links, deadline, shape)
             await send_response(send, status, payload, headers)
     finally:
         watcher.cancel()

@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
 
 from policies.idempotency import REPLAY_HEADER, store
-from providers.dialects import get_dialect
+from providers.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
 from providers.transport import transport
 from routing.config.snapshot import OrgSpec, Snapshot
 from routing.core import errors
@@ -27,13 +28,53 @@ _monotonic = time.monotonic
 _perf = time.perf_counter
 
 
+class Tap(Protocol):
+    """What a stream's committed bytes go through on their way out (routing.core.stream.UsageTap)."""
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+    def feed(self, chunk: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+
+class Shape(Protocol):
+    """An endpoint that speaks another API than chat over the same chain (routing.gateway.messages.Shape).
+
+    Per link it may build the upstream request itself (`prepare`, None: the dialect builds
+    it from the chat body), and it turns the upstream's answer (`parse`), stream (`chunks`)
+    and committed bytes (`tap`) into its own shape.
+    """
+
+    def prepare(self, link: Link, stream: bool) -> PreparedRequest | None: ...
+
+    def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse: ...
+
+    def chunks(self, dialect: Dialect, link: Link, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]: ...
+
+    def tap(self, link: Link, strip: bool) -> Tap: ...
+
+
 async def proxy_once(
-    executor: Executor, ctx: Context, snap: Snapshot, kind: str, body: dict, links: list[Link], deadline: float
+    executor: Executor,
+    ctx: Context,
+    snap: Snapshot,
+    kind: str,
+    body: dict,
+    links: list[Link],
+    deadline: float,
+    shape: Shape | None = None,
 ) -> tuple[int, Headers, bytes]:
-    """Run the chain for a non-streaming call; return (status, headers, body) or raise GatewayError."""
+    """Run the chain for a non-streaming call; return (status, headers, body) or raise GatewayError.
+
+    With a `shape`, the request and answer are its (see Shape).
+    """
 
     async def attempt(link: Link, deadline: float) -> Any:
-        dialect, prepared, _, data, _ = await call_upstream(link, kind, body, False, deadline)
+        dialect, prepared, _, data, _ = await call_upstream(link, kind, body, False, deadline, shape)
+        if shape is not None:
+            return shape.parse(dialect, link, data, prepared)
         return dialect.parse_response(kind, data, link.model, prepared.context)
 
     outcome = await executor.run(links, attempt, snap.resilience, deadline)
@@ -58,6 +99,7 @@ async def proxy_idempotent(
     deadline: float,
     send: Send,
     key: str,
+    shape: Shape | None = None,
 ) -> None:
     """Replay the stored answer of an Idempotency-Key, or make the call once and store it."""
     claim = await store.begin(org.name, key, hashlib.sha256(raw).hexdigest())
@@ -74,7 +116,7 @@ async def proxy_idempotent(
         )
         return
     try:
-        status, headers, payload = await proxy_once(executor, ctx, snap, kind, body, links, deadline)
+        status, headers, payload = await proxy_once(executor, ctx, snap, kind, body, links, deadline, shape)
     except BaseException:
         store.release(claim)
         raise
@@ -91,11 +133,13 @@ async def proxy_stream(
     links: list[Link],
     deadline: float,
     send: Send,
+    shape: Shape | None = None,
 ) -> None:
     """Run the chain until a stream commits, then relay it byte-identical.
 
     Clients that did not ask for `stream_options.include_usage` still get their tokens
     recorded: the gateway asks upstreams that support it and keeps that one frame back.
+    With a `shape`, the request, the stream and its tap are the shape's (see Shape).
     """
     options = body.get("stream_options")
     client_asked = isinstance(options, dict) and options.get("include_usage") is True
@@ -105,10 +149,14 @@ async def proxy_stream(
         model = link.model
         timeouts = model.timeouts
         send_body = with_usage if get_dialect(model.provider.dialect).stream_usage_option else body
-        dialect, _, response, _, phase_end = await call_upstream(link, kind, send_body, True, deadline)
+        dialect, _, response, _, phase_end = await call_upstream(link, kind, send_body, True, deadline, shape)
+        if shape is None:
+            chunks = dialect.translate_stream(response.iter_chunks(), model)
+        else:
+            chunks = shape.chunks(dialect, link, response.iter_chunks())
         try:
             committed = await open_stream(
-                dialect.translate_stream(response.iter_chunks(), model),
+                chunks,
                 max(0.0, phase_end - _monotonic()),
                 timeouts.stream_idle_ms / 1000.0,
                 deadline,
@@ -125,7 +173,7 @@ async def proxy_stream(
     committed, response = outcome.result
     ctx.status = 200
     ctx.ttft_s = _perf() - ctx.started
-    tap = UsageTap(strip=not client_asked)
+    tap: Tap = UsageTap(strip=not client_asked) if shape is None else shape.tap(outcome.link, not client_asked)
     try:
         await send({"type": "http.response.start", "status": 200, "headers": answer_headers(ctx, list(SSE_HEADERS))})
         async for chunk in committed.relay():
@@ -159,7 +207,7 @@ def _settle(settlement: Settlement | None, ending: str | None, ctx: Context) -> 
 
 
 async def call_upstream(
-    link: Link, kind: str, body: dict, stream: bool, deadline: float
+    link: Link, kind: str, body: dict, stream: bool, deadline: float, shape: Shape | None = None
 ) -> tuple[Any, Any, Any, bytes | None, float]:
     """One upstream try under the first-token timeout (capped by the total deadline).
 
@@ -170,7 +218,9 @@ async def call_upstream(
     """
     model = link.model
     dialect = get_dialect(model.provider.dialect)
-    prepared = dialect.build_request(kind, body, model, link.base_url, link.api_key, stream)
+    prepared = shape.prepare(link, stream) if shape is not None else None
+    if prepared is None:
+        prepared = dialect.build_request(kind, body, model, link.base_url, link.api_key, stream)
     timeouts = model.timeouts
     phase = timeouts.first_token_ms / 1000.0
     started = _monotonic()

@@ -18,6 +18,8 @@ ROUTES = {
     "/v1/embeddings": "embeddings",
     "/v1/rerank": "rerank",
     "/v1/responses": "responses",
+    "/v1/messages": "messages",  # Anthropic Messages (routing.gateway.messages)
+    "/v1/messages/count_tokens": "count_tokens",
 }
 _REQUEST_ID_JUNK = re.compile(r"[^A-Za-z0-9._:\-]")
 

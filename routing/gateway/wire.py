@@ -48,12 +48,13 @@ def answer_headers(ctx: Context, headers: Headers) -> Headers:
     return headers
 
 
-async def send_error(send: Send, ctx: Context, exc: GatewayError) -> None:
+async def send_error(send: Send, ctx: Context, exc: GatewayError, body: bytes | None = None) -> None:
+    """`exc` with the gateway's headers; `body` replaces its OpenAI-shaped body (another endpoint's shape)."""
     headers = answer_headers(ctx, [JSON])
     for name, value in (exc.headers or {}).items():
         headers.append((name.lower().encode(), str(value).encode()))
     try:
-        await send_response(send, exc.status, exc.body(), headers)
+        await send_response(send, exc.status, exc.body() if body is None else body, headers)
     except Exception:  # noqa: BLE001 - the client is gone; nothing to tell it
         pass
 

@@ -1,0 +1,111 @@
+"""The Anthropic Messages endpoint: `POST /v1/messages` and `/v1/messages/count_tokens`.
+
+docs/anthropic-messages.md. The request is checked (routing.gateway.messages_shapes),
+translated into the internal chat shape and then runs the chat path unchanged (model
+selection, policy, chain, preflight, executor, usage records) over any chat dialect.
+This module supplies what differs at the edges: the `x-api-key` credential, the
+per-link request and answer (`Shape`: passthrough to Anthropic upstreams, translation
+to and from the others), the Anthropic event stream and errors in Anthropic's shape.
+The translations themselves are in providers.dialects.anthropic_shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from providers.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
+from providers.dialects.anthropic_shapes import (
+    AnthropicRelay,
+    MessagesStream,
+    anthropic_usage,
+    chat_request,
+    error_body,
+    held_until_content,
+    message_of,
+)
+from providers.dialects.base import load_json
+from routing.core.errors import GatewayError
+from routing.core.executor import Link
+from routing.gateway import messages_shapes
+from routing.gateway.wire import JSON, Scope, Send, answer_headers, send_response
+from routing.ops.accounting import Context
+from routing.plan import preflight
+
+ENDPOINTS = frozenset({"messages", "count_tokens"})
+_ANTHROPIC = get_dialect("anthropic")
+
+
+def credential(auth: bytes, x_api_key: bytes) -> bytes:
+    """The Authorization value to check: the client's Bearer, else its `x-api-key` as one."""
+    if auth or not x_api_key:
+        return auth
+    return b"Bearer " + x_api_key.strip()
+
+
+def chat_body(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The internal chat body for an Anthropic request; 400 naming the field when it is malformed."""
+    messages_shapes.check(body, count_tokens=endpoint == "count_tokens")
+    return chat_request(body)
+
+
+def error_answer(ctx: Context, exc: GatewayError) -> bytes:
+    """`exc` in Anthropic's error shape, same status; an Anthropic upstream's own error type is kept."""
+    upstream_type = exc.error_object.get("type") if isinstance(exc.error_object, dict) else None
+    return error_body(exc.status, exc.message, upstream_type, ctx.request_id)
+
+
+async def send_count(send: Send, ctx: Context, body: dict[str, Any]) -> None:
+    """`{"input_tokens": N}` from the preflight estimate (characters / 4 plus framing), no upstream call."""
+    tokens = preflight.estimate_tokens("chat", body)
+    ctx.status = 200
+    await send_response(send, 200, orjson.dumps({"input_tokens": tokens}), answer_headers(ctx, [JSON]))
+
+
+def _passthrough(link: Link) -> bool:
+    return link.model.provider.dialect == "anthropic"
+
+
+class Shape:
+    """The proxy hook (routing.gateway.proxy.Shape) for one /v1/messages request.
+
+    An anthropic-dialect link gets the client's own body (only `model` replaced) and its
+    `anthropic-beta` header, and its answer or event stream is relayed as the upstream sent it; any other link gets the
+    chat translation, and its answer / chunk stream is translated back.
+    """
+
+    __slots__ = ("original", "beta")
+
+    def __init__(self, original: dict[str, Any], scope: Scope) -> None:
+        self.original = original
+        self.beta: str | None = None  # the client's anthropic-beta, for Anthropic upstreams only
+        for name, value in scope["headers"]:
+            if name == b"anthropic-beta":
+                self.beta = value.decode("latin-1")
+
+    def prepare(self, link: Link, stream: bool) -> PreparedRequest | None:
+        if not _passthrough(link):
+            return None
+        payload = {**self.original, "model": link.model.upstream_model}
+        if stream:
+            payload["stream"] = True
+        else:
+            payload.pop("stream", None)
+        return _ANTHROPIC.prepare(payload, link.base_url, link.api_key, self.beta)
+
+    def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:
+        if _passthrough(link):
+            prompt, completion, _ = anthropic_usage(load_json(data, link.model).get("usage"))
+            return ParsedResponse(data, (prompt, completion))
+        parsed = dialect.parse_response("chat", data, link.model, prepared.context)
+        return ParsedResponse(orjson.dumps(message_of(orjson.loads(parsed.body))), parsed.usage)
+
+    def chunks(self, dialect: Dialect, link: Link, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        if _passthrough(link):
+            return held_until_content(chunks)
+        return dialect.translate_stream(chunks, link.model)
+
+    def tap(self, link: Link, strip: bool) -> AnthropicRelay | MessagesStream:  # noqa: ARG002 - no usage frame to keep back
+        return AnthropicRelay() if _passthrough(link) else MessagesStream()
