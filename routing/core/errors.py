@@ -519,7 +519,10 @@ def model_denied(name: str) -> GatewayError:
     )
 
 
-ENDPOINTS = "POST /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses and GET /v1/models"
+ENDPOINTS = (
+    "POST /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses, /v1/messages, "
+    "/v1/messages/count_tokens and GET /v1/models"
+)
 
 
 def not_found_endpoint(path: str, endpoints: str = ENDPOINTS) -> GatewayError:
