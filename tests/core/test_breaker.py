@@ -99,19 +99,53 @@ def test_probe_failure_reopens_for_a_new_cooldown() -> None:
     assert events[-2][1:] == (State.HALF_OPEN, State.OPEN)
 
 
-async def test_twenty_concurrent_admits_after_cooldown_yield_exactly_one_probe() -> None:
+async def test_twenty_concurrent_requests_after_cooldown_send_exactly_one_probe_upstream() -> None:
+    """Twenty requests run through the executor at once while the probe is still in flight
+    (its upstream call is parked on an event), so refusals really interleave with it."""
+    from routing.config.snapshot import Resilience
+    from routing.core.executor import Executor
+    from routing.core.retry_budget import RetryBudgets
+    from tests.core.fakes import link
+
     reg, clock, _ = make()
-    trip(reg)
+    lk = link("chat-a")
+    key = lk.breaker_key
+    for _ in range(TH):
+        assert reg.admit(key, TH, CD).allowed
+        reg.record_failure(key, False, TH, CD)
     clock.advance(CD + 1)
+    executor = Executor(reg, RetryBudgets(clock=clock), clock=clock, sleep=clock.sleep, rand=lambda: 0.5)
+    resilience = Resilience(breaker_failure_threshold=TH, breaker_cooldown_s=CD, max_retries=0)
+    upstream_calls = 0
+    probe_in_flight = asyncio.Event()
+    release_probe = asyncio.Event()
 
-    async def one():
-        await asyncio.sleep(0)
-        return reg.admit(KEY, TH, CD)
+    async def attempt(_link, _deadline):
+        nonlocal upstream_calls
+        upstream_calls += 1
+        probe_in_flight.set()
+        await release_probe.wait()
+        return "served"
 
-    results = await asyncio.gather(*(one() for _ in range(20)))
-    assert sum(r.allowed for r in results) == 1
-    assert sum(r.probe for r in results) == 1
-    assert all(r.retry_after_s > 0 for r in results if not r.allowed)
+    async def request():
+        return await executor.run([lk], attempt, resilience, clock() + 60)
+
+    tasks = [asyncio.create_task(request()) for _ in range(20)]
+    await asyncio.wait_for(probe_in_flight.wait(), 5)
+
+    async def all_but_the_probe_answered() -> None:
+        while sum(t.done() for t in tasks) < 19:
+            await asyncio.sleep(0)
+
+    await asyncio.wait_for(all_but_the_probe_answered(), 5)  # while the probe is still in flight
+    assert reg.state(key) is State.HALF_OPEN
+    release_probe.set()
+    outcomes = await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert upstream_calls == 1
+    assert [o.result for o in outcomes].count("served") == 1
+    assert sorted(o.error.code for o in outcomes if o.error is not None) == ["circuit_open"] * 19
+    assert all(int(dict(o.error.headers)["Retry-After"]) >= 1 for o in outcomes if o.error is not None)
+    assert reg.state(key) is State.CLOSED
 
 
 def test_lost_probe_is_rearmed_after_one_cooldown() -> None:

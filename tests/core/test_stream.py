@@ -240,7 +240,7 @@ async def test_aclose_from_another_task_aborts_a_waiting_relay_promptly() -> Non
         await asyncio.sleep(0)
     assert got == [FRAME1]
     await stream.aclose()
-    await asyncio.wait_for(task, 0.1)
+    await asyncio.wait_for(task, 5)  # ends at once; the bound only turns a hang into a failure
     assert got == [FRAME1]  # the client is gone: no terminal frame
     assert src.closed
 
@@ -253,7 +253,7 @@ async def test_cancelling_the_relay_task_closes_the_source() -> None:
         await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, 0.1)
+        await asyncio.wait_for(task, 5)
     assert src.closed
 
 
