@@ -116,6 +116,33 @@ def test_responses_count_instructions_and_input() -> None:
     assert as_items >= len(PROSE) / 6
 
 
+def test_text_split_into_parts_or_tool_calls_counts_the_same_as_one_piece() -> None:
+    a, b = "x" * 13, "y" * 29  # lengths that do not divide evenly, so nothing is lost to rounding
+    whole = _chat_tokens({"role": "user", "content": a + b})
+    assert _chat_tokens({"role": "user", "content": [a, b]}) == whole
+    assert (
+        _chat_tokens({"role": "user", "content": [{"type": "text", "text": a}, {"type": "text", "text": b}]}) == whole
+    )
+    calls = [{"function": {"name": "f", "arguments": a}}, {"function": {"name": "g", "arguments": b}}]
+    assert _chat_tokens({"role": "assistant", "content": None, "tool_calls": calls}) == whole
+    assert _chat_tokens({"role": "assistant", "content": a, "tool_calls": calls[1:]}) == whole
+
+
+def test_malformed_parts_are_ignored_rather_than_crashing_the_estimate() -> None:
+    base = _chat_tokens({"role": "user", "content": "hi"})
+    odd = {
+        "role": "user",
+        "content": ["hi", 42, None, {"type": "text", "text": 7}],
+        "tool_calls": ["not a call", {"function": "not a function"}, {"function": {"arguments": 3}}],
+    }
+    assert _chat_tokens(odd) == base
+    assert _chat_tokens("hi") == base  # a bare string message is counted as its text
+    assert preflight.requirements("embeddings", {"input": None}).estimated_tokens == 0
+    query_only = preflight.requirements("rerank", {"query": "q" * 40, "documents": []}).estimated_tokens
+    assert query_only == preflight.requirements("rerank", {"query": "q" * 40, "documents": "x"}).estimated_tokens
+    assert query_only > 0
+
+
 def test_embeddings_estimate_is_the_longest_single_input() -> None:
     def tokens(data):
         return preflight.requirements("embeddings", {"input": data}).estimated_tokens
