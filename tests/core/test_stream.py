@@ -387,6 +387,7 @@ def test_an_unfinished_last_frame_is_flushed_as_sent() -> None:
     assert tap.feed(FRAME1 + b'data: {"partial"') == FRAME1
     assert tap.flush() == b'data: {"partial"'
 
+
 # --- found by mutation testing (make mutation): how each kind of pre-commit frame is read
 
 
