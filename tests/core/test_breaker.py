@@ -374,3 +374,14 @@ def test_retain_accepts_any_iterable_of_keys() -> None:
     reg.record_failure(("local-b", "chat-b"), False, TH, CD)
     reg.retain([KEY])
     assert [v.key for v in reg.views()] == [KEY]
+
+
+def test_views_end_an_expired_forced_open_and_report_no_wait_when_closed() -> None:
+    reg, _, _ = make()
+    reg.record_failure(KEY, False, TH, CD)
+    (view,) = reg.views()
+    assert view.state is State.CLOSED and view.cooldown_remaining_s == 0.0
+    reg.force_open(KEY, "upgrade", reg.wall.t + 10)  # type: ignore[attr-defined]
+    reg.wall.advance(10)  # type: ignore[attr-defined]
+    (view,) = reg.views()  # the dashboard reads it before any request does
+    assert (view.state, view.forced_reason, view.cooldown_remaining_s) == (State.CLOSED, None, 0.0)

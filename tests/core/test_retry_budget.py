@@ -126,3 +126,16 @@ def test_retain_accepts_any_iterable_of_keys() -> None:
     b.record_request(other)
     b.retain([other])
     assert b.stats(KEY) == (0, 0) and b.stats(other) == (1, 0)
+
+
+def test_after_a_long_silence_the_window_slides_from_zero() -> None:
+    clock = FakeClock(1000.0)
+    b = RetryBudgets(clock=clock)
+    for _ in range(7):
+        b.record_request(KEY)
+        b.try_spend_retry(KEY, 1.0, 1)
+    clock.advance(30)
+    b.record_request(KEY)
+    assert b.try_spend_retry(KEY, 1.0, 1)
+    clock.advance(5)  # the buckets emptied by the silence slide out: nothing is subtracted twice
+    assert b.stats(KEY) == (1, 1)
