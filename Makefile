@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench bench-compare clean
+.PHONY: demo test lint bench bench-compare mutation clean
 
 $(BIN)/.installed: requirements.txt
 	$(PY) -m venv $(VENV)
@@ -32,5 +32,12 @@ bench: $(BIN)/.installed
 bench-compare: $(BIN)/.installed
 	$(BIN)/python -m bench.compare
 
+# Mutation testing of the pure core with the fast unit tests (docs/testing.md); not part of `make test`.
+# Incremental: mutants/ keeps results between runs; `rm -rf mutants` starts over.
+mutation: $(BIN)/.installed
+	$(BIN)/pip install --quiet -r requirements-mutation.txt
+	$(BIN)/mutmut run --max-children 2
+	$(BIN)/mutmut results
+
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var mutants

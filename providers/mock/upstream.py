@@ -25,10 +25,11 @@ frames), no_done (end cleanly without the terminator), invalid_json (2xx non-JSO
 role_chunk (false: no role-only first chunk; OpenAI chat streams send one by default,
 as OpenAI and the OpenAI-compatible servers do).
 
-GET /_control/calls answers {"count", "disconnected", "in_flight", "requests":
+GET /_control/calls answers {"count", "disconnected", "disconnected_at", "in_flight", "requests":
 [{"path", "headers", "body", "peer"}]} (the last 200 requests), so tests can assert
 what the gateway sent (BYO keys, translated bodies), that it hung up on cancellation
-("disconnected": requests whose client went away before the answer was complete)
+("disconnected": requests whose client went away before the answer was complete;
+"disconnected_at": when, on this machine's time.monotonic() clock, so a test can time it)
 and whether it reused a connection ("peer": the client's address and port).
 """
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -59,12 +61,13 @@ JSON_TYPE = "application/json"
 class ModelState:
     """What happened to one upstream model name, and what it should do next."""
 
-    __slots__ = ("count", "requests", "disconnected", "in_flight", "steps", "then")
+    __slots__ = ("count", "requests", "disconnected", "disconnected_at", "in_flight", "steps", "then")
 
     def __init__(self) -> None:
         self.count = 0
         self.requests: deque[tuple[str, Any, bytes, Any]] = deque(maxlen=RECORD_LIMIT)
         self.disconnected = 0
+        self.disconnected_at: deque[float] = deque(maxlen=RECORD_LIMIT)  # time.monotonic() of each hang-up
         self.in_flight = 0
         self.steps: deque[dict[str, Any]] = deque()
         self.then: dict[str, Any] | None = None
@@ -122,6 +125,7 @@ class MockState:
         return {
             "count": state.count,
             "disconnected": state.disconnected,
+            "disconnected_at": list(state.disconnected_at),
             "in_flight": state.in_flight,
             "requests": requests,
         }
@@ -288,6 +292,7 @@ def _route(
             return await _scripted(request, body, name, step, dialect, answer)
         except (asyncio.CancelledError, ConnectionResetError):
             ms.disconnected += 1
+            ms.disconnected_at.append(time.monotonic())
             raise
         finally:
             ms.in_flight -= 1

@@ -25,7 +25,9 @@ def test_default_base_first_retry_waits_50_to_100_ms() -> None:
 
 def test_longer_retry_after_wins() -> None:
     assert backoff_delay(0, 0.2, 5.0, 3.0, 0.7) == 3.0
-    assert backoff_delay(0, 0.2, 5.0, 3.0, 0.7) >= 3.0
+    # just above the jittered backoff (attempt 1: 0.2 + 0.7 * 0.2 = 0.34 s) it still wins
+    assert backoff_delay(1, 0.2, 5.0, 0.35, 0.7) == 0.35
+    assert backoff_delay(1, 0.2, 5.0, 0.33, 0.7) == pytest.approx(0.34)
 
 
 def test_short_retry_after_never_shrinks_backoff() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from routing.core.breaker import BreakerRegistry, State
+from routing.core.breaker import Admission, BreakerRegistry, BreakerView, State
 from tests.core.fakes import FakeClock
 
 KEY = ("local-a", "chat-a")
@@ -99,19 +99,53 @@ def test_probe_failure_reopens_for_a_new_cooldown() -> None:
     assert events[-2][1:] == (State.HALF_OPEN, State.OPEN)
 
 
-async def test_twenty_concurrent_admits_after_cooldown_yield_exactly_one_probe() -> None:
+async def test_twenty_concurrent_requests_after_cooldown_send_exactly_one_probe_upstream() -> None:
+    """Twenty requests run through the executor at once while the probe is still in flight
+    (its upstream call is parked on an event), so refusals really interleave with it."""
+    from routing.config.snapshot import Resilience
+    from routing.core.executor import Executor
+    from routing.core.retry_budget import RetryBudgets
+    from tests.core.fakes import link
+
     reg, clock, _ = make()
-    trip(reg)
+    lk = link("chat-a")
+    key = lk.breaker_key
+    for _ in range(TH):
+        assert reg.admit(key, TH, CD).allowed
+        reg.record_failure(key, False, TH, CD)
     clock.advance(CD + 1)
+    executor = Executor(reg, RetryBudgets(clock=clock), clock=clock, sleep=clock.sleep, rand=lambda: 0.5)
+    resilience = Resilience(breaker_failure_threshold=TH, breaker_cooldown_s=CD, max_retries=0)
+    upstream_calls = 0
+    probe_in_flight = asyncio.Event()
+    release_probe = asyncio.Event()
 
-    async def one():
-        await asyncio.sleep(0)
-        return reg.admit(KEY, TH, CD)
+    async def attempt(_link, _deadline):
+        nonlocal upstream_calls
+        upstream_calls += 1
+        probe_in_flight.set()
+        await release_probe.wait()
+        return "served"
 
-    results = await asyncio.gather(*(one() for _ in range(20)))
-    assert sum(r.allowed for r in results) == 1
-    assert sum(r.probe for r in results) == 1
-    assert all(r.retry_after_s > 0 for r in results if not r.allowed)
+    async def request():
+        return await executor.run([lk], attempt, resilience, clock() + 60)
+
+    tasks = [asyncio.create_task(request()) for _ in range(20)]
+    await asyncio.wait_for(probe_in_flight.wait(), 5)
+
+    async def all_but_the_probe_answered() -> None:
+        while sum(t.done() for t in tasks) < 19:
+            await asyncio.sleep(0)
+
+    await asyncio.wait_for(all_but_the_probe_answered(), 5)  # while the probe is still in flight
+    assert reg.state(key) is State.HALF_OPEN
+    release_probe.set()
+    outcomes = await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert upstream_calls == 1
+    assert [o.result for o in outcomes].count("served") == 1
+    assert sorted(o.error.code for o in outcomes if o.error is not None) == ["circuit_open"] * 19
+    assert all(int(dict(o.error.headers)["Retry-After"]) >= 1 for o in outcomes if o.error is not None)
+    assert reg.state(key) is State.CLOSED
 
 
 def test_lost_probe_is_rearmed_after_one_cooldown() -> None:
@@ -222,3 +256,132 @@ def test_byo_key_is_independent_of_shared_key() -> None:
     trip(reg)
     assert reg.admit(byo, TH, CD).allowed
     assert not reg.admit(KEY, TH, CD).allowed
+
+
+# --- found by mutation testing (make mutation): each of these failed on a surviving mutant
+
+
+def test_every_refusal_is_a_plain_refusal_with_the_exact_wait() -> None:
+    reg, clock, _ = make()
+    trip(reg)
+    clock.advance(CD - 4)
+    assert reg.admit(KEY, TH, CD) == Admission(False, False, 4.0)  # open
+    clock.advance(4)
+    assert reg.admit(KEY, TH, CD).probe
+    clock.advance(10)
+    assert reg.admit(KEY, TH, CD) == Admission(False, False, CD - 10)  # half-open, probe in flight
+    reg.force_open(KEY, "maintenance", reg.wall.t + 7.5)  # type: ignore[attr-defined]
+    assert reg.admit(KEY, TH, CD) == Admission(False, False, 7.5)  # forced until an epoch
+    reg.wall.advance(7.25)  # type: ignore[attr-defined]
+    assert reg.admit(KEY, TH, CD) == Admission(False, False, 0.25)
+    reg.force_open(KEY, "maintenance", None)
+    assert reg.admit(KEY, TH, CD) == Admission(False, False, CD)  # forced until reset: one cooldown
+
+
+def test_listeners_are_told_which_link_changed_on_every_transition() -> None:
+    reg, clock, events = make()
+    trip(reg)
+    clock.advance(CD)
+    reg.admit(KEY, TH, CD)  # OPEN -> HALF_OPEN
+    reg.record_failure(KEY, True, TH, CD)  # the probe fails: HALF_OPEN -> OPEN
+    clock.advance(CD)
+    reg.views()  # the dashboard's read moves it to HALF_OPEN too
+    assert reg.admit(KEY, TH, CD).probe
+    reg.record_success(KEY, True)  # HALF_OPEN -> CLOSED
+    reg.force_open(KEY, "maintenance", None)
+    reg.reset(KEY)
+    assert events == [
+        (KEY, State.CLOSED, State.OPEN),
+        (KEY, State.OPEN, State.HALF_OPEN),
+        (KEY, State.HALF_OPEN, State.OPEN),
+        (KEY, State.OPEN, State.HALF_OPEN),
+        (KEY, State.HALF_OPEN, State.CLOSED),
+        (KEY, State.CLOSED, State.OPEN),
+        (KEY, State.OPEN, State.CLOSED),
+    ]
+
+
+def test_only_the_probes_outcome_moves_a_half_open_breaker() -> None:
+    reg, clock, _ = make()
+    trip(reg)
+    clock.advance(CD)
+    assert reg.admit(KEY, TH, CD).probe
+    reg.record_success(KEY, False)  # a request admitted before the trip finished late
+    assert reg.state(KEY) is State.HALF_OPEN
+    reg.record_failure(KEY, False, TH, CD)
+    assert reg.state(KEY) is State.HALF_OPEN
+
+
+def test_a_closed_breaker_needs_threshold_fresh_failures_after_a_successful_probe() -> None:
+    reg, clock, _ = make()
+    trip(reg)
+    clock.advance(CD)
+    assert reg.admit(KEY, TH, CD).probe
+    reg.record_success(KEY, True)
+    for _ in range(TH - 1):
+        reg.record_failure(KEY, False, TH, CD)
+    assert reg.state(KEY) is State.CLOSED
+    reg.record_failure(KEY, False, TH, CD)
+    assert reg.state(KEY) is State.OPEN
+
+
+def test_releasing_a_probe_of_an_unknown_link_is_harmless() -> None:
+    reg, _, _ = make()
+    reg.release(("nowhere", "x"), True)
+    assert reg.views() == []
+
+
+def test_views_of_a_forced_breaker_and_of_a_cooldown_under_a_second() -> None:
+    reg, clock, _ = make()
+    for _ in range(2):
+        reg.record_failure(KEY, False, TH, CD)
+    until = reg.wall.t + 10  # type: ignore[attr-defined]
+    reg.force_open(KEY, "", until)
+    (view,) = reg.views()
+    assert view == BreakerView(KEY, State.OPEN, 2, 10.0, "forced open", until)
+    reg.reset(KEY)
+    trip(reg)
+    clock.advance(CD - 0.5)
+    (view,) = reg.views()
+    assert view.state is State.OPEN and view.cooldown_remaining_s == 0.5
+
+
+def test_a_changed_cooldown_is_what_the_views_count_down() -> None:
+    reg, clock, _ = make()
+    trip(reg)
+    reg.admit(KEY, TH, 10.0)  # the configuration now says 10 s
+    clock.advance(4)
+    assert reg.views()[0].cooldown_remaining_s == 6.0
+
+
+def test_a_removed_listener_hears_nothing_and_removing_twice_is_harmless() -> None:
+    reg, _, events = make()
+    heard: list[tuple] = []
+
+    def listener(*event) -> None:
+        heard.append(event)
+
+    reg.add_listener(listener)
+    reg.remove_listener(listener)
+    reg.remove_listener(listener)
+    trip(reg)
+    assert heard == [] and len(events) == 1  # the other listener still hears
+
+
+def test_retain_accepts_any_iterable_of_keys() -> None:
+    reg, _, _ = make()
+    trip(reg)
+    reg.record_failure(("local-b", "chat-b"), False, TH, CD)
+    reg.retain([KEY])
+    assert [v.key for v in reg.views()] == [KEY]
+
+
+def test_views_end_an_expired_forced_open_and_report_no_wait_when_closed() -> None:
+    reg, _, _ = make()
+    reg.record_failure(KEY, False, TH, CD)
+    (view,) = reg.views()
+    assert view.state is State.CLOSED and view.cooldown_remaining_s == 0.0
+    reg.force_open(KEY, "upgrade", reg.wall.t + 10)  # type: ignore[attr-defined]
+    reg.wall.advance(10)  # type: ignore[attr-defined]
+    (view,) = reg.views()  # the dashboard reads it before any request does
+    assert (view.state, view.forced_reason, view.cooldown_remaining_s) == (State.CLOSED, None, 0.0)

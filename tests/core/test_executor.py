@@ -402,3 +402,29 @@ async def test_max_retries_zero_means_one_call_per_link() -> None:
     assert [c[0] for c in h.calls] == ["chat-a", "chat-b"]
     assert out.error.code == "upstream_unavailable"
     assert "chat-a: upstream_5xx after 1 attempt;" in out.error.message
+
+
+# --- found by mutation testing (make mutation): the answer when no link was even tried
+
+
+@pytest.mark.parametrize(
+    ("reason", "status", "code"),
+    [
+        ("context_length", 400, "context_length_exceeded"),
+        ("model_denied", 403, "model_denied"),
+        ("model_not_found", 404, "model_not_found"),
+        ("unsupported_capability", 400, "unsupported_capability"),
+    ],
+)
+async def test_a_chain_skipped_entirely_answers_the_skip_naming_the_model(reason: str, status: int, code: str) -> None:
+    out = await Harness().run([link("chat-only", skip_reason=reason)])
+    assert (out.error.status, out.error.code) == (status, code)
+    assert "chat-only" in out.error.message
+    assert out.attempts == 0 and out.trail == [("chat-only", reason)]
+
+
+async def test_a_preflight_skip_is_reported_rather_than_a_later_silent_one() -> None:
+    out = await Harness().run(
+        [link("chat-a", skip_reason="model_denied"), link("chat-b", skip_reason="context_length")]
+    )
+    assert out.error.code == "context_length_exceeded" and "chat-b" in out.error.message

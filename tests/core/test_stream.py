@@ -240,7 +240,7 @@ async def test_aclose_from_another_task_aborts_a_waiting_relay_promptly() -> Non
         await asyncio.sleep(0)
     assert got == [FRAME1]
     await stream.aclose()
-    await asyncio.wait_for(task, 0.1)
+    await asyncio.wait_for(task, 5)  # ends at once; the bound only turns a hang into a failure
     assert got == [FRAME1]  # the client is gone: no terminal frame
     assert src.closed
 
@@ -253,7 +253,7 @@ async def test_cancelling_the_relay_task_closes_the_source() -> None:
         await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(task, 0.1)
+        await asyncio.wait_for(task, 5)
     assert src.closed
 
 
@@ -386,3 +386,42 @@ def test_an_unfinished_last_frame_is_flushed_as_sent() -> None:
     tap = UsageTap(strip=True)
     assert tap.feed(FRAME1 + b'data: {"partial"') == FRAME1
     assert tap.flush() == b'data: {"partial"'
+
+
+# --- found by mutation testing (make mutation): how each kind of pre-commit frame is read
+
+
+@pytest.mark.parametrize(
+    ("frame", "outcome"),
+    [
+        (b": comment with data: inside\n\n", "empty"),  # a comment line never counts
+        (b":\n\n", "empty"),
+        (b"data:[DONE]\n\n", "empty"),  # no space after the colon is still a data line
+        (b"data:  [DONE]  \n\n", "empty"),
+        (b"event: ping\n\n", "empty"),  # an event without data is not content
+        (b"retry: 100\nid: 7\n\n", "empty"),
+        (b"dat: x\n\n", "empty"),  # not a data field
+        (b"datax: {}\n\n", "empty"),
+        (b"data: x\n\n", "content"),
+        (b"data:x\n\n", "content"),
+        (b"event: message\ndata: x\n\n", "content"),
+        (b"data: first line\ndata: second\n\n", "content"),
+        (b"event: error\ndata: x\n\n", "error"),  # an SSE error event before any content
+        (b"event:error\ndata: x\n\n", "error"),
+        (b"event: error \ndata: x\n\n", "error"),
+        (b'data: {"error": "flat string"}\n\n', "error"),
+        (b'data: {"error": null, "id": "x"}\n\n', "content"),  # an empty error field is not one
+        (b'data: {"id": "x", "text": "the word \\"error\\" in content"}\n\n', "content"),
+        (b'data: {"error": broken json\n\n', "content"),
+    ],
+)
+async def test_each_kind_of_frame_before_content(frame: bytes, outcome: str) -> None:
+    src = Source(frame, DONE)
+    if outcome == "content":
+        stream = await opened(src)
+        assert stream.first == frame
+        await stream.aclose()
+        return
+    with pytest.raises(UpstreamFailure) as exc:
+        await opened(src)
+    assert exc.value.kind is (K.EMPTY_STREAM if outcome == "empty" else K.STREAM_ERROR)

@@ -31,6 +31,11 @@ SERVER = os.environ.get("SWITCHBOARD_TEST_SERVER", "daphne")
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# What a loaded 2-core machine (CI, or developers sharing it) can add to any time measured
+# from the test process: another process's start-up, a full-GC pause, the scheduler. Bounds
+# that the product promises (a reload within 1 s, say) are asserted as promise + SLACK_S.
+SLACK_S = 2.0
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -183,13 +188,14 @@ class Gateway:
 
     def create_key(self, org: str, agent: str) -> str:
         """A new key from `create_api_key` (another process); once serving, wait until the
-        running server has reloaded and accepts it (the contract allows up to 1 s)."""
+        running server has reloaded and accepts it (promised within 1 s; SLACK_S on top)."""
         out = self.manage("create_api_key", "--org", org, "--agent", agent).stdout
         key = out.strip().splitlines()[-1].strip()
         if self.process is not None:
-            deadline = time.monotonic() + 2.0
+            created_at = time.monotonic()
             while httpx.get(f"{self.url}/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == 401:
-                assert time.monotonic() < deadline, "the running server did not accept a new key within 2 s"
+                waited = time.monotonic() - created_at
+                assert waited < 1.0 + SLACK_S, f"the running server did not accept a new key within {waited:.1f} s"
                 time.sleep(0.02)
         return key
 

@@ -4,9 +4,12 @@ a configuration that fails validation is refused and the last good one keeps ser
 from __future__ import annotations
 
 import time
+import uuid
 
 import httpx
 import pytest
+
+from tests.e2e.harness import SLACK_S
 
 BASE = """
 resilience:
@@ -33,10 +36,19 @@ orgs:
       - name: bot
 """
 
-SECOND = """  - id: second
-    provider: mock
-    upstream_model: rl-second
-    capabilities: [chat]"""
+
+def extra_model(model_id: str) -> str:
+    return f"  - id: {model_id}\n    provider: mock\n    upstream_model: rl-{model_id}\n    capabilities: [chat]"
+
+
+def wait_until_served(gw, model_id: str) -> float:
+    """Seconds from now until the running server lists model_id (bounded: the promise + SLACK_S)."""
+    saved_at = time.monotonic()
+    while model_id not in model_ids(gw):
+        waited = time.monotonic() - saved_at
+        assert waited < 1.0 + SLACK_S, f"the running server did not serve {model_id} within {waited:.1f} s"
+        time.sleep(0.02)
+    return time.monotonic() - saved_at
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +71,12 @@ def chat(gw, model: str) -> httpx.Response:
 
 
 def test_import_in_another_process_is_served_within_one_second(gw, mock_upstream):
-    assert model_ids(gw) == {"first", "sticky"}
-    gw.import_config(BASE.format(mock=mock_upstream.url, extra=SECOND))
-    saved_at = time.monotonic()
-    while "second" not in model_ids(gw):
-        assert time.monotonic() - saved_at < 1.0, "the running server did not pick up the new configuration within 1 s"
-        time.sleep(0.02)
-    assert chat(gw, "second").status_code == 200
+    new = f"new-{uuid.uuid4().hex[:6]}"
+    assert new not in model_ids(gw)
+    assert chat(gw, new).status_code == 404
+    gw.import_config(BASE.format(mock=mock_upstream.url, extra=extra_model(new)))
+    wait_until_served(gw, new)
+    assert chat(gw, new).status_code == 200
 
 
 def test_breaker_state_of_unchanged_links_survives_a_rebuild(gw, mock_upstream):
@@ -73,17 +84,9 @@ def test_breaker_state_of_unchanged_links_survives_a_rebuild(gw, mock_upstream):
     for _ in range(2):
         chat(gw, "sticky")
     assert chat(gw, "sticky").json()["error"]["code"] == "circuit_open"
-    gw.import_config(
-        BASE.format(
-            mock=mock_upstream.url,
-            extra=SECOND
-            + "\n  - id: third\n    provider: mock\n    upstream_model: rl-third\n    capabilities: [chat]",
-        )
-    )
-    saved_at = time.monotonic()
-    while "third" not in model_ids(gw):
-        assert time.monotonic() - saved_at < 1.0
-        time.sleep(0.02)
+    new = f"third-{uuid.uuid4().hex[:6]}"
+    gw.import_config(BASE.format(mock=mock_upstream.url, extra=extra_model(new)))
+    wait_until_served(gw, new)
     assert chat(gw, "sticky").json()["error"]["code"] == "circuit_open"
 
 

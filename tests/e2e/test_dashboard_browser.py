@@ -8,14 +8,16 @@ Proves, through the browser only (no page reload):
 
 It also takes a screenshot while one link is open; with
 SWITCHBOARD_DASHBOARD_SCREENSHOT=docs/dashboard.png it refreshes the README's picture.
-Needs Debian's chromium at /usr/lib/chromium/chromium (CI installs it); Playwright
-drives it and never downloads a browser.
+Needs a Chromium: Debian's at /usr/lib/chromium/chromium (CI installs it), or any
+`chromium` / `chromium-browser` / `google-chrome` on PATH; Playwright drives it and
+never downloads a browser.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +26,20 @@ import pytest
 
 from tests.e2e.harness import ROOT
 
-CHROMIUM = Path("/usr/lib/chromium/chromium")
+
+def _find_chromium() -> Path | None:
+    """Debian's binary first (its /usr/bin/chromium is a wrapper script), then whatever PATH has."""
+    debian = Path("/usr/lib/chromium/chromium")
+    if debian.exists():
+        return debian
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return Path(found)
+    return None
+
+
+CHROMIUM = _find_chromium()
 CHROMIUM_ARGS = [
     "--headless=new",
     "--no-sandbox",
@@ -107,7 +122,8 @@ print("SESSION", session.session_key)
 """
 
 pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason=f"Debian's chromium is not installed ({CHROMIUM} is missing)"
+    CHROMIUM is None,
+    reason="no Chromium: neither /usr/lib/chromium/chromium nor chromium/chromium-browser/google-chrome on PATH",
 )
 
 

@@ -39,6 +39,10 @@ models:
     provider: mock
     upstream_model: pol-byo
     capabilities: [chat]
+  - id: byo-brk
+    provider: mock
+    upstream_model: pol-byo-brk
+    capabilities: [chat]
 aliases:
   fast: chat-a
 orgs:
@@ -130,13 +134,14 @@ def test_byo_request_uses_the_org_key_and_base_url(gw, mock_upstream, byo_upstre
 
 def test_byo_breaker_opens_without_opening_the_shared_one(gw, mock_upstream, byo_upstream):
     byo_key = gw.create_key("byo", "bot")
-    byo_upstream.script("pol-byo", [], then={"status": 500})
+    # its own model: the open breaker must not leak into the other BYO tests, whatever their order
+    byo_upstream.script("pol-byo-brk", [], then={"status": 500})
     for _ in range(2):
-        post(gw, byo_key, ask("byo-model"))
-    assert post(gw, byo_key, ask("byo-model")).json()["error"]["code"] == "circuit_open"
-    shared = post(gw, gw.api_key, ask("byo-model"))
+        post(gw, byo_key, ask("byo-brk"))
+    assert post(gw, byo_key, ask("byo-brk")).json()["error"]["code"] == "circuit_open"
+    shared = post(gw, gw.api_key, ask("byo-brk"))
     assert shared.status_code == 200
-    assert shared.headers["x-switchboard-model-used"] == "byo-model"
+    assert shared.headers["x-switchboard-model-used"] == "byo-brk"
 
 
 def test_idempotent_replay_and_conflict(gw, mock_upstream):

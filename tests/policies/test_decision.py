@@ -115,3 +115,34 @@ def test_unknown_model_names_are_not_cached() -> None:
     for i in range(50):
         decide(snap, snap.orgs["acme"], f"no-such-{i}")
     assert not any(k[0] == "decision" for k in snap.cache if isinstance(k, tuple) and k[2].startswith("no-such"))
+
+
+# --- found by mutation testing (make mutation): the sentences operators read in explain_route
+
+
+@pytest.mark.parametrize(
+    ("policies", "default_action", "reason"),
+    [
+        (
+            [{"pattern": "chat-*", "action": "allow", "priority": 10}],
+            "deny",
+            "allowed by policy 'chat-*' (priority 10)",
+        ),
+        ([{"pattern": "chat-a", "action": "deny", "priority": 3}], "allow", "denied by policy 'chat-a' (priority 3)"),
+        ([], "allow", "allowed by the default action of org 'acme' (no policy matched)"),
+        ([], "deny", "denied by the default action of org 'acme' (no policy matched)"),
+    ],
+)
+def test_the_reason_says_what_decided_and_which_way(policies: list, default_action: str, reason: str) -> None:
+    assert _decide(policies, "chat-a", default_action=default_action).reason == reason
+
+
+def test_the_model_errors_name_the_field_and_what_to_send() -> None:
+    with pytest.raises(GatewayError) as missing:
+        select_model_name(None, _agent(None))
+    assert missing.value.param == "model"
+    assert "agent 'bot' has no default model" in missing.value.message
+    assert "GET /v1/models" in missing.value.message
+    with pytest.raises(GatewayError) as wrong_type:
+        select_model_name(42, _agent("chat-a"))
+    assert "got int" in wrong_type.value.message and "as a string" in wrong_type.value.message

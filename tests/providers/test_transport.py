@@ -203,5 +203,15 @@ def test_one_transport_serves_successive_event_loops():
     asyncio.run(t.aclose())
 
 
-def test_module_singleton_is_a_transport():
-    assert isinstance(singleton, Transport)
+async def test_the_shared_transport_of_the_request_path_pools_connections(mock):
+    """The module's transport (what the gateway sends through) keeps one connection per upstream."""
+    try:
+        for _ in range(3):
+            resp = await post(singleton, mock)
+            assert resp.status == 200
+            await resp.read()
+            await resp.close()
+    finally:
+        await singleton.aclose()
+    peers = {r["peer"] for r in mock.state.calls("m1")["requests"]}
+    assert len(peers) == 1

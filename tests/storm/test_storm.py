@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tests.e2e.harness import Databases, Gateway, MockUpstream
+from tests.e2e.harness import SLACK_S, Databases, Gateway, MockUpstream
 
 MAX_RETRIES = 2
 TOTAL_TIMEOUT_MS = 10_000
@@ -146,7 +146,9 @@ async def test_429_storm_ends_every_request_and_spares_the_upstream(
     )
     assert set(statuses) <= {429, 503}, f"every request must end with 429 or 503, got {dict(statuses)}"
     assert sum(statuses.values()) == STORM
-    assert slowest <= TOTAL_TIMEOUT_MS / 1000 + 1, (
+    # measured by the client across 500 connections on 2 cores: the deadline plus SLACK_S
+    # (a request the gateway forgot would end at the client timeout, 5 s past the deadline)
+    assert slowest <= TOTAL_TIMEOUT_MS / 1000 + SLACK_S, (
         f"a request took {slowest:.2f}s, past its {TOTAL_TIMEOUT_MS} ms deadline"
     )
     assert health and set(health) == {200}, f"/health must keep answering 200 during the storm, got {dict(health)}"
