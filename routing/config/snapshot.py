@@ -15,6 +15,7 @@ from typing import Any
 
 from policies.matcher import compile_pattern
 from routing.config.document import RESILIENCE_DEFAULTS
+from routing.config.secrets import read_env_key
 from routing.core.resilience import Resilience, Timeouts
 
 
@@ -157,7 +158,7 @@ def build_snapshot(
             name=p["name"],
             dialect=p.get("dialect", "openai"),
             base_url=p["base_url"].rstrip("/"),
-            api_key=environ.get(key_env) if key_env else None,
+            api_key=read_env_key(environ, key_env),
             api_key_env=key_env,
             connect_timeout_ms=_opt_int(p.get("connect_timeout_ms")),
             first_token_timeout_ms=_opt_int(p.get("first_token_timeout_ms")),
@@ -211,7 +212,7 @@ def build_snapshot(
             key_env = c.get("api_key_env") or None
             credentials[c["provider"]] = CredentialSpec(
                 provider=c["provider"],
-                api_key=environ.get(key_env) if key_env else None,
+                api_key=read_env_key(environ, key_env),
                 api_key_env=key_env,
                 base_url=(c.get("base_url") or "").rstrip("/") or None,
             )

@@ -23,6 +23,7 @@ from django.core.exceptions import ValidationError
 from policies.matcher import pattern_error
 from providers.models import CAPABILITIES, DIALECTS
 from routing.config.document import RESILIENCE_DEFAULTS
+from routing.config.secrets import env_policy_problem, redact_url, userinfo_problem
 from routing.models import FALLBACK_TRIGGERS
 
 STRUCTURE = "routing.E001"
@@ -73,10 +74,11 @@ def base_url_problem(value: Any) -> str | None:
         try:
             parts = urlsplit(value)
             if parts.scheme in ("http", "https") and parts.hostname:
-                return None
+                return userinfo_problem(value)
         except ValueError:
             pass
-    return f"{value!r} is not an http(s) URL with a host: write it like http://127.0.0.1:9001/v1"
+    shown = redact_url(value) if isinstance(value, str) and "@" in value else value
+    return f"{shown!r} is not an http(s) URL with a host: write it like http://127.0.0.1:9001/v1"
 
 
 def pattern_problem(value: Any) -> str | None:
@@ -94,7 +96,7 @@ def timeout_problem(value: Any) -> str | None:
 
 def env_name_problem(value: Any) -> str | None:
     if isinstance(value, str) and _ENV_NAME.match(value):
-        return None
+        return env_policy_problem(value)
     return (
         f"{_short(value)} is not an environment variable name: give the NAME of the variable holding "
         "the key (letters, digits, _), never the key itself"
