@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from django.conf import settings
 
 from routing.config import live
-from routing.config.reload import CONFIG_GROUP
+from routing.config.reload import CONFIG_GROUP, shared_timeout_s
 
 log = logging.getLogger("switchboard")
 
@@ -76,7 +76,7 @@ async def config_listener() -> None:
     if layer is None:
         return
     channel = await layer.new_channel()
-    await layer.group_add(CONFIG_GROUP, channel)
+    await asyncio.wait_for(layer.group_add(CONFIG_GROUP, channel), shared_timeout_s())
     while True:
         await layer.receive(channel)
         await live.rebuild("broadcast")

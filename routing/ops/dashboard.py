@@ -34,6 +34,8 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.urls import path
 
+from routing.config.reload import shared_timeout_s
+
 log = logging.getLogger("switchboard.dashboard")
 
 DASHBOARD_GROUP = "switchboard.dashboard"
@@ -182,7 +184,7 @@ async def _group_send(group: str, message: dict[str, Any]) -> None:
     if layer is None:
         return
     try:
-        await layer.group_send(group, message)
+        await asyncio.wait_for(layer.group_send(group, message), shared_timeout_s())
     except Exception as exc:  # noqa: BLE001 - Redis down: the next state refresh catches up
         log.debug("dashboard publish to %s failed: %s", group, exc)
 
@@ -451,7 +453,8 @@ async def control_listener() -> None:
         return
     channel = await layer.new_channel()
     while True:
-        await layer.group_add(CONTROL_GROUP, channel)  # re-joined: group membership expires
+        # re-joined: group membership expires; bounded so a hung Redis restarts the task instead
+        await asyncio.wait_for(layer.group_add(CONTROL_GROUP, channel), shared_timeout_s())
         try:
             message = await asyncio.wait_for(layer.receive(channel), timeout=600)
         except TimeoutError:
