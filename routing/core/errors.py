@@ -473,3 +473,15 @@ def total_timeout(total_s: float | None = None) -> GatewayError:
         f"The request's total deadline{detail} passed before an upstream answered: retry later, or raise total_timeout_ms.",
         type="timeout_error",
     )
+
+
+# Header limits of the HTTP server (gateway_project/http_limits.py) ------------------
+
+
+def headers_too_large(limit_bytes: int, limit_count: int) -> GatewayError:
+    return GatewayError(
+        431,
+        "headers_too_large",
+        f"The request line and headers exceed {limit_bytes} bytes or {limit_count} headers; "
+        "send fewer or smaller headers.",
+    )
