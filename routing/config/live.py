@@ -11,7 +11,9 @@ import asyncio
 import logging
 import os
 import threading
+from collections.abc import Callable
 
+from routing.config import lastgood
 from routing.config.snapshot import EMPTY, Snapshot
 
 log = logging.getLogger("switchboard.config")
@@ -20,6 +22,20 @@ _current: Snapshot = EMPTY
 _rebuild_lock = threading.Lock()
 last_error: str | None = None  # why the last rebuild was rejected (shown in the admin)
 rejected_version: int | None = None  # the version that failed validation (not retried until it changes)
+# Degraded components (e.g. "database": serving the last good file) and who wants to know:
+# routing.ops registers a listener that sets the switchboard_degraded gauge (config never imports ops).
+degraded: dict[str, bool] = {}
+degraded_listeners: list[Callable[[str, bool], None]] = []
+
+
+def set_degraded(component: str, flag: bool) -> None:
+    """Record a component's state and tell every listener (a failing listener is logged, never raised)."""
+    degraded[component] = flag
+    for listener in list(degraded_listeners):
+        try:
+            listener(component, flag)
+        except Exception:  # noqa: BLE001
+            log.exception("degraded-state listener failed")
 
 
 def current() -> Snapshot:
@@ -57,7 +73,10 @@ def load_from_db() -> tuple[Snapshot | None, list, int]:
     errors = validate_document(document)
     if errors:
         return None, errors, version
-    return build_snapshot(document, key_rows_from_db(), os.environ, version=version), [], version
+    key_rows = key_rows_from_db()
+    snapshot = build_snapshot(document, key_rows, os.environ, version=version)
+    lastgood.save(document, key_rows, version)
+    return snapshot, [], version
 
 
 def rebuild_from_db(reason: str = "") -> bool:
@@ -73,6 +92,9 @@ def rebuild_from_db(reason: str = "") -> bool:
             return False
         last_error = rejected_version = None
         swap(snapshot)
+        if degraded.get("database"):
+            log.warning("database reachable again: serving its configuration version %s", snapshot.version)
+            set_degraded("database", False)
         log.info("configuration version %s loaded%s", snapshot.version, f" ({reason})" if reason else "")
         return True
 
@@ -125,13 +147,44 @@ def boot() -> Snapshot:
     thread.start()
     thread.join()
     if "db_error" in result:
-        raise ImproperlyConfigured(
-            f"Cannot read the configuration from the database ({result['db_error']}). "
-            "Run `python manage.py migrate` and check DATABASE_URL."
-        )
+        return _boot_from_last_good(result["db_error"])
     snapshot, errors, _ = result["value"]
     if snapshot is None:
         lines = "\n".join(f"  {e.path}: {e.message}" for e in errors)
         raise ImproperlyConfigured(f"The routing configuration is invalid; fix it before starting:\n{lines}")
     swap(snapshot)
+    return snapshot
+
+
+def _boot_from_last_good(db_error: Exception) -> Snapshot:
+    """The database is unreachable at boot: serve the last good file, or refuse to start saying why."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from routing.config.snapshot import build_snapshot
+    from routing.config.validation import validate_document
+
+    saved = lastgood.load()
+    if saved is None:
+        raise ImproperlyConfigured(
+            f"Cannot read the configuration from the database ({db_error}) and there is no last good "
+            f"configuration at {lastgood.path()} to serve instead. Check DATABASE_URL and that the database "
+            "is up (run `python manage.py migrate` on a new one); the file is written by every successful start."
+        )
+    document, key_rows, version = saved
+    errors = validate_document(document)
+    if errors:
+        lines = "\n".join(f"  {e.path}: {e.message}" for e in errors)
+        raise ImproperlyConfigured(
+            f"Cannot read the configuration from the database ({db_error}) and the last good configuration "
+            f"at {lastgood.path()} no longer validates:\n{lines}"
+        )
+    snapshot = build_snapshot(document, key_rows, os.environ, version=version)
+    swap(snapshot)
+    log.warning(
+        "database unreachable at boot (%s): serving the last good configuration version %s from %s until it answers",
+        db_error,
+        version,
+        lastgood.path(),
+    )
+    set_degraded("database", True)
     return snapshot

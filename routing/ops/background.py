@@ -36,6 +36,7 @@ def ensure_started() -> None:
         return
     _started = True
     _close_upstreams_on_reactor_shutdown()
+    _watch_degraded()
     _spawn("config-listener", config_listener)
     _spawn("config-poller", config_poller)
     for module, name in (
@@ -68,6 +69,16 @@ def _spawn(name: str, func: Callable[[], Awaitable[None]]) -> None:
     _tasks.append(asyncio.get_running_loop().create_task(guarded(), name=f"switchboard:{name}"))
 
 
+def _watch_degraded() -> None:
+    """Mirror routing.config.live's degraded components into the switchboard_degraded gauge."""
+    from routing.ops.metrics import set_degraded_gauge
+
+    if set_degraded_gauge not in live.degraded_listeners:
+        live.degraded_listeners.append(set_degraded_gauge)
+    for component, flag in live.degraded.items():
+        set_degraded_gauge(component, flag)
+
+
 async def config_listener() -> None:
     """Rebuild on every config.changed broadcast (instant; all replicas with Redis)."""
     from channels.layers import get_channel_layer
@@ -97,7 +108,7 @@ async def config_poller() -> None:
             if failures == 1:
                 log.warning("configuration version check failed (%s); serving the last snapshot", exc)
             continue
-        if version != live.current().version and version != live.rejected_version:
+        if live.degraded.get("database") or (version != live.current().version and version != live.rejected_version):
             await live.rebuild("version check")
 
 
