@@ -20,6 +20,7 @@ from django.utils.html import format_html
 from policies.keys import create_api_key
 from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, edited_copy
+from routing.admin_keys import apply_stored_key, clear_field, key_field, setup_key_fields
 from routing.config.document import child_item
 from routing.config.store import find_org
 from routing.config.validation import validate_base_url, validate_env_name, validate_pattern
@@ -133,10 +134,28 @@ class PolicyInline(admin.TabularInline):
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
 
+class CredentialInlineForm(forms.ModelForm):
+    api_key = key_field()
+    clear_api_key = clear_field()
+
+    class Meta:
+        model = OrgCredential
+        fields = "__all__"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        setup_key_fields(self)
+
+    def save(self, commit: bool = True) -> OrgCredential:
+        apply_stored_key(self, self.instance)
+        return super().save(commit)
+
+
 class CredentialInline(admin.TabularInline):
     model = OrgCredential
+    form = CredentialInlineForm
     formset = CredentialFormSet
-    fields = ["provider", "api_key_env", "base_url"]
+    fields = ["provider", "api_key_env", "api_key", "clear_api_key", "base_url"]
     extra = 0
 
 
@@ -227,10 +246,20 @@ class PolicyForm(OrgChildForm):
 
 class CredentialForm(OrgChildForm):
     kind = "credentials"
+    api_key = key_field()
+    clear_api_key = clear_field()
 
     class Meta:
         model = OrgCredential
         fields = "__all__"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        setup_key_fields(self)
+
+    def save(self, commit: bool = True) -> OrgCredential:
+        apply_stored_key(self, self.instance)
+        return super().save(commit)
 
 
 @admin.register(Agent)

@@ -16,6 +16,7 @@ from django.http import HttpRequest
 
 from providers.models import CAPABILITIES, Alias, FallbackLink, Model, Provider
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, GuardedDeleteMixin, checkbox_choices
+from routing.admin_keys import apply_stored_key, clear_field, key_field, setup_key_fields
 from routing.config.document import model_item, provider_item
 from routing.config.store import rename_references, replace_item
 from routing.config.validation import validate_base_url, validate_env_name, validate_health_path, validate_timeout_ms
@@ -37,12 +38,16 @@ def _add_validators(form: forms.ModelForm, **validators: Any) -> None:
 
 
 class ProviderForm(DocumentCheckedForm):
+    api_key = key_field()
+    clear_api_key = clear_field()
+
     class Meta:
         model = Provider
         fields = "__all__"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        setup_key_fields(self)
         _add_validators(
             self, base_url=validate_base_url, api_key_env=validate_env_name, health_check_path=validate_health_path
         )
@@ -57,6 +62,10 @@ class ProviderForm(DocumentCheckedForm):
 
         return edit, f"providers[{obj.name}]"
 
+    def save(self, commit: bool = True) -> Provider:
+        apply_stored_key(self, self.instance)
+        return super().save(commit)
+
 
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
@@ -65,7 +74,7 @@ class ProviderAdmin(admin.ModelAdmin):
     list_filter = ["dialect", "health_probe_enabled"]
     search_fields = ["name", "base_url"]
     fieldsets = [
-        (None, {"fields": ["name", "dialect", "base_url", "api_key_env"]}),
+        (None, {"fields": ["name", "dialect", "base_url", "api_key_env", "api_key", "clear_api_key"]}),
         ("Timeout overrides (empty: global default)", {"fields": list(TIMEOUT_FIELDS)}),
         ("Health", {"fields": ["health_check_path", "health_probe_enabled"]}),
     ]

@@ -101,6 +101,8 @@ def provider_item(p: Any) -> dict[str, Any]:
     item: dict[str, Any] = {"name": p.name, "dialect": p.dialect, "base_url": p.base_url}
     if p.api_key_env:
         item["api_key_env"] = p.api_key_env
+    if getattr(p, "api_key_encrypted", ""):
+        item["api_key"] = "stored"  # a reference: the secret never enters the document
     for key in ("connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms"):
         if getattr(p, key) is not None:
             item[key] = getattr(p, key)
@@ -148,6 +150,8 @@ def child_item(kind: str, obj: Any) -> dict[str, Any]:
         item = {"pattern": obj.pattern, "action": obj.action, "priority": obj.priority}
         return item if obj.fallback_chain is None else {**item, "fallback_chain": obj.fallback_chain}
     item = {"provider": obj.provider.name if obj.provider_id else None}
+    if getattr(obj, "api_key_encrypted", ""):
+        item["api_key"] = "stored"  # a reference: the secret never enters the document
     return {**item, **{k: getattr(obj, k) for k in ("api_key_env", "base_url") if getattr(obj, k)}}
 
 

@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from routing.config.secrets import stored_keys_from_json, stored_keys_to_json
+
 log = logging.getLogger("switchboard.config")
 
 FILE_NAME = "last-good-config.json"
@@ -30,11 +32,21 @@ def path() -> Path:
     return Path(settings.SWITCHBOARD_USAGE_SPOOL_DIR) / FILE_NAME
 
 
-def save(document: Mapping[str, Any], key_rows: list[Mapping[str, Any]], version: int) -> None:
+def save(
+    document: Mapping[str, Any],
+    key_rows: list[Mapping[str, Any]],
+    version: int,
+    stored_keys: Mapping[tuple[str, ...], str] | None = None,
+) -> None:
     """Write the file atomically; a disk failure is logged, never raised (serving goes on)."""
     target = path()
     tmp = target.with_name(f"{FILE_NAME}.{os.getpid()}.tmp")
-    payload = {"version": version, "document": document, "key_rows": key_rows}
+    payload = {
+        "version": version,
+        "document": document,
+        "key_rows": key_rows,
+        "stored_keys": stored_keys_to_json(stored_keys or {}),  # ciphertexts, as the database holds them
+    }
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
@@ -50,8 +62,8 @@ def save(document: Mapping[str, Any], key_rows: list[Mapping[str, Any]], version
             pass
 
 
-def load() -> tuple[dict[str, Any], list[dict[str, Any]], int] | None:
-    """(document, key_rows, version) of the file, or None when there is none or it is unreadable."""
+def load() -> tuple[dict[str, Any], list[dict[str, Any]], int, dict[tuple[str, ...], str]] | None:
+    """(document, key_rows, version, stored keys) of the file, or None when there is none or it is unreadable."""
     target = path()
     try:
         payload = orjson.loads(target.read_bytes())
@@ -62,4 +74,9 @@ def load() -> tuple[dict[str, Any], list[dict[str, Any]], int] | None:
         return None
     if not isinstance(payload, dict) or not isinstance(payload.get("document"), dict):
         return None
-    return payload["document"], list(payload.get("key_rows") or []), int(payload.get("version") or 0)
+    return (
+        payload["document"],
+        list(payload.get("key_rows") or []),
+        int(payload.get("version") or 0),
+        stored_keys_from_json(payload.get("stored_keys")),
+    )

@@ -65,6 +65,7 @@ def read_version() -> int:
 def load_from_db() -> tuple[Snapshot | None, list, int]:
     """Read and validate the configuration; return (snapshot, [], version) or (None, errors, version)."""
     from routing.config.document import document_from_db, key_rows_from_db
+    from routing.config.secrets import stored_keys_from_db
     from routing.config.snapshot import build_snapshot
     from routing.config.validation import validate_document
 
@@ -73,9 +74,9 @@ def load_from_db() -> tuple[Snapshot | None, list, int]:
     errors = validate_document(document)
     if errors:
         return None, errors, version
-    key_rows = key_rows_from_db()
-    snapshot = build_snapshot(document, key_rows, os.environ, version=version)
-    lastgood.save(document, key_rows, version)
+    key_rows, stored = key_rows_from_db(), stored_keys_from_db()
+    snapshot = build_snapshot(document, key_rows, os.environ, version=version, stored_keys=stored)
+    lastgood.save(document, key_rows, version, stored)
     return snapshot, [], version
 
 
@@ -170,7 +171,7 @@ def _boot_from_last_good(db_error: Exception) -> Snapshot:
             f"configuration at {lastgood.path()} to serve instead. Check DATABASE_URL and that the database "
             "is up (run `python manage.py migrate` on a new one); the file is written by every successful start."
         )
-    document, key_rows, version = saved
+    document, key_rows, version, stored = saved
     errors = validate_document(document)
     if errors:
         lines = "\n".join(f"  {e.path}: {e.message}" for e in errors)
@@ -178,7 +179,7 @@ def _boot_from_last_good(db_error: Exception) -> Snapshot:
             f"Cannot read the configuration from the database ({db_error}) and the last good configuration "
             f"at {lastgood.path()} no longer validates:\n{lines}"
         )
-    snapshot = build_snapshot(document, key_rows, os.environ, version=version)
+    snapshot = build_snapshot(document, key_rows, os.environ, version=version, stored_keys=stored)
     swap(snapshot)
     log.warning(
         "database unreachable at boot (%s): serving the last good configuration version %s from %s until it answers",

@@ -177,3 +177,39 @@ def resolve_key(
     if token:
         return decrypt(token)
     return read_env_key(environ, key_env)
+
+
+def stored_ref_problem(value: Any) -> str | None:
+    """`api_key` in the document may only be the reference `stored`, and needs the Fernet key to be usable."""
+    if value != STORED:
+        return (
+            f"api_key may only be {STORED!r} (a key kept encrypted in the database, entered in the admin); "
+            "never write the key itself in the configuration: use api_key_env or the admin"
+        )
+    if not fernet_configured():
+        return f"a stored (encrypted) key needs SWITCHBOARD_FERNET_KEY, the key it was stored with: {ENABLE_HINT}"
+    return None
+
+
+def stored_keys_from_db() -> dict[tuple[str, ...], str]:
+    """Ciphertexts of keys stored in the database: ("provider", name) and ("credential", org, provider)."""
+    from policies.models import OrgCredential
+    from providers.models import Provider
+
+    keys: dict[tuple[str, ...], str] = {}
+    for name, token in Provider.objects.exclude(api_key_encrypted="").values_list("name", "api_key_encrypted"):
+        keys[("provider", name)] = token
+    rows = OrgCredential.objects.exclude(api_key_encrypted="").values_list(
+        "org__name", "provider__name", "api_key_encrypted"
+    )
+    for org, provider, token in rows:
+        keys[("credential", org, provider)] = token
+    return keys
+
+
+def stored_keys_to_json(keys: Mapping[tuple[str, ...], str]) -> list[list[str]]:
+    return [[*ref, token] for ref, token in keys.items()]
+
+
+def stored_keys_from_json(rows: Any) -> dict[tuple[str, ...], str]:
+    return {tuple(row[:-1]): row[-1] for row in rows or [] if isinstance(row, list) and len(row) >= 2}

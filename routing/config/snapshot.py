@@ -15,7 +15,7 @@ from typing import Any
 
 from policies.matcher import compile_pattern
 from routing.config.document import RESILIENCE_DEFAULTS
-from routing.config.secrets import read_env_key
+from routing.config.secrets import resolve_key
 from routing.core.resilience import Resilience, Timeouts
 
 
@@ -66,6 +66,7 @@ class CredentialSpec:
     api_key: str | None
     api_key_env: str | None
     base_url: str | None
+    overrides_key: bool = False  # the org has a key of its own (env or stored): never fall back to the platform's
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,7 @@ def build_snapshot(
     key_rows: list[Mapping[str, Any]],
     environ: Mapping[str, str],
     version: int = 0,
+    stored_keys: Mapping[tuple[str, ...], str] | None = None,
 ) -> Snapshot:
     """Build the frozen snapshot. The document must already be valid (routing.config.validation)."""
     res = build_resilience(document.get("resilience"))
@@ -158,7 +160,7 @@ def build_snapshot(
             name=p["name"],
             dialect=p.get("dialect", "openai"),
             base_url=p["base_url"].rstrip("/"),
-            api_key=read_env_key(environ, key_env),
+            api_key=resolve_key(environ, key_env, stored_keys, ("provider", p["name"])),
             api_key_env=key_env,
             connect_timeout_ms=_opt_int(p.get("connect_timeout_ms")),
             first_token_timeout_ms=_opt_int(p.get("first_token_timeout_ms")),
@@ -212,9 +214,10 @@ def build_snapshot(
             key_env = c.get("api_key_env") or None
             credentials[c["provider"]] = CredentialSpec(
                 provider=c["provider"],
-                api_key=read_env_key(environ, key_env),
+                api_key=resolve_key(environ, key_env, stored_keys, ("credential", o["name"], c["provider"])),
                 api_key_env=key_env,
                 base_url=(c.get("base_url") or "").rstrip("/") or None,
+                overrides_key=bool(key_env or c.get("api_key")),
             )
         org = OrgSpec(
             name=o["name"],

@@ -23,7 +23,7 @@ from django.core.exceptions import ValidationError
 from policies.matcher import pattern_error
 from providers.models import CAPABILITIES, DIALECTS
 from routing.config.document import RESILIENCE_DEFAULTS
-from routing.config.secrets import env_policy_problem, redact_url, userinfo_problem
+from routing.config.secrets import env_policy_problem, redact_url, stored_ref_problem, userinfo_problem
 from routing.models import FALLBACK_TRIGGERS
 
 STRUCTURE = "routing.E001"
@@ -40,7 +40,16 @@ ENDPOINT_KINDS = ("chat", "embeddings", "rerank", "responses")
 ACTIONS = ("allow", "deny")
 TOP_KEYS = ("resilience", "providers", "models", "aliases", "orgs")
 TIMEOUT_KEYS = ("connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms")
-PROVIDER_KEYS = ("name", "dialect", "base_url", "api_key_env", *TIMEOUT_KEYS, "health_check_path", "health_probe")
+PROVIDER_KEYS = (
+    "name",
+    "dialect",
+    "base_url",
+    "api_key_env",
+    "api_key",
+    *TIMEOUT_KEYS,
+    "health_check_path",
+    "health_probe",
+)
 MODEL_KEYS = (
     "id", "provider", "upstream_model", "capabilities", "context_window", "max_output_tokens", "residency",
     "fallbacks", *TIMEOUT_KEYS, "fallback_on", "input_price_per_mtok", "output_price_per_mtok",
@@ -48,7 +57,7 @@ MODEL_KEYS = (
 ORG_KEYS = ("name", "default_action", "agents", "policies", "credentials")
 AGENT_KEYS = ("name", "default_model")
 POLICY_KEYS = ("pattern", "action", "priority", "fallback_chain")
-CREDENTIAL_KEYS = ("provider", "api_key_env", "base_url")
+CREDENTIAL_KEYS = ("provider", "api_key_env", "api_key", "base_url")
 
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -326,6 +335,8 @@ class _Validator:
                 self.check(f"{path}.base_url", base_url_problem(p["base_url"]), URL, f"base_url of {what}: ")
             if p.get("api_key_env"):
                 self.check(f"{path}.api_key_env", env_name_problem(p["api_key_env"]), VALUE, f"api_key_env of {what}: ")
+            if p.get("api_key") is not None:
+                self.check(f"{path}.api_key", stored_ref_problem(p["api_key"]), VALUE, f"api_key of {what}: ")
             self.timeouts(p, path, what)
             if p.get("health_check_path") is not None:
                 self.check(
@@ -572,6 +583,8 @@ class _Validator:
                 self.check(f"{path}.base_url", base_url_problem(c["base_url"]), URL, f"base_url of {what}: ")
             if c.get("api_key_env"):
                 self.check(f"{path}.api_key_env", env_name_problem(c["api_key_env"]), VALUE, f"api_key_env of {what}: ")
+            if c.get("api_key") is not None:
+                self.check(f"{path}.api_key", stored_ref_problem(c["api_key"]), VALUE, f"api_key of {what}: ")
 
 
 def validate_document(doc: Any) -> list[ConfigError]:
