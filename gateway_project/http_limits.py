@@ -68,14 +68,18 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._parsed_bytes += len(url)
         if self._parsed_bytes > self._max_bytes:
             raise _HeadTooLarge
-        super().on_url(url)
+        self.url += url  # HttpToolsProtocol.on_url, inlined (called per request)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._parsed_bytes += len(name) + len(value) + 4
         self._header_count += 1
         if self._parsed_bytes > self._max_bytes or self._header_count > self._max_count:
             raise _HeadTooLarge
-        super().on_header(name, value)
+        # HttpToolsProtocol.on_header, inlined (called per header)
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self._in_head = False
