@@ -373,3 +373,16 @@ def test_every_queued_record_is_in_the_journal_until_committed_then_the_journal_
     sink2.record(rec(7))
     assert sink2.flush_now()
     assert list(tmp_path.glob("wal-*")) == []  # trimmed once its batch is committed
+
+
+def test_a_long_outage_merges_small_journal_files_into_one_spool_file(tmp_path):
+    switch = Switch()
+    switch.down = True
+    sink = UsageSink(spool_dir=tmp_path, insert=switch)
+    for n in range(usage.queue.MAX_JOURNAL_FILES + 2):  # one record per flush, as at low traffic
+        sink.record(rec(n))
+        assert not sink.drain()
+    assert len(list(tmp_path.glob("wal-*"))) <= usage.queue.MAX_JOURNAL_FILES + 1
+    spooled = [row["request_id"] for path in tmp_path.glob("spool-*.jsonl") for row in read_rows(path)]
+    assert len(spooled) == len(set(spooled)) >= usage.queue.MAX_JOURNAL_FILES
+    assert sink.backlog() == usage.queue.MAX_JOURNAL_FILES + 2

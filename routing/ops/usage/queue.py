@@ -58,6 +58,7 @@ log = logging.getLogger("switchboard.usage")
 
 Row = dict[str, Any]
 InsertFn = Callable[[list[Row]], None]
+MAX_JOURNAL_FILES = 64  # rotated journal files held during an outage before they are merged into a spool file
 
 
 class UsageSink:
@@ -272,7 +273,9 @@ class UsageSink:
         """
         with self._db_lock:
             ok = self._drain_spool() and self._drain_memory()
-            if not ok and self.memory_count() > self.memory_bound:
+            # Past the memory bound, or once an outage has rotated many small journal
+            # files (one per flush with traffic), move memory to one spool file.
+            if not ok and (self.memory_count() > self.memory_bound or len(self._journal_files) > MAX_JOURNAL_FILES):
                 self.spill()
             return ok
 
