@@ -49,7 +49,8 @@ def save(
     }
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # key hashes, ciphertexts: owner only
+        with os.fdopen(fd, "wb") as f:
             f.write(orjson.dumps(payload, default=str))
             f.flush()
             os.fsync(f.fileno())
