@@ -26,10 +26,12 @@ from django.conf import settings  # noqa: E402
 
 from routing.config import live  # noqa: E402
 from routing.gateway.app import gateway_application, lifespan_application  # noqa: E402
-from routing.ops import background  # noqa: E402
+from routing.ops import wiring  # noqa: E402
+from routing.ops.dashboard import websocket_urlpatterns  # noqa: E402
 
 if settings.SWITCHBOARD_VALIDATE_ON_BOOT:
     live.boot()
+wiring.process()  # the composition root: executor, observers, listeners (tasks start on the loop)
 
 # Everything imported so far lives as long as the process: keep the cyclic GC from
 # rescanning it on every full collection (those passes showed up as latency spikes).
@@ -40,28 +42,20 @@ gc.freeze()
 sys.setswitchinterval(0.001)
 
 
-def _websocket_routes() -> list:
-    try:
-        from routing.ops.dashboard import websocket_urlpatterns
-    except ImportError:
-        return []
-    return websocket_urlpatterns
-
-
 async def http_application(scope, receive, send) -> None:
     """Path dispatch: the gateway's paths first, Django as the catch-all."""
     path = scope["path"]
     if path.startswith("/v1/") or path.startswith("/health"):
         await gateway_application(scope, receive, send)
     else:
-        background.ensure_started()
+        wiring.start()
         await django_application(scope, receive, send)
 
 
 _router = ProtocolTypeRouter(
     {
         "http": http_application,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(_websocket_routes()))),
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
         "lifespan": lifespan_application,
     }
 )
@@ -71,5 +65,5 @@ async def application(scope, receive, send) -> None:
     if scope["type"] == "http":
         await http_application(scope, receive, send)
     else:
-        background.ensure_started()
+        wiring.start()
         await _router(scope, receive, send)

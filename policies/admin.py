@@ -20,10 +20,10 @@ from django.utils.html import format_html
 from policies.keys import create_api_key
 from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, edited_copy
-from routing.admin_keys import apply_stored_key, clear_field, key_field, setup_key_fields
 from routing.config.document import child_item
 from routing.config.store import find_org
 from routing.config.validation import validate_base_url, validate_env_name, validate_pattern
+from routing.ops.admin_keys import apply_stored_key, clear_field, key_field, setup_key_fields
 
 Edit = Callable[[dict[str, Any]], None]
 CHAIN_WIDGET = forms.TextInput(attrs={"size": 30, "placeholder": '["chat-b"]; [] = no fallback'})

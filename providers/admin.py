@@ -16,11 +16,11 @@ from django.http import HttpRequest
 
 from providers.models import CAPABILITIES, Alias, FallbackLink, Model, Provider
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, GuardedDeleteMixin, checkbox_choices
-from routing.admin_keys import apply_stored_key, clear_field, key_field, setup_key_fields
 from routing.config.document import model_item, provider_item
 from routing.config.store import rename_references, replace_item
 from routing.config.validation import validate_base_url, validate_env_name, validate_health_path, validate_timeout_ms
 from routing.models import FALLBACK_TRIGGERS
+from routing.ops.admin_keys import apply_stored_key, clear_field, key_field, setup_key_fields
 
 Edit = Callable[[dict[str, Any]], None]
 TIMEOUT_FIELDS = ("connect_timeout_ms", "first_token_timeout_ms", "total_timeout_ms")

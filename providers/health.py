@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +23,7 @@ import orjson
 
 from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec, Snapshot
+from routing.ops import metrics
 
 log = logging.getLogger("switchboard.health")
 
@@ -43,6 +44,8 @@ class ProbeResult:
 
 
 results: dict[str, ProbeResult] = {}
+# Called with each result whose status changed (the composition root adds the dashboard feed).
+change_listeners: list[Callable[[ProbeResult], None]] = []
 
 
 def health_url(provider: ProviderSpec) -> str:
@@ -134,26 +137,21 @@ def record_result(result: ProbeResult) -> None:
     (every result still reaches the page through the periodic state refresh)."""
     previous = results.get(result.name)
     results[result.name] = result
-    try:
-        from routing.ops import dashboard, metrics
-
-        metrics.provider_status(result.name, result.status == UP if result.status != UNKNOWN else None)
-        if previous is None or previous.status != result.status:
-            dashboard.note_probe(result)
-    except Exception:  # noqa: BLE001 - reporting must never stop probing
-        log.exception("could not report probe result of %s", result.name)
+    metrics.provider_status(result.name, result.status == UP if result.status != UNKNOWN else None)
+    if previous is not None and previous.status == result.status:
+        return
+    for listener in change_listeners:
+        try:
+            listener(result)
+        except Exception:  # noqa: BLE001 - reporting must never stop probing
+            log.exception("could not report probe result of %s", result.name)
 
 
 def forget_missing(snapshot: Snapshot) -> None:
     """Drop results (and provider_up series) of providers no longer configured."""
     for name in [n for n in results if n not in snapshot.providers]:
         results.pop(name, None)
-        try:
-            from routing.ops import metrics
-
-            metrics.provider_status(name, None)
-        except Exception:  # noqa: BLE001
-            pass
+        metrics.provider_status(name, None)
 
 
 def probe_targets(snapshot: Snapshot, probe_everything: bool) -> list[str]:
@@ -161,7 +159,7 @@ def probe_targets(snapshot: Snapshot, probe_everything: bool) -> list[str]:
 
 
 async def run_prober() -> None:
-    """Background loop of a serving process (started by routing.ops.background)."""
+    """Background loop of a serving process (started by routing.ops.wiring)."""
     from django.conf import settings
 
     from routing.config import live

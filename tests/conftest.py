@@ -11,9 +11,10 @@ import pytest
 def _no_background_tasks_in_process() -> Iterator[None]:
     """In-process tests call the ASGI handler directly; the per-process background tasks
     (usage writer, config listener, prober) run in the real servers of tests/e2e."""
-    from routing.ops import background, usage
+    from routing.ops import usage, wiring
 
-    background.disable()
+    wiring.disable_background()
+    wiring.process()
     yield
     # Records queued by in-process requests belong to no database; never flush them at exit.
     usage.sink.discard()

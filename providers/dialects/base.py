@@ -116,6 +116,9 @@ class Dialect:
 
     name = "base"
     kinds: frozenset[str] = frozenset()
+    # Whether the upstream honours `stream_options.include_usage`: the gateway then asks for the
+    # usage frame on every stream and keeps it from clients that did not ask (docs/metrics.md#usage).
+    stream_usage_option = False
 
     def check_kind(self, kind: str, model: ModelSpec) -> None:
         if kind not in self.kinds:

@@ -18,7 +18,9 @@ Each request of that model consumes one step; when they run out, `then` applies
 (default: a normal 200). Step fields: status, headers, body (raw string), delay_ms
 (before headers), hang (never answer), empty_stream (200 SSE, no frames), frames,
 frame_delay_ms, first_frame_delay_ms, break_after (abort the connection after k
-frames), no_done (end cleanly without the terminator), invalid_json (2xx non-JSON).
+frames), no_done (end cleanly without the terminator), invalid_json (2xx non-JSON),
+role_chunk (false: no role-only first chunk; OpenAI chat streams send one by default,
+as OpenAI and the OpenAI-compatible servers do).
 
 GET /_control/calls answers {"count", "disconnected", "in_flight", "requests":
 [{"path", "headers", "body", "peer"}]} (the last 200 requests), so tests can assert
@@ -176,6 +178,18 @@ CHUNK = _split(
         "choices": [{"index": 0, "delta": {"content": "@@TEXT@@"}, "logprobs": None, "finish_reason": None}],
     }
 )
+# What OpenAI and every OpenAI-compatible server send first: the role, before any token.
+ROLE_CHUNK = _split(
+    {
+        "id": "chatcmpl-mock",
+        "object": "chat.completion.chunk",
+        "created": CREATED,
+        "model": "@@MODEL@@",
+        "choices": [
+            {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        ],
+    }
+)
 FINAL_CHUNK = _split(
     {
         "id": "chatcmpl-mock",
@@ -305,9 +319,17 @@ async def _scripted(
 
 
 async def _sse(
-    request: web.Request, frames: list[bytes], terminator: bytes, step: dict[str, Any] | None
+    request: web.Request,
+    frames: list[bytes],
+    terminator: bytes,
+    step: dict[str, Any] | None,
+    preamble: bytes = b"",
 ) -> web.StreamResponse:
-    """Write SSE frames as scripted: delays, empty, abrupt break, missing terminator."""
+    """Write SSE frames as scripted: delays, empty, abrupt break, missing terminator.
+
+    `preamble` (OpenAI's role-only first chunk) goes out at once, before any delay, and
+    is not counted by `frames` or `break_after`; a step with "role_chunk": false omits it.
+    """
     step = step or {}
     resp = web.StreamResponse(
         status=int(step.get("status", 200)), headers={**SSE_HEADERS, **(step.get("headers") or {})}
@@ -316,6 +338,8 @@ async def _sse(
     if step.get("empty_stream"):
         await resp.write_eof()
         return resp
+    if preamble and step.get("role_chunk", True):
+        await resp.write(preamble)
     first_delay = step.get("first_frame_delay_ms")
     delay = step.get("frame_delay_ms")
     break_after = step.get("break_after")
@@ -360,7 +384,7 @@ async def _openai_chat(
     options = body.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage"):
         frames.append(_frame(USAGE_CHUNK, model))
-    return await _sse(request, frames, DONE, step)
+    return await _sse(request, frames, DONE, step, _frame(ROLE_CHUNK, model))
 
 
 async def _openai_embeddings(

@@ -22,6 +22,10 @@ _current: Snapshot = EMPTY
 _rebuild_lock = threading.Lock()
 last_error: str | None = None  # why the last rebuild was rejected (shown in the admin)
 rejected_version: int | None = None  # the version that failed validation (not retried until it changes)
+# Installed by the composition root (routing.ops.wiring): called with every snapshot swapped in,
+# and with True/False after every rebuild. The configuration floor calls up through these only.
+swap_listeners: list[Callable[[Snapshot], None]] = []
+reload_listeners: list[Callable[[bool], None]] = []
 # Degraded components (e.g. "database": serving the last good file) and who wants to know:
 # routing.ops registers a listener that sets the switchboard_degraded gauge (config never imports ops).
 degraded: dict[str, bool] = {}
@@ -46,13 +50,8 @@ def swap(snapshot: Snapshot) -> None:
     """Install a snapshot (tests use this directly) and keep breaker state of links that remain."""
     global _current
     _current = snapshot
-    try:
-        from routing.core.breaker import registry
-    except ImportError:  # pragma: no cover - during early development
-        return
-    from routing.plan.chain import breaker_keys
-
-    registry.retain(breaker_keys(snapshot))
+    for listener in swap_listeners:
+        listener(snapshot)
 
 
 def read_version() -> int:
@@ -116,11 +115,8 @@ def _rebuild_in_thread(reason: str) -> bool:
 
 
 def _count_reload(ok: bool) -> None:
-    try:
-        from routing.ops.metrics import config_reloaded
-    except ImportError:  # pragma: no cover
-        return
-    config_reloaded(ok)
+    for listener in reload_listeners:
+        listener(ok)
 
 
 def boot() -> Snapshot:

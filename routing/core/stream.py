@@ -1,9 +1,13 @@
-"""Streaming commit point and relay (CONTRACT R6, R7).
+"""Streaming commit point and relay (docs/resilience.md#r6, #r7).
 
 `open_stream` peeks the upstream's first SSE content frame under the first-token
-timeout. Anything that goes wrong before it (an error frame, `[DONE]` or the end
-before any content, a broken connection, silence) is raised as an `UpstreamFailure`
-so the executor may retry or fail over. The first frame commits: from then on
+timeout. Frames before it that carry no content — OpenAI's role-only first chunk,
+empty deltas, comments and keep-alives — are held (at most `HOLD_MAX_FRAMES` frames
+or `HOLD_MAX_BYTES` bytes; past that the stream commits anyway) and go out ahead of
+the first content frame, byte-identical. Anything that goes wrong before the commit
+(an error frame, `[DONE]` or the end before any content, a broken connection,
+silence) is raised as an `UpstreamFailure` so the executor may retry or fail over.
+The first content frame commits: from then on
 `CommittedStream.relay()` passes the upstream bytes through unchanged and, if the
 stream breaks, falls silent or ends without `data: [DONE]`, ends it with one
 terminal `data: {"error": ...}` frame instead.
@@ -12,6 +16,7 @@ terminal `data: {"error": ...}` frame instead.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -20,7 +25,8 @@ import orjson
 
 from routing.core.errors import FailureKind, UpstreamFailure
 
-MAX_PEEK_BYTES = 1 << 20  # non-content bytes tolerated before the first frame
+HOLD_MAX_FRAMES = 16  # frames without content held before the commit ...
+HOLD_MAX_BYTES = 64 * 1024  # ... or bytes: past either bound the stream commits anyway
 _DONE_MARKERS = (b"\ndata: [DONE]", b"\ndata:[DONE]")
 _TAIL = 16  # bytes kept to find a marker split across chunks
 _NOT_CONTENT = 0
@@ -61,18 +67,47 @@ def _examine(frame: bytes) -> int:
             raise UpstreamFailure(
                 FailureKind.STREAM_ERROR, f"the upstream stream started with an error: {detail}", body=data
             )
+    if data[:1] == b"{" and b'"choices"' in data:
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return _CONTENT
+        if isinstance(obj, dict) and not _carries_content(obj):
+            return _NOT_CONTENT
     return _CONTENT
 
 
+def _carries_content(chunk: dict) -> bool:
+    """Whether an OpenAI chat chunk carries content: text, a tool call, a refusal or a finish reason.
+
+    A chunk without a `choices` list is not an OpenAI chunk: any data counts as content then.
+    """
+    choices = chunk.get("choices")
+    if not isinstance(choices, list):
+        return True
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        if choice.get("finish_reason"):
+            return True
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and (
+            delta.get("content") or delta.get("tool_calls") or delta.get("refusal") or delta.get("function_call")
+        ):
+            return True
+    return False
+
+
 def _scan(buf: bytearray, seen: int) -> tuple[bool, int]:
-    """Look at complete frames not examined yet; True once a content frame is found."""
+    """Look at complete frames not examined yet; True once a content frame is found
+    (or once more than HOLD_MAX_FRAMES complete frames are held)."""
     text = bytes(buf)
     if b"\r" in text:
         text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     frames = text.split(b"\n\n")
     complete = len(frames) - 1
     for i in range(seen, complete):
-        if _examine(frames[i]) == _CONTENT:
+        if _examine(frames[i]) == _CONTENT or i >= HOLD_MAX_FRAMES:
             return True, i + 1
     return False, max(seen, complete)
 
@@ -160,10 +195,8 @@ async def open_stream(
             committed, seen = _scan(buf, seen)
             if committed:
                 break
-            if len(buf) > MAX_PEEK_BYTES:
-                raise UpstreamFailure(
-                    FailureKind.STREAM_ERROR, "the upstream stream sent no content frame in its first MiB"
-                )
+            if len(buf) > HOLD_MAX_BYTES:
+                break  # a long preamble: commit and relay it rather than hold it
     except BaseException:
         await _close_source(it, close)
         raise
@@ -310,3 +343,73 @@ class CommittedStream:
         self._finished = True
         close, self._close = self._close, None
         await _close_source(self._it, close)
+
+
+_FRAME_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+class UsageTap:
+    """Reads the token usage of a relayed OpenAI-style stream; optionally keeps the usage frame back.
+
+    With `strip`, the gateway asked the upstream for `stream_options.include_usage` on
+    the client's behalf: the usage-only frame (`"choices": []` with `usage`) is taken out
+    and every other byte goes through as sent. Complete frames pass at once; a frame cut
+    across chunks waits for its end (a client cannot use half a frame). Without `strip`,
+    chunks pass untouched and complete frames mentioning "usage" are parsed.
+    """
+
+    __slots__ = ("strip", "prompt_tokens", "completion_tokens", "_pending")
+
+    def __init__(self, strip: bool) -> None:
+        self.strip = strip
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The bytes to relay for `chunk` (possibly fewer, never reordered)."""
+        data = self._pending + chunk if self._pending else chunk
+        end = 0
+        for match in _FRAME_END.finditer(data):
+            end = match.end()
+        self._pending = data[end:]
+        complete = data[:end]
+        if not self.strip:
+            if b'"usage"' in complete:
+                for frame in _FRAME_END.split(complete):
+                    self._read(frame)
+            return chunk
+        if b'"usage"' not in complete:
+            return complete
+        out = []
+        start = 0
+        for match in _FRAME_END.finditer(complete):
+            frame = complete[start : match.end()]
+            start = match.end()
+            if not self._read(frame):
+                out.append(frame)
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        """Whatever is left of an unfinished last frame (sent as it is; already sent without `strip`)."""
+        rest, self._pending = self._pending, b""
+        return rest if self.strip else b""
+
+    def _read(self, frame: bytes) -> bool:
+        """Take usage from one frame; True when it is a usage-only frame (one that may be kept back)."""
+        start = frame.find(b"data:")
+        if start < 0 or b'"usage"' not in frame:
+            return False
+        try:
+            obj = orjson.loads(frame[start + 5 :].strip())
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(obj, dict):
+            return False
+        usage = obj.get("usage")
+        if not isinstance(usage, dict) or type(usage.get("prompt_tokens")) is not int:
+            return False
+        self.prompt_tokens = usage["prompt_tokens"]
+        completion = usage.get("completion_tokens")
+        self.completion_tokens = completion if type(completion) is int else None
+        return obj.get("choices") == []

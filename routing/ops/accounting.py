@@ -1,6 +1,6 @@
 """After the answer: one usage record, the request metrics, and (via the usage writer) the log line.
 
-Called once per proxied request from routing.gateway.app; only enqueues and bumps
+Called once per proxied request from routing.gateway.app (which fills the `Context`); only enqueues and bumps
 counters, so it costs the request path a few microseconds.
 """
 
@@ -8,17 +8,55 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import TYPE_CHECKING
 
+from routing.config.snapshot import KeySpec
+from routing.core.executor import Outcome
 from routing.ops import metrics, usage
-
-if TYPE_CHECKING:
-    from routing.gateway.app import Context
 
 _perf = time.perf_counter
 
 
+class Context:
+    """What one request learned on its way, for headers, usage record, metrics and log."""
+
+    __slots__ = (
+        "request_id",
+        "started",
+        "endpoint",
+        "key",
+        "requested",
+        "resolved",
+        "outcome",
+        "status",
+        "error_code",
+        "prompt_tokens",
+        "completion_tokens",
+        "ttft_s",
+        "streamed",
+        "disconnected",
+        "upstream_s",
+    )
+
+    def __init__(self, request_id: str, started: float, endpoint: str) -> None:
+        self.request_id = request_id
+        self.started = started
+        self.endpoint = endpoint
+        self.key: KeySpec | None = None
+        self.requested = ""
+        self.resolved = ""
+        self.outcome: Outcome | None = None
+        self.status = 0
+        self.error_code = ""
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.ttft_s: float | None = None
+        self.streamed = False
+        self.disconnected = False
+        self.upstream_s = 0.0
+
+
 def finish(ctx: Context) -> None:
+    """Record one finished request: metrics now, the usage record queued for the writer."""
     elapsed = _perf() - ctx.started
     outcome = ctx.outcome
     link = outcome.link if outcome is not None else None

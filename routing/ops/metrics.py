@@ -14,11 +14,10 @@ configured credentials.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
-
-from routing.ops import dashboard
 
 CIRCUIT_STATE = Gauge(
     "switchboard_circuit_state",
@@ -79,6 +78,11 @@ _circuits: dict[tuple[str, str], Any] = {}
 _observe_overhead = OVERHEAD.observe
 
 
+# Called per served request with (requested model, status, fallback reason); the composition
+# root adds the dashboard's counters.
+request_listeners: list[Callable[[str, int, str | None], None]] = []
+
+
 def observe_request(
     endpoint: str,
     model: str,
@@ -87,7 +91,7 @@ def observe_request(
     overhead_s: float | None,
     fallback_reason: str | None = None,
 ) -> None:
-    """Count one finished request, its gateway overhead, and feed the dashboard counters."""
+    """Count one finished request and its gateway overhead, and tell the request listeners."""
     key = (endpoint, model, model_used, status)
     child = _requests.get(key)
     if child is None:
@@ -97,7 +101,8 @@ def observe_request(
         _observe_overhead(overhead_s)
     if model_used:
         # Per requested model: "how often do requests for this model fail, or fall back".
-        dashboard.note_request(model or model_used, status, fallback_reason)
+        for listener in request_listeners:
+            listener(model or model_used, status, fallback_reason)
 
 
 UNKNOWN_MODEL = "(unknown)"
@@ -121,7 +126,7 @@ def _request_child(endpoint: str, model: str, model_used: str, status: int) -> A
 
 
 class MetricsObserver:
-    """The executor's observer: attempt outcomes and fallbacks, into metrics and the dashboard."""
+    """The executor's observer: attempt outcomes and fallbacks, into metrics."""
 
     __slots__ = ()
 
@@ -139,7 +144,6 @@ class MetricsObserver:
         if child is None:
             child = _fallbacks[key] = FALLBACKS.labels(*key)
         child.inc()
-        dashboard.note_fallback(from_model, to_model, reason)
 
 
 def link_labels(key: tuple[str, ...]) -> tuple[str, str]:
@@ -221,9 +225,3 @@ def install() -> None:
 
     registry.add_listener(on_breaker_change)
     _installed = True
-
-
-try:  # routing.gateway.app imports this module at startup: follow breaker transitions from then on
-    dashboard.install()
-except ImportError:  # pragma: no cover - breaker module missing during development
-    pass

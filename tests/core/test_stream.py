@@ -1,4 +1,4 @@
-"""Stream commit point and relay (CONTRACT R6, R7)."""
+"""Stream commit point and relay (docs/resilience.md#r6, #r7)."""
 
 from __future__ import annotations
 
@@ -266,3 +266,123 @@ async def test_cancelling_the_peek_closes_the_source() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert src.closed
+
+
+# --- the commit point is the first *content* frame (docs/resilience.md#r6) ------------------
+
+ROLE = b'data: {"id":"c1","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+EMPTY_DELTA = b'data: {"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":null}]}\n\n'
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        FRAME1,
+        b'data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"t","function":{"name":"f"}}]}}]}\n\n',
+        b'data: {"choices":[{"delta":{"refusal":"no"}}]}\n\n',
+        b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n',
+    ],
+    ids=["text", "tool_call", "refusal", "finish_reason"],
+)
+async def test_role_only_and_empty_chunks_are_held_until_the_first_content_frame(content: bytes) -> None:
+    chunks = [ROLE, b": keep-alive\n\n", EMPTY_DELTA, content, DONE]
+    src = Source(*chunks)
+    stream = await opened(src)
+    assert stream.first == b"".join(chunks[:4])  # the held preamble goes out first, byte-identical
+    assert b"".join(await collect(stream)) == b"".join(chunks)
+
+
+async def test_failure_after_the_role_chunk_is_before_the_commit() -> None:
+    src = Source(ROLE, ConnectionResetError("reset"))
+    with pytest.raises(UpstreamFailure) as exc:
+        await opened(src)
+    assert exc.value.kind is K.STREAM_ERROR and exc.value.is_retryable
+    assert src.closed
+
+
+async def test_end_after_the_role_chunk_is_an_empty_stream() -> None:
+    for tail in (DONE, None):
+        src = Source(ROLE, *([tail] if tail else []))
+        with pytest.raises(UpstreamFailure) as exc:
+            await opened(src)
+        assert exc.value.kind is K.EMPTY_STREAM
+
+
+async def test_first_token_timeout_runs_until_the_first_content_frame() -> None:
+    src = Source(ROLE, EMPTY_DELTA, HANG)
+    with pytest.raises(UpstreamFailure) as exc:
+        await asyncio.wait_for(opened(src, first_token_s=0.02), 5)
+    assert exc.value.kind is K.FIRST_TOKEN_TIMEOUT
+    assert src.closed
+
+
+async def test_a_preamble_of_more_than_16_frames_commits_anyway() -> None:
+    preamble = [EMPTY_DELTA] * 16
+    src = Source(*preamble, EMPTY_DELTA, FRAME1, DONE)
+    stream = await opened(src)
+    assert stream.first == b"".join(preamble) + EMPTY_DELTA  # committed on the 17th frame, before any content
+    assert b"".join(await collect(stream)) == b"".join([*preamble, EMPTY_DELTA, FRAME1, DONE])
+
+
+async def test_a_preamble_over_64_kib_commits_anyway() -> None:
+    big = b": " + b"x" * (64 * 1024) + b"\n\n"
+    src = Source(ROLE, big, FRAME1, DONE)
+    stream = await opened(src)
+    assert stream.first == ROLE + big
+    assert b"".join(await collect(stream)) == ROLE + big + FRAME1 + DONE
+
+
+async def test_data_that_is_not_an_openai_chunk_commits_as_before() -> None:
+    frame = b'data: {"type":"message_start","message":{}}\n\n'
+    stream = await opened(Source(frame, DONE))
+    assert stream.first == frame
+
+
+# --- usage on every stream: the tap (docs/metrics.md#usage-records) -------------------------
+
+USAGE = b'data: {"id":"c1","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":7,"total_tokens":19}}\n\n'
+FINISH = b'data: {"id":"c1","choices":[{"delta":{},"finish_reason":"stop"}]}\n\n'
+
+
+def tapped(tap, chunks: list[bytes]) -> bytes:
+    return b"".join(tap.feed(c) for c in chunks) + tap.flush()
+
+
+def test_the_tap_keeps_back_only_the_usage_frame_it_asked_for() -> None:
+    from routing.core.stream import UsageTap
+
+    tap = UsageTap(strip=True)
+    stream = ROLE + FRAME1 + FINISH + USAGE + DONE
+    cuts = [stream[:7], stream[7:150], stream[150:151], stream[151:-20], stream[-20:]]  # frames cut anywhere
+    assert tapped(tap, cuts) == ROLE + FRAME1 + FINISH + DONE
+    assert (tap.prompt_tokens, tap.completion_tokens) == (12, 7)
+
+
+def test_the_tap_passes_everything_when_the_client_asked_for_usage() -> None:
+    from routing.core.stream import UsageTap
+
+    tap = UsageTap(strip=False)
+    chunks = [ROLE + FRAME1, FINISH + USAGE[:30], USAGE[30:] + DONE]
+    out = [tap.feed(c) for c in chunks]
+    assert out == chunks  # untouched, chunk for chunk
+    assert (tap.prompt_tokens, tap.completion_tokens) == (12, 7)
+
+
+def test_the_tap_keeps_a_finish_frame_that_carries_usage_and_crlf_frames() -> None:
+    from routing.core.stream import UsageTap
+
+    tap = UsageTap(strip=True)
+    finish_with_usage = b'data: {"choices":[{"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":2}}\r\n\r\n'
+    crlf = FRAME1.replace(b"\n\n", b"\r\n\r\n")
+    assert tapped(tap, [crlf, finish_with_usage, b"data: [DONE]\r\n\r\n"]) == (
+        crlf + finish_with_usage + b"data: [DONE]\r\n\r\n"
+    )
+    assert (tap.prompt_tokens, tap.completion_tokens) == (3, 2)
+
+
+def test_an_unfinished_last_frame_is_flushed_as_sent() -> None:
+    from routing.core.stream import UsageTap
+
+    tap = UsageTap(strip=True)
+    assert tap.feed(FRAME1 + b'data: {"partial"') == FRAME1
+    assert tap.flush() == b'data: {"partial"'

@@ -188,7 +188,7 @@ def test_after_cooldown_exactly_one_probe_reaches_the_upstream_under_concurrency
 
 
 def test_stream_missing_done_relays_frames_then_one_terminal_error_frame(client, mock_upstream):
-    mock_upstream.script("up-nodone", [], then={"status": 200, "frames": 2, "no_done": True})
+    mock_upstream.script("up-nodone", [], then={"status": 200, "frames": 2, "no_done": True, "role_chunk": False})
     with pytest.raises(openai.APIError) as excinfo:
         chunks = []
         for chunk in client.chat.completions.create(

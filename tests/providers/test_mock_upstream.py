@@ -105,11 +105,22 @@ async def test_stream_shapes(mock, client):
         r = await client.post(mock.root + "/v1/chat/completions", json={"model": "m1", "stream": True})
         bodies.append((r.status, r.headers.get("Content-Type", ""), await r.read()))
     assert bodies[0][:2] == (200, "text/event-stream") and bodies[0][2] == b""
-    assert bodies[1][2].count(b"chat.completion.chunk") == 3 and b"[DONE]" not in bodies[1][2]
-    assert bodies[2][2].count(b"chat.completion.chunk") == 2 and bodies[2][2].endswith(b"data: [DONE]\n\n")
+    # role-only first chunk + the content frames + the final finish_reason chunk
+    assert bodies[1][2].count(b"chat.completion.chunk") == 4 and b"[DONE]" not in bodies[1][2]
+    assert bodies[2][2].count(b"chat.completion.chunk") == 3 and bodies[2][2].endswith(b"data: [DONE]\n\n")
     assert bodies[3][0] == 200
     with pytest.raises(orjson.JSONDecodeError):
         orjson.loads(bodies[3][2])
+
+
+async def test_streams_open_with_the_role_only_chunk_real_servers_send(mock, client):
+    await client.post(mock.root + "/_control/script", json={"model": "m1", "steps": [{}, {"role_chunk": False}]})
+    first = await (await client.post(mock.root + "/v1/chat/completions", json={"model": "m1", "stream": True})).read()
+    frames = [orjson.loads(f[6:]) for f in first.split(b"\n\n") if f.startswith(b"data: {")]
+    assert frames[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert frames[1]["choices"][0]["delta"] == {"content": "tok0 "}
+    plain = await (await client.post(mock.root + "/v1/chat/completions", json={"model": "m1", "stream": True})).read()
+    assert b'"role"' not in plain and plain.startswith(b'data: {"id":"chatcmpl-mock"')
 
 
 async def test_break_after_drops_the_connection_mid_stream(mock, client):

@@ -177,6 +177,7 @@ async def test_stream_broken_mid_body_raises_stream_error(mock, transport):
 
 
 async def test_full_stream_arrives_and_ends_with_done(mock, transport):
+    mock.state.model("m1").steps.append({"role_chunk": False})
     resp = await post(transport, mock, STREAM)
     raw = b"".join([c async for c in resp.iter_chunks()])
     assert raw.endswith(b"data: [DONE]\n\n")

@@ -27,6 +27,21 @@ from gateway_project.servers import DEFAULT, SERVERS, command
 DEMO_FILE = Path(__file__).resolve().parents[2] / "fixtures" / "demo.yaml"
 
 
+def _models_lines(document: dict[str, Any]) -> str:
+    """The demo's models (with their fallbacks) and aliases, as the banner lists them."""
+    models = document.get("models", [])
+    width = max((len(m["id"]) for m in models), default=0)
+    lines = ["  models"]
+    for model in models:
+        fallbacks = model.get("fallbacks") or []
+        then = f"  → falls back to {', '.join(fallbacks)}" if fallbacks else ""
+        lines.append(f"    {model['id']:<{width}}  {', '.join(model.get('capabilities', []))}{then}")
+    aliases = document.get("aliases") or {}
+    if aliases:
+        lines.append("  aliases    " + ", ".join(f"{name} → {target}" for name, target in aliases.items()))
+    return "\n".join(lines)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -50,7 +65,8 @@ class Command(BaseCommand):
         mock = self._start_mock(options["mock_port"])
         os.environ.setdefault("SWITCHBOARD_UPSTREAM_DEMO", "demo-upstream-key")
         demo_yaml = DEMO_FILE.read_text().replace("127.0.0.1:9001", f"127.0.0.1:{options['mock_port']}")
-        import_document(load_yaml(demo_yaml))
+        demo_document = load_yaml(demo_yaml)
+        import_document(demo_document)
         self._script_flaky(options["mock_port"])
 
         password = os.environ.get("DEMO_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
@@ -73,12 +89,13 @@ Switchboard demo
   admin      {base}/admin/   user: admin   password: {password}
   dashboard  {base}/dashboard/
   API key    {key}
-
-Try:
-  curl -s {base}/v1/chat/completions -H "Authorization: Bearer {key}" \\
+{_models_lines(demo_document)}
+Try (the README's examples use $KEY):
+  export KEY={key}
+  curl -s {base}/v1/chat/completions -H "Authorization: Bearer $KEY" \\
        -H "Content-Type: application/json" -d '{{"model": "fast", "messages": [{{"role": "user", "content": "Hello"}}]}}'
   # "flaky" always fails upstream: watch it fall back, then its breaker open
-  curl -si {base}/v1/chat/completions -H "Authorization: Bearer {key}" \\
+  curl -si {base}/v1/chat/completions -H "Authorization: Bearer $KEY" \\
        -H "Content-Type: application/json" -d '{{"model": "flaky", "messages": [{{"role": "user", "content": "Hi"}}]}}'
 """
         )

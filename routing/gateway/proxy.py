@@ -1,0 +1,188 @@
+"""Proxying a request over its chain: once, idempotent, or streamed (docs/resilience.md).
+
+Each mode hands the executor an `attempt(link, deadline)` that makes one upstream
+call through the link's dialect; the executor carries retries, breakers and
+fallbacks. The answer is relayed as bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from typing import Any
+
+from policies.idempotency import REPLAY_HEADER, store
+from providers.dialects import get_dialect
+from providers.transport import transport
+from routing.config.snapshot import OrgSpec, Snapshot
+from routing.core.errors import FailureKind, GatewayError, UpstreamFailure, failure_from_response
+from routing.core.executor import Executor, Link
+from routing.core.stream import UsageTap, open_stream
+from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
+from routing.ops.accounting import Context
+
+_monotonic = time.monotonic
+_perf = time.perf_counter
+
+
+async def proxy_once(
+    executor: Executor, ctx: Context, snap: Snapshot, kind: str, body: dict, links: list[Link], deadline: float
+) -> tuple[int, Headers, bytes]:
+    """Run the chain for a non-streaming call; return (status, headers, body) or raise GatewayError."""
+
+    async def attempt(link: Link, deadline: float) -> Any:
+        dialect, prepared, _, data, _ = await call_upstream(link, kind, body, False, deadline)
+        return dialect.parse_response(kind, data, link.model, prepared.context)
+
+    outcome = await executor.run(links, attempt, snap.resilience, deadline)
+    ctx.outcome = outcome
+    if outcome.error is not None:
+        raise outcome.error
+    parsed = outcome.result
+    ctx.status = 200
+    ctx.prompt_tokens, ctx.completion_tokens = parsed.usage
+    return 200, answer_headers(ctx, [JSON]), parsed.body
+
+
+async def proxy_idempotent(
+    executor: Executor,
+    ctx: Context,
+    snap: Snapshot,
+    org: OrgSpec,
+    kind: str,
+    body: dict,
+    raw: bytes,
+    links: list[Link],
+    deadline: float,
+    send: Send,
+    key: str,
+) -> None:
+    """Replay the stored answer of an Idempotency-Key, or make the call once and store it."""
+    claim = await store.begin(org.name, key, hashlib.sha256(raw).hexdigest())
+    if claim.conflict:
+        raise GatewayError(
+            409,
+            "idempotency_key_reused",
+            "This Idempotency-Key was already used with a different request body; use a new key for a new request.",
+        )
+    if claim.replay is not None:
+        status, headers, payload = claim.replay
+        ctx.status = status
+        await send_response(
+            send,
+            status,
+            payload,
+            [*headers, (REPLAY_HEADER.lower().encode(), b"true"), (b"x-request-id", ctx.request_id.encode())],
+        )
+        return
+    try:
+        status, headers, payload = await proxy_once(executor, ctx, snap, kind, body, links, deadline)
+    except BaseException:
+        store.release(claim)
+        raise
+    store.complete(claim, status, [h for h in headers if h[0] != b"x-request-id"], payload)
+    await send_response(send, status, payload, headers)
+
+
+async def proxy_stream(
+    executor: Executor,
+    ctx: Context,
+    snap: Snapshot,
+    kind: str,
+    body: dict,
+    links: list[Link],
+    deadline: float,
+    send: Send,
+) -> None:
+    """Run the chain until a stream commits, then relay it byte-identical.
+
+    Clients that did not ask for `stream_options.include_usage` still get their tokens
+    recorded: the gateway asks upstreams that support it and keeps that one frame back.
+    """
+    options = body.get("stream_options")
+    client_asked = isinstance(options, dict) and options.get("include_usage") is True
+    with_usage = body if client_asked else {**body, "stream_options": {**(options or {}), "include_usage": True}}
+
+    async def attempt(link: Link, deadline: float) -> Any:
+        model = link.model
+        timeouts = model.timeouts
+        send_body = with_usage if get_dialect(model.provider.dialect).stream_usage_option else body
+        dialect, _, response, _, phase_end = await call_upstream(link, kind, send_body, True, deadline)
+        try:
+            committed = await open_stream(
+                dialect.translate_stream(response.iter_chunks(), model),
+                max(0.0, phase_end - _monotonic()),
+                timeouts.stream_idle_ms / 1000.0,
+                deadline,
+            )
+        except BaseException:
+            await response.close()
+            raise
+        return committed, response
+
+    outcome = await executor.run(links, attempt, snap.resilience, deadline)
+    ctx.outcome = outcome
+    if outcome.error is not None:
+        raise outcome.error
+    committed, response = outcome.result
+    ctx.status = 200
+    ctx.ttft_s = _perf() - ctx.started
+    tap = UsageTap(strip=not client_asked)
+    try:
+        await send({"type": "http.response.start", "status": 200, "headers": answer_headers(ctx, list(SSE_HEADERS))})
+        async for chunk in committed.relay():
+            out = tap.feed(chunk)
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+        await send({"type": "http.response.body", "body": tap.flush(), "more_body": False})
+    finally:
+        ctx.prompt_tokens, ctx.completion_tokens = tap.prompt_tokens, tap.completion_tokens
+        await committed.aclose()
+        await response.close()
+
+
+async def call_upstream(
+    link: Link, kind: str, body: dict, stream: bool, deadline: float
+) -> tuple[Any, Any, Any, bytes | None, float]:
+    """One upstream try under the first-token timeout (capped by the total deadline).
+
+    Non-streaming: the whole answer must arrive within the phase, and is returned read.
+    Streaming: the phase covers the status line here; the first frame is awaited by the
+    caller until `phase_end`. A non-2xx answer is read and raised as its classified failure.
+    Returns (dialect, prepared request, response, body or None, phase_end).
+    """
+    model = link.model
+    dialect = get_dialect(model.provider.dialect)
+    prepared = dialect.build_request(kind, body, model, link.base_url, link.api_key, stream)
+    timeouts = model.timeouts
+    phase = timeouts.first_token_ms / 1000.0
+    started = _monotonic()
+    remaining = deadline - started
+    data = None
+    try:
+        async with asyncio.timeout(min(phase, remaining)):
+            response = await transport.send(
+                model.provider,
+                prepared.method,
+                prepared.url,
+                prepared.headers,
+                prepared.body,
+                timeouts.connect_ms / 1000.0,
+            )
+            ok = 200 <= response.status < 300
+            if not (stream and ok):
+                try:
+                    data = await response.read()
+                finally:
+                    await response.close()
+    except TimeoutError:
+        if phase < remaining:
+            what = "first token" if stream else "complete answer"
+            raise UpstreamFailure(
+                FailureKind.FIRST_TOKEN_TIMEOUT, f"no {what} from {model.id} within {timeouts.first_token_ms} ms"
+            ) from None
+        raise
+    if not ok:
+        raise failure_from_response(response.status, response.headers, data or b"")
+    return dialect, prepared, response, data, started + phase

@@ -1,0 +1,143 @@
+"""The composition root: the one place that builds a serving process's parts and connects them.
+
+Nothing is built at import time. `process()` builds the executor with its
+observer and installs every listener (breaker transitions into metrics and the
+dashboard, snapshot swaps into the breaker registry, reload counts into
+metrics, probe results into the dashboard); `start()` does that and, once a
+loop runs, starts the background tasks. The request path calls `start()` once
+per request: a single check after the first call. See docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from providers import health
+from providers.transport import transport
+from routing.config import live
+from routing.core.breaker import registry as breakers
+from routing.core.executor import Executor
+from routing.core.retry_budget import budgets
+from routing.ops import background, dashboard, metrics, usage
+from routing.plan.chain import breaker_keys
+
+log = logging.getLogger("switchboard")
+
+
+@dataclass
+class Process:
+    """What one serving process is made of."""
+
+    executor: Executor
+    tasks: list[asyncio.Task] = field(default_factory=list)
+    started: bool = False
+
+
+_process: Process | None = None
+_background = True
+
+
+def process() -> Process:
+    """The process's parts, built and connected on first use."""
+    global _process
+    if _process is None:
+        _process = _build()
+    return _process
+
+
+def _build() -> Process:
+    executor = Executor(breakers, budgets, observer=_Observer())
+    dashboard.install()  # breaker transitions into the dashboard feed and the circuit metric
+    metrics.request_listeners.append(dashboard.note_request)
+    live.swap_listeners.append(_retain_breakers)
+    live.reload_listeners.append(metrics.config_reloaded)
+    live.degraded_listeners.append(metrics.set_degraded_gauge)
+    for component, flag in live.degraded.items():  # booted degraded before the wiring (last good file)
+        metrics.set_degraded_gauge(component, flag)
+    health.change_listeners.append(dashboard.note_probe)
+    # The snapshot may already be in place (booted before the wiring): keep its breakers.
+    _retain_breakers(live.current())
+    return Process(executor)
+
+
+class _Observer(metrics.MetricsObserver):
+    """The executor's observer: attempts into metrics; fallbacks into metrics and the dashboard feed."""
+
+    __slots__ = ()
+
+    def fallback(self, from_model: str, to_model: str, reason: str) -> None:
+        super().fallback(from_model, to_model, reason)
+        dashboard.note_fallback(from_model, to_model, reason)
+
+
+def _retain_breakers(snapshot: live.Snapshot) -> None:
+    breakers.retain(breaker_keys(snapshot))
+
+
+def disable_background() -> None:
+    """Never start background tasks in this process (in-process tests drive the request path alone)."""
+    global _background
+    _background = False
+
+
+def start() -> Process:
+    """The process's parts, with its background tasks started on the running loop (once)."""
+    proc = _process
+    if proc is not None and proc.started:
+        return proc
+    proc = process()
+    proc.started = True
+    if _background:
+        _close_upstreams_on_reactor_shutdown()
+        for name, func in (
+            ("config-listener", background.config_listener),
+            ("config-poller", background.config_poller),
+            ("usage-writer", usage.run_writer),
+            ("dashboard-controls", dashboard.control_listener),
+            ("dashboard-broadcaster", dashboard.run_broadcaster),
+            ("health-prober", health.run_prober),
+        ):
+            proc.tasks.append(_spawn(name, func))
+    return proc
+
+
+def _spawn(name: str, func: Callable[[], Awaitable[None]]) -> asyncio.Task:
+    async def guarded() -> None:
+        delay = 0.5
+        while True:
+            try:
+                await func()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a background task must never die for good
+                log.exception("background task %s failed; restarting in %.1fs", name, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    return asyncio.get_running_loop().create_task(guarded(), name=f"switchboard:{name}")
+
+
+async def shutdown() -> None:
+    """Stop tasks, flush usage records and close upstream pools (lifespan shutdown)."""
+    if _process is not None:
+        for task in _process.tasks:
+            task.cancel()
+    await asyncio.get_running_loop().run_in_executor(None, usage.shutdown)
+    await transport.aclose()
+
+
+def _close_upstreams_on_reactor_shutdown() -> None:
+    """daphne runs on Twisted and sends no lifespan: close the pools when its reactor stops."""
+    if "twisted.internet.reactor" not in sys.modules:
+        return
+    from twisted.internet import defer, reactor
+
+    def close() -> defer.Deferred:
+        return defer.Deferred.fromFuture(asyncio.ensure_future(transport.aclose()))
+
+    reactor.addSystemEventTrigger("before", "shutdown", close)
