@@ -99,4 +99,4 @@ def test_a_stream_whose_client_did_not_ask_for_usage_is_recorded_with_tokens_and
     wait_for(lambda: streamed_row() is not None, 10, "the stream's usage record")
     row = streamed_row()
     assert (row["prompt_tokens"], row["completion_tokens"]) == (PROMPT_TOKENS, COMPLETION_TOKENS)
-    assert row["cost"] == pytest.approx((PROMPT_TOKENS * 2.5 + COMPLETION_TOKENS * 10) / 1_000_000)
+    assert float(row["cost"]) == pytest.approx((PROMPT_TOKENS * 2.5 + COMPLETION_TOKENS * 10) / 1_000_000)
