@@ -50,6 +50,7 @@ from routing.ops.usage.spool import (
     _spool_pid,
     dumps_line,
     read_rows,
+    sync_files,
     unlink_quietly,
 )
 from routing.ops.usage.writer import _DaemonWorker, _Poison, db_insert
@@ -101,6 +102,7 @@ class UsageSink:
         self._fsync_s = fsync_s
         self.journal_enabled = journal
         self._unsealed: list[int | None] = []
+        self._synced: set[Path] = set()  # rotated journal files already fsynced (during an outage)
 
     # ------------------------------------------------------------------ settings
 
@@ -165,7 +167,7 @@ class UsageSink:
             self._staged.clear()
             files, self._journal_files = self._journal_files, []
         self._journal.seal(fd)
-        unlink_quietly([*files, *([path] if path else [])])
+        self._remove([*files, *([path] if path else [])])
         return dropped
 
     def backlog(self) -> int:
@@ -201,6 +203,11 @@ class UsageSink:
             except Exception:  # noqa: BLE001 - a log failure must not lose the record
                 pass
         return taken
+
+    def _remove(self, files: list[Path]) -> None:
+        """Delete journal files whose rows are committed or spooled."""
+        unlink_quietly(files)
+        self._synced.difference_update(files)
 
     def _seal(self) -> None:
         """fsync and close rotated journal files (outside _mem_lock: the request path must not wait)."""
@@ -301,6 +308,10 @@ class UsageSink:
         for i in range(0, len(todo), size):
             chunk = todo[i : i + size]
             if not self._write(chunk):
+                with self._mem_lock:
+                    unsynced = [p for p in self._journal_files if p not in self._synced]
+                    self._synced.update(unsynced)
+                sync_files(unsynced)  # held through the outage: make them survive a power loss too
                 return False
             with self._mem_lock:
                 if self._staged is not staged:  # spilled meanwhile: the spool file has them
@@ -309,7 +320,7 @@ class UsageSink:
                 done = [] if staged else self._journal_files
                 if not staged:
                     self._journal_files = []
-            unlink_quietly(done)  # their rows are committed
+            self._remove(done)  # their rows are committed
         return True
 
     def flush_now(self) -> bool:
@@ -326,7 +337,7 @@ class UsageSink:
             files, self._journal_files = self._journal_files, []
         self._seal()
         if not rows:
-            unlink_quietly(files)
+            self._remove(files)
             return 0
         try:
             self._write_spool(rows)
@@ -336,7 +347,7 @@ class UsageSink:
                 self._journal_files[:0] = files
             log.exception("cannot write usage spool file in %s; %d records stay in memory", self.spool_dir, len(rows))
             return 0
-        unlink_quietly(files)  # the fsynced spool file has their rows now
+        self._remove(files)  # the fsynced spool file has their rows now
         return len(rows)
 
     def _write_spool(self, rows: list[Row]) -> Path:

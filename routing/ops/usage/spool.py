@@ -177,15 +177,14 @@ class Journal:
         return fd, path
 
     def seal(self, fd: int | None) -> None:
-        """fsync and close a rotated file (outside the append lock: fsync can take milliseconds)."""
+        """Close a rotated file. No fsync: its rows are on their way to the database; if the
+        database refuses them, `sync_files` makes them durable then (off the request path)."""
         if fd is None:
             return
         try:
-            os.fsync(fd)
+            os.close(fd)
         except OSError:
             pass
-        finally:
-            os.close(fd)
 
     def fsync(self, dup: Callable[[], int | None]) -> None:
         """fsync the current file; `dup` returns a duplicate of its fd taken under the append lock."""
@@ -209,6 +208,21 @@ class Journal:
             return os.dup(self._fd)
         except OSError:
             return None
+
+
+def sync_files(paths: Iterable[Path]) -> None:
+    """fsync rotated journal files whose rows the database could not take (the power-loss bound)."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def unlink_quietly(paths: Iterable[Path]) -> None:
