@@ -41,7 +41,11 @@ def make_document(models: int, links: int | None = None, orgs: int | None = None
     if links > models // 2:
         raise ValueError("at most one link per two models (each link has its own target)")
     providers = [
-        {"name": f"prov-{p}", "base_url": f"http://127.0.0.1:{9100 + p}/v1", "api_key_env": f"PROV_{p}_KEY"}
+        {
+            "name": f"prov-{p}",
+            "base_url": f"http://127.0.0.1:{9100 + p}/v1",
+            "api_key_env": f"SWITCHBOARD_UPSTREAM_PROV_{p}_KEY",
+        }
         for p in range(10)
     ]
     model_list: list[dict[str, Any]] = []

@@ -13,6 +13,8 @@ import sys
 APP = "gateway_project.asgi:application"
 SERVERS = ("uvicorn", "daphne")
 DEFAULT = "uvicorn"
+# httptools with header limits (431 above them): docs/security.md#header-limits
+HTTP_PROTOCOL = "gateway_project.http_limits:LimitedHttpToolsProtocol"
 
 
 def command(server: str, host: str, port: int) -> list[str]:
@@ -20,7 +22,7 @@ def command(server: str, host: str, port: int) -> list[str]:
     if server == "uvicorn":
         return [
             sys.executable, "-m", "uvicorn", APP, "--host", host, "--port", str(port),
-            "--loop", "uvloop", "--http", "httptools", "--ws", "wsproto",
+            "--loop", "uvloop", "--http", HTTP_PROTOCOL, "--ws", "wsproto",
             "--lifespan", "on", "--no-access-log", "--timeout-graceful-shutdown", "10",
         ]  # fmt: skip
     if server == "daphne":

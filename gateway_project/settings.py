@@ -74,6 +74,20 @@ SWITCHBOARD_IDEMPOTENCY_TTL_S = env.int("SWITCHBOARD_IDEMPOTENCY_TTL_S", default
 # Validate the routing configuration when the ASGI app is built (refuse to start on errors).
 SWITCHBOARD_VALIDATE_ON_BOOT = env.bool("SWITCHBOARD_VALIDATE_ON_BOOT", default=True)
 
+# Secrets (docs/security.md#secrets): configuration may name only environment variables
+# with this prefix, or listed here (comma-separated), as upstream keys.
+SWITCHBOARD_SECRET_ENV_PREFIX = env.str("SWITCHBOARD_SECRET_ENV_PREFIX", default="SWITCHBOARD_UPSTREAM_")
+SWITCHBOARD_SECRET_ENV_ALLOW = env.str("SWITCHBOARD_SECRET_ENV_ALLOW", default="")
+# Fernet key that encrypts upstream keys stored in the database (empty: storing keys is off).
+SWITCHBOARD_FERNET_KEY = env.str("SWITCHBOARD_FERNET_KEY", default="")
+# Header limits of the uvicorn + httptools server (docs/security.md#header-limits): 431 above them.
+SWITCHBOARD_MAX_HEADER_BYTES = env.int("SWITCHBOARD_MAX_HEADER_BYTES", default=64 * 1024)
+SWITCHBOARD_MAX_HEADERS = env.int("SWITCHBOARD_MAX_HEADERS", default=100)
+# Timeout of calls to Redis off the request path (config broadcast on save, dashboard publish).
+SWITCHBOARD_SHARED_TIMEOUT_S = env.float("SWITCHBOARD_SHARED_TIMEOUT_S", default=1.0)
+# How often the usage spool file is fsynced (bound of records lost to a power loss).
+SWITCHBOARD_USAGE_FSYNC_S = env.float("SWITCHBOARD_USAGE_FSYNC_S", default=1.0)
+
 # Django -----------------------------------------------------------------------
 INSTALLED_APPS = [
     "daphne",

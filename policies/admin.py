@@ -24,6 +24,7 @@ from routing.config.document import child_item
 from routing.config.schema import AGENT, CREDENTIAL, POLICY
 from routing.config.store import find_org
 from routing.config.validation import add_form_validators
+from routing.ops.admin_keys import apply_stored_key, clear_field, key_field, setup_key_fields
 
 Edit = Callable[[dict[str, Any]], None]
 CHAIN_WIDGET = forms.TextInput(attrs={"size": 30, "placeholder": '["chat-b"]; [] = no fallback'})
@@ -138,11 +139,29 @@ class PolicyInline(OrgChildInline):
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
 
+class CredentialInlineForm(forms.ModelForm):
+    api_key = key_field()
+    clear_api_key = clear_field()
+
+    class Meta:
+        model = OrgCredential
+        fields = "__all__"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        setup_key_fields(self)
+
+    def save(self, commit: bool = True) -> OrgCredential:
+        apply_stored_key(self, self.instance)
+        return super().save(commit)
+
+
 class CredentialInline(OrgChildInline):
     model = OrgCredential
+    form = CredentialInlineForm
     formset = CredentialFormSet
     related = ("org", "provider")
-    fields = ["provider", "api_key_env", "base_url"]
+    fields = ["provider", "api_key_env", "api_key", "clear_api_key", "base_url"]
     extra = 0
 
 
@@ -233,10 +252,20 @@ class PolicyForm(OrgChildForm):
 
 class CredentialForm(OrgChildForm):
     kind = "credentials"
+    api_key = key_field()
+    clear_api_key = clear_field()
 
     class Meta:
         model = OrgCredential
         fields = "__all__"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        setup_key_fields(self)
+
+    def save(self, commit: bool = True) -> OrgCredential:
+        apply_stored_key(self, self.instance)
+        return super().save(commit)
 
 
 @admin.register(Agent)

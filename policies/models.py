@@ -85,6 +85,8 @@ class OrgCredential(models.Model):
     org = models.ForeignKey(Org, on_delete=models.CASCADE, related_name="credentials")
     provider = models.ForeignKey(Provider, on_delete=models.CASCADE, related_name="org_credentials")
     api_key_env = models.CharField(max_length=128, blank=True, help_text="Environment variable holding the org's key.")
+    # Fernet ciphertext of a key entered in the admin (SWITCHBOARD_FERNET_KEY); never the key itself.
+    api_key_encrypted = models.TextField(blank=True, default="", editable=False)
     base_url = models.CharField(max_length=500, blank=True, help_text="http(s) URL; empty keeps the provider's.")
 
     class Meta:

@@ -21,6 +21,7 @@ from routing.config.schema import MODEL, PROVIDER, TIMEOUTS
 from routing.config.store import rename_references, replace_item
 from routing.config.validation import add_form_validators
 from routing.core.kinds import ENDPOINT_KINDS
+from routing.ops.admin_keys import apply_stored_key, clear_field, key_field, setup_key_fields
 
 Edit = Callable[[dict[str, Any]], None]
 TIMEOUT_FIELDS = TIMEOUTS
@@ -34,12 +35,16 @@ def _old(model: type, pk: int | None, field: str) -> str | None:
 
 
 class ProviderForm(DocumentCheckedForm):
+    api_key = key_field()
+    clear_api_key = clear_field()
+
     class Meta:
         model = Provider
         fields = "__all__"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        setup_key_fields(self)
         add_form_validators(self, PROVIDER)
 
     def document_edit(self, obj: Provider) -> tuple[Edit, str]:
@@ -51,6 +56,10 @@ class ProviderForm(DocumentCheckedForm):
 
         return edit, f"providers[{obj.name}]"
 
+    def save(self, commit: bool = True) -> Provider:
+        apply_stored_key(self, self.instance)
+        return super().save(commit)
+
 
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
@@ -59,7 +68,7 @@ class ProviderAdmin(admin.ModelAdmin):
     list_filter = ["dialect", "health_probe_enabled"]
     search_fields = ["name", "base_url"]
     fieldsets = [
-        (None, {"fields": ["name", "dialect", "base_url", "api_key_env"]}),
+        (None, {"fields": ["name", "dialect", "base_url", "api_key_env", "api_key", "clear_api_key"]}),
         ("Timeout overrides (empty: global default)", {"fields": list(TIMEOUT_FIELDS)}),
         ("Health", {"fields": ["health_check_path", "health_probe_enabled"]}),
     ]

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import orjson
 
+from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec, Snapshot
 from routing.ops import metrics
 
@@ -80,10 +81,12 @@ async def probe_provider(
     try:
         response = await client.get(url, headers=health_headers(provider), timeout=timeout_s)
     except httpx.TimeoutException:
-        return ProbeResult(provider.name, DOWN, None, _now_iso(), f"no answer from {url} within {timeout_s:g}s")
+        return ProbeResult(
+            provider.name, DOWN, None, _now_iso(), f"no answer from {redact_url(url)} within {timeout_s:g}s"
+        )
     except httpx.HTTPError as exc:
         reason = str(exc) or type(exc).__name__
-        return ProbeResult(provider.name, DOWN, None, _now_iso(), f"cannot reach {url}: {reason}")
+        return ProbeResult(provider.name, DOWN, None, _now_iso(), f"cannot reach {redact_url(url)}: {reason}")
     latency_ms = round((time.perf_counter() - started) * 1000, 2)
     status = response.status_code
     if 200 <= status < 300:
@@ -92,7 +95,7 @@ async def probe_provider(
         env = provider.api_key_env or "api_key_env"
         detail = f"HTTP {status}: reachable, but the provider refused the credentials; check {env}"
     else:
-        detail = f"HTTP {status} from {url}"
+        detail = f"HTTP {status} from {redact_url(url)}"
     return ProbeResult(provider.name, DOWN, latency_ms, _now_iso(), detail)
 
 

@@ -22,8 +22,10 @@ class Provider(models.Model):
     api_key_env = models.CharField(
         max_length=128,
         blank=True,
-        help_text="Name of the environment variable holding the API key. The secret itself is never stored.",
+        help_text="Name of the environment variable holding the API key (SWITCHBOARD_UPSTREAM_*).",
     )
+    # Fernet ciphertext of a key entered in the admin (SWITCHBOARD_FERNET_KEY); never the key itself.
+    api_key_encrypted = models.TextField(blank=True, default="", editable=False)
     connect_timeout_ms = models.PositiveIntegerField(
         null=True, blank=True, help_text="Overrides the global default; gives this provider its own connection pool."
     )

@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec
 from routing.core.errors import FailureKind, UpstreamFailure
 
@@ -193,7 +194,7 @@ class Transport:
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamFailure(
                 FailureKind.CONNECT_ERROR,
-                f"could not reach provider {provider.name!r} at {url}: {_describe(exc)}",
+                f"could not reach provider {provider.name!r} at {redact_url(url)}: {_describe(exc)}",
             ) from exc
         return UpstreamResponse(resp)
 

@@ -8,6 +8,15 @@ import pytest
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _spool_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """In-process tests write usage journals and the last good configuration somewhere of
+    their own, never into the working tree's var/ (the e2e servers get their own dirs)."""
+    from django.conf import settings
+
+    settings.SWITCHBOARD_USAGE_SPOOL_DIR = str(tmp_path_factory.mktemp("spool"))
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _no_background_tasks_in_process() -> Iterator[None]:
     """In-process tests call the ASGI handler directly; the per-process background tasks
     (usage writer, config listener, prober) run in the real servers of tests/e2e."""

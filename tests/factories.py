@@ -33,8 +33,18 @@ def document(
     return {
         "resilience": resilience or {},
         "providers": [
-            {"name": "p1", "dialect": "openai", "base_url": "http://127.0.0.1:9001/v1", "api_key_env": "P1_KEY"},
-            {"name": "p2", "dialect": "openai", "base_url": "http://127.0.0.1:9002/v1", "api_key_env": "P2_KEY"},
+            {
+                "name": "p1",
+                "dialect": "openai",
+                "base_url": "http://127.0.0.1:9001/v1",
+                "api_key_env": "SWITCHBOARD_UPSTREAM_P1",
+            },
+            {
+                "name": "p2",
+                "dialect": "openai",
+                "base_url": "http://127.0.0.1:9002/v1",
+                "api_key_env": "SWITCHBOARD_UPSTREAM_P2",
+            },
         ],
         "models": copy.deepcopy(
             models if models is not None else [model("chat-a", fallbacks=["chat-b"]), model("chat-b", provider="p2")]
@@ -44,7 +54,11 @@ def document(
     }
 
 
-ENV = {"P1_KEY": "platform-1", "P2_KEY": "platform-2", "ACME_KEY": "acme-own"}
+ENV = {
+    "SWITCHBOARD_UPSTREAM_P1": "platform-1",
+    "SWITCHBOARD_UPSTREAM_P2": "platform-2",
+    "SWITCHBOARD_UPSTREAM_ACME": "acme-own",
+}
 
 
 def snapshot(**kwargs: Any) -> Snapshot:

@@ -51,11 +51,11 @@ def _readers() -> dict[str, Any]:
         return list(value) if isinstance(value, list) else value  # each item owns its list
 
     return {
-        "provider": PROVIDER.reader(decode=decode),
+        "provider": PROVIDER.reader("api_key", decode=decode),
         "model": MODEL.reader("provider", "fallbacks", decode=decode),
         "agent": AGENT.reader(decode=decode),
         "policy": POLICY.reader(decode=decode),
-        "credential": CREDENTIAL.reader("provider", decode=decode),
+        "credential": CREDENTIAL.reader("provider", "api_key", decode=decode),
         "org": ORG.reader("agents", "policies", "credentials", decode=decode),
     }
 
@@ -151,8 +151,10 @@ def _read_document() -> dict[str, Any]:
     provider_names: dict[int, str] = {}
     providers = []
     read_provider = read["provider"]
-    for pk, *row in _reading.at(Provider.objects.order_by("name")).values_list("id", *_select(PROVIDER)):
-        item = read_provider(tuple(row))
+    for pk, secret, *row in _reading.at(Provider.objects.order_by("name")).values_list(
+        "id", "api_key_encrypted", *_select(PROVIDER)
+    ):
+        item = read_provider(tuple(row), "stored" if secret else None)  # a reference, never the secret
         provider_names[pk] = item["name"]
         providers.append(item)
 
@@ -190,11 +192,11 @@ def _read_document() -> dict[str, Any]:
         item = read_policy(tuple(row))
         policies[org_pk].append((item["priority"], pk, item))
     credentials: dict[int, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    for org_pk, provider_pk, *row in _reading.at(OrgCredential.objects.order_by()).values_list(
-        "org_id", "provider_id", *_select(CREDENTIAL)
+    for org_pk, provider_pk, secret, *row in _reading.at(OrgCredential.objects.order_by()).values_list(
+        "org_id", "provider_id", "api_key_encrypted", *_select(CREDENTIAL)
     ):
         provider = provider_names[provider_pk]
-        credentials[org_pk].append((provider, read_credential(tuple(row), provider)))
+        credentials[org_pk].append((provider, read_credential(tuple(row), provider, "stored" if secret else None)))
 
     read_org = read["org"]
     orgs = []
@@ -223,9 +225,14 @@ def _row(obj: Any, entity: Any) -> dict[str, Any]:
     return {f.attr: getattr(obj, f.attr) for f in entity.columns}
 
 
+def _stored_ref(obj: Any) -> str | None:
+    """ "stored" when the row holds an encrypted key: a reference, the secret never enters the document."""
+    return "stored" if getattr(obj, "api_key_encrypted", "") else None
+
+
 def provider_item(p: Any) -> dict[str, Any]:
     """One Provider object as its document entry (also used by the admin for unsaved edits)."""
-    return PROVIDER.serialise(_row(p, PROVIDER))
+    return PROVIDER.serialise(_row(p, PROVIDER), api_key=_stored_ref(p))
 
 
 def model_item(m: Any, fallbacks: list[str]) -> dict[str, Any]:
@@ -239,7 +246,8 @@ def child_item(kind: str, obj: Any) -> dict[str, Any]:
         return AGENT.serialise(_row(obj, AGENT))
     if kind == "policies":
         return POLICY.serialise(_row(obj, POLICY))
-    return CREDENTIAL.serialise(_row(obj, CREDENTIAL), provider=obj.provider.name if obj.provider_id else None)
+    provider = obj.provider.name if obj.provider_id else None
+    return CREDENTIAL.serialise(_row(obj, CREDENTIAL), provider=provider, api_key=_stored_ref(obj))
 
 
 def key_rows_from_db() -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Callable
 
+from routing.config import lastgood
 from routing.config.snapshot import EMPTY, Snapshot
 
 log = logging.getLogger("switchboard.config")
@@ -25,6 +26,20 @@ rejected_version: int | None = None  # the version that failed validation (not r
 # and with True/False after every rebuild. The configuration floor calls up through these only.
 swap_listeners: list[Callable[[Snapshot], None]] = []
 reload_listeners: list[Callable[[bool], None]] = []
+# Degraded components (e.g. "database": serving the last good file) and who wants to know:
+# routing.ops registers a listener that sets the switchboard_degraded gauge (config never imports ops).
+degraded: dict[str, bool] = {}
+degraded_listeners: list[Callable[[str, bool], None]] = []
+
+
+def set_degraded(component: str, flag: bool) -> None:
+    """Record a component's state and tell every listener (a failing listener is logged, never raised)."""
+    degraded[component] = flag
+    for listener in list(degraded_listeners):
+        try:
+            listener(component, flag)
+        except Exception:  # noqa: BLE001
+            log.exception("degraded-state listener failed")
 
 
 def current() -> Snapshot:
@@ -49,6 +64,7 @@ def read_version() -> int:
 def load_from_db() -> tuple[Snapshot | None, list, int]:
     """Read and validate the configuration; return (snapshot, [], version) or (None, errors, version)."""
     from routing.config.document import document_from_db, gc_paused, key_rows_from_db
+    from routing.config.secrets import stored_keys_from_db
     from routing.config.snapshot import build_snapshot
     from routing.config.validation import validate_document
 
@@ -58,7 +74,10 @@ def load_from_db() -> tuple[Snapshot | None, list, int]:
         errors = validate_document(document)
         if errors:
             return None, errors, version
-        return build_snapshot(document, key_rows_from_db(), os.environ, version=version), [], version
+        key_rows, stored = key_rows_from_db(), stored_keys_from_db()
+        snapshot = build_snapshot(document, key_rows, os.environ, version=version, stored_keys=stored)
+    lastgood.save(document, key_rows, version, stored)
+    return snapshot, [], version
 
 
 def rebuild_from_db(reason: str = "") -> bool:
@@ -74,6 +93,9 @@ def rebuild_from_db(reason: str = "") -> bool:
             return False
         last_error = rejected_version = None
         swap(snapshot)
+        if degraded.get("database"):
+            log.warning("database reachable again: serving its configuration version %s", snapshot.version)
+            set_degraded("database", False)
         log.info("configuration version %s loaded%s", snapshot.version, f" ({reason})" if reason else "")
         return True
 
@@ -123,9 +145,7 @@ def boot() -> Snapshot:
     thread.start()
     thread.join()
     if "db_error" in result:
-        from routing.config.db_errors import describe
-
-        raise ImproperlyConfigured(describe(result["db_error"])) from result["db_error"]
+        return _boot_from_last_good(result["db_error"])
     snapshot, errors, _ = result["value"]
     if snapshot is None:
         lines = "\n".join(f"  {e.path}: {e.message}" for e in errors)
@@ -153,4 +173,39 @@ def load_snapshot() -> Snapshot:
     snapshot, errors, _ = load_from_db()
     if snapshot is None:
         raise InvalidConfiguration(errors)
+    return snapshot
+
+
+def _boot_from_last_good(db_error: Exception) -> Snapshot:
+    """The database is unreachable at boot: serve the last good file, or refuse to start saying why."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from routing.config.snapshot import build_snapshot
+    from routing.config.validation import validate_document
+
+    saved = lastgood.load()
+    if saved is None:
+        from routing.config.db_errors import describe
+
+        raise ImproperlyConfigured(
+            f"{describe(db_error)} There is no last good configuration at {lastgood.path()} to serve instead "
+            "either (it is written by every successful start)."
+        ) from db_error
+    document, key_rows, version, stored = saved
+    errors = validate_document(document)
+    if errors:
+        lines = "\n".join(f"  {e.path}: {e.message}" for e in errors)
+        raise ImproperlyConfigured(
+            f"Cannot read the configuration from the database ({db_error}) and the last good configuration "
+            f"at {lastgood.path()} no longer validates:\n{lines}"
+        )
+    snapshot = build_snapshot(document, key_rows, os.environ, version=version, stored_keys=stored)
+    swap(snapshot)
+    log.warning(
+        "database unreachable at boot (%s): serving the last good configuration version %s from %s until it answers",
+        db_error,
+        version,
+        lastgood.path(),
+    )
+    set_degraded("database", True)
     return snapshot

@@ -9,7 +9,9 @@ broadcast it could not receive (another process with the in-memory layer).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 
 from django.db import transaction
 from django.db.models import F
@@ -35,17 +37,52 @@ def bump_version() -> None:
         ConfigVersion.objects.get_or_create(pk=1, defaults={"version": 1})
 
 
+def shared_timeout_s() -> float:
+    """Bound of one call to a shared component (Redis) off the request path; a save waits at most this."""
+    from django.conf import settings
+
+    return float(getattr(settings, "SWITCHBOARD_SHARED_TIMEOUT_S", 1.0))
+
+
+_broadcast_failing = False  # log a failing broadcast once per outage, not once per save
+
+
 def broadcast() -> None:
-    """Publish config.changed to every serving process; failures only delay the reload."""
+    """Publish config.changed to every serving process; failures only delay the reload.
+
+    The publish runs on a daemon thread that the save waits for at most
+    `shared_timeout_s()`: a hung Redis (stopped, blackholed) must not hold an admin
+    save or an import. Processes that miss it pick the change up by polling.
+    """
+    global _broadcast_failing
+    outcome: list[BaseException | None] = []
+    thread = threading.Thread(target=_publish, args=(outcome,), name="switchboard-config-broadcast", daemon=True)
+    thread.start()
+    thread.join(shared_timeout_s())
+    problem = f"no answer within {shared_timeout_s():g}s" if not outcome else outcome[0]
+    if problem is None:
+        if _broadcast_failing:
+            log.info("config change broadcast works again")
+        _broadcast_failing = False
+        return
+    if not _broadcast_failing:
+        log.warning("config change broadcast failed (%s); processes will pick it up by polling", problem)
+    _broadcast_failing = True
+
+
+def _publish(outcome: list[BaseException | None]) -> None:
+    # A loop of this thread's own (not async_to_sync: its executor thread is joined at
+    # interpreter exit, so a hung send would hold the command's exit instead).
     try:
-        from asgiref.sync import async_to_sync
         from channels.layers import get_channel_layer
 
         layer = get_channel_layer()
         if layer is not None:
-            async_to_sync(layer.group_send)(CONFIG_GROUP, {"type": "config.changed"})
+            send = layer.group_send(CONFIG_GROUP, {"type": "config.changed"})
+            asyncio.run(asyncio.wait_for(send, shared_timeout_s()))
+        outcome.append(None)
     except Exception as exc:  # noqa: BLE001 - Redis down must not fail the admin save
-        log.warning("config change broadcast failed (%s); processes will pick it up by polling", exc)
+        outcome.append(exc)
 
 
 def _on_change(sender: type, **kwargs: object) -> None:

@@ -40,6 +40,7 @@ LIST = "list"  # a list; absent -> []
 LIST_OR_NULL = "list_or_null"  # a non-empty list, or NULL for absent/empty (inherit)
 REF = "ref"  # a foreign key, written by the import by natural key
 NESTED = "nested"  # child rows (fallback links, an org's agents/policies/credentials)
+SECRET = "secret"  # an encrypted column the document names only by reference; set in the admin, never imported
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +116,7 @@ class Entity:
         self.required = tuple(f.name for f in fields if f.required)
         self.checked = {f.name: f for f in fields if f.check}  # document key -> field with a value rule
         # Fields stored in a plain column of the entity's own table (written by the import).
-        self.columns = tuple(f for f in fields if f.column is not None and f.store not in (REF, NESTED))
+        self.columns = tuple(f for f in fields if f.column is not None and f.store not in (REF, NESTED, SECRET))
         self.column_attrs = tuple(f.attr for f in self.columns)
         self._by_name = {f.name: f for f in fields}
 
@@ -195,6 +196,8 @@ PROVIDER = Entity(
     Field("dialect", "str", default="openai", store=TEXT, export=ALWAYS, check="dialect", choices=DIALECTS),
     Field("base_url", "str", required=True, store=TEXT, export=ALWAYS, check="base_url"),
     Field("api_key_env", "str", store=TEXT, export=TRUTHY, check="env_name"),
+    # "stored": the key is kept encrypted in the database (docs/security.md); set only in the admin.
+    Field("api_key", "str", column="api_key_encrypted", store=SECRET, export=TRUTHY, check="stored_ref"),
     *(_timeout(name) for name in TIMEOUTS),
     Field("health_check_path", "str", store=TEXT, export=TRUTHY, check="health_path"),
     Field(
@@ -237,6 +240,7 @@ POLICY = Entity(
 CREDENTIAL = Entity(
     Field("provider", "str", required=True, store=REF, export=ALWAYS),
     Field("api_key_env", "str", store=TEXT, export=TRUTHY, check="env_name"),
+    Field("api_key", "str", column="api_key_encrypted", store=SECRET, export=TRUTHY, check="stored_ref"),
     Field("base_url", "str", store=TEXT, export=TRUTHY, check="base_url"),
 )
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from policies.matcher import compile_pattern
 from routing.config.schema import ORG, POLICY, PROVIDER, core_resilience
+from routing.config.secrets import resolve_key
 from routing.core.resilience import Resilience, Timeouts
 
 
@@ -66,6 +67,7 @@ class CredentialSpec:
     api_key: str | None
     api_key_env: str | None
     base_url: str | None
+    overrides_key: bool = False  # the org has a key of its own (env or stored): never fall back to the platform's
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +172,7 @@ def build_snapshot(
     key_rows: list[Mapping[str, Any]],
     environ: Mapping[str, str],
     version: int = 0,
+    stored_keys: Mapping[tuple[str, ...], str] | None = None,
 ) -> Snapshot:
     """Build the frozen snapshot. The document must already be valid (routing.config.validation)."""
     res = build_resilience(document.get("resilience"))
@@ -181,7 +184,7 @@ def build_snapshot(
             name=p["name"],
             dialect=p.get("dialect") or _DIALECT,
             base_url=p["base_url"].rstrip("/"),
-            api_key=environ.get(key_env) if key_env else None,
+            api_key=resolve_key(environ, key_env, stored_keys, ("provider", p["name"])),
             api_key_env=key_env,
             connect_timeout_ms=_opt_int(p.get("connect_timeout_ms")),
             first_token_timeout_ms=_opt_int(p.get("first_token_timeout_ms")),
@@ -254,9 +257,10 @@ def build_snapshot(
             key_env = c.get("api_key_env") or None
             credentials[c["provider"]] = CredentialSpec(
                 provider=c["provider"],
-                api_key=environ.get(key_env) if key_env else None,
+                api_key=resolve_key(environ, key_env, stored_keys, ("credential", o["name"], c["provider"])),
                 api_key_env=key_env,
                 base_url=(c.get("base_url") or "").rstrip("/") or None,
+                overrides_key=bool(key_env or c.get("api_key")),
             )
         org = OrgSpec(
             name=o["name"],

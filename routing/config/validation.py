@@ -37,6 +37,7 @@ from routing.config.schema import (
     TOP_KEYS,
     Entity,
 )
+from routing.config.secrets import env_policy_problem, redact_url, stored_ref_problem, userinfo_problem
 from routing.core.kinds import ENDPOINT_KINDS
 from routing.core.resilience import FALLBACK_TRIGGERS
 
@@ -76,10 +77,11 @@ def base_url_problem(value: Any) -> str | None:
         try:
             parts = urlsplit(value)
             if parts.scheme in ("http", "https") and parts.hostname:
-                return None
+                return userinfo_problem(value)
         except ValueError:
             pass
-    return f"{value!r} is not an http(s) URL with a host: write it like http://127.0.0.1:9001/v1"
+    shown = redact_url(value) if isinstance(value, str) and "@" in value else value
+    return f"{shown!r} is not an http(s) URL with a host: write it like http://127.0.0.1:9001/v1"
 
 
 def pattern_problem(value: Any) -> str | None:
@@ -97,7 +99,7 @@ def timeout_problem(value: Any) -> str | None:
 
 def env_name_problem(value: Any) -> str | None:
     if isinstance(value, str) and _ENV_NAME.match(value):
-        return None
+        return env_policy_problem(value)
     return (
         f"{_short(value)} is not an environment variable name: give the NAME of the variable holding "
         "the key (letters, digits, _), never the key itself"
@@ -208,6 +210,7 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
     "timeout": (_prefixed(timeout_problem, resilience_plain=True), VALUE),
     "base_url": (_prefixed(lambda v: None if v in (None, "") else base_url_problem(v)), URL),
     "env_name": (_prefixed(lambda v: None if not v else env_name_problem(v)), VALUE),
+    "stored_ref": (_prefixed(stored_ref_problem), VALUE),
     "health_path": (_prefixed(health_path_problem), VALUE),
     "ratio": (_prefixed(ratio_problem), VALUE),
     "pattern": (lambda v, key, what: None if (m := _pattern_problem(v)) is None else f"{what}: {m}", PATTERN),

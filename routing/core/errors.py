@@ -415,6 +415,7 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "not_found": (404, NOT_FOUND_ERROR),
     "method_not_allowed": (405, INVALID_REQUEST_ERROR),
     "internal_error": (500, SERVER_ERROR),
+    "headers_too_large": (431, INVALID_REQUEST_ERROR),
 }
 
 
@@ -742,4 +743,15 @@ def duplicate_authorization() -> GatewayError:
     return _error(
         "invalid_request",
         "The request has more than one Authorization header: send exactly one 'Authorization: Bearer <key>'.",
+    )
+
+
+# Header limits of the HTTP server (gateway_project/http_limits.py) ------------------
+
+
+def headers_too_large(limit_bytes: int, limit_count: int) -> GatewayError:
+    return _error(
+        "headers_too_large",
+        f"The request line and headers exceed {limit_bytes} bytes or {limit_count} headers; "
+        "send fewer or smaller headers.",
     )

@@ -13,7 +13,7 @@ import logging
 from django.conf import settings
 
 from routing.config import live
-from routing.config.reload import CONFIG_GROUP
+from routing.config.reload import CONFIG_GROUP, shared_timeout_s
 
 log = logging.getLogger("switchboard")
 
@@ -26,7 +26,7 @@ async def config_listener() -> None:
     if layer is None:
         return
     channel = await layer.new_channel()
-    await layer.group_add(CONFIG_GROUP, channel)
+    await asyncio.wait_for(layer.group_add(CONFIG_GROUP, channel), shared_timeout_s())
     while True:
         await layer.receive(channel)
         await live.rebuild("broadcast")
@@ -47,7 +47,7 @@ async def config_poller() -> None:
             if failures == 1:
                 log.warning("configuration version check failed (%s); serving the last snapshot", exc)
             continue
-        if version != live.current().version and version != live.rejected_version:
+        if live.degraded.get("database") or (version != live.current().version and version != live.rejected_version):
             await live.rebuild("version check")
 
 

@@ -31,6 +31,7 @@ from channels import layers
 from channels.db import database_sync_to_async
 
 from routing.config import live
+from routing.config.reload import shared_timeout_s
 from routing.config.snapshot import Snapshot
 from routing.core.breaker import BreakerKey
 from routing.core.breaker import registry as breakers
@@ -201,7 +202,8 @@ async def control_listener() -> None:
         return
     channel = await layer.new_channel()
     while True:
-        await layer.group_add(feed.CONTROL_GROUP, channel)  # re-joined: group membership expires
+        # re-joined: group membership expires; bounded so a hung Redis restarts the task instead
+        await asyncio.wait_for(layer.group_add(feed.CONTROL_GROUP, channel), shared_timeout_s())
         try:
             message = await asyncio.wait_for(layer.receive(channel), timeout=600)
         except TimeoutError:

@@ -49,6 +49,17 @@ OVERHEAD = Histogram(
 )
 CONFIG_RELOADS = Counter("switchboard_config_reloads_total", "Snapshot rebuilds by result.", ["result"])
 USAGE_BACKLOG = Gauge("switchboard_usage_backlog", "Usage records not yet in the database (memory + spool).")
+DEGRADED = Gauge(
+    "switchboard_degraded",
+    "1 while a component is unavailable and the process serves without it (database: the last good config file).",
+    ["component"],
+)
+
+
+def set_degraded_gauge(component: str, flag: bool) -> None:
+    """Listener of routing.config.live.set_degraded."""
+    DEGRADED.labels(component=component).set(1 if flag else 0)
+
 
 for _result in ("ok", "rejected"):
     CONFIG_RELOADS.labels(_result)

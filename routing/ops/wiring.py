@@ -56,6 +56,9 @@ def _build() -> Process:
     metrics.request_listeners.append(counters.note_request)
     live.swap_listeners.append(_retain_breakers)
     live.reload_listeners.append(metrics.config_reloaded)
+    live.degraded_listeners.append(metrics.set_degraded_gauge)
+    for component, flag in live.degraded.items():  # booted degraded before the wiring (last good file)
+        metrics.set_degraded_gauge(component, flag)
     health.change_listeners.append(feed.note_probe)
     # The snapshot may already be in place (booted before the wiring): keep its breakers.
     _retain_breakers(live.current())

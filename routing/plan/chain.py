@@ -51,7 +51,7 @@ def link_for(org: OrgSpec, model: ModelSpec, skip_reason: str | None = None) -> 
     if cred is None:
         return Link(model, BreakerKey(provider.name, model.id), provider.base_url, provider.api_key, skip_reason)
     base_url = cred.base_url or provider.base_url
-    api_key = cred.api_key if cred.api_key_env else provider.api_key
+    api_key = cred.api_key if cred.overrides_key else provider.api_key
     return Link(model, BreakerKey(provider.name, model.id, org.name), base_url, api_key, skip_reason)
 
 

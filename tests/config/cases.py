@@ -82,7 +82,7 @@ CASES: list[tuple[str, Callable[[Doc], None], str, str, str]] = [
     ("policy-chain-too-long", lambda d: _org(d)["policies"][0].update(fallback_chain=_nine_models(d)), "orgs[acme].policies[0].fallback_chain", "at most 8", "routing.E002"),
     ("policy-chain-unknown", _set(lambda d: _org(d)["policies"][0], "fallback_chain", ["chat-z"]), "orgs[acme].policies[0].fallback_chain[0]", "unknown model 'chat-z'", "routing.E002"),
     ("policy-chain-on-deny", _set(lambda d: _org(d)["policies"][1], "fallback_chain", ["chat-b"]), "orgs[acme].policies[1].fallback_chain", "deny policy with a fallback_chain", "routing.E002"),
-    ("credential-unknown-provider", _set(_org, "credentials", [{"provider": "nowhere", "api_key_env": "ACME_KEY"}]), "orgs[acme].credentials[nowhere].provider", "unknown provider 'nowhere'", "routing.E008"),
+    ("credential-unknown-provider", _set(_org, "credentials", [{"provider": "nowhere", "api_key_env": "SWITCHBOARD_UPSTREAM_ACME"}]), "orgs[acme].credentials[nowhere].provider", "unknown provider 'nowhere'", "routing.E008"),
     ("credential-base-url", _set(_org, "credentials", [{"provider": "local-a", "base_url": "localhost:9005"}]), "orgs[acme].credentials[local-a].base_url", "is not an http(s) URL", "routing.E005"),
     ("agent-default-model", _set(lambda d: _org(d)["agents"][0], "default_model", "chat-z"), "orgs[acme].agents[support-bot].default_model", "neither a model id nor an alias", "routing.E008"),
     ("duplicate-agent", _do(lambda d: _org(d)["agents"].append({"name": "support-bot"})), "orgs[acme].agents[support-bot].name", "duplicate agent name 'support-bot'", "routing.E001"),

@@ -11,7 +11,12 @@ import pytest
 VALID: dict[str, Any] = {
     "resilience": {"max_retries": 2},
     "providers": [
-        {"name": "local-a", "dialect": "openai", "base_url": "http://127.0.0.1:9001/v1", "api_key_env": "LOCAL_A_KEY"}
+        {
+            "name": "local-a",
+            "dialect": "openai",
+            "base_url": "http://127.0.0.1:9001/v1",
+            "api_key_env": "SWITCHBOARD_UPSTREAM_LOCAL_A",
+        }
     ],
     "models": [
         {

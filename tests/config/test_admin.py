@@ -198,9 +198,11 @@ def test_revoke_action(admin_client_, imported, saved_signals):
 
 def test_secret_values_never_appear_in_admin_pages(admin_client_, imported, monkeypatch):
     secret = "sk-live-DO-NOT-SHOW-4242"
-    monkeypatch.setenv("LOCAL_A_KEY", secret)
-    monkeypatch.setenv("ACME_KEY", secret)
-    OrgCredential.objects.create(org=Org.objects.get(), provider=Provider.objects.get(), api_key_env="ACME_KEY")
+    monkeypatch.setenv("SWITCHBOARD_UPSTREAM_LOCAL_A", secret)
+    monkeypatch.setenv("SWITCHBOARD_UPSTREAM_ACME", secret)
+    OrgCredential.objects.create(
+        org=Org.objects.get(), provider=Provider.objects.get(), api_key_env="SWITCHBOARD_UPSTREAM_ACME"
+    )
     urls = [
         reverse("admin:providers_provider_changelist"),
         change_url(Provider.objects.get()),
@@ -209,7 +211,7 @@ def test_secret_values_never_appear_in_admin_pages(admin_client_, imported, monk
     ]
     for url in urls:
         page = text(admin_client_.get(url))
-        assert "LOCAL_A_KEY" in page or "ACME_KEY" in page
+        assert "SWITCHBOARD_UPSTREAM_LOCAL_A" in page or "SWITCHBOARD_UPSTREAM_ACME" in page
         assert secret not in page
 
 

@@ -31,7 +31,15 @@ def failing_queries(table: str, message: str) -> Iterator[None]:
         yield
 
 
-def test_boot_names_the_table_and_the_database_message_and_does_not_say_migrate(imported):
+@pytest.fixture
+def no_last_good_file():
+    """These boots must fail: no last good configuration to fall back on (docs/usage-records.md)."""
+    from routing.config import lastgood
+
+    lastgood.path().unlink(missing_ok=True)
+
+
+def test_boot_names_the_table_and_the_database_message_and_does_not_say_migrate(imported, no_last_good_file):
     with failing_queries("providers_model", "disk I/O error"), pytest.raises(ImproperlyConfigured) as exc:
         live.boot()
     text = str(exc.value)
@@ -39,7 +47,7 @@ def test_boot_names_the_table_and_the_database_message_and_does_not_say_migrate(
     assert "migrate`" not in text.replace("migrate will not help", "")
 
 
-def test_boot_on_a_missing_table_says_run_migrate(imported):
+def test_boot_on_a_missing_table_says_run_migrate(imported, no_last_good_file):
     with failing_queries("policies_orgpolicy", "no such table: policies_orgpolicy"):
         with pytest.raises(ImproperlyConfigured, match=r"policies_orgpolicy.*python manage.py migrate"):
             live.boot()

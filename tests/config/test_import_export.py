@@ -69,7 +69,7 @@ def test_round_trip_of_a_full_document(tmp_path, valid_doc, saved_signals):
         total_timeout_ms=30000,
     )
     valid_doc["orgs"][0]["credentials"] = [
-        {"provider": "local-a", "api_key_env": "ACME_KEY", "base_url": "http://127.0.0.1:9005/v1"}
+        {"provider": "local-a", "api_key_env": "SWITCHBOARD_UPSTREAM_ACME", "base_url": "http://127.0.0.1:9005/v1"}
     ]
     valid_doc["orgs"][0]["policies"].append(
         {"pattern": "chat-b", "action": "allow", "priority": 5, "fallback_chain": []}

@@ -39,7 +39,7 @@ def imported_once(django_db_setup: None, django_db_blocker: Any) -> Iterator[dic
     doc["orgs"][0]["policies"] = [  # one org with a long list, for its admin page
         {"pattern": f"m-{k:04d}*", "action": "deny" if k % 3 else "allow", "priority": k} for k in range(150)
     ]
-    doc["orgs"][0]["credentials"] = [{"provider": "prov-1", "api_key_env": "ORG_PROV_1_KEY"}]
+    doc["orgs"][0]["credentials"] = [{"provider": "prov-1", "api_key_env": "SWITCHBOARD_UPSTREAM_ORG_PROV_1_KEY"}]
     with django_db_blocker.unblock():
         result = import_document(copy.deepcopy(doc))
     assert result.created["model"] == MODELS and result.created["fallback link"] == LINKS

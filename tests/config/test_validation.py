@@ -28,7 +28,7 @@ def test_demo_fixture_and_contract_extras_are_valid(valid_doc):
     assert validate_document(load_yaml(demo.read_text())) == []
     valid_doc["providers"][0].update(health_check_path="/models", health_probe=True, total_timeout_ms=60000)
     valid_doc["orgs"][0]["credentials"] = [
-        {"provider": "local-a", "api_key_env": "ACME_KEY", "base_url": "https://byo.example.com/v1"}
+        {"provider": "local-a", "api_key_env": "SWITCHBOARD_UPSTREAM_ACME", "base_url": "https://byo.example.com/v1"}
     ]
     valid_doc["models"][1].update(fallback_on=["timeout", "context_length"], input_price_per_mtok=0.15, residency="eu")
     assert validate_document(valid_doc) == []
@@ -84,7 +84,7 @@ def test_api_key_env_must_be_a_name_not_a_secret(valid_doc):
         (validate_base_url, "http://", "http://127.0.0.1:9001", "with a host"),
         (validate_pattern, "chat-[a-", "chat-[a-z]*", "malformed pattern"),
         (validate_timeout_ms, 0, 5000, "positive whole number of milliseconds"),
-        (validate_env_name, "my key", "LOCAL_A_KEY", "not an environment variable name"),
+        (validate_env_name, "my key", "SWITCHBOARD_UPSTREAM_LOCAL_A", "not an environment variable name"),
     ],
 )
 def test_field_validators_share_the_document_messages(validator, bad, good, fragment):

@@ -34,6 +34,7 @@ SAMPLES: dict[str, Any] = {
     "requested": 9000,
     "limit": 100,
     "limit_bytes": 1024,
+    "limit_count": 100,
     "estimated_tokens": 104,
     "window": 10,
     "retry_after_s": 2.5,

@@ -164,6 +164,7 @@ class Gateway:
     port: int = 0
     process: subprocess.Popen | None = None
     api_key: str = ""
+    server: str = SERVER
 
     @property
     def env(self) -> dict[str, str]:
@@ -205,7 +206,7 @@ class Gateway:
         self.port = free_port()
         self.log = open(self.workdir / "server.log", "w")  # noqa: SIM115
         self.process = subprocess.Popen(
-            command(SERVER, "127.0.0.1", self.port),
+            command(self.server, "127.0.0.1", self.port),
             cwd=ROOT,
             env={**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings", **self.env},
             stdout=self.log,

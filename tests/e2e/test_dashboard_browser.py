@@ -73,12 +73,12 @@ providers:
   - name: mock-openai
     dialect: openai
     base_url: {mock}/v1
-    api_key_env: DASH_UPSTREAM_KEY
+    api_key_env: SWITCHBOARD_UPSTREAM_DASH
     health_probe: true
   - name: mock-anthropic
     dialect: anthropic
     base_url: {mock}/anthropic/v1
-    api_key_env: DASH_UPSTREAM_KEY
+    api_key_env: SWITCHBOARD_UPSTREAM_DASH
     health_probe: true
 models:
   - id: dash-primary
@@ -129,7 +129,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def gw(make_gateway, mock_upstream):
-    return make_gateway(CONFIG.format(mock=mock_upstream.url), env={"DASH_UPSTREAM_KEY": "sk-upstream-dash"})
+    return make_gateway(CONFIG.format(mock=mock_upstream.url), env={"SWITCHBOARD_UPSTREAM_DASH": "sk-upstream-dash"})
 
 
 @pytest.fixture(scope="module")

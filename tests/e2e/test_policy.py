@@ -18,7 +18,7 @@ providers:
   - name: mock
     dialect: openai
     base_url: {mock}/v1
-    api_key_env: PLATFORM_KEY
+    api_key_env: SWITCHBOARD_UPSTREAM_PLATFORM
 models:
   - id: chat-a
     provider: mock
@@ -58,7 +58,7 @@ orgs:
       - name: bot
     credentials:
       - provider: mock
-        api_key_env: BYO_KEY
+        api_key_env: SWITCHBOARD_UPSTREAM_BYO
         base_url: {byo_mock}/v1
 """
 
@@ -74,7 +74,7 @@ def byo_upstream():
 def gw(make_gateway, mock_upstream, byo_upstream):
     return make_gateway(
         CONFIG.format(mock=mock_upstream.url, byo_mock=byo_upstream.url),
-        env={"PLATFORM_KEY": "sk-platform", "BYO_KEY": "sk-byo-secret"},
+        env={"SWITCHBOARD_UPSTREAM_PLATFORM": "sk-platform", "SWITCHBOARD_UPSTREAM_BYO": "sk-byo-secret"},
     )
 
 

@@ -25,7 +25,7 @@ providers:
   - name: mock
     dialect: openai
     base_url: {mock}/v1
-    api_key_env: E2E_UPSTREAM_KEY
+    api_key_env: SWITCHBOARD_UPSTREAM_E2E
   - name: blackhole
     dialect: openai
     base_url: http://{bh_host}:{bh_port}/v1
@@ -102,7 +102,7 @@ def gw(make_gateway, mock_upstream, blackhole):
     config = CONFIG.format(
         mock=mock_upstream.url, bh_host=blackhole.host, bh_port=blackhole.port, models=_models_yaml()
     )
-    return make_gateway(config, env={"E2E_UPSTREAM_KEY": "sk-upstream-e2e"})
+    return make_gateway(config, env={"SWITCHBOARD_UPSTREAM_E2E": "sk-upstream-e2e"})
 
 
 @pytest.fixture(scope="module")

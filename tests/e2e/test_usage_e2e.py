@@ -313,3 +313,29 @@ def test_sigterm_right_after_requests_flushes_every_record(make_gateway, mock_up
     assert len(in_db) == len(set(in_db))
     assert sorted(set(in_db) | set(in_spool)) == sorted(sent)
     assert in_db and sorted(in_db) == sorted(sent), f"flushed {len(in_db)}, left {len(in_spool)} in the spool"
+
+
+# --------------------------------------------------------------------------- kill -9
+
+
+def test_kill_9_right_after_answers_then_restart_writes_exactly_those_records(make_gateway, mock_upstream):
+    # A long flush interval: nothing reaches the database before the kill.
+    gw = make_gateway(CONFIG.format(mock=mock_upstream.url), env={"SWITCHBOARD_USAGE_FLUSH_S": "30"})
+    run = uuid.uuid4().hex[:8]
+    sent = [f"kill-{run}-{i}" for i in range(20)]
+    with client(gw) as http:
+        assert [chat(http, "u-ok", rid).status_code for rid in sent] == [200] * 20
+    assert usage_rows(gw.database_url) == []
+    gw.process.send_signal(signal.SIGKILL)
+    gw.process.wait(timeout=10)
+    gw.log.close()
+    gw.process = None
+
+    gw.extra_env["SWITCHBOARD_USAGE_FLUSH_S"] = "0.2"
+    gw.start()  # same database, same spool directory
+    httpx.get(f"{gw.url}/metrics", timeout=10)  # any request starts the background writer
+    wait_for(lambda: len(usage_rows(gw.database_url)) >= 20, 10, "the records of the killed process")
+    time.sleep(0.5)  # a duplicate would show up by now
+    ids = [r["request_id"] for r in usage_rows(gw.database_url)]
+    assert sorted(ids) == sorted(sent)  # each exactly once
+    wait_for(lambda: not list((gw.workdir / "spool").glob("*.jsonl")), 5, "the replayed files removed")

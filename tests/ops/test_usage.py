@@ -15,6 +15,7 @@ from django.db import OperationalError, connections
 from routing.models import UsageRecord
 from routing.ops import usage
 from routing.ops.usage import UsageSink, cost, db_insert
+from routing.ops.usage.spool import read_rows
 
 
 def rec(n: int, **extra) -> dict:
@@ -337,3 +338,51 @@ os.kill(os.getpid(), signal.SIGTERM)
         "sig-1",
         "sig-2",
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_nul_and_lone_surrogates_are_escaped_never_dropped(tmp_path):
+    # "chat-a\0" is what a client sends as a model id (a 404 that still leaves its row);
+    # PostgreSQL refuses NUL in text and lone surrogates are not UTF-8.
+    sink = UsageSink(spool_dir=tmp_path)
+    sink.record(rec(1, requested_model="chat-a\x00", status=404, error_code="model_not_found"))
+    sink.record(rec(2, requested_model="bad-\ud800-id"))
+    assert sink.flush_now()
+    rows = dict(UsageRecord.objects.values_list("request_id", "requested_model"))
+    assert rows == {"req-1": "chat-a\\x00", "req-2": "bad-\\ud800-id"}
+    assert not list(tmp_path.glob("rejected-*"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_queued_record_is_in_the_journal_until_committed_then_the_journal_is_gone(tmp_path):
+    sink = UsageSink(spool_dir=tmp_path, pid=dead_pid())
+    for n in range(3):
+        sink.record(rec(n))
+    journal = [row["request_id"] for path in tmp_path.glob("wal-*.jsonl") for row in read_rows(path)]
+    assert journal == ["req-0", "req-1", "req-2"]  # on disk before any flush, as a kill -9 would leave it
+
+    # A new process adopts the dead one's journal and writes each record once, even if some were committed.
+    db_insert([rec(0)])
+    heir = UsageSink(spool_dir=tmp_path)
+    assert heir.adopt_orphans() == 1
+    assert heir.flush_now()
+    assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-0", "req-1", "req-2"]
+    assert list(tmp_path.iterdir()) == []
+
+    sink2 = UsageSink(spool_dir=tmp_path)
+    sink2.record(rec(7))
+    assert sink2.flush_now()
+    assert list(tmp_path.glob("wal-*")) == []  # trimmed once its batch is committed
+
+
+def test_a_long_outage_merges_small_journal_files_into_one_spool_file(tmp_path):
+    switch = Switch()
+    switch.down = True
+    sink = UsageSink(spool_dir=tmp_path, insert=switch)
+    for n in range(usage.queue.MAX_JOURNAL_FILES + 2):  # one record per flush, as at low traffic
+        sink.record(rec(n))
+        assert not sink.drain()
+    assert len(list(tmp_path.glob("wal-*"))) <= usage.queue.MAX_JOURNAL_FILES + 1
+    spooled = [row["request_id"] for path in tmp_path.glob("spool-*.jsonl") for row in read_rows(path)]
+    assert len(spooled) == len(set(spooled)) >= usage.queue.MAX_JOURNAL_FILES
+    assert sink.backlog() == usage.queue.MAX_JOURNAL_FILES + 2

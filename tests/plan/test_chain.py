@@ -135,7 +135,9 @@ def test_platform_credentials_and_shared_breaker_key_by_default() -> None:
 def test_byo_credentials_apply_to_every_link_on_that_provider_with_an_org_breaker() -> None:
     snap = snapshot(
         models=FIVE,
-        credentials=[{"provider": "p1", "api_key_env": "ACME_KEY", "base_url": "http://127.0.0.1:9005/v1/"}],
+        credentials=[
+            {"provider": "p1", "api_key_env": "SWITCHBOARD_UPSTREAM_ACME", "base_url": "http://127.0.0.1:9005/v1/"}
+        ],
     )
     links = _chain(snap, "m0")
     primary, hop_same_provider, hop_other_provider = links[0], links[1], links[3]
@@ -148,7 +150,7 @@ def test_byo_credentials_apply_to_every_link_on_that_provider_with_an_org_breake
 
 
 def test_byo_key_only_keeps_the_provider_base_url() -> None:
-    snap = snapshot(models=FIVE, credentials=[{"provider": "p1", "api_key_env": "ACME_KEY"}])
+    snap = snapshot(models=FIVE, credentials=[{"provider": "p1", "api_key_env": "SWITCHBOARD_UPSTREAM_ACME"}])
     link = _chain(snap, "m0")[0]
     assert (link.base_url, link.api_key) == ("http://127.0.0.1:9001/v1", "acme-own")
     assert link.breaker_key == ("p1", "m0", "org:acme")
@@ -161,7 +163,7 @@ def test_byo_base_url_only_keeps_the_platform_key() -> None:
 
 
 def test_other_orgs_keep_the_shared_breaker() -> None:
-    snap = snapshot(models=FIVE, credentials=[{"provider": "p1", "api_key_env": "ACME_KEY"}])
+    snap = snapshot(models=FIVE, credentials=[{"provider": "p1", "api_key_env": "SWITCHBOARD_UPSTREAM_ACME"}])
     assert _chain(snap, "m0", org="other")[0].breaker_key == ("p1", "m0")
 
 
@@ -176,7 +178,7 @@ def test_chain_is_built_once_per_snapshot_and_rebuilt_with_a_new_one() -> None:
 def test_breaker_keys_cover_every_link_a_chain_can_use() -> None:
     from routing.plan.chain import breaker_keys
 
-    snap = snapshot(models=FIVE, credentials=[{"provider": "p1", "api_key_env": "ACME_KEY"}])
+    snap = snapshot(models=FIVE, credentials=[{"provider": "p1", "api_key_env": "SWITCHBOARD_UPSTREAM_ACME"}])
     keys = breaker_keys(snap)
     for org in ("acme", "other"):
         for model_id in snap.models:
@@ -188,7 +190,7 @@ def test_chain_keys_are_breaker_keys_labelled_with_the_org() -> None:
     """The chain is the one place a BYO key is made; everything else reads its label."""
     from routing.core.breaker import BreakerKey
 
-    snap = snapshot(credentials=[{"provider": "p1", "api_key_env": "ACME_KEY"}])
+    snap = snapshot(credentials=[{"provider": "p1", "api_key_env": "SWITCHBOARD_UPSTREAM_ACME"}])
     links = _chain(snap, "chat-a")
     assert all(type(link.breaker_key) is BreakerKey for link in links)
     assert [link.breaker_key.label for link in links] == ["chat-a@acme", "chat-b"]

@@ -33,7 +33,7 @@ def test_alias_resolution_policy_and_every_link_with_its_reason() -> None:
             {"pattern": "ghost-*", "action": "deny", "priority": 1},
             {"pattern": "chat-*", "action": "allow", "priority": 10},
         ],
-        credentials=[{"provider": "p1", "api_key_env": "ACME_KEY"}],
+        credentials=[{"provider": "p1", "api_key_env": "SWITCHBOARD_UPSTREAM_ACME"}],
     )
     result = explain(snap, "acme", "fast", stream=True, tools=True, tokens=800)
     assert (result["requested"], result["model"], result["alias"]) == ("fast", "chat-a", True)

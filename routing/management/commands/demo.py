@@ -63,7 +63,7 @@ class Command(BaseCommand):
 
         call_command("migrate", verbosity=0)
         mock = self._start_mock(options["mock_port"])
-        os.environ.setdefault("DEMO_UPSTREAM_KEY", "demo-upstream-key")
+        os.environ.setdefault("SWITCHBOARD_UPSTREAM_DEMO", "demo-upstream-key")
         demo_yaml = DEMO_FILE.read_text().replace("127.0.0.1:9001", f"127.0.0.1:{options['mock_port']}")
         demo_document = load_yaml(demo_yaml)
         import_document(demo_document)

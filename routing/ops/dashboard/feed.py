@@ -23,6 +23,7 @@ from typing import Any
 
 from channels import layers
 
+from routing.config.reload import shared_timeout_s
 from routing.core.breaker import BreakerKey
 from routing.core.breaker import registry as breakers
 from routing.ops import metrics
@@ -106,7 +107,7 @@ async def publish(group: str, message: dict[str, Any]) -> None:
     if layer is None:
         return
     try:
-        await layer.group_send(group, message)
+        await asyncio.wait_for(layer.group_send(group, message), shared_timeout_s())
     except Exception as exc:  # noqa: BLE001 - Redis down: the next state refresh catches up
         log.debug("dashboard publish to %s failed: %s", group, exc)
 

@@ -1,18 +1,20 @@
-"""Usage records that are never lost (CONTRACT §8).
+"""The in-memory queue of usage records and the process's writer (docs/usage-records.md).
 
-The request path calls `record(...)`: one deque append, no I/O. A background writer
-(`run_writer`, on the serving loop) hands batches to one dedicated daemon thread that
-inserts them with `bulk_create(ignore_conflicts=True)`; `record_id` is unique, so
-writing the same record twice is harmless and every replay below is idempotent.
+The request path calls `record(...)`: one deque append and one journal write()
+(routing.ops.usage.spool), no database or fsync. A background writer
+(`run_writer`, on the serving loop) hands batches to one dedicated daemon thread
+that inserts them (routing.ops.usage.writer); `record_id` is unique, so writing the
+same record twice is harmless and every replay below is idempotent.
 
 When the database is unreachable, records stay in memory up to
 SWITCHBOARD_USAGE_MEMORY_BOUND, then spill to JSON-lines spool files
 (`spool-<pid>-<time_ns>-<n>.jsonl`, fsynced, renamed into place so no reader ever
 sees half a file) in SWITCHBOARD_USAGE_SPOOL_DIR. Once the database answers again,
 spool files are written oldest first, then memory; a file is deleted only after its
-rows are committed. Files of a dead process (its pid no longer exists) are claimed
-by renaming them, so two live processes never replay the same file. The spool
-directory must be on the machine's local disk (pids identify owners).
+rows are committed. Files of a dead process (its pid no longer exists), journal
+files included, are claimed by renaming them, so two live processes never replay
+the same file. The spool directory must be on the machine's local disk (pids
+identify owners).
 
 Shutdown (`shutdown()`: lifespan, atexit, SIGTERM) tries the database for a few
 seconds, then spools whatever is still in memory.
@@ -29,272 +31,35 @@ import atexit
 import concurrent.futures
 import logging
 import os
-import queue
 import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
-from decimal import Decimal
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from routing.ops.request_log import log_requests
+from routing.ops.usage.spool import (
+    JOURNAL_PREFIX,
+    SPOOL_PREFIX,
+    Journal,
+    _dumps,
+    _fsync_dir,
+    _pid_alive,
+    _spool_pid,
+    dumps_line,
+    read_rows,
+    sync_files,
+    unlink_quietly,
+)
+from routing.ops.usage.writer import _DaemonWorker, _Poison, db_insert
 
 log = logging.getLogger("switchboard.usage")
 
 Row = dict[str, Any]
 InsertFn = Callable[[list[Row]], None]
-
-
-class _Poison(Exception):
-    """The database refused the batch for its content, not for being unreachable."""
-
-
-def cost(model: Any, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
-    """Price of one request from the model's per-million-token prices; None when unknown.
-
-    A token count of 0 or None costs nothing; tokens of a kind whose price is not
-    configured make the whole cost unknown rather than silently too low.
-    """
-    if prompt_tokens is None and completion_tokens is None:
-        return None
-    total = 0.0
-    for tokens, price in (
-        (prompt_tokens, model.input_price_per_mtok),
-        (completion_tokens, model.output_price_per_mtok),
-    ):
-        if not tokens:
-            continue
-        if price is None:
-            return None
-        total += tokens * price / 1_000_000
-    return round(total, 8)
-
-
-# --------------------------------------------------------------------------- conversion
-
-_converters: dict[str, Callable[[Any], Any]] | None = None
-
-
-def _field_converters() -> dict[str, Callable[[Any], Any]]:
-    """Per UsageRecord field: turn a record value (live or read back from JSON) into a column value."""
-    global _converters
-    if _converters is not None:
-        return _converters
-    from django.db import models
-
-    from routing.models import UsageRecord
-
-    conv: dict[str, Callable[[Any], Any]] = {}
-    for f in UsageRecord._meta.concrete_fields:
-        if f.primary_key:
-            continue
-        if isinstance(f, models.CharField):
-            conv[f.name] = _char(f.max_length or 0)
-        elif isinstance(f, models.DateTimeField):
-            conv[f.name] = _datetime
-        elif isinstance(f, models.DecimalField):
-            conv[f.name] = _decimal
-        elif isinstance(f, models.BooleanField):
-            conv[f.name] = bool
-        elif isinstance(f, models.PositiveIntegerField):
-            conv[f.name] = _nullable_uint if f.null else _uint
-        elif isinstance(f, models.FloatField):
-            conv[f.name] = _nullable_float if f.null else _float
-    _converters = conv
-    return conv
-
-
-def _char(max_length: int) -> Callable[[Any], str]:
-    def convert(value: Any) -> str:
-        return "" if value is None else str(value)[:max_length]
-
-    return convert
-
-
-def _datetime(value: Any) -> datetime:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, int | float):
-        return datetime.fromtimestamp(value, tz=UTC)
-    if isinstance(value, str):
-        parsed = datetime.fromisoformat(value)
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    return datetime.now(tz=UTC)
-
-
-def _decimal(value: Any) -> Decimal | None:
-    if value is None:
-        return None
-    return Decimal(str(value)).quantize(Decimal("0.00000001"))
-
-
-def _uint(value: Any) -> int:
-    return max(0, int(value or 0))
-
-
-def _nullable_uint(value: Any) -> int | None:
-    return None if value is None else max(0, int(value))
-
-
-def _float(value: Any) -> float:
-    return float(value or 0)
-
-
-def _nullable_float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
-
-
-def _dumps(rows: Iterable[Row]) -> bytes:
-    return b"".join(orjson.dumps(r, default=_json_default) + b"\n" for r in rows)
-
-
-_insert_sql: dict[str, tuple[str, list[Any]]] = {}
-
-
-def _insert_statement(using: str) -> tuple[str, list[Any]]:
-    """`INSERT ... ON CONFLICT (record_id) DO NOTHING` for this database, and its columns (cached)."""
-    cached = _insert_sql.get(using)
-    if cached is None:
-        from django.db import connections
-
-        from routing.models import UsageRecord
-
-        quote = connections[using].ops.quote_name
-        fields = [f for f in UsageRecord._meta.concrete_fields if not f.primary_key]
-        columns = ", ".join(quote(f.column) for f in fields)
-        sql = (
-            f"INSERT INTO {quote(UsageRecord._meta.db_table)} ({columns}) "
-            f"VALUES ({', '.join(['%s'] * len(fields))}) ON CONFLICT ({quote('record_id')}) DO NOTHING"
-        )
-        cached = _insert_sql[using] = (sql, fields)
-    return cached
-
-
-_column_converters: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {}
-
-
-def _converters_for(fields: list[Any], ops: Any, using: str) -> list[tuple[str, Callable[[Any], Any]]]:
-    """Per column: (record key, value -> adapted column value), composed once per database."""
-    cached = _column_converters.get(using)
-    if cached is not None:
-        return cached
-    from django.db import models
-
-    conv = _field_converters()
-    out: list[tuple[str, Callable[[Any], Any]]] = []
-    for f in fields:
-        base = conv[f.name]
-        if isinstance(f, models.DateTimeField):
-            out.append((f.name, lambda v, base=base: ops.adapt_datetimefield_value(base(v))))
-        elif isinstance(f, models.DecimalField):
-            out.append(
-                (
-                    f.name,
-                    lambda v, base=base, f=f: (
-                        None if v is None else ops.adapt_decimalfield_value(base(v), f.max_digits, f.decimal_places)
-                    ),
-                )
-            )
-        else:
-            out.append((f.name, base))
-    _column_converters[using] = out
-    return out
-
-
-def to_values(row: Mapping[str, Any], converters: list[tuple[str, Callable[[Any], Any]]]) -> tuple[Any, ...]:
-    """One record as the column values of an INSERT, adapted for the database like the ORM does."""
-    if not row.get("request_id"):
-        raise ValueError("usage record without request_id")
-    if not row.get("record_id"):
-        row = {**row, "record_id": str(row["request_id"])[:32]}
-    get = row.get
-    return tuple(convert(get(name)) for name, convert in converters)
-
-
-def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500) -> None:
-    """Insert rows in one transaction; replays of committed rows are ignored (record_id unique).
-
-    Plain `executemany` rather than ORM objects: this runs on a thread beside the
-    event loop, and every bit of Python work here is GIL time the loop waits for.
-    Raises OperationalError/InterfaceError (and other DatabaseErrors) when the database
-    cannot take them, `_Poison` when it refuses their content.
-    """
-    from django.db import DataError, IntegrityError, connections, transaction
-
-    connection = connections[using]
-    sql, fields = _insert_statement(using)
-    converters = _converters_for(fields, connection.ops, using)
-    try:
-        values = [to_values(r, converters) for r in rows]
-    except (TypeError, ValueError, ArithmeticError) as exc:
-        raise _Poison(str(exc)) from exc
-    try:
-        with transaction.atomic(using=using), connection.cursor() as cursor:
-            for start in range(0, len(values), batch_size):
-                cursor.executemany(sql, values[start : start + batch_size])
-    except (IntegrityError, DataError) as exc:
-        raise _Poison(str(exc)) from exc
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True
-
-
-def _spool_pid(name: str) -> int | None:
-    """The owner pid in `spool-<pid>-....jsonl[.tmp]`."""
-    if not name.startswith("spool-"):
-        return None
-    head = name[6:].split("-", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-class _DaemonWorker:
-    """One daemon thread running submitted calls in order.
-
-    A dedicated thread keeps one database connection for the writer, and being a
-    daemon it can never hold the interpreter's exit hostage on a hung connect.
-    """
-
-    def __init__(self, name: str) -> None:
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        self._queue.put((fn, future))
-        return future
-
-    def _run(self) -> None:
-        while True:
-            fn, future = self._queue.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
-                future.set_exception(exc)
+MAX_JOURNAL_FILES = 64  # rotated journal files held during an outage before they are merged into a spool file
 
 
 class UsageSink:
@@ -310,6 +75,8 @@ class UsageSink:
         using: str = "default",
         insert: InsertFn | None = None,
         pid: int | None = None,
+        fsync_s: float | None = None,
+        journal: bool = True,
     ) -> None:
         self._spool_dir = Path(spool_dir) if spool_dir is not None else None
         self._memory_bound = memory_bound
@@ -329,6 +96,13 @@ class UsageSink:
         self.last_error: str = ""
         self._worker: _DaemonWorker | None = None
         self._closing = False
+        self._journal = Journal(lambda: self.spool_dir, self.pid)
+        self._journal_lock = threading.Lock()  # serialises journal appends and rotations (never held across fsync)
+        self._journal_files: list[Path] = []  # rotated journal files whose records are all in _staged
+        self._fsync_s = fsync_s
+        self.journal_enabled = journal
+        self._unsealed: list[int | None] = []
+        self._synced: set[Path] = set()  # rotated journal files already fsynced (during an outage)
 
     # ------------------------------------------------------------------ settings
 
@@ -359,6 +133,10 @@ class UsageSink:
     def flush_s(self) -> float:
         return float(self._setting(self._flush_s, "SWITCHBOARD_USAGE_FLUSH_S"))
 
+    @property
+    def fsync_s(self) -> float:
+        return float(self._setting(self._fsync_s, "SWITCHBOARD_USAGE_FSYNC_S"))
+
     # ------------------------------------------------------------------ request path
 
     def record(self, fields: Mapping[str, Any] | None = None, /, **kw: Any) -> None:
@@ -371,14 +149,25 @@ class UsageSink:
             row = fields  # type: ignore[assignment]
         if "created_at" not in row:
             row["created_at"] = time.time()
-        self._pending.append(row)
+        if not self.journal_enabled:
+            self._pending.append(row)
+            return
+        line = dumps_line(row)
+        with self._journal_lock:  # the journal file then holds exactly what _pending holds
+            self._pending.append(row)
+            self._journal.append(line)
 
     def discard(self) -> int:
         """Drop every queued record and return how many (tests that drive the request path in-process)."""
         with self._mem_lock:
             dropped = len(self._pending) + len(self._staged)
-            self._pending.clear()
+            with self._journal_lock:
+                self._pending.clear()
+                fd, path = self._journal.rotate()
             self._staged.clear()
+            files, self._journal_files = self._journal_files, []
+        self._journal.seal(fd)
+        self._remove([*files, *([path] if path else [])])
         return dropped
 
     def backlog(self) -> int:
@@ -391,20 +180,43 @@ class UsageSink:
     # ------------------------------------------------------------------ draining
 
     def _take_pending(self) -> list[Row]:
-        """Move queued records to the caller, logging their request lines once (one call per batch)."""
+        """Move queued records to the caller (call under _mem_lock), logging their request lines once.
+
+        The journal rotates in the same step, so the rotated file (kept in
+        _journal_files until its rows are committed or spooled) holds exactly them.
+        """
         taken: list[Row] = []
         pending = self._pending
-        while True:
-            try:
-                taken.append(pending.popleft())
-            except IndexError:
-                break
+        with self._journal_lock:
+            while True:
+                try:
+                    taken.append(pending.popleft())
+                except IndexError:
+                    break
+            fd, path = self._journal.rotate() if taken else (None, None)
+        if path is not None:
+            self._journal_files.append(path)
+            self._unsealed.append(fd)  # fsynced and closed by _seal() once _mem_lock is released
         if taken:
             try:
                 log_requests(taken)
             except Exception:  # noqa: BLE001 - a log failure must not lose the record
                 pass
         return taken
+
+    def _remove(self, files: list[Path]) -> None:
+        """Delete journal files whose rows are committed or spooled."""
+        unlink_quietly(files)
+        self._synced.difference_update(files)
+
+    def _seal(self) -> None:
+        """fsync and close rotated journal files (outside _mem_lock: the request path must not wait)."""
+        while self._unsealed:
+            try:
+                fd = self._unsealed.pop()
+            except IndexError:
+                return
+            self._journal.seal(fd)
 
     def _do_insert(self, rows: list[Row]) -> None:
         if self._insert is not None:
@@ -468,7 +280,9 @@ class UsageSink:
         """
         with self._db_lock:
             ok = self._drain_spool() and self._drain_memory()
-            if not ok and self.memory_count() > self.memory_bound:
+            # Past the memory bound, or once an outage has rotated many small journal
+            # files (one per flush with traffic), move memory to one spool file.
+            if not ok and (self.memory_count() > self.memory_bound or len(self._journal_files) > MAX_JOURNAL_FILES):
                 self.spill()
             return ok
 
@@ -489,15 +303,24 @@ class UsageSink:
             self._staged.extend(self._take_pending())
             staged = self._staged
             todo = list(staged)
+        self._seal()
         size = self.batch
         for i in range(0, len(todo), size):
             chunk = todo[i : i + size]
             if not self._write(chunk):
+                with self._mem_lock:
+                    unsynced = [p for p in self._journal_files if p not in self._synced]
+                    self._synced.update(unsynced)
+                sync_files(unsynced)  # held through the outage: make them survive a power loss too
                 return False
             with self._mem_lock:
                 if self._staged is not staged:  # spilled meanwhile: the spool file has them
                     return True
                 del staged[: len(chunk)]
+                done = [] if staged else self._journal_files
+                if not staged:
+                    self._journal_files = []
+            self._remove(done)  # their rows are committed
         return True
 
     def flush_now(self) -> bool:
@@ -511,15 +334,20 @@ class UsageSink:
         with self._mem_lock:
             rows = self._staged + self._take_pending()
             self._staged = []
+            files, self._journal_files = self._journal_files, []
+        self._seal()
         if not rows:
+            self._remove(files)
             return 0
         try:
             self._write_spool(rows)
         except OSError:
             with self._mem_lock:  # disk failed too: keep them in memory rather than lose them
                 self._staged[:0] = rows
+                self._journal_files[:0] = files
             log.exception("cannot write usage spool file in %s; %d records stay in memory", self.spool_dir, len(rows))
             return 0
+        self._remove(files)  # the fsynced spool file has their rows now
         return len(rows)
 
     def _write_spool(self, rows: list[Row]) -> Path:
@@ -541,26 +369,22 @@ class UsageSink:
         return path
 
     def _read_spool(self, path: Path) -> list[Row]:
-        rows: list[Row] = []
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return rows
-        for line in data.splitlines():
-            if not line.strip():
-                continue
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                log.warning("skipping a torn line in usage spool file %s", path)
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-        return rows
+        return read_rows(path)
+
+    def sync_journal(self) -> None:
+        """fsync the journal if its last fsync is older than SWITCHBOARD_USAGE_FSYNC_S (writer thread)."""
+        if time.monotonic() - self._journal.last_fsync < self.fsync_s:
+            return
+
+        def dup() -> int | None:
+            with self._journal_lock:
+                return self._journal.dup_current()
+
+        self._journal.fsync(dup)
 
     def _own_spool_files(self) -> list[Path]:
         directory = self.spool_dir
-        prefix = f"spool-{self.pid}-"
+        prefix = f"{SPOOL_PREFIX}{self.pid}-"
         try:
             entries = [e for e in os.scandir(directory) if e.name.startswith(prefix) and e.name.endswith(".jsonl")]
         except FileNotFoundError:
@@ -580,9 +404,16 @@ class UsageSink:
         except FileNotFoundError:
             return 0
         claimed = 0
+        with self._journal_lock, self._mem_lock:
+            mine = {p.name for p in self._journal_files}
+            if self._journal.path is not None:
+                mine.add(self._journal.path.name)
         for name in names:
             owner = _spool_pid(name)
-            if owner is None or owner == self.pid or _pid_alive(owner):
+            if owner is None:
+                continue
+            earlier_self = owner == self.pid and name.startswith(JOURNAL_PREFIX) and name not in mine
+            if not earlier_self and (owner == self.pid or _pid_alive(owner)):
                 continue
             if not (name.endswith(".jsonl") or name.endswith(".jsonl.tmp")):
                 continue
@@ -594,7 +425,7 @@ class UsageSink:
             except FileNotFoundError:  # another process claimed it first
                 continue
             claimed += 1
-            log.info("adopted usage spool file %s of dead process %s", name, owner)
+            log.info("adopted usage file %s of dead process %s", name, owner)
         if claimed:
             self._own_spool_files()  # count their rows into the backlog
         return claimed
@@ -611,9 +442,13 @@ class UsageSink:
         loop = asyncio.get_running_loop()
         _register_exit_hooks()
         await asyncio.wrap_future(self._submit(self.adopt_orphans))
-        last_adopt = time.monotonic()
+        last_adopt = last_flush = time.monotonic()
         while True:
-            await asyncio.sleep(self.flush_s)
+            await asyncio.sleep(min(self.flush_s, self.fsync_s))
+            self._submit(self.sync_journal)
+            if time.monotonic() - last_flush < self.flush_s:
+                continue
+            last_flush = time.monotonic()
             if time.monotonic() - last_adopt >= 30:
                 last_adopt = time.monotonic()
                 self._submit(self.adopt_orphans)
@@ -636,6 +471,7 @@ class UsageSink:
         if not self._pending and not self._staged and not self._spooled:
             try:
                 if not self._own_spool_files():
+                    self.spill()  # nothing to write: closes and removes the journal files
                     return
             except OSError:
                 return
@@ -660,19 +496,6 @@ class UsageSink:
             return
         self._mem_lock.release()
         self.spill()
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------- process singleton

@@ -1,0 +1,142 @@
+"""Header limits for uvicorn + httptools, which has none of its own (docs/security.md#header-limits).
+
+httptools accumulates a header value chunk by chunk until its end; one request
+with a 64 MiB header pushed every other request's latency into seconds and a
+256 MiB one grew the process by 500 MB. This protocol counts the bytes fed while
+a request's head is incomplete and the parsed request line and headers; past
+SWITCHBOARD_MAX_HEADER_BYTES / SWITCHBOARD_MAX_HEADERS it answers 431
+headers_too_large, stops parsing, discards (never buffers) what the client still
+sends for a moment so the answer is read, then closes the connection.
+
+Used with `uvicorn --http gateway_project.http_limits:LimitedHttpToolsProtocol`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+LINGER_S = 1.0  # how long the rest of a rejected request is read and dropped before closing
+
+
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback to stop parsing a request whose head is over the limit."""
+
+
+_cached: tuple[int, int] | None = None
+
+
+def _limits() -> tuple[int, int]:
+    """(max head bytes, max header count), read once from the settings."""
+    global _cached
+    if _cached is None:
+        try:
+            from django.conf import settings
+
+            _cached = int(settings.SWITCHBOARD_MAX_HEADER_BYTES), int(settings.SWITCHBOARD_MAX_HEADERS)
+        except Exception:  # noqa: BLE001 - settings not importable: the same knobs from the environment
+            _cached = (
+                int(os.environ.get("SWITCHBOARD_MAX_HEADER_BYTES", 64 * 1024)),
+                int(os.environ.get("SWITCHBOARD_MAX_HEADERS", 100)),
+            )
+    return _cached
+
+
+class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a bound on the request head (431 above it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._max_bytes, self._max_count = _limits()
+        self._head_bytes = 0  # bytes received while the current request's head is incomplete
+        self._parsed_bytes = 0  # request line + header names and values parsed so far
+        self._header_count = 0
+        self._in_head = True
+        self._rejected = False
+
+    # parser callbacks ---------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._parsed_bytes = self._header_count = 0
+        self._in_head = True
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self._parsed_bytes += len(url)
+        if self._parsed_bytes > self._max_bytes:
+            raise _HeadTooLarge
+        self.url += url  # HttpToolsProtocol.on_url, inlined (called per request)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._parsed_bytes += len(name) + len(value) + 4
+        self._header_count += 1
+        if self._parsed_bytes > self._max_bytes or self._header_count > self._max_count:
+            raise _HeadTooLarge
+        # HttpToolsProtocol.on_header, inlined (called per header)
+        name = name.lower()
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_bytes = 0
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True  # what comes next on this connection is the next request's head
+
+    # data -----------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self._rejected:
+            return  # dropped, not buffered
+        if self._in_head:
+            self._head_bytes += len(data)
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            if isinstance(exc.__cause__ or exc.__context__, _HeadTooLarge):
+                self._reject()
+                return
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        if self._in_head and self._head_bytes > self._max_bytes + len(data):
+            # no end of the head after more than the limit; the slack of one chunk covers a
+            # chunk that also carried the end of the previous request
+            self._reject()
+
+    def _reject(self) -> None:
+        from routing.core.errors import headers_too_large
+
+        self._rejected = True
+        error = headers_too_large(self._max_bytes, self._max_count)
+        body = error.body()
+        head = (
+            f"HTTP/1.1 {error.status} Request Header Fields Too Large\r\n"
+            "content-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n"
+        ).encode("latin-1")
+        self.logger.warning("request head over %d bytes / %d headers: answered 431", self._max_bytes, self._max_count)
+        transport = self.transport
+        transport.write(head + body)
+        try:
+            if transport.can_write_eof():
+                transport.write_eof()
+        except (OSError, RuntimeError):
+            pass
+        self.loop.call_later(LINGER_S, transport.close)
