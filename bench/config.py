@@ -1,4 +1,4 @@
-"""The benchmark's gateway configuration (CONTRACT §9 YAML), generated at any size.
+"""The benchmark's gateway configuration (the YAML of docs/configuration.md), generated at any size.
 
 Every benchmark model points at the mock upstream; the one the latency scenario calls
 has the same upstream model name the direct requests use, so the mock does the same

@@ -11,7 +11,7 @@ from typing import Any
 Row = list[str]
 HEADER: Row = ["scenario", "metric", "direct", "gateway", "gateway - direct / ratio", "target", "ok"]
 
-# Targets from DESIGN.md "Performance budget" and issue 6 (None: no target, just reported).
+# Targets from the README's Performance section and issue 6 (None: no target, just reported).
 TARGETS = {
     "added_p50": 0.5,
     "added_p99": 1.0,

@@ -16,7 +16,7 @@ import orjson
 from bench import config, procs
 from bench.stats import added, percentile, ratio, summarize, within
 
-DEFAULT_MAX_RETRIES = 2  # CONTRACT §5 R3 default; the benchmark config keeps the defaults
+DEFAULT_MAX_RETRIES = 2  # docs/resilience.md#r3 default; the benchmark config keeps the defaults
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Which model a request asks for, and whether its organisation may use it (CONTRACT §6).
+"""Which model a request asks for, and whether its organisation may use it (docs/configuration.md#policies).
 
 Pure functions over the snapshot. A decision depends only on (org, model id) and
 the snapshot, so it is memoised in `snapshot.cache`: the first request pays for

@@ -1,4 +1,4 @@
-"""Idempotency-Key for non-streaming chat (CONTRACT §6): one upstream call per key and body.
+"""Idempotency-Key for non-streaming chat (docs/api.md#idempotency): one upstream call per key and body.
 
 A key is (org, Idempotency-Key header) and is bound to the sha256 of the request
 body. `begin` gives the caller one of three claims:

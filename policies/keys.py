@@ -1,4 +1,4 @@
-"""API keys: generated once, shown once, stored as a hash (CONTRACT §2).
+"""API keys: generated once, shown once, stored as a hash (docs/api.md#authentication).
 
 Keys carry 240 random bits, so a plain SHA-256 is the right hash: salting and
 slow hashing (bcrypt, argon2) protect low-entropy passwords against guessing,

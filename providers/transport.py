@@ -1,16 +1,16 @@
 """The one way the gateway talks to upstreams: status, headers and a byte stream.
 
-aiohttp directly (DESIGN.md "Performance budget": about 3x the throughput of httpx
+aiohttp directly (the README's Performance section: about 3x the throughput of httpx
 at a quarter of its latency on this machine). One pooled session is shared by every
 provider; a provider that sets its own `connect_timeout_ms` gets a session (and a
-pool) of its own (CONTRACT R9), so a slow-to-connect provider cannot starve the
+pool) of its own (docs/resilience.md#r9), so a slow-to-connect provider cannot starve the
 shared pool. Sessions are created lazily on the running loop.
 
 Only the connect phase is timed here (connect failures become `UpstreamFailure`
 CONNECT_TIMEOUT / CONNECT_ERROR); first-token, idle and total deadlines belong to
 the caller, which cancels the task. Cancellation and early stops *close* the
 connection rather than returning it to the pool half-read, so the upstream sees
-the disconnect at once (CONTRACT R7).
+the disconnect at once (docs/resilience.md#r7).
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def new_record_id() -> str:
 
 
 class UsageRecord(models.Model):
-    """One row per proxied request (CONTRACT §8), written off the request path in batches."""
+    """One row per proxied request (docs/metrics.md#usage-records), written off the request path in batches."""
 
     record_id = models.CharField(
         max_length=32,

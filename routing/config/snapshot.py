@@ -1,4 +1,4 @@
-"""The immutable in-memory configuration the request path reads (CONTRACT R8).
+"""The immutable in-memory configuration the request path reads (docs/resilience.md#r8).
 
 `build_snapshot(document, key_rows, environ)` is a pure function: it turns the
 configuration document (routing.config.document) and the active key rows into frozen

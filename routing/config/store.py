@@ -1,4 +1,4 @@
-"""Configuration as code: import, export and YAML (CONTRACT §9).
+"""Configuration as code: import, export and YAML (docs/configuration.md).
 
 `import_document` is the one write path for a whole document: validate, then
 apply in one transaction, saving only rows whose values change, so importing an

@@ -1,4 +1,4 @@
-"""The one validation of the configuration document (CONTRACT §9, R1, §6).
+"""The one validation of the configuration document (docs/configuration.md, docs/resilience.md#r1).
 
 `validate_document(doc)` checks the plain-dict document of routing.config.document and
 returns every problem as a `ConfigError(path, message)`; it never stops at the

@@ -1,4 +1,4 @@
-"""Retry backoff (CONTRACT R3): a pure function, so tests assert exact bounds."""
+"""Retry backoff (docs/resilience.md#r3): a pure function, so tests assert exact bounds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Circuit breakers per link, in memory (CONTRACT R5).
+"""Circuit breakers per link, in memory (docs/resilience.md#r5).
 
 Closed -> Open after `threshold` consecutive failed requests -> Half-Open after the
 cooldown -> exactly one probe is admitted (others are told the circuit is open) ->

@@ -1,4 +1,4 @@
-"""Retry budgets per link (CONTRACT R3), in the manner of Finagle's RetryBudget.
+"""Retry budgets per link (docs/resilience.md#r3), in the manner of Finagle's RetryBudget.
 
 Over a sliding window of 10 one-second buckets, a link may retry while
     retries < ratio * requests + min_per_s * 10

@@ -1,4 +1,4 @@
-"""Gateway metrics (CONTRACT §7) as prometheus_client objects in the default registry.
+"""Gateway metrics (docs/metrics.md#prometheus-metrics) as prometheus_client objects in the default registry.
 
 django-prometheus's /metrics view exports the default registry, so these appear
 next to its Django metrics. The /v1 path records with these objects directly (the
@@ -7,7 +7,7 @@ are cached in dicts keyed by label tuples so a hot-path observation is a dict hi
 and an increment.
 
 Breaker keys of BYO credentials are exported with the model label
-"<model>@<org>" (`BreakerKey.label`): each such breaker is separate (CONTRACT §6) and an
+"<model>@<org>" (`BreakerKey.label`): each such breaker is separate (docs/resilience.md#r5) and an
 operator needs to see which org's link is open; their number is bounded by the
 configured credentials.
 """

@@ -20,7 +20,7 @@ FORBIDDEN = orjson.dumps(
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """Prometheus exposition of the default registry (django-prometheus + CONTRACT §7)."""
+    """Prometheus exposition of the default registry (django-prometheus + docs/metrics.md)."""
     if not settings.SWITCHBOARD_METRICS_PUBLIC:
         user = getattr(request, "user", None)
         if not (user is not None and user.is_authenticated and user.is_active and user.is_staff):

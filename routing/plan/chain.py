@@ -1,4 +1,4 @@
-"""The fallback chain of a request (CONTRACT R1, §6): links the executor walks in order.
+"""The fallback chain of a request (docs/resilience.md#r1, docs/configuration.md#policies): links the executor walks in order.
 
 `build_chain` is a pure function of (snapshot, org, model), so its result is
 memoised in `snapshot.cache` and shared by every request for that pair; a
@@ -16,7 +16,7 @@ Decisions:
   without an upstream call. A hop that repeats an earlier link is dropped (it
   already had its retries). The primary link is marked "model_denied" too when
   the org denies it, though callers answer 403 before building a chain.
-- BYO credentials: the CONTRACT says requests on an org's own credentials use a
+- BYO credentials: docs/resilience.md#r5 says requests on an org's own credentials use a
   breaker of their own keyed by org. An override belongs to a provider, so it is
   applied to *every* link on that provider (primary or fallback): that link uses
   the org's base URL and/or API key (the provider's for the part not overridden)

@@ -1,7 +1,7 @@
 """Preflight: which links of a chain can serve this request, decided before any upstream call.
 
 A model serves a request only if its capability manifest declares everything the
-request needs (CONTRACT §6); a capability it lacks or leaves undeclared makes the
+request needs (docs/resilience.md#r1); a capability it lacks or leaves undeclared makes the
 link skip with "unsupported_capability", a prompt estimated above its declared
 `context_window` with "context_length". When no link is left, the client gets
 400 `unsupported_capability` / `context_length_exceeded` naming what is missing.

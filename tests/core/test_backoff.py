@@ -1,4 +1,4 @@
-"""Backoff bounds (CONTRACT R3): exact, with fixed random fractions."""
+"""Backoff bounds (docs/resilience.md#r3): exact, with fixed random fractions."""
 
 from __future__ import annotations
 

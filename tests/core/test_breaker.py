@@ -1,4 +1,4 @@
-"""Circuit breaker transitions (CONTRACT R5), in simulated time."""
+"""Circuit breaker transitions (docs/resilience.md#r5), in simulated time."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The executor's retry / fallback / breaker / deadline behaviour (CONTRACT R1–R7), in simulated time."""
+"""The executor's retry / fallback / breaker / deadline behaviour (docs/resilience.md, rules R1–R7), in simulated time."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retry budget (CONTRACT R3): light traffic keeps its retries, a storm is capped."""
+"""Retry budget (docs/resilience.md#r3): light traffic keeps its retries, a storm is capped."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics end to end (CONTRACT §7): scrape a real server (daphne or uvicorn)'s /metrics.
+"""Prometheus metrics end to end (docs/metrics.md#prometheus-metrics): scrape a real server (daphne or uvicorn)'s /metrics.
 
 Each test reads the counters before and after its own requests and asserts the
 difference, on model names no other test of the module uses.

@@ -1,4 +1,4 @@
-"""Organisation policy, BYO credentials and idempotency end to end (CONTRACT §6)."""
+"""Organisation policy, BYO credentials and idempotency end to end (docs/configuration.md#policies)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Usage records end to end (CONTRACT §8): real server (daphne or uvicorn), real mock upstream, real database.
+"""Usage records end to end (docs/metrics.md#usage-records): real server (daphne or uvicorn), real mock upstream, real database.
 
 Rows are read straight from each gateway's database, never through the product:
 one record per request with the right fields; none lost while PostgreSQL is cut

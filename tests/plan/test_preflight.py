@@ -1,4 +1,4 @@
-"""Preflight: capability and context checks before any upstream call (CONTRACT §6)."""
+"""Preflight: capability and context checks before any upstream call (docs/resilience.md#r1)."""
 
 from __future__ import annotations
 

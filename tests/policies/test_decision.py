@@ -1,4 +1,4 @@
-"""Model selection and org policy decisions (CONTRACT §6)."""
+"""Model selection and org policy decisions (docs/configuration.md#policies)."""
 
 from __future__ import annotations
 

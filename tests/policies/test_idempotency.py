@@ -1,4 +1,4 @@
-"""Idempotency-Key: replay, conflict, coalesced duplicates, TTL, LRU, Redis fail-open (CONTRACT §6)."""
+"""Idempotency-Key: replay, conflict, coalesced duplicates, TTL, LRU, Redis fail-open (docs/api.md#idempotency)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""policies.matcher against Go's filepath.Match (CONTRACT §6: pattern syntax is Go's)."""
+"""policies.matcher against Go's filepath.Match (docs/configuration.md#policies: pattern syntax is Go's)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ GO_TABLE = [
     ("*x", "xxx", True, False),
 ]
 
-CONTRACT_EXAMPLES = [
+DOCUMENTED_EXAMPLES = [
     ("*", "openai/gpt-4", False),
     ("*/*", "openai/gpt-4", True),
     ("openai/*", "openai/gpt-4", True),
@@ -111,7 +111,7 @@ def test_go_reference_port_agrees_with_go_table(pattern: str, name: str, expecte
         assert go_match(pattern, name) is expected
 
 
-@pytest.mark.parametrize(("pattern", "name", "expected"), CONTRACT_EXAMPLES)
+@pytest.mark.parametrize(("pattern", "name", "expected"), DOCUMENTED_EXAMPLES)
 def test_contract_examples(pattern: str, name: str, expected: bool) -> None:
     assert match(pattern, name) is expected
 

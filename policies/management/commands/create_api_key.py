@@ -1,4 +1,4 @@
-"""`manage.py create_api_key --org ORG --agent AGENT`: the new key alone on the last line (CONTRACT §2)."""
+"""`manage.py create_api_key --org ORG --agent AGENT`: the new key alone on the last line (docs/commands.md#create_api_key)."""
 
 from __future__ import annotations
 

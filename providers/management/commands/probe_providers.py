@@ -1,4 +1,4 @@
-"""`manage.py probe_providers [--provider NAME] [--json]` (CONTRACT §10).
+"""`manage.py probe_providers [--provider NAME] [--json]` (docs/commands.md#probe_providers).
 
 Probes providers now, from this process, with the configuration in the database.
 Exit status: 0 when every probed provider is up, 1 otherwise, 2 when nothing can be

@@ -1,4 +1,4 @@
-"""`manage.py export_config [--output FILE]`: the configuration as YAML (CONTRACT §9)."""
+"""`manage.py export_config [--output FILE]`: the configuration as YAML (docs/commands.md#export_config)."""
 
 from __future__ import annotations
 
