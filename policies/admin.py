@@ -24,7 +24,7 @@ from routing.config.document import child_item
 from routing.config.schema import AGENT, CREDENTIAL, POLICY
 from routing.config.store import find_org
 from routing.config.validation import add_form_validators
-from routing.ops.admin_keys import apply_stored_key, clear_field, key_field, setup_key_fields
+from routing.ops.admin_keys import StoredKeyForm
 
 Edit = Callable[[dict[str, Any]], None]
 CHAIN_WIDGET = forms.TextInput(attrs={"size": 30, "placeholder": '["chat-b"]; [] = no fallback'})
@@ -139,21 +139,10 @@ class PolicyInline(OrgChildInline):
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
 
-class CredentialInlineForm(forms.ModelForm):
-    api_key = key_field()
-    clear_api_key = clear_field()
-
+class CredentialInlineForm(StoredKeyForm, forms.ModelForm):
     class Meta:
         model = OrgCredential
         fields = "__all__"
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        setup_key_fields(self)
-
-    def save(self, commit: bool = True) -> OrgCredential:
-        apply_stored_key(self, self.instance)
-        return super().save(commit)
 
 
 class CredentialInline(OrgChildInline):
@@ -250,22 +239,12 @@ class PolicyForm(OrgChildForm):
         widgets = {"fallback_chain": CHAIN_WIDGET}
 
 
-class CredentialForm(OrgChildForm):
+class CredentialForm(StoredKeyForm, OrgChildForm):
     kind = "credentials"
-    api_key = key_field()
-    clear_api_key = clear_field()
 
     class Meta:
         model = OrgCredential
         fields = "__all__"
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        setup_key_fields(self)
-
-    def save(self, commit: bool = True) -> OrgCredential:
-        apply_stored_key(self, self.instance)
-        return super().save(commit)
 
 
 @admin.register(Agent)

@@ -21,7 +21,7 @@ from routing.config.schema import MODEL, PROVIDER, TIMEOUTS
 from routing.config.store import rename_references, replace_item
 from routing.config.validation import add_form_validators
 from routing.core.kinds import ENDPOINT_KINDS
-from routing.ops.admin_keys import apply_stored_key, clear_field, key_field, setup_key_fields
+from routing.ops.admin_keys import StoredKeyForm
 
 Edit = Callable[[dict[str, Any]], None]
 TIMEOUT_FIELDS = TIMEOUTS
@@ -34,17 +34,13 @@ def _old(model: type, pk: int | None, field: str) -> str | None:
     return None if pk is None else model.objects.filter(pk=pk).values_list(field, flat=True).first()
 
 
-class ProviderForm(DocumentCheckedForm):
-    api_key = key_field()
-    clear_api_key = clear_field()
-
+class ProviderForm(StoredKeyForm, DocumentCheckedForm):
     class Meta:
         model = Provider
         fields = "__all__"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        setup_key_fields(self)
         add_form_validators(self, PROVIDER)
 
     def document_edit(self, obj: Provider) -> tuple[Edit, str]:
@@ -55,10 +51,6 @@ class ProviderForm(DocumentCheckedForm):
             replace_item(doc["providers"], "name", old, item)
 
         return edit, f"providers[{obj.name}]"
-
-    def save(self, commit: bool = True) -> Provider:
-        apply_stored_key(self, self.instance)
-        return super().save(commit)
 
 
 @admin.register(Provider)

@@ -3,9 +3,9 @@
 A key typed here is encrypted with SWITCHBOARD_FERNET_KEY and kept in the row's
 `api_key_encrypted`; the input is a password field that never renders a value
 back ("leave blank to keep"). Without a Fernet key the field is disabled and says
-how to enable it. Form classes declare `api_key = key_field()` and
-`clear_api_key = clear_field()`, call `setup_key_fields(self)` in `__init__` and
-`apply_stored_key(self, instance)` before saving.
+how to enable it. A model form gets both fields by listing `StoredKeyForm` first
+among its bases; forms that save elsewhere call `setup_key_fields(self)` in
+`__init__` and `apply_stored_key(self, instance)` before saving.
 """
 
 from __future__ import annotations
@@ -61,3 +61,18 @@ def apply_stored_key(form: forms.BaseForm, instance: Any) -> None:
             raise forms.ValidationError(str(exc)) from exc
     elif data.get("clear_api_key"):
         instance.api_key_encrypted = ""
+
+
+class StoredKeyForm(forms.Form):
+    """The stored-key fields for a model form: `class F(StoredKeyForm, forms.ModelForm)`."""
+
+    api_key = key_field()
+    clear_api_key = clear_field()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        setup_key_fields(self)
+
+    def save(self, commit: bool = True) -> Any:
+        apply_stored_key(self, self.instance)  # type: ignore[attr-defined]
+        return super().save(commit)  # type: ignore[misc]
