@@ -37,7 +37,7 @@ ESTIMATE_S = {
     "stream": (20, 8),
     "throughput": (60, 30),
     "config": (60, 40),
-    "storm": (25, 25),
+    "storm": (50, 50),
 }
 
 
