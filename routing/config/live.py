@@ -8,6 +8,7 @@ document validates; a rejected configuration keeps the last good one serving.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import threading
@@ -49,6 +50,7 @@ def read_version() -> int:
 def load_from_db() -> tuple[Snapshot | None, list, int]:
     """Read and validate the configuration; return (snapshot, [], version) or (None, errors, version)."""
     from routing.config.document import document_from_db, gc_paused, key_rows_from_db
+    from routing.config.overrides import read_overrides
     from routing.config.snapshot import build_snapshot
     from routing.config.validation import validate_document
 
@@ -58,7 +60,8 @@ def load_from_db() -> tuple[Snapshot | None, list, int]:
         errors = validate_document(document)
         if errors:
             return None, errors, version
-        return build_snapshot(document, key_rows_from_db(), os.environ, version=version), [], version
+        snapshot = build_snapshot(document, key_rows_from_db(), os.environ, version=version)
+        return dataclasses.replace(snapshot, overrides=read_overrides()), [], version
 
 
 def rebuild_from_db(reason: str = "") -> bool:
