@@ -104,6 +104,7 @@ def start() -> Process:
             ("breaker-controls", controls.control_listener),
             ("dashboard-broadcaster", state.run_broadcaster),
             ("health-prober", health.run_prober),
+            ("metrics-refresher", metrics.run_refresher),
         ):
             proc.tasks.append(_spawn(name, func))
     return proc
