@@ -8,6 +8,7 @@ through both: each must show the machine's sum, not its own share.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import tempfile
@@ -101,3 +102,63 @@ def test_two_workers_share_a_port_and_each_metrics_page_sums_both(server, databa
         gw.log.close()
     log = gw.logs()
     assert "Traceback" not in log, log[-3000:]
+
+
+def _serve(databases, mock_upstream, *args: str) -> Gateway:
+    gw = Gateway(
+        databases.new(),
+        CONFIG.format(mock=mock_upstream.url),
+        Path(tempfile.mkdtemp(prefix="switchboard-gw-")),
+        {"SWITCHBOARD_METRICS_PUBLIC": "true"},
+    )
+    gw.import_config(gw.config_yaml)
+    gw.api_key = gw.create_key("acme", "bot")
+    gw.serve([sys.executable, "manage.py", "serve", *args, "--host", "127.0.0.1"])
+    return gw
+
+
+def test_one_worker_is_the_server_process_itself(databases, mock_upstream):
+    gw = _serve(databases, mock_upstream)  # default: --workers 1, uvicorn
+    try:
+        assert int(httpx.get(f"{gw.url}/health").headers["x-switchboard-worker"]) == gw.process.pid
+        page = httpx.get(f"{gw.url}/metrics")
+        assert page.status_code == 200 and "switchboard_requests_total" in page.text
+    finally:
+        gw.stop()
+
+
+def test_a_daphne_worker_that_dies_is_replaced_and_its_requests_still_count(databases, mock_upstream):
+    gw = _serve(databases, mock_upstream, "--server", "daphne", "--workers", "2")
+    clients: dict[int, httpx.Client] = {}
+    try:
+        clients = connection_per_worker(gw, 2)
+        victim, client = sorted(clients.items())[0]
+        body = {"model": "w-chat", "messages": [{"role": "user", "content": "hi"}]}
+        for _ in range(4):
+            assert client.post("/v1/chat/completions", json=body).status_code == 200
+        client.close()
+        del clients[victim]
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while True:  # a new worker answers next to the survivor
+            for c in clients.values():
+                c.close()
+            clients = connection_per_worker(gw, 2, within_s=15)
+            if victim not in clients:
+                break
+            assert time.monotonic() < deadline
+        assert gw.process.poll() is None
+        for c in clients.values():
+            assert requests_total(c.get("/metrics").text, "w-chat") == 4  # the dead worker's count is kept
+        assert "exited with -9; restarting" in gw.logs()
+    finally:
+        for c in clients.values():
+            c.close()
+        gw.stop()
+
+
+def test_serve_refuses_a_worker_count_below_one():
+    from tests.e2e.harness import manage
+
+    result = manage(["serve", "--workers", "0"], {}, check=False)
+    assert result.returncode == 1 and "--workers must be between 1 and 256" in result.stderr
