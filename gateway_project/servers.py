@@ -29,3 +29,16 @@ def command(server: str, host: str, port: int) -> list[str]:
         # -v 0: no access log; every request already has its JSON line on switchboard.requests.
         return [sys.executable, "-m", "daphne", "-v", "0", "-b", host, "-p", str(port), APP]
     raise ValueError(f"unknown server {server!r}; use one of {', '.join(SERVERS)}")
+
+
+def worker_command(server: str, host: str, port: int, workers: int, fd: int | None = None) -> list[str]:
+    """argv of `manage.py serve --workers N` (docs/scale-out.md#workers), built from `command`:
+    uvicorn runs its own N workers; daphne serves the listening socket `fd` it inherits (one
+    process per worker, the supervisor in gateway_project/workers.py starts N of them)."""
+    argv = command(server, host, port)
+    if server == "uvicorn":
+        return [*argv, "--workers", str(workers)] if workers > 1 else argv
+    if fd is None:
+        return argv
+    at = argv.index("-b")
+    return [*argv[:at], "--fd", str(fd), *argv[at + 4 :]]  # "-b HOST -p PORT" → "--fd FD"

@@ -22,7 +22,7 @@ from django.urls import reverse
 from routing.config.schema import RESILIENCE
 from routing.config.store import errors_for_edit, in_scope
 from routing.config.validation import ConfigError, add_form_validators
-from routing.models import BreakerAction, ResilienceSettings, UsageRecord
+from routing.models import BreakerAction, BreakerOverride, ResilienceSettings, UsageRecord
 
 FORM_FIELD = {"id": "public_id", "health_probe": "health_probe_enabled"}
 _LEAD = re.compile(r"^(?:\[([^\]]*)\])?(?:\.(\w+))?")
@@ -262,3 +262,12 @@ class BreakerActionAdmin(ReadOnlyAdmin):
     list_display = ["created_at", "user", "action", "provider", "model", "reason", "expires_at"]
     list_filter = ["action", "provider"]
     search_fields = ["user", "provider", "model", "reason"]
+
+
+@admin.register(BreakerOverride)
+class BreakerOverrideAdmin(ReadOnlyAdmin):
+    """The stored last control per breaker, which every process applies (docs/scale-out.md#controls)."""
+
+    list_display = ["updated_at", "provider", "model", "org", "action", "user", "reason", "until", "revision"]
+    list_filter = ["action", "provider"]
+    search_fields = ["user", "provider", "model", "org", "reason"]

@@ -9,7 +9,14 @@ from django.db import models
 from routing.config.schema import RESILIENCE_DEFAULTS as _D
 from routing.core.resilience import FALLBACK_TRIGGERS
 
-__all__ = ["FALLBACK_TRIGGERS", "BreakerAction", "ConfigVersion", "ResilienceSettings", "UsageRecord"]
+__all__ = [
+    "FALLBACK_TRIGGERS",
+    "BreakerAction",
+    "BreakerOverride",
+    "ConfigVersion",
+    "ResilienceSettings",
+    "UsageRecord",
+]
 
 
 def default_fallback_on() -> list[str]:
@@ -116,3 +123,30 @@ class BreakerAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.provider}/{self.model} by {self.user}"
+
+
+class BreakerOverride(models.Model):
+    """The operator's last word on one breaker: held open (who, why, until when) or reset.
+
+    One row per breaker key (`org` empty for the shared breaker). Every write also bumps
+    ConfigVersion, so each serving process reads the rows with its next snapshot and applies
+    the ones whose `revision` it has not applied yet; a process that starts later applies
+    the force-opens that still hold. See docs/scale-out.md#controls.
+    """
+
+    provider = models.CharField(max_length=64)
+    model = models.CharField(max_length=200)
+    org = models.CharField(max_length=64, blank=True)
+    action = models.CharField(max_length=16)  # "force_open" | "reset"
+    user = models.CharField(max_length=150)
+    reason = models.CharField(max_length=500, blank=True)
+    until = models.DateTimeField(null=True, blank=True, help_text="force_open: expiry (empty: until reset).")
+    revision = models.BigIntegerField(default=0, help_text="The configuration version this write produced.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["provider", "model", "org"], name="breaker_override_key")]
+
+    def __str__(self) -> str:
+        at = f"@{self.org}" if self.org else ""
+        return f"{self.action} {self.provider}/{self.model}{at} by {self.user}"

@@ -8,6 +8,7 @@ document validates; a rejected configuration keeps the last good one serving.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import threading
@@ -64,6 +65,7 @@ def read_version() -> int:
 def load_from_db() -> tuple[Snapshot | None, list, int]:
     """Read and validate the configuration; return (snapshot, [], version) or (None, errors, version)."""
     from routing.config.document import document_from_db, gc_paused, key_rows_from_db
+    from routing.config.overrides import read_overrides
     from routing.config.secrets import stored_keys_from_db
     from routing.config.snapshot import build_snapshot
     from routing.config.validation import validate_document
@@ -76,6 +78,7 @@ def load_from_db() -> tuple[Snapshot | None, list, int]:
             return None, errors, version
         key_rows, stored = key_rows_from_db(), stored_keys_from_db()
         snapshot = build_snapshot(document, key_rows, os.environ, version=version, stored_keys=stored)
+        snapshot = dataclasses.replace(snapshot, overrides=read_overrides())
     lastgood.save(document, key_rows, version, stored)
     return snapshot, [], version
 

@@ -107,6 +107,8 @@ class Snapshot:
     aliases: Mapping[str, str]  # alias -> model id
     orgs: Mapping[str, OrgSpec]
     keys: Mapping[str, KeySpec]  # sha256 hex -> key
+    # Operators' persisted breaker controls (routing.config.overrides.Override), read with the document.
+    overrides: tuple[Any, ...] = ()
     cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def resolve(self, name: str) -> ModelSpec | None:

@@ -33,6 +33,7 @@ from routing.gateway.wire import (
     send_error,
     send_response,
     watch_disconnect,
+    worker_header,
 )
 from routing.ops import accounting, wiring
 from routing.ops.accounting import Context
@@ -49,10 +50,10 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
     process = wiring.start()
     path = scope["path"]
     if path == "/health":
-        await send_response(send, 200, _HEALTH_BODY, [JSON])
+        await send_response(send, 200, _HEALTH_BODY, [JSON, worker_header()])
         return
     if path == "/health/providers":
-        await send_response(send, 200, health_providers_payload(live.current()), [JSON])
+        await send_response(send, 200, health_providers_payload(live.current()), [JSON, worker_header()])
         return
 
     started = _perf()

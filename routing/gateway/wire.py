@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -94,3 +95,9 @@ def watch_disconnect(receive: Receive, ctx: Context) -> asyncio.Task:
                 return
 
     return asyncio.get_running_loop().create_task(watch())
+
+
+def worker_header() -> tuple[bytes, bytes]:
+    """`X-Switchboard-Worker: <pid>` on /health answers: which worker process of a
+    `manage.py serve --workers N` answered (docs/scale-out.md#workers)."""
+    return (b"x-switchboard-worker", str(os.getpid()).encode())

@@ -8,9 +8,12 @@ breaker, sane minutes) and performed once (`perform`):
 2. broadcast on CONTROL_GROUP, so `control_listener` applies it in every other
    serving process (the message's origin stops it being applied twice here);
 3. put in the dashboard feed;
-4. audited: one BreakerAction row saying who did what (best effort: the control is
-   already applied when the row is written);
-5. logged.
+4. stored: the breaker's BreakerOverride row (who, why, until when), which bumps the
+   configuration version, so every serving process (also without a shared channel
+   layer, and one started later) applies it with its next snapshot (`apply_persisted`);
+5. audited: one BreakerAction row saying who did what (steps 4-5 are best effort for a
+   serving process, where the control is already applied; the CLI fails without them);
+6. logged.
 
 `apply(verb, key, user, ...)` (and `reset` / `force_open`) does both for synchronous
 callers (admin, CLI); the consumer parses first, to answer a refused control with its
@@ -119,10 +122,11 @@ def perform_sync(user: str, control: Control, here: bool = True) -> None:
 
     The breaker part runs through async_to_sync, so on the serving loop when there is
     one (a Django view's thread under ASGI): the breakers are touched on the thread
-    that owns them. `here=False` skips step 1 (a management command serves nothing).
+    that owns them. `here=False` skips step 1 (a management command serves nothing) and
+    makes storing the control mandatory: it is then the only way the servers learn of it.
     """
     async_to_sync(_announce)(user, control, here)
-    _record(user, control)
+    _record(user, control, strict=not here)
 
 
 async def _announce(user: str, control: Control, here: bool = True) -> None:
@@ -140,12 +144,53 @@ async def _announce(user: str, control: Control, here: bool = True) -> None:
     await feed.publish(feed.CONTROL_GROUP, message)
 
 
-def _record(user: str, control: Control) -> None:
+def _record(user: str, control: Control, strict: bool = False) -> None:
     try:
+        persist(user, control)
         audit(user, control)
-    except Exception:  # noqa: BLE001 - the action is applied; the audit row is best effort
+    except Exception:  # noqa: BLE001 - the action is applied here; storing it is best effort
+        if strict:
+            raise
         log.exception("could not record breaker action by %s", user)
     log.info("breaker %s on %s by %s", control.action, control.key.link, user)
+
+
+def persist(user: str, control: Control) -> int:
+    """Store the control as the breaker's current override (bumps the configuration version)."""
+    from routing.config.overrides import write_override
+
+    return write_override(control.key, control.action, user, control.reason, control.until)
+
+
+# Per process: the revision of each breaker's stored override already applied here.
+_applied: dict[BreakerKey, int] = {}
+
+
+def apply_persisted(overrides: tuple[Any, ...], known: set[BreakerKey] | frozenset[BreakerKey]) -> int:
+    """Apply stored overrides this process has not applied yet (on the breakers' thread).
+
+    Called with every snapshot swapped in (boot and each reload): a force-open that has not
+    expired holds the breaker open, a reset closes it; a key the configuration no longer
+    serves is skipped. Returns how many were applied.
+    """
+    from routing.config.overrides import RESET
+
+    now = time.time()
+    applied = 0
+    for override in overrides:
+        if _applied.get(override.key) == override.revision:
+            continue
+        _applied[override.key] = override.revision
+        if override.key not in known:
+            continue
+        if override.action == RESET:
+            breakers.reset(override.key)
+        elif override.until is None or override.until > now:
+            breakers.force_open(override.key, override.reason or f"forced open by {override.user}", override.until)
+        else:
+            continue
+        applied += 1
+    return applied
 
 
 def apply(

@@ -14,6 +14,8 @@ configured credentials.
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -25,8 +27,14 @@ CIRCUIT_STATE = Gauge(
     "switchboard_circuit_state",
     "Circuit breaker state per link: 0 closed, 1 open (also when forced open), 2 half-open.",
     ["provider", "model"],
+    multiprocess_mode="livemax",  # serve --workers: the worst state any live worker sees
 )
-PROVIDER_UP = Gauge("switchboard_provider_up", "Last health probe: 1 up, 0 down (absent: unknown).", ["provider"])
+PROVIDER_UP = Gauge(
+    "switchboard_provider_up",
+    "Last health probe: 1 up, 0 down (absent: unknown).",
+    ["provider"],
+    multiprocess_mode="livemin",  # down as soon as one live worker's probe says so
+)
 REQUESTS = Counter(
     "switchboard_requests_total",
     "Proxied requests by endpoint, requested model, model that served and HTTP status.",
@@ -48,11 +56,16 @@ OVERHEAD = Histogram(
     buckets=(0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05),
 )
 CONFIG_RELOADS = Counter("switchboard_config_reloads_total", "Snapshot rebuilds by result.", ["result"])
-USAGE_BACKLOG = Gauge("switchboard_usage_backlog", "Usage records not yet in the database (memory + spool).")
+USAGE_BACKLOG = Gauge(
+    "switchboard_usage_backlog",
+    "Usage records not yet in the database (memory + spool).",
+    multiprocess_mode="livesum",
+)
 DEGRADED = Gauge(
     "switchboard_degraded",
     "1 while a component is unavailable and the process serves without it (database: the last good config file).",
     ["component"],
+    multiprocess_mode="livemax",
 )
 
 
@@ -71,7 +84,11 @@ def _backlog() -> float:
     return float(usage.backlog())
 
 
-USAGE_BACKLOG.set_function(_backlog)
+# serve --workers (docs/scale-out.md#metrics): values live in shared files, a function is never
+# read there, so run_refresher sets them instead.
+MULTIPROCESS = "PROMETHEUS_MULTIPROC_DIR" in os.environ
+if not MULTIPROCESS:
+    USAGE_BACKLOG.set_function(_backlog)
 
 _requests: dict[tuple[str, str, str, int], Any] = {}
 _attempts: dict[tuple[str, str, str], Any] = {}
@@ -225,3 +242,21 @@ def install() -> None:
 
     registry.add_listener(on_breaker_change)
     _installed = True
+
+
+REFRESH_S = 1.0
+
+
+async def run_refresher() -> None:
+    """serve --workers only: every REFRESH_S, write this worker's usage backlog and circuit
+    states to the shared metric files, so a scrape of any worker shows them (a scrape-time
+    refresh reaches the scraped worker only). A background task of routing.ops.wiring."""
+    if not MULTIPROCESS:
+        return
+    from routing.config import live
+    from routing.core.breaker import registry
+
+    while True:
+        USAGE_BACKLOG.set(_backlog())
+        refresh_circuits(live.current(), registry.views())
+        await asyncio.sleep(REFRESH_S)

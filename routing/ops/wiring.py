@@ -76,7 +76,13 @@ class _Observer(metrics.MetricsObserver):
 
 
 def _retain_breakers(snapshot: live.Snapshot) -> None:
-    breakers.retain(breaker_keys(snapshot))
+    keys = breaker_keys(snapshot)
+    breakers.retain(keys)
+    if snapshot.overrides:  # operators' stored force-open / reset (docs/scale-out.md#controls)
+        try:
+            feed.call_on_loop(lambda: controls.apply_persisted(snapshot.overrides, keys))
+        except Exception:  # noqa: BLE001 - the snapshot is in; the next reload applies them
+            log.exception("could not apply the stored breaker controls")
 
 
 def disable_background() -> None:
@@ -101,6 +107,7 @@ def start() -> Process:
             ("breaker-controls", controls.control_listener),
             ("dashboard-broadcaster", state.run_broadcaster),
             ("health-prober", health.run_prober),
+            ("metrics-refresher", metrics.run_refresher),
         ):
             proc.tasks.append(_spawn(name, func))
     return proc

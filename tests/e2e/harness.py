@@ -203,10 +203,14 @@ class Gateway:
     def start(self, org: str = "acme", agent: str = "bot") -> None:
         self.import_config(self.config_yaml)
         self.api_key = self.create_key(org, agent)
+        self.serve()
+
+    def serve(self, argv: list[str] | None = None) -> None:
+        """Start the server process on a free port: `argv` (given the port), default SERVER's command."""
         self.port = free_port()
         self.log = open(self.workdir / "server.log", "w")  # noqa: SIM115
         self.process = subprocess.Popen(
-            command(self.server, "127.0.0.1", self.port),
+            argv + ["--port", str(self.port)] if argv else command(self.server, "127.0.0.1", self.port),
             cwd=ROOT,
             env={**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings", **self.env},
             stdout=self.log,

@@ -97,3 +97,57 @@ def test_cli_sends_a_byo_control_without_touching_its_own_breakers(snapshot, fre
     assert registry.state(BYO) is State.CLOSED  # the command serves nothing; the servers apply it
     row = BreakerAction.objects.get()
     assert row.model == "op-chat@acme" and row.user.startswith("cli:") and row.reason == "acme maintenance"
+
+
+@pytest.mark.django_db
+def test_cli_without_a_shared_layer_stores_the_control_and_bumps_the_version(snapshot, fresh_layer):
+    from routing.config import live
+    from routing.config.store import import_document
+    from routing.models import BreakerOverride
+
+    import_document(copy.deepcopy(DOCUMENT))
+    before = live.read_version()
+
+    call_command("breaker", "force-open", "op-a", "op-chat", "--reason", "db maintenance", "--minutes", "30")
+
+    row = BreakerOverride.objects.get()
+    assert (row.provider, row.model, row.org, row.action, row.reason) == (
+        "op-a",
+        "op-chat",
+        "",
+        "force_open",
+        "db maintenance",
+    )
+    assert row.user.startswith("cli:") and row.until is not None
+    assert live.read_version() == before + 1 == row.revision  # every server reloads and applies it
+    assert registry.state(SHARED) is State.CLOSED  # the command serves nothing itself
+
+    call_command("breaker", "reset", "op-a", "op-chat")
+    row = BreakerOverride.objects.get()  # still one row per breaker: the last word
+    assert row.action == "reset" and row.until is None and live.read_version() == before + 2
+    overrides = live.load_snapshot().overrides
+    assert [(o.key, o.action) for o in overrides] == [(SHARED, "reset")]
+
+
+def test_stored_overrides_are_applied_once_per_revision(snapshot):
+    import time
+
+    from routing.config.overrides import Override
+
+    known = {SHARED, BYO}
+    forced = Override(SHARED, "force_open", "cli:op", "maintenance", None, 11)
+    expired = Override(BYO, "force_open", "cli:op", "old", time.time() - 5, 12)
+    gone = Override(BreakerKey("op-x", "gone"), "force_open", "cli:op", "", None, 13)
+    controls._applied.clear()
+
+    assert controls.apply_persisted((forced, expired, gone), known) == 1
+    assert registry.state(SHARED) is State.OPEN and registry.state(BYO) is State.CLOSED
+    assert registry.state(BreakerKey("op-x", "gone")) is State.CLOSED
+
+    registry.reset(SHARED)  # e.g. the dashboard's reset broadcast: the same revision is not re-applied
+    assert controls.apply_persisted((forced,), known) == 0 and registry.state(SHARED) is State.CLOSED
+
+    registry.force_open(SHARED, "x", None)
+    reset = Override(SHARED, "reset", "cli:op", "", None, 14)
+    assert controls.apply_persisted((reset,), known) == 1 and registry.state(SHARED) is State.CLOSED
+    controls._applied.clear()

@@ -325,12 +325,27 @@ async def test_broadcaster_publishes_state_to_viewers(snapshot, fresh_layer, set
 
 
 @pytest.mark.django_db
-def test_breaker_command_refuses_without_a_shared_channel_layer(fresh_layer):
-    from django.core.management import CommandError, call_command
+def test_breaker_command_fails_when_the_database_cannot_store_the_control(fresh_layer, monkeypatch):
+    """Without Redis the stored override is the only way servers learn of it: no silent success."""
+    import copy
 
+    from django.core.management import CommandError, call_command
+    from django.db import OperationalError
+
+    from routing.config.store import import_document
+    from routing.ops import controls
+    from tests.ops.conftest import DOCUMENT
+
+    import_document(copy.deepcopy(DOCUMENT))
+
+    def broken(user, control):
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(controls, "persist", broken)
     with pytest.raises(CommandError) as exc:
         call_command("breaker", "reset", "op-a", "op-chat")
-    assert exc.value.returncode == 1 and "REDIS_URL" in str(exc.value)
+    assert exc.value.returncode == 1 and "could not store the control" in str(exc.value)
+    assert "database is locked" in str(exc.value)
 
 
 @pytest.mark.django_db

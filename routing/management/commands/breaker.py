@@ -2,11 +2,12 @@
 
 Breakers live in the serving processes' memory: this command performs the same control
 as the dashboard's buttons (routing.ops.controls: validated against the configuration
-in the database, broadcast on the "switchboard.control" channel-layer group, which every
-serving process applies, and audited). That needs a shared channel layer (REDIS_URL);
-with the in-memory default no serving process can hear it, and the command says so and
-exits 1. A control that does not validate (no such link or organisation, bad minutes,
-an invalid configuration) exits 2.
+in the database, stored as the breaker's override — which bumps the configuration
+version, so every serving process applies it within its poll interval, and processes
+started later honour it — broadcast on the "switchboard.control" channel-layer group when
+one is shared (REDIS_URL: applied at once), and audited). No Redis is needed. A control
+that does not validate (no such link or organisation, bad minutes, an invalid
+configuration) exits 2; a database that cannot store it exits 1.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
-    help = "Reset or force open a circuit breaker in every serving process (needs REDIS_URL)."
+    help = "Reset or force open a circuit breaker in every serving process (stored in the database)."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("action", choices=["reset", "force-open"])
@@ -29,17 +30,12 @@ class Command(BaseCommand):
         parser.add_argument("--minutes", type=float, help="force-open: keep it open this long (default: until reset).")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from django.db import DatabaseError
+
         from routing.config import live
         from routing.core.breaker import BreakerKey
         from routing.ops import controls
-        from routing.ops.dashboard import feed
 
-        if not feed.shared_layer():
-            raise CommandError(
-                "No shared channel layer: serving processes cannot hear this command. "
-                "Set REDIS_URL (the same as the servers'), or use the dashboard's buttons.",
-                returncode=1,
-            )
         key = BreakerKey(options["provider"], options["model"], options["org"])
         try:
             snapshot = live.load_snapshot()
@@ -54,4 +50,8 @@ class Command(BaseCommand):
             )
         except (live.InvalidConfiguration, controls.ControlError) as exc:
             raise CommandError(str(exc), returncode=2) from None
-        self.stdout.write(f"{options['action']} sent for {key.link}")
+        except DatabaseError as exc:
+            raise CommandError(f"could not store the control in the database: {exc}", returncode=1) from None
+        self.stdout.write(
+            f"{options['action']} stored for {key.link}; serving processes apply it within their poll interval"
+        )

@@ -1,0 +1,48 @@
+"""`manage.py serve [--server uvicorn|daphne] [--workers N] [--host H] [--port P]`.
+
+Serves the gateway. With one worker (the default) it becomes the server process itself
+(the same command line as `gateway_project.servers.command`); with N it runs N worker
+processes sharing one listening socket and one metrics directory (gateway_project.workers,
+docs/scale-out.md). About one worker per core.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from gateway_project.servers import DEFAULT, SERVERS, command
+
+
+class Command(BaseCommand):
+    help = "Serve the gateway with N worker processes sharing one listening socket (default 1)."
+    requires_system_checks: list[str] = []  # the server validates the configuration at boot
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--server", choices=SERVERS, default=DEFAULT, help="ASGI server (default: %(default)s).")
+        parser.add_argument("--workers", type=int, default=1, help="Worker processes (default 1; about one per core).")
+        parser.add_argument("--host", default="127.0.0.1", help="Address to listen on (default: %(default)s).")
+        parser.add_argument("--port", type=int, default=8000, help="Port to listen on (default: %(default)s).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from gateway_project import workers as supervisor
+
+        n, server, host, port = options["workers"], options["server"], options["host"], options["port"]
+        if not 1 <= n <= 256:
+            raise CommandError(f"--workers must be between 1 and 256 (got {n}); about one per core.")
+        if not 0 <= port <= 65535:
+            raise CommandError(f"--port must be between 0 and 65535 (got {port}).")
+        self.stdout.write(f"Serving the gateway on http://{host}:{port} with {server}, {n} worker(s)")
+        self.stdout.flush()
+        if n == 1:
+            argv = command(server, host, port)
+            os.execv(argv[0], argv)  # the server replaces this process, as it would be run by hand
+        run = supervisor.supervise_uvicorn if server == "uvicorn" else supervisor.supervise_daphne
+        try:
+            code = run(host, port, n, lambda line: self.stderr.write(line))
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {host}:{port}: {exc}") from None
+        sys.exit(code)
