@@ -740,3 +740,27 @@ def duplicate_authorization() -> GatewayError:
         "invalid_request",
         "The request has more than one Authorization header: send exactly one 'Authorization: Bearer <key>'.",
     )
+
+
+# --- per-agent and per-org rate limits (docs/limits.md) -----------------------
+
+
+def rate_limit_exceeded(name: str, kind: str, limit: int, requested: int, retry_after_s: float) -> GatewayError:
+    """429 `rate_limited`: the caller's own rpm/tpm bucket cannot take this request (nothing sent upstream).
+
+    `name` says whose bucket ("agent 'acme/bot'", "org 'acme'"), `kind` is "requests"
+    or "tokens", `limit` the per-minute limit, `requested` what this request needed.
+    """
+    headers = _retry_after(retry_after_s)
+    per_minute = "rpm" if kind == "requests" else "tpm"
+    if requested > limit:
+        detail = (
+            f"this request needs {requested} tokens (prompt estimate + max output), more than the {name} "
+            f"may use per minute ({per_minute} {limit}): lower max_tokens or shorten the prompt"
+        )
+    else:
+        detail = (
+            f"the {name} is over its limit of {limit} {kind} per minute ({per_minute}): "
+            f"retry in {headers['Retry-After']} s"
+        )
+    return _error("rate_limited", f"Rate limit reached: {detail}. Nothing was sent upstream.", headers=headers)
