@@ -104,18 +104,23 @@ class Ticket:
     def headers(self) -> list[tuple[bytes, bytes]]:
         """The x-ratelimit-* headers of the tightest bucket of each kind (docs/limits.md#headers)."""
         out: list[tuple[bytes, bytes]] = []
-        for kind, buckets in ((REQUESTS, self.requests), (TOKENS, self.tokens)):
+        for names, buckets in ((_REQUEST_HEADERS, self.requests), (_TOKEN_HEADERS, self.tokens)):
             if not buckets:
                 continue
-            tight = min(buckets, key=_remaining)
-            out.append((b"x-ratelimit-limit-" + kind.encode(), str(int(tight.capacity)).encode()))
-            out.append((b"x-ratelimit-remaining-" + kind.encode(), str(int(_remaining(tight))).encode()))
-            out.append((b"x-ratelimit-reset-" + kind.encode(), format_duration(tight.reset_s()).encode()))
+            tight = buckets[0]
+            for other in buckets[1:]:
+                if other.level < tight.level:
+                    tight = other
+            limit, remaining, reset = names
+            left = int(tight.level) if tight.level > 0 else 0
+            out.append((limit, b"%d" % tight.capacity))
+            out.append((remaining, b"%d" % left))
+            out.append((reset, format_duration(tight.reset_s()).encode()))
         return out
 
 
-def _remaining(bucket: Bucket) -> float:
-    return max(0.0, math.floor(bucket.level))
+_REQUEST_HEADERS = (b"x-ratelimit-limit-requests", b"x-ratelimit-remaining-requests", b"x-ratelimit-reset-requests")
+_TOKEN_HEADERS = (b"x-ratelimit-limit-tokens", b"x-ratelimit-remaining-tokens", b"x-ratelimit-reset-tokens")
 
 
 def format_duration(seconds: float) -> str:
