@@ -80,3 +80,13 @@ async def test_an_unlimited_caller_gets_no_ratelimit_headers(gateway, limited):
     answer = await gateway.post("/v1/chat/completions", json=chat())
     assert answer.status_code == 200
     assert not [h for h in answer.headers if h.startswith("x-ratelimit-")]
+
+
+async def test_an_idempotent_replay_says_where_the_caller_stands_now(gateway, limited):
+    limited(agent_limits={"rpm": 5})
+    headers = {"Idempotency-Key": "limits-replay-1"}
+    first = await gateway.post("/v1/chat/completions", json=chat(), headers=headers)
+    replay = await gateway.post("/v1/chat/completions", json=chat(), headers=headers)
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert first.headers["x-ratelimit-remaining-requests"] == "4"
+    assert replay.headers.get_list("x-ratelimit-remaining-requests") == ["3"]  # not the stored "4"
