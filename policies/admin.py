@@ -21,7 +21,7 @@ from policies.keys import create_api_key
 from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, edited_copy
 from routing.config.document import child_item
-from routing.config.schema import AGENT, CREDENTIAL, POLICY
+from routing.config.schema import AGENT, CREDENTIAL, ORG, POLICY
 from routing.config.store import find_org
 from routing.config.validation import add_form_validators
 from routing.ops.admin_keys import StoredKeyForm
@@ -41,7 +41,9 @@ def _org_entry(doc: dict[str, Any], old_name: str | None, org: Org) -> dict[str,
     if entry is None:
         entry = {"name": org.name}
         doc["orgs"].append(entry)
-    entry.update(name=org.name, default_action=org.default_action)
+    for f in ORG.columns:  # name, default_action, limits: what the form edits, as the document has it
+        entry.pop(f.name, None)
+    entry.update(ORG.serialise({f.attr: getattr(org, f.attr) for f in ORG.columns}))
     return entry
 
 
@@ -122,7 +124,7 @@ class OrgChildInline(admin.TabularInline):
 class AgentInline(OrgChildInline):
     model = Agent
     formset = AgentFormSet
-    fields = ["name", "default_model"]
+    fields = ["name", "default_model", "limits"]
     extra = 0
 
 

@@ -14,6 +14,11 @@ class Org(models.Model):
     default_action = models.CharField(
         max_length=5, choices=ACTIONS, default="allow", help_text="Applies when no policy matches."
     )
+    limits = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='Rate limits, e.g. {"rpm": 60, "tpm": 100000}: requests and tokens per minute (docs/limits.md). Blank: none.',
+    )
 
     class Meta:
         ordering = ["name"]
@@ -28,6 +33,11 @@ class Agent(models.Model):
     name = models.SlugField(max_length=64)
     default_model = models.CharField(
         max_length=200, blank=True, help_text="Model id or alias used when a request names none."
+    )
+    limits = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='Rate limits, e.g. {"rpm": 60, "tpm": 100000}: requests and tokens per minute (docs/limits.md). Blank: none.',
     )
 
     class Meta:

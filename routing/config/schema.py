@@ -27,6 +27,7 @@ DIALECTS = ("openai", "anthropic", "ollama", "tei", "cohere")
 CAPABILITIES = (*ENDPOINT_KINDS, "streaming", "tools", "structured_output", "vision")
 ACTIONS = ("allow", "deny")
 MAX_CHAIN = 8
+LIMIT_KEYS = ("rpm", "tpm")  # an org's or agent's `limits` (docs/limits.md)
 
 # When export writes a field: always, when not None, or when truthy (not None/""/False/[]).
 ALWAYS, SET, TRUTHY = "always", "set", "truthy"
@@ -228,6 +229,7 @@ ALIAS = Entity(
 AGENT = Entity(
     Field("name", "str", required=True, store=TEXT, export=ALWAYS, check="slug"),
     Field("default_model", "str", store=TEXT, export=TRUTHY),
+    Field("limits", "mapping", export=TRUTHY, check="limits"),
 )
 
 POLICY = Entity(
@@ -247,6 +249,7 @@ CREDENTIAL = Entity(
 ORG = Entity(
     Field("name", "str", required=True, store=TEXT, export=ALWAYS, check="slug"),
     Field("default_action", "str", default="allow", store=TEXT, export=ALWAYS, check="action", choices=ACTIONS),
+    Field("limits", "mapping", export=TRUTHY, check="limits"),
     Field("agents", "list", column=None, store=NESTED, export=TRUTHY),
     Field("policies", "list", column=None, store=NESTED, export=TRUTHY),
     Field("credentials", "list", column=None, store=NESTED, export=TRUTHY),

@@ -76,6 +76,7 @@ class OrgSpec:
     default_action: str
     policies: tuple[PolicySpec, ...]  # ascending priority
     credentials: Mapping[str, CredentialSpec]  # provider name -> override
+    limits: tuple[int | None, int | None] | None = None  # (rpm, tpm), docs/limits.md
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,7 @@ class AgentSpec:
     name: str
     org: OrgSpec
     default_model: str | None
+    limits: tuple[int | None, int | None] | None = None  # (rpm, tpm), docs/limits.md
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +164,14 @@ _patterns = _PatternCache()
 
 def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+def _limits(raw: Mapping[str, Any] | None) -> tuple[int | None, int | None] | None:
+    """(rpm, tpm) of a `limits` mapping, or None when it sets neither (the caller pays nothing)."""
+    if not raw:
+        return None
+    rpm, tpm = raw.get("rpm"), raw.get("tpm")
+    return None if rpm is None and tpm is None else (rpm, tpm)
 
 
 def build_resilience(raw: Mapping[str, Any] | None) -> Resilience:
@@ -278,11 +288,15 @@ def build_snapshot(
                 for p in policies
             ),
             credentials=credentials,
+            limits=_limits(o.get("limits")),
         )
         orgs[org.name] = org
         for a in o.get("agents") or []:
             agents[(org.name, a["name"])] = AgentSpec(
-                name=a["name"], org=org, default_model=(a.get("default_model") or "").strip() or None
+                name=a["name"],
+                org=org,
+                default_model=(a.get("default_model") or "").strip() or None,
+                limits=_limits(a.get("limits")),
             )
 
     keys: dict[str, KeySpec] = {}

@@ -28,6 +28,7 @@ from routing.config.schema import (
     CAPABILITIES,
     CREDENTIAL,
     DIALECTS,
+    LIMIT_KEYS,
     MAX_CHAIN,
     MODEL,
     ORG,
@@ -261,6 +262,7 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
         VALUE,
     ),
     "fallback_on": (lambda v, key, what: None, VALUE),  # per-trigger paths: _Validator.fallback_on
+    "limits": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.limits
     # Names: checked with their uniqueness by _Validator.name (what is the entity kind there).
     "slug": (
         lambda v, key, what: None
@@ -362,6 +364,9 @@ class _Validator:
             if f.check == "fallback_on":
                 self.fallback_on(value, f"{path}.{f.name}", what)
                 continue
+            if f.check == "limits":
+                self.limits(value, f"{path}.{f.name}", what)
+                continue
             rule, code = CHECKS[f.check]
             message = rule(value, f.name, what)
             if message:
@@ -378,6 +383,27 @@ class _Validator:
                 self.add(
                     f"{path}[{i}]",
                     f"unknown fallback trigger {trigger!r} in {what}: use one of {', '.join(FALLBACK_TRIGGERS)}",
+                    VALUE,
+                )
+
+    def limits(self, value: Any, path: str, what: str) -> None:
+        """An org's or agent's `limits: {rpm, tpm}` (docs/limits.md): positive whole numbers per minute."""
+        if not isinstance(value, Mapping):
+            self.add(path, f"limits of {what} must be a mapping such as {{rpm: 60, tpm: 100000}}, got {_kind(value)}")
+            return
+        for key, number in value.items():
+            if key not in LIMIT_KEYS:
+                self.add(
+                    f"{path}.{key}",
+                    f"unknown limit {key!r} of {what}: remove it (allowed: rpm = requests per minute, "
+                    "tpm = tokens per minute)",
+                )
+            elif not (_is_int(number) and number > 0):
+                unit = "requests" if key == "rpm" else "tokens"
+                self.add(
+                    f"{path}.{key}",
+                    f"{key} of {what} must be a positive whole number of {unit} per minute, got {_short(number)}: "
+                    "use e.g. 60, or remove it for no limit",
                     VALUE,
                 )
 
@@ -568,6 +594,7 @@ class _Validator:
             what = f"agent {a.get('name', i)!r} of {org}"
             self.fields(a, path, what, AGENT.names, AGENT.required)
             self.name(a, "name", path, "agent", seen)
+            self.values(a, path, what, AGENT)
             default = self.string(a, "default_model", path, what)
             if default and default not in models and default not in aliases:
                 self.add(

@@ -755,3 +755,27 @@ def headers_too_large(limit_bytes: int, limit_count: int) -> GatewayError:
         f"The request line and headers exceed {limit_bytes} bytes or {limit_count} headers; "
         "send fewer or smaller headers.",
     )
+
+
+# --- per-agent and per-org rate limits (docs/limits.md) -----------------------
+
+
+def rate_limit_exceeded(name: str, kind: str, limit: int, requested: int, retry_after_s: float) -> GatewayError:
+    """429 `rate_limited`: the caller's own rpm/tpm bucket cannot take this request (nothing sent upstream).
+
+    `name` says whose bucket ("agent 'acme/bot'", "org 'acme'"), `kind` is "requests"
+    or "tokens", `limit` the per-minute limit, `requested` what this request needed.
+    """
+    headers = _retry_after(retry_after_s)
+    per_minute = "rpm" if kind == "requests" else "tpm"
+    if requested > limit:
+        detail = (
+            f"this request needs {requested} tokens (prompt estimate + max output), more than the {name} "
+            f"may use per minute ({per_minute} {limit}): lower max_tokens or shorten the prompt"
+        )
+    else:
+        detail = (
+            f"the {name} is over its limit of {limit} {kind} per minute ({per_minute}): "
+            f"retry in {headers['Retry-After']} s"
+        )
+    return _error("rate_limited", f"Rate limit reached: {detail}. Nothing was sent upstream.", headers=headers)

@@ -21,7 +21,7 @@ from providers.health import health_providers_payload
 from routing.config import live
 from routing.core import errors
 from routing.core.errors import GatewayError
-from routing.gateway import messages, request, shapes
+from routing.gateway import limiting, messages, request, shapes
 from routing.gateway.proxy import proxy_idempotent, proxy_once, proxy_stream
 from routing.gateway.wire import (
     JSON,
@@ -177,6 +177,7 @@ async def _handle(
     links = preflight.apply(chain.build_chain(snap, org, model, name), req)
     if all(link.skip_reason is not None for link in links):
         raise preflight.no_link_error(links, req)
+    ticket = limiting.admit(process.limiter, ctx, agent, model, req)
 
     executor = process.executor
     deadline = _monotonic() + links[0].model.timeouts.total_ms / 1000.0
@@ -205,6 +206,8 @@ async def _handle(
             await send_response(send, status, payload, headers)
     finally:
         watcher.cancel()
+        if ticket is not None:
+            limiting.settle(ticket, ctx)
 
 
 def _account(ctx: Context) -> None:

@@ -112,7 +112,12 @@ async def proxy_idempotent(
             send,
             status,
             payload,
-            [*headers, (REPLAY_HEADER.lower().encode(), b"true"), (b"x-request-id", ctx.request_id.encode())],
+            [
+                *headers,
+                (REPLAY_HEADER.lower().encode(), b"true"),
+                (b"x-request-id", ctx.request_id.encode()),
+                *(ctx.ratelimit.headers() if ctx.ratelimit is not None else ()),  # now, not when stored
+            ],
         )
         return
     try:
@@ -120,7 +125,8 @@ async def proxy_idempotent(
     except BaseException:
         store.release(claim)
         raise
-    store.complete(claim, status, [h for h in headers if h[0] != b"x-request-id"], payload)
+    kept = [h for h in headers if h[0] != b"x-request-id" and not h[0].startswith(b"x-ratelimit-")]
+    store.complete(claim, status, kept, payload)
     await send_response(send, status, payload, headers)
 
 

@@ -46,6 +46,8 @@ def answer_headers(ctx: Context, headers: Headers) -> Headers:
         headers.append((b"x-switchboard-attempts", str(outcome.attempts).encode()))
         if outcome.fallback_reason and outcome.error is None:
             headers.append((b"x-switchboard-fallback", outcome.fallback_reason.encode()))
+    if ctx.ratelimit is not None:  # only callers with limits (docs/limits.md#headers)
+        headers.extend(ctx.ratelimit.headers())
     return headers
 
 

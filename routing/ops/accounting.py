@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 from routing.config.snapshot import KeySpec
 from routing.core.executor import Outcome
@@ -35,6 +36,7 @@ class Context:
         "streamed",
         "disconnected",
         "upstream_s",
+        "ratelimit",
     )
 
     def __init__(self, request_id: str, started: float, endpoint: str) -> None:
@@ -53,6 +55,7 @@ class Context:
         self.streamed = False
         self.disconnected = False
         self.upstream_s = 0.0
+        self.ratelimit: Any = None  # a routing.plan.limits.Ticket when the caller has limits
 
 
 def finish(ctx: Context) -> None:

@@ -77,6 +77,19 @@ def set_degraded_gauge(component: str, flag: bool) -> None:
 for _result in ("ok", "rejected"):
     CONFIG_RELOADS.labels(_result)
 
+# Rate limits (docs/limits.md): scope org|agent, limit requests|tokens.
+RATE_LIMITED = Counter(
+    "switchboard_rate_limited_total",
+    "Requests refused by an org's or agent's own rate limit (docs/limits.md).",
+    ["scope", "limit"],
+)
+_rate_limited = {(s, k): RATE_LIMITED.labels(s, k) for s in ("org", "agent") for k in ("requests", "tokens")}
+
+
+def rate_limited(scope: str, limit: str) -> None:
+    """One request refused by the `scope` (org|agent) `limit` (requests|tokens) bucket."""
+    _rate_limited[(scope, limit)].inc()
+
 
 def _backlog() -> float:
     from routing.ops import usage

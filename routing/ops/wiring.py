@@ -25,6 +25,7 @@ from routing.core.retry_budget import budgets
 from routing.ops import background, controls, metrics, usage
 from routing.ops.dashboard import counters, feed, state
 from routing.plan.chain import breaker_keys
+from routing.plan.limits import Limiter
 
 log = logging.getLogger("switchboard")
 
@@ -34,6 +35,7 @@ class Process:
     """What one serving process is made of."""
 
     executor: Executor
+    limiter: Limiter = field(default_factory=Limiter)  # rate-limit buckets, per process (docs/limits.md)
     tasks: list[asyncio.Task] = field(default_factory=list)
     started: bool = False
 

@@ -1,0 +1,96 @@
+"""`python -m bench.limits_bench`: what rate limits cost a request (docs/limits.md#cost).
+
+timeit, best of several repeats, in microseconds per request, on the request path's
+own functions: `limiting.admit` for a caller without limits, and for a caller with
+rpm and tpm on both its agent and its org (four buckets; the prompt estimate of a
+typical chat body included), plus its x-ratelimit-* headers and the settlement with
+the real usage. Each round moves the injected clock so the buckets refill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import timeit
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--number", type=int, default=20000)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_project.settings")
+    import django
+
+    django.setup()
+
+    from routing.config.snapshot import build_snapshot
+    from routing.gateway import limiting
+    from routing.ops.accounting import Context
+    from routing.plan import preflight
+    from routing.plan.limits import Limiter
+
+    doc = {
+        "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
+        "models": [{"id": "m", "provider": "p", "upstream_model": "m", "capabilities": ["chat"]}],
+        "orgs": [
+            {
+                "name": "acme",
+                "limits": {"rpm": 10**9, "tpm": 10**12},
+                "agents": [{"name": "bot", "limits": {"rpm": 10**9, "tpm": 10**12}}],
+            },
+            {"name": "open", "agents": [{"name": "free"}]},
+        ],
+    }
+    rows = [
+        {"key_hash": h, "prefix": h, "org": o, "agent": a}
+        for h, o, a in (("k1", "acme", "bot"), ("k2", "open", "free"))
+    ]
+    snap = build_snapshot(doc, rows, {})
+    model = snap.models["m"]
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "What is the capital of France? Answer in one word."},
+        ],
+        "max_tokens": 256,
+    }
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 0.001
+        return now[0]
+
+    limiter = Limiter(clock)
+    limited_agent, free = snap.keys["k1"].agent, snap.keys["k2"].agent
+
+    fixed_ctx, fixed_req = Context("r", 0.0, "chat"), preflight.requirements("chat", body)
+
+    def unlimited() -> None:  # a caller without limits: the whole cost is this call
+        limiting.admit(limiter, fixed_ctx, free, model, fixed_req)
+
+    def baseline() -> None:  # what every request already builds: its Context and Requirements
+        Context("r", 0.0, "chat")
+        preflight.requirements("chat", body)
+
+    def limited() -> None:  # the same plus admission (4 buckets, prompt estimate), headers, settlement
+        ctx = Context("r", 0.0, "chat")
+        ticket = limiting.admit(limiter, ctx, limited_agent, model, preflight.requirements("chat", body))
+        ticket.headers()
+        ctx.status, ctx.prompt_tokens, ctx.completion_tokens = 200, 20, 7
+        limiting.settle(ticket, ctx)
+
+    best: dict[str, float] = {"unlimited": 1e9, "baseline": 1e9, "limited": 1e9}
+    for _ in range(args.repeat):  # interleaved, so a noisy neighbour hits every variant alike
+        for name, fn in (("unlimited", unlimited), ("baseline", baseline), ("limited", limited)):
+            best[name] = min(best[name], timeit.timeit(fn, number=args.number) / args.number * 1e6)
+    print(f"caller without limits: {best['unlimited']:.2f} µs per request")
+    print(
+        f"caller with rpm+tpm on agent and org: {best['limited'] - best['baseline']:.2f} µs per request "
+        f"(with: {best['limited']:.2f}, without the limits work: {best['baseline']:.2f})"
+    )
+
+
+if __name__ == "__main__":
+    main()

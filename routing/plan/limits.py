@@ -1,0 +1,197 @@
+"""Per-agent and per-org rate limits as in-memory token buckets (docs/limits.md).
+
+Pure: no Django, no Redis, no database; the clock is injected. One `Limiter` per
+serving process holds a bucket per (org) and per (org, agent) for requests (`rpm`)
+and for tokens (`tpm`). A bucket holds at most its per-minute amount (the burst)
+and refills continuously at that amount per 60 s. Buckets are keyed by name, not
+by snapshot object, so they survive snapshot rebuilds; a changed limit applies from
+the next request (the level is kept, capped at the new capacity).
+
+Admission checks every bucket that applies before taking from any, so a refused
+request takes nothing. Tokens are reserved at admission (prompt estimate + the
+output allowance) and corrected once the real usage is known (`Ticket.settle`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+REQUESTS, TOKENS = "requests", "tokens"
+ORG, AGENT = "org", "agent"
+_PER_S = 1.0 / 60.0
+
+
+class Bucket:
+    """A token bucket of `capacity`, refilled at capacity per minute, continuously."""
+
+    __slots__ = ("capacity", "rate", "level", "stamp")
+
+    def __init__(self, capacity: int, now: float) -> None:
+        self.capacity = float(capacity)
+        self.rate = capacity * _PER_S
+        self.level = self.capacity
+        self.stamp = now
+
+    def refill(self, now: float, capacity: int) -> float:
+        """Bring the level up to `now` (and to a changed `capacity`); returns the level."""
+        if capacity != self.capacity:
+            self.capacity = float(capacity)
+            self.rate = capacity * _PER_S
+        level = self.level + (now - self.stamp) * self.rate
+        self.stamp = now
+        if level > self.capacity:
+            level = self.capacity
+        self.level = level
+        return level
+
+    def wait(self, amount: float) -> float:
+        """Seconds until `amount` is available (after a refill); the whole refill time if it never fits."""
+        need = min(amount, self.capacity) - self.level
+        return need / self.rate if need > 0 else 0.0
+
+    def reset_s(self) -> float:
+        """Seconds until the bucket is full again (OpenAI's `x-ratelimit-reset-*`)."""
+        missing = self.capacity - self.level
+        return missing / self.rate if missing > 0 else 0.0
+
+
+class Refused(Exception):
+    """Admission refused: which scope and limit, the limit, the wait, and the ticket for headers."""
+
+    def __init__(self, scope: str, limit: str, value: int, amount: int, retry_after_s: float, ticket: Ticket) -> None:
+        super().__init__(f"{scope} {limit} limit {value}")
+        self.scope = scope
+        self.limit = limit
+        self.value = value
+        self.amount = amount
+        self.retry_after_s = retry_after_s
+        self.ticket = ticket
+
+
+class Ticket:
+    """What one admitted request took, to correct it later and to build its headers."""
+
+    __slots__ = ("requests", "tokens", "reserved", "settled")
+
+    def __init__(self, requests: list[Bucket], tokens: list[Bucket], reserved: int) -> None:
+        self.requests = requests
+        self.tokens = tokens
+        self.reserved = reserved
+        self.settled = False
+
+    def settle(self, used: int | None) -> None:
+        """Correct the token reservation with the real usage (once).
+
+        `used` = the real prompt + completion tokens; None = unknown, in which case
+        the reservation stands (an answer was produced; it cost something).
+        """
+        if self.settled:
+            return
+        self.settled = True
+        if used is None or not self.tokens:
+            return
+        diff = used - self.reserved
+        for bucket in self.tokens:
+            level = bucket.level - diff  # a refund when negative; a charge may go into debt
+            bucket.level = bucket.capacity if level > bucket.capacity else level
+
+    def refund(self) -> None:
+        """Give the whole token reservation back: no upstream produced an answer (error, cancel)."""
+        self.settle(0)
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """The x-ratelimit-* headers of the tightest bucket of each kind (docs/limits.md#headers)."""
+        out: list[tuple[bytes, bytes]] = []
+        for names, buckets in ((_REQUEST_HEADERS, self.requests), (_TOKEN_HEADERS, self.tokens)):
+            if not buckets:
+                continue
+            tight = buckets[0]
+            for other in buckets[1:]:
+                if other.level < tight.level:
+                    tight = other
+            limit, remaining, reset = names
+            left = int(tight.level) if tight.level > 0 else 0
+            out.append((limit, b"%d" % tight.capacity))
+            out.append((remaining, b"%d" % left))
+            out.append((reset, format_duration(tight.reset_s()).encode()))
+        return out
+
+
+_REQUEST_HEADERS = (b"x-ratelimit-limit-requests", b"x-ratelimit-remaining-requests", b"x-ratelimit-reset-requests")
+_TOKEN_HEADERS = (b"x-ratelimit-limit-tokens", b"x-ratelimit-remaining-tokens", b"x-ratelimit-reset-tokens")
+
+
+def format_duration(seconds: float) -> str:
+    """OpenAI's reset format: "20ms", "1s", "1.5s", "6m0s"."""
+    if seconds <= 0:
+        return "0s"
+    if seconds < 1:
+        return f"{max(1, math.ceil(seconds * 1000))}ms"
+    minutes, rest = divmod(seconds, 60)
+    text = f"{rest:.3f}".rstrip("0").rstrip(".")
+    return f"{int(minutes)}m{text}s" if minutes else f"{text}s"
+
+
+class Limiter:
+    """The process's buckets, keyed by org name and (org, agent) name."""
+
+    __slots__ = ("_clock", "_buckets")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._buckets: dict[tuple[str, ...], Bucket] = {}
+
+    def _bucket(self, key: tuple[str, ...], capacity: int, now: float) -> Bucket:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = Bucket(capacity, now)
+        else:
+            bucket.refill(now, capacity)
+        return bucket
+
+    def admit(
+        self,
+        org: str,
+        org_limits: tuple[int | None, int | None] | None,
+        agent: str,
+        agent_limits: tuple[int | None, int | None] | None,
+        tokens: Callable[[], int],
+    ) -> Ticket:
+        """Take one request and `tokens()` tokens from every bucket that applies, or raise `Refused`.
+
+        `*_limits` are (rpm, tpm) or None; `tokens` is called only when a tpm limit applies.
+        """
+        now = self._clock()
+        requests: list[Bucket] = []
+        token_buckets: list[Bucket] = []
+        scopes: list[tuple[str, str, int, Bucket]] = []
+        for scope, key, limits in ((AGENT, (AGENT, org, agent), agent_limits), (ORG, (ORG, org), org_limits)):
+            if limits is None:
+                continue
+            rpm, tpm = limits
+            if rpm is not None:
+                bucket = self._bucket((*key, REQUESTS), rpm, now)
+                requests.append(bucket)
+                scopes.append((scope, REQUESTS, rpm, bucket))
+            if tpm is not None:
+                bucket = self._bucket((*key, TOKENS), tpm, now)
+                token_buckets.append(bucket)
+                scopes.append((scope, TOKENS, tpm, bucket))
+        amount = tokens() if token_buckets else 0
+        ticket = Ticket(requests, token_buckets, amount)
+        for scope, limit, value, bucket in scopes:
+            need = 1 if limit == REQUESTS else amount
+            if bucket.level < need or need > bucket.capacity:
+                ticket.settled = True
+                raise Refused(scope, limit, value, need, bucket.wait(need), ticket)
+        for bucket in requests:
+            bucket.level -= 1
+        for bucket in token_buckets:
+            bucket.level -= amount
+        return ticket
+
+    def forget(self) -> None:
+        """Drop every bucket (tests)."""
+        self._buckets.clear()

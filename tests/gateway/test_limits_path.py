@@ -1,0 +1,92 @@
+"""Rate limits on the in-process request path: refusal, usage record, settlement (docs/limits.md)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from routing.config import live
+from routing.config.snapshot import build_snapshot
+from routing.ops import usage, wiring
+from tests.gateway.conftest import document, key_rows
+
+
+def chat(model: str = "chat-b", **extra) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+@pytest.fixture
+def limited(gateway, upstream, monkeypatch):
+    """Swap in a snapshot whose agent and org have limits; fresh buckets; usage records captured."""
+    records: list[dict] = []
+    monkeypatch.setattr(usage, "record", lambda **row: records.append(row))
+    wiring.process().limiter.forget()
+
+    def apply(agent_limits=None, org_limits=None) -> list[dict]:
+        doc = copy.deepcopy(document(upstream))
+        doc["providers"].append({"name": "dead", "base_url": "http://127.0.0.1:9/v1"})
+        doc["models"].append({"id": "dead-chat", "provider": "dead", "upstream_model": "x", "capabilities": ["chat"]})
+        org = doc["orgs"][0]
+        if org_limits:
+            org["limits"] = org_limits
+        if agent_limits:
+            org["agents"][0]["limits"] = agent_limits
+        live.swap(build_snapshot(doc, key_rows(), {}, version=2))
+        return records
+
+    yield apply
+    wiring.process().limiter.forget()
+
+
+async def test_over_rpm_is_429_recorded_with_its_code_and_not_sent_upstream(gateway, limited):
+    records = limited(agent_limits={"rpm": 2})
+    assert [(await gateway.post("/v1/chat/completions", json=chat())).status_code for _ in range(2)] == [200, 200]
+    refused = await gateway.post("/v1/chat/completions", json=chat())
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "rate_limited"
+    assert int(refused.headers["retry-after"]) == 30  # one request back every 30 s at 2 rpm
+    assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert "x-switchboard-attempts" not in refused.headers  # no chain was walked
+    assert [(r["status"], r["error_code"], r["attempts"]) for r in records] == [
+        (200, "", 1),
+        (200, "", 1),
+        (429, "rate_limited", 0),
+    ]
+
+
+async def test_an_upstream_failure_refunds_the_token_reservation(gateway, limited):
+    limited(org_limits={"tpm": 3000})
+    failed = await gateway.post("/v1/chat/completions", json=chat("dead-chat", max_tokens=1000))
+    assert failed.status_code == 502
+    # The error answer says where the caller stands after the refund: nothing was used.
+    assert failed.headers["x-ratelimit-remaining-tokens"] == "3000"
+    served = await gateway.post("/v1/chat/completions", json=chat(max_tokens=1000))
+    assert 1900 < int(served.headers["x-ratelimit-remaining-tokens"]) < 2000  # only this one's reservation
+
+
+async def test_a_stream_is_settled_with_its_real_usage_when_it_ends(gateway, limited):
+    limited(agent_limits={"tpm": 5000})
+    streamed = await gateway.post("/v1/chat/completions", json=chat(stream=True, max_tokens=2000))
+    assert streamed.status_code == 200
+    assert int(streamed.headers["x-ratelimit-remaining-tokens"]) < 3000  # 2000 + the prompt reserved
+    after = await gateway.post("/v1/chat/completions", json=chat(max_tokens=10))
+    # The stream was charged its real usage (tens of tokens), not its 2000-token reservation.
+    assert int(after.headers["x-ratelimit-remaining-tokens"]) > 4800
+
+
+async def test_an_unlimited_caller_gets_no_ratelimit_headers(gateway, limited):
+    limited()
+    answer = await gateway.post("/v1/chat/completions", json=chat())
+    assert answer.status_code == 200
+    assert not [h for h in answer.headers if h.startswith("x-ratelimit-")]
+
+
+async def test_an_idempotent_replay_says_where_the_caller_stands_now(gateway, limited):
+    limited(agent_limits={"rpm": 5})
+    headers = {"Idempotency-Key": "limits-replay-1"}
+    first = await gateway.post("/v1/chat/completions", json=chat(), headers=headers)
+    replay = await gateway.post("/v1/chat/completions", json=chat(), headers=headers)
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert first.headers["x-ratelimit-remaining-requests"] == "4"
+    assert replay.headers.get_list("x-ratelimit-remaining-requests") == ["3"]  # not the stored "4"
