@@ -61,11 +61,11 @@ def ask(model: str, **extra) -> dict:
 
 def test_agent_rpm_admits_five_then_refuses_without_calling_upstream(gw, mock_upstream):
     before = mock_upstream.count("lim-chat-up")
-    refused_before = refused_total(gw, "agent", "requests")
+    refused_before = refused_total(gw, "agent", "rpm")
     answers = [post(gw, gw.api_key, ask("lim-chat")) for _ in range(6)]
     assert [a.status_code for a in answers] == [200] * 5 + [429]
     assert mock_upstream.count("lim-chat-up") - before == 5
-    assert refused_total(gw, "agent", "requests") == refused_before + 1
+    assert refused_total(gw, "agent", "rpm") == refused_before + 1
 
     first = answers[0]
     assert first.headers["x-ratelimit-limit-requests"] == "5"
@@ -86,14 +86,14 @@ def test_agent_rpm_admits_five_then_refuses_without_calling_upstream(gw, mock_up
 def test_org_tpm_refuses_a_large_request_and_admits_a_small_one(gw, mock_upstream):
     key = gw.create_key("tight", "bot")
     before = mock_upstream.count("lim-org-up")
-    refused_before = refused_total(gw, "org", "tokens")
+    refused_before = refused_total(gw, "org", "tpm")
     large = post(gw, key, ask("lim-org-chat", max_tokens=5000))
     assert large.status_code == 429
     assert large.json()["error"]["code"] == "rate_limited"
     assert "tpm 2000" in large.json()["error"]["message"]
     assert large.headers["x-ratelimit-limit-tokens"] == "2000"
     assert mock_upstream.count("lim-org-up") == before
-    assert refused_total(gw, "org", "tokens") == refused_before + 1
+    assert refused_total(gw, "org", "tpm") == refused_before + 1
 
     small = post(gw, key, ask("lim-org-chat", max_tokens=100))
     assert small.status_code == 200
