@@ -99,6 +99,9 @@ class UsageRecord(models.Model):
     latency_ms = models.FloatField(default=0)
     ttft_ms = models.FloatField(null=True, blank=True)
     streamed = models.BooleanField(default=False)
+    tokens_estimated = models.BooleanField(
+        default=False, help_text="The tokens are the gateway's estimate: the upstream's stream carried no usage."
+    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -22,7 +22,7 @@ Each request of that model consumes one step; when they run out, `then` applies
 (before headers), hang (never answer), empty_stream (200 SSE, no frames), frames,
 frame_delay_ms, first_frame_delay_ms, break_after (abort the connection after k
 frames), no_done (end cleanly without the terminator), invalid_json (2xx non-JSON),
-role_chunk (false: no role-only first chunk; OpenAI chat streams send one by default,
+no_usage (never send the usage frame, as some servers do not), role_chunk (false: no role-only first chunk; OpenAI chat streams send one by default,
 as OpenAI and the OpenAI-compatible servers do).
 
 GET /_control/calls answers {"count", "disconnected", "disconnected_at", "in_flight", "requests":
@@ -431,7 +431,7 @@ async def _openai_chat(
             frames.append(_tool_chunk(model, {"index": 0, "function": {"arguments": part}}))
         frames.append(_tool_chunk(model, {}, "tool_calls"))
     options = body.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage"):
+    if isinstance(options, dict) and options.get("include_usage") and not (step or {}).get("no_usage"):
         frames.append(_frame(USAGE_CHUNK, model))
     return await _sse(request, frames, DONE, step, _frame(ROLE_CHUNK, model))
 

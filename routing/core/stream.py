@@ -347,6 +347,7 @@ class CommittedStream:
 
 
 _FRAME_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+SAMPLE_BYTES = 64 * 1024  # what a stream keeps of its relayed bytes to estimate tokens from
 
 
 class UsageTap:
@@ -359,16 +360,24 @@ class UsageTap:
     chunks pass untouched and complete frames mentioning "usage" are parsed.
     """
 
-    __slots__ = ("strip", "prompt_tokens", "completion_tokens", "_pending")
+    __slots__ = ("strip", "prompt_tokens", "completion_tokens", "_pending", "_sample", "_sampled", "_total")
 
     def __init__(self, strip: bool) -> None:
         self.strip = strip
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self._pending = b""
+        self._sample: list[bytes] = []  # the first SAMPLE_BYTES relayed, to estimate from if no usage comes
+        self._sampled = 0
+        self._total = 0
 
     def feed(self, chunk: bytes) -> bytes:
         """The bytes to relay for `chunk` (possibly fewer, never reordered)."""
+        size = len(chunk)
+        self._total += size
+        if self._sampled < SAMPLE_BYTES:
+            self._sample.append(chunk)
+            self._sampled += size
         data = self._pending + chunk if self._pending else chunk
         end = 0
         for match in _FRAME_END.finditer(data):
@@ -395,6 +404,37 @@ class UsageTap:
         """Whatever is left of an unfinished last frame (sent as it is; already sent without `strip`)."""
         rest, self._pending = self._pending, b""
         return rest if self.strip else b""
+
+    def estimated_completion_tokens(self) -> int:
+        """Completion tokens estimated from the relayed text, for upstreams that send no usage.
+
+        The text of the sampled frames (content, refusals, tool-call arguments) at about
+        four characters a token, scaled up when the stream was longer than the sample.
+        """
+        chars = 0
+        sample = b"".join(self._sample)
+        for line in sample.split(b"\n"):
+            line = line.strip()
+            if not line.startswith(b"data:") or b'"choices"' not in line:
+                continue
+            try:
+                chunk = orjson.loads(line[5:])
+            except orjson.JSONDecodeError:
+                continue
+            for choice in chunk.get("choices") or () if isinstance(chunk, dict) else ():
+                delta = choice.get("delta") if isinstance(choice, dict) else None
+                if not isinstance(delta, dict):
+                    continue
+                for key in ("content", "refusal"):
+                    if isinstance(delta.get(key), str):
+                        chars += len(delta[key])
+                for call in delta.get("tool_calls") or ():
+                    arguments = call.get("function", {}).get("arguments") if isinstance(call, dict) else None
+                    if isinstance(arguments, str):
+                        chars += len(arguments)
+        if self._sampled and self._total > self._sampled:
+            chars = chars * self._total // self._sampled
+        return -(-chars // 4)
 
     def _read(self, frame: bytes) -> bool:
         """Take usage from one frame; True when it is a usage-only frame (one that may be kept back)."""

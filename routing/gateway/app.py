@@ -174,6 +174,7 @@ async def _handle(
         raise errors.idempotency_stream_conflict()
 
     req = preflight.requirements(kind, body)
+    ctx.requirements = req
     links = preflight.apply(chain.build_chain(snap, org, model, name), req)
     if all(link.skip_reason is not None for link in links):
         raise preflight.no_link_error(links, req)

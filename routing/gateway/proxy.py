@@ -189,9 +189,20 @@ async def proxy_stream(
         await send({"type": "http.response.body", "body": tap.flush(), "more_body": False})
     finally:
         ctx.prompt_tokens, ctx.completion_tokens = tap.prompt_tokens, tap.completion_tokens
+        if ctx.prompt_tokens is None and isinstance(tap, UsageTap):
+            _estimate_usage(tap, ctx)
         _settle(outcome.settlement, committed.ending, ctx)
         await committed.aclose()
         await response.close()
+
+
+def _estimate_usage(tap: UsageTap, ctx: Context) -> None:
+    """The upstream sent no usage: record the prompt estimate and the relayed text's tokens,
+    marked as estimated (docs/metrics.md#usage-records)."""
+    req = ctx.requirements
+    ctx.prompt_tokens = req.estimated_tokens if req is not None else None
+    ctx.completion_tokens = tap.estimated_completion_tokens()
+    ctx.tokens_estimated = True
 
 
 def _settle(settlement: Settlement | None, ending: str | None, ctx: Context) -> None:

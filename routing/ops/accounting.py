@@ -37,6 +37,8 @@ class Context:
         "disconnected",
         "upstream_s",
         "ratelimit",
+        "requirements",
+        "tokens_estimated",
     )
 
     def __init__(self, request_id: str, started: float, endpoint: str) -> None:
@@ -56,6 +58,8 @@ class Context:
         self.disconnected = False
         self.upstream_s = 0.0
         self.ratelimit: Any = None  # a routing.plan.limits.Ticket when the caller has limits
+        self.requirements: Any = None  # the preflight Requirements (its prompt estimate), once known
+        self.tokens_estimated = False  # the tokens are the gateway's estimate: the upstream sent no usage
 
 
 def finish(ctx: Context) -> None:
@@ -94,4 +98,5 @@ def finish(ctx: Context) -> None:
         latency_ms=elapsed * 1000.0,
         ttft_ms=ctx.ttft_s * 1000.0 if ctx.ttft_s is not None else None,
         streamed=ctx.streamed,
+        tokens_estimated=ctx.tokens_estimated,
     )

@@ -425,3 +425,22 @@ async def test_each_kind_of_frame_before_content(frame: bytes, outcome: str) -> 
     with pytest.raises(UpstreamFailure) as exc:
         await opened(src)
     assert exc.value.kind is (K.EMPTY_STREAM if outcome == "empty" else K.STREAM_ERROR)
+
+
+def test_tokens_are_estimated_from_the_relayed_text_when_no_usage_comes() -> None:
+    from routing.core import stream as stream_mod
+    from routing.core.stream import UsageTap
+
+    text = b'data: {"choices":[{"delta":{"content":"abcdefgh"}}]}\n\n'  # 8 characters of content
+    call = b'data: {"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"{\\"a\\":1}"}}]}}]}\n\n'
+    tap = UsageTap(strip=True)
+    for chunk in (ROLE, text, call, text, DONE):
+        tap.feed(chunk)
+    assert tap.prompt_tokens is None
+    assert tap.estimated_completion_tokens() == -(-(8 + 7 + 8) // 4)  # content and tool-call arguments
+    long = UsageTap(strip=True)
+    frames = [text] * (2 * stream_mod.SAMPLE_BYTES // len(text))
+    for chunk in frames:
+        long.feed(chunk)
+    # only the first SAMPLE_BYTES are kept; the estimate scales to the whole stream
+    assert abs(long.estimated_completion_tokens() - len(frames) * 8 / 4) <= len(frames) * 8 / 4 * 0.01

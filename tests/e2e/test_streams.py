@@ -42,6 +42,10 @@ models:
     capabilities: [chat, streaming]
     input_price_per_mtok: 2.5
     output_price_per_mtok: 10
+  - id: s-nousage
+    provider: mock
+    upstream_model: st-nousage
+    capabilities: [chat, streaming]
   - id: s-broken
     provider: mock
     upstream_model: st-broken
@@ -160,3 +164,23 @@ def test_a_client_that_leaves_mid_stream_charges_nothing(gw, mock_upstream):
 
     wait_for(lambda: len(slow_rows()) >= 5, 10, "the five streams' usage records")
     assert sorted(r["error_code"] for r in slow_rows()) == [""] + ["client_closed_request"] * 4
+
+
+def test_a_stream_without_any_usage_is_recorded_with_estimated_tokens(gw, client, mock_upstream):
+    mock_upstream.script("st-nousage", [], then={"status": 200, "frames": 8, "no_usage": True})
+    prompt = "Tell me about switchboards and the operators who ran them. " * 4
+    chunks = list(
+        client.chat.completions.create(model="s-nousage", messages=[{"role": "user", "content": prompt}], stream=True)
+    )
+    relayed = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert relayed == "".join(f"tok{i} " for i in range(8))
+
+    def row() -> dict | None:
+        rows = [r for r in usage_rows(gw.database_url) if r["model_used"] == "s-nousage"]
+        return rows[-1] if rows else None
+
+    wait_for(lambda: row() is not None, 10, "the stream's usage record")
+    record = row()
+    assert record["tokens_estimated"] in (True, 1)
+    assert record["completion_tokens"] == -(-len(relayed) // 4)  # about four characters a token
+    assert len(prompt) // 6 <= record["prompt_tokens"] <= len(prompt) // 2  # the preflight estimate
