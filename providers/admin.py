@@ -11,6 +11,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -149,6 +150,8 @@ def _breaker_action(modeladmin: admin.ModelAdmin, request: Any, queryset: Any, a
     from routing.ops import controls
 
     done = []
+    if not controls.may_control(request.user):
+        raise PermissionDenied(controls.REFUSED)
     for model in queryset.select_related("provider"):
         key = BreakerKey(model.provider.name, model.public_id)
         try:
@@ -162,12 +165,15 @@ def _breaker_action(modeladmin: admin.ModelAdmin, request: Any, queryset: Any, a
         modeladmin.message_user(request, f"Breaker {verb} in every process: {', '.join(done)}.", messages.SUCCESS)
 
 
-@admin.action(description="Reset the breaker of the selected models (close it now)")
+@admin.action(description="Reset the breaker of the selected models (close it now)", permissions=["control_breaker"])
 def reset_breakers(modeladmin: admin.ModelAdmin, request: Any, queryset: Any) -> None:
     _breaker_action(modeladmin, request, queryset, "reset")
 
 
-@admin.action(description="Force open the breaker of the selected models for 30 minutes (maintenance)")
+@admin.action(
+    description="Force open the breaker of the selected models for 30 minutes (maintenance)",
+    permissions=["control_breaker"],
+)
 def force_open_breakers(modeladmin: admin.ModelAdmin, request: Any, queryset: Any) -> None:
     reason = f"maintenance, forced open from the admin by {request.user.get_username()}"
     _breaker_action(modeladmin, request, queryset, "force_open", reason=reason, minutes=30)
@@ -206,6 +212,12 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
         ),
         ("Resilience overrides (empty: provider or global default)", {"fields": [*TIMEOUT_FIELDS, "fallback_on"]}),
     ]
+
+    def has_control_breaker_permission(self, request: HttpRequest) -> bool:
+        """The breaker actions are listed only for users who may act on breakers."""
+        from routing.ops import controls
+
+        return controls.may_control(request.user)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Model]:
         return super().get_queryset(request).prefetch_related("fallback_links__target")
