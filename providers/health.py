@@ -6,6 +6,11 @@ Results live in `results` (per process); GET /health/providers and the dashboard
 read them, never the network or the database. `run_prober` probes in the background
 every SWITCHBOARD_HEALTH_INTERVAL_S: every provider when SWITCHBOARD_HEALTH_PROBES is
 on, else only those with `health_probe: true`.
+
+Results of a probe run elsewhere (`manage.py probe_providers`) are shared through the
+database: `store_results` upserts one ProviderProbe row per provider, and the prober
+of every serving process adopts rows newer than what it holds (`adopt_stored`, every
+SWITCHBOARD_HEALTH_SHARED_POLL_S, off the request path).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -145,24 +150,113 @@ def probe_targets(snapshot: Snapshot, probe_everything: bool) -> list[str]:
     return sorted(n for n, p in snapshot.providers.items() if probe_everything or p.health_probe)
 
 
+def store_results(found: Iterable[ProbeResult]) -> int:
+    """Upsert one ProviderProbe row per result, for every serving process to adopt.
+
+    Synchronous (a management command, or a thread). Returns the number of rows written.
+    """
+    from providers.models import ProviderProbe
+
+    rows = [
+        ProviderProbe(
+            provider=r.name,
+            status=r.status,
+            latency_ms=r.latency_ms,
+            checked_at=_parse_iso(r.checked_at) or datetime.now(tz=UTC),
+            detail=r.detail[:500],
+        )
+        for r in found
+    ]
+    if rows:
+        ProviderProbe.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["provider"],
+            update_fields=["status", "latency_ms", "checked_at", "detail", "updated_at"],
+        )
+    return len(rows)
+
+
+# updated_at of the newest row adopted; rows are re-read from a little before it, so a
+# writer whose clock lags ours by up to SHARED_OVERLAP is not missed.
+_adopted_through: datetime | None = None
+SHARED_OVERLAP = timedelta(seconds=60)
+
+
+def adopt_stored(snapshot: Snapshot) -> list[ProbeResult]:
+    """Take stored results newer than this process's own into `results` (synchronous: a thread).
+
+    One indexed query of the rows written since the last call (all rows the first time);
+    providers no longer configured are ignored. Returns the results adopted.
+    """
+    global _adopted_through
+    from providers.models import ProviderProbe
+
+    rows = ProviderProbe.objects.all()
+    if _adopted_through is not None:
+        rows = rows.filter(updated_at__gte=_adopted_through - SHARED_OVERLAP)
+    adopted = []
+    for row in rows:
+        if _adopted_through is None or row.updated_at > _adopted_through:
+            _adopted_through = row.updated_at
+        if row.provider not in snapshot.providers:
+            continue
+        checked_at = row.checked_at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        mine = results.get(row.provider)
+        if mine is not None and (mine.checked_at or "") >= checked_at:
+            continue  # ours is as new or newer (ISO 8601 UTC strings sort by time)
+        result = ProbeResult(row.provider, row.status, row.latency_ms, checked_at, row.detail)
+        record_result(result)
+        adopted.append(result)
+    return adopted
+
+
+def _parse_iso(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 async def run_prober() -> None:
-    """Background loop of a serving process (started by routing.ops.wiring)."""
+    """Background loop of a serving process (started by routing.ops.wiring): probe its
+    targets every SWITCHBOARD_HEALTH_INTERVAL_S, adopt stored results in between."""
     from django.conf import settings
 
     from routing.config import live
 
     interval = float(settings.SWITCHBOARD_HEALTH_INTERVAL_S)
+    shared_poll = float(getattr(settings, "SWITCHBOARD_HEALTH_SHARED_POLL_S", 2.0))
+    next_probe = 0.0
     async with httpx.AsyncClient(follow_redirects=True) as client:
         while True:
             snapshot = live.current()
-            forget_missing(snapshot)
-            targets = probe_targets(snapshot, bool(settings.SWITCHBOARD_HEALTH_PROBES))
-            if targets:
+            if time.monotonic() >= next_probe:
+                next_probe = time.monotonic() + interval
+                forget_missing(snapshot)
+                targets = probe_targets(snapshot, bool(settings.SWITCHBOARD_HEALTH_PROBES))
+                if targets:
+                    try:
+                        await probe_all(snapshot, targets, timeout_s=min(DEFAULT_TIMEOUT_S, interval), client=client)
+                    except Exception:  # noqa: BLE001 - keep probing next round
+                        log.exception("health probe round failed")
+            if shared_poll > 0:
                 try:
-                    await probe_all(snapshot, targets, timeout_s=min(DEFAULT_TIMEOUT_S, interval), client=client)
-                except Exception:  # noqa: BLE001 - keep probing next round
-                    log.exception("health probe round failed")
-            await asyncio.sleep(interval)
+                    await asyncio.to_thread(_adopt_closing, snapshot)
+                except Exception as exc:  # noqa: BLE001 - database down: keep our own results
+                    log.warning("could not read shared probe results (%s)", exc)
+            pause = next_probe - time.monotonic()
+            await asyncio.sleep(max(0.05, min(pause, shared_poll) if shared_poll > 0 else pause))
+
+
+def _adopt_closing(snapshot: Snapshot) -> None:
+    """adopt_stored on a worker thread, closing that thread's connection if it went stale."""
+    from django.db import close_old_connections
+
+    close_old_connections()
+    adopt_stored(snapshot)
 
 
 def health_providers_payload(snapshot: Snapshot) -> bytes:
