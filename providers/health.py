@@ -259,6 +259,28 @@ def _adopt_closing(snapshot: Snapshot) -> None:
     adopt_stored(snapshot)
 
 
+def probe_mode(enabled: bool, probe_everything: bool) -> str:
+    """How a provider is probed, in words (the admin list)."""
+    if probe_everything:
+        return "background (all providers)"
+    return "background" if enabled else "on demand only (probe_providers)"
+
+
+def last_probe(
+    name: str, stored_status: str | None, stored_checked: datetime | None, stored_detail: str | None
+) -> tuple[str, str | None, str]:
+    """(status, checked_at, detail) of a provider: this process's newer result, else the stored one."""
+    mine = results.get(name)
+    stored_iso = None
+    if stored_checked is not None:
+        stored_iso = stored_checked.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    if mine is not None and (stored_iso is None or (mine.checked_at or "") >= stored_iso):
+        return mine.status, mine.checked_at, mine.detail
+    if stored_status:
+        return stored_status, stored_iso, stored_detail or ""
+    return UNKNOWN, None, "not probed yet"
+
+
 def health_providers_payload(snapshot: Snapshot) -> bytes:
     """Body of GET /health/providers: every configured provider, "unknown" until probed. Memory only."""
     out = []

@@ -138,3 +138,21 @@ def test_demo_operators_group_carries_the_control_permission(django_user_model):
     user.groups.add(ensure_operators_group())
     ensure_operators_group()  # idempotent
     assert may_control(django_user_model.objects.get(pk=user.pk))
+
+
+@pytest.mark.django_db
+def test_provider_list_says_how_each_is_probed_and_its_last_result(staff_client):
+    from datetime import UTC, datetime
+
+    from providers.models import ProviderProbe
+
+    Provider.objects.create(name="pr-bg", dialect="openai", base_url="http://127.0.0.1:9/v1", health_probe_enabled=True)
+    Provider.objects.create(name="pr-manual", dialect="openai", base_url="http://127.0.0.1:9/v1")
+    ProviderProbe.objects.create(
+        provider="pr-manual", status="down", checked_at=datetime(2026, 1, 1, 10, tzinfo=UTC), detail="HTTP 503"
+    )
+    html = staff_client.get("/admin/providers/provider/").content.decode()
+    assert "icon-no.svg" not in html and "icon-yes.svg" not in html  # no red cross that reads as "down"
+    assert "on demand only (probe_providers)" in html and ">background<" in html
+    assert 'data-probe="down" title="HTTP 503"' in html and "2026-01-01T10:00:00Z" in html
+    assert 'data-probe="unknown"' in html and "not probed yet" in html
