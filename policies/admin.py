@@ -27,9 +27,9 @@ from routing.config.document import child_item
 from routing.config.schema import AGENT, CREDENTIAL, POLICY
 from routing.config.store import find_org
 from routing.config.validation import add_form_validators
+from routing.ops.model_choices import ChainField, ModelIdSelect, model_choices_view
 
 Edit = Callable[[dict[str, Any]], None]
-CHAIN_WIDGET = forms.TextInput(attrs={"size": 30, "placeholder": '["chat-b"]; [] = no fallback'})
 
 
 def _with_validators(form: forms.BaseForm) -> None:
@@ -121,11 +121,20 @@ class OrgChildInline(admin.TabularInline):
         return super().get_queryset(request).select_related(*self.related)
 
 
+def default_model_widget() -> ModelIdSelect:
+    return ModelIdSelect(aliases=True, placeholder="none: requests must name a model")
+
+
 class AgentInline(OrgChildInline):
     model = Agent
     formset = AgentFormSet
     fields = ["name", "default_model"]
     extra = 0
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "default_model":
+            kwargs["widget"] = default_model_widget()
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
 
 class PolicyInline(OrgChildInline):
@@ -137,7 +146,7 @@ class PolicyInline(OrgChildInline):
 
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "fallback_chain":
-            kwargs["widget"] = CHAIN_WIDGET
+            return ChainField(label=db_field.verbose_name)
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
 
@@ -156,6 +165,15 @@ class OrgAdmin(admin.ModelAdmin):
     list_display = ["name", "default_action", "agent_count", "policy_count"]
     list_filter = ["default_action"]
     search_fields = ["name", "agents__name"]
+
+    def get_urls(self) -> list[Any]:
+        from django.urls import path
+
+        # The model-id search of the default-model and fallback-chain boxes (routing.ops.model_choices).
+        choices = path(
+            "model-choices/", self.admin_site.admin_view(model_choices_view), name="switchboard_model_choices"
+        )
+        return [choices, *super().get_urls()]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Org]:
         return (
@@ -223,15 +241,16 @@ class AgentForm(OrgChildForm):
     class Meta:
         model = Agent
         fields = "__all__"
+        widgets = {"default_model": default_model_widget()}
 
 
 class PolicyForm(OrgChildForm):
     kind = "policies"
+    fallback_chain = ChainField()
 
     class Meta:
         model = OrgPolicy
         fields = "__all__"
-        widgets = {"fallback_chain": CHAIN_WIDGET}
 
 
 class CredentialForm(OrgChildForm):
