@@ -409,3 +409,11 @@ async def test_staff_without_the_breaker_permission_may_watch_but_not_act(snapsh
     assert ack["ok"] is True
     assert registry.state(key) is State.CLOSED
     await communicator.disconnect()
+
+
+@pytest.mark.django_db
+def test_dashboard_page_disables_controls_for_viewers_only(client, snapshot, staff_user, viewer_user):
+    client.force_login(viewer_user)
+    assert 'data-can-control="false"' in client.get("/dashboard/").content.decode()
+    client.force_login(staff_user)
+    assert 'data-can-control="true"' in client.get("/dashboard/").content.decode()
