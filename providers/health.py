@@ -10,7 +10,8 @@ on, else only those with `health_probe: true`.
 Results of a probe run elsewhere (`manage.py probe_providers`) are shared through the
 database: `store_results` upserts one ProviderProbe row per provider, and the prober
 of every serving process adopts rows newer than what it holds (`adopt_stored`, every
-SWITCHBOARD_HEALTH_SHARED_POLL_S, off the request path).
+SWITCHBOARD_HEALTH_SHARED_POLL_S, off the request path); with a shared channel layer
+(Redis) the command also publishes them and `results_listener` adopts them at once.
 """
 
 from __future__ import annotations
@@ -202,13 +203,73 @@ def adopt_stored(snapshot: Snapshot) -> list[ProbeResult]:
         if row.provider not in snapshot.providers:
             continue
         checked_at = row.checked_at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        mine = results.get(row.provider)
-        if mine is not None and (mine.checked_at or "") >= checked_at:
-            continue  # ours is as new or newer (ISO 8601 UTC strings sort by time)
         result = ProbeResult(row.provider, row.status, row.latency_ms, checked_at, row.detail)
-        record_result(result)
-        adopted.append(result)
+        if adopt(result):
+            adopted.append(result)
     return adopted
+
+
+def adopt(result: ProbeResult) -> bool:
+    """Record a result probed elsewhere unless ours is as new or newer (ISO 8601 UTC strings sort by time)."""
+    mine = results.get(result.name)
+    if mine is not None and (mine.checked_at or "") >= (result.checked_at or ""):
+        return False
+    record_result(result)
+    return True
+
+
+HEALTH_GROUP = "switchboard.health"  # channel-layer group of probe results from other processes
+
+
+def publish_results(found: Iterable[ProbeResult]) -> bool:
+    """Send results to every serving process at once over a shared (Redis) channel layer.
+
+    Synchronous (the command). The database rows stay the durable path; this only makes
+    them arrive sooner. False when there is no shared layer (in-memory reaches nobody)."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+    layer = get_channel_layer()
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
+        return False
+    message = {"type": "health.results", "results": [r.as_dict() for r in found]}
+    async_to_sync(layer.group_send)(HEALTH_GROUP, message)
+    return True
+
+
+async def results_listener() -> None:
+    """Background task of a serving process: adopt results published by other processes."""
+    from channels import layers
+
+    from routing.config import live
+
+    layer = layers.get_channel_layer()
+    if layer is None:
+        return
+    channel = await layer.new_channel()
+    while True:
+        await layer.group_add(HEALTH_GROUP, channel)  # re-joined: group membership expires
+        try:
+            message = await asyncio.wait_for(layer.receive(channel), timeout=600)
+        except TimeoutError:
+            continue
+        if message.get("type") != "health.results":
+            continue
+        providers = live.current().providers
+        for item in message.get("results") or []:
+            try:
+                result = ProbeResult(
+                    str(item["name"]),
+                    str(item["status"]),
+                    item.get("latency_ms"),
+                    item.get("checked_at"),
+                    str(item.get("detail") or ""),
+                )
+            except (KeyError, TypeError):
+                log.warning("ignored a malformed probe result %r", item)
+                continue
+            if result.name in providers and result.status in (UP, DOWN, UNKNOWN):
+                adopt(result)
 
 
 def _parse_iso(value: str | None) -> datetime | None:

@@ -98,6 +98,7 @@ def start() -> Process:
             ("breaker-controls", controls.control_listener),
             ("dashboard-broadcaster", state.run_broadcaster),
             ("health-prober", health.run_prober),
+            ("health-results", health.results_listener),
         ):
             proc.tasks.append(_spawn(name, func))
     return proc

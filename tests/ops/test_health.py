@@ -195,3 +195,28 @@ def test_probe_providers_stores_its_results_for_the_servers(upstream):
     call_command("probe_providers", "--json", stdout=io.StringIO())
     row = ProviderProbe.objects.get()
     assert (row.provider, row.status, row.detail) == ("alpha", "up", "HTTP 200")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_results_published_by_another_process_are_adopted_at_once(snapshot, fresh_layer):
+    import asyncio
+
+    from channels.layers import get_channel_layer
+
+    assert health.publish_results([]) is False  # the in-memory layer reaches no other process
+    task = asyncio.create_task(health.results_listener())
+    try:
+        await asyncio.sleep(0.05)  # joined the group
+        published = health.ProbeResult("op-b", health.DOWN, None, "2026-01-01T10:00:00Z", "HTTP 503")
+        stale = health.ProbeResult("op-a", health.UP, 1.0, "2026-01-01T09:00:00Z", "HTTP 200")
+        health.record_result(health.ProbeResult("op-a", health.DOWN, None, "2026-01-01T09:30:00Z", "mine"))
+        message = {"type": "health.results", "results": [published.as_dict(), stale.as_dict(), {"bad": 1}]}
+        await get_channel_layer().group_send(health.HEALTH_GROUP, message)
+        for _ in range(100):
+            if "op-b" in health.results:
+                break
+            await asyncio.sleep(0.02)
+        assert health.results["op-b"] == published
+        assert health.results["op-a"].detail == "mine"  # ours is newer
+    finally:
+        task.cancel()

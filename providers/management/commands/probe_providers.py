@@ -28,7 +28,7 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=5.0, help="Seconds to wait for each provider (default 5).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from providers.health import UP, probe_all, store_results
+        from providers.health import UP, probe_all, publish_results, store_results
         from routing.config import live
 
         try:
@@ -49,6 +49,10 @@ class Command(BaseCommand):
             store_results(results)  # every serving process adopts them (docs/operations.md#shared-probe-results)
         except Exception as exc:  # noqa: BLE001 - the probe itself still answers
             self.stderr.write(f"warning: could not store the results for the running servers: {exc}")
+        try:
+            publish_results(results)  # sooner, with Redis; the rows above are the durable path
+        except Exception as exc:  # noqa: BLE001 - Redis down: the servers read the rows
+            self.stderr.write(f"warning: could not publish the results to the running servers: {exc}")
 
         if options["json"]:
             self.stdout.write(orjson.dumps([r.as_dict() for r in results], option=orjson.OPT_INDENT_2).decode())
