@@ -62,6 +62,8 @@ SWITCHBOARD_CONFIG_POLL_S = env.float("SWITCHBOARD_CONFIG_POLL_S", default=0.5)
 # Background health probes of providers; off unless enabled here or per provider.
 SWITCHBOARD_HEALTH_PROBES = env.bool("SWITCHBOARD_HEALTH_PROBES", default=False)
 SWITCHBOARD_HEALTH_INTERVAL_S = env.float("SWITCHBOARD_HEALTH_INTERVAL_S", default=30.0)
+# How often a serving process adopts probe results stored by other processes (0: never).
+SWITCHBOARD_HEALTH_SHARED_POLL_S = env.float("SWITCHBOARD_HEALTH_SHARED_POLL_S", default=2.0)
 # Usage records: batch size, in-memory bound before spilling to the spool file.
 SWITCHBOARD_USAGE_BATCH = env.int("SWITCHBOARD_USAGE_BATCH", default=500)
 SWITCHBOARD_USAGE_MEMORY_BOUND = env.int("SWITCHBOARD_USAGE_MEMORY_BOUND", default=10_000)

@@ -1,7 +1,7 @@
 """Admin for organisations (agents, policies, BYO credentials inline) and API keys.
 
 API keys are created through policies.keys.create_api_key, shown once on the
-page that follows the save, and never again; only the prefix is displayed.
+page the save redirects to, and never again; only the prefix is displayed.
 """
 
 from __future__ import annotations
@@ -11,23 +11,26 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from policies.keys import create_api_key
+from policies.keys import create_api_key, revoke_keys
 from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
-from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, edited_copy
+from routing.admin import BLANK_NULL_JSON, DocumentCheckedForm, DocumentCheckedFormSet, edited_copy
 from routing.config.document import child_item
 from routing.config.schema import AGENT, CREDENTIAL, ORG, POLICY
 from routing.config.store import find_org
 from routing.config.validation import add_form_validators
 from routing.ops.admin_keys import StoredKeyForm
+from routing.ops.model_choices import ChainField, ModelIdSelect, model_choices_view
 
 Edit = Callable[[dict[str, Any]], None]
-CHAIN_WIDGET = forms.TextInput(attrs={"size": 30, "placeholder": '["chat-b"]; [] = no fallback'})
 
 
 def _with_validators(form: forms.BaseForm) -> None:
@@ -121,11 +124,21 @@ class OrgChildInline(admin.TabularInline):
         return super().get_queryset(request).select_related(*self.related)
 
 
+def default_model_widget() -> ModelIdSelect:
+    return ModelIdSelect(aliases=True, placeholder="none: requests must name a model")
+
+
 class AgentInline(OrgChildInline):
     model = Agent
     formset = AgentFormSet
+    formfield_overrides = BLANK_NULL_JSON
     fields = ["name", "default_model", "limits"]
     extra = 0
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "default_model":
+            kwargs["widget"] = default_model_widget()
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
 
 class PolicyInline(OrgChildInline):
@@ -137,7 +150,7 @@ class PolicyInline(OrgChildInline):
 
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "fallback_chain":
-            kwargs["widget"] = CHAIN_WIDGET
+            return ChainField(label=db_field.verbose_name)
         return super().formfield_for_dbfield(db_field, request, **kwargs)
 
 
@@ -159,10 +172,20 @@ class CredentialInline(OrgChildInline):
 @admin.register(Org)
 class OrgAdmin(admin.ModelAdmin):
     form = OrgForm
+    formfield_overrides = BLANK_NULL_JSON
     inlines = [AgentInline, PolicyInline, CredentialInline]
     list_display = ["name", "default_action", "agent_count", "policy_count"]
     list_filter = ["default_action"]
     search_fields = ["name", "agents__name"]
+
+    def get_urls(self) -> list[Any]:
+        from django.urls import path
+
+        # The model-id search of the default-model and fallback-chain boxes (routing.ops.model_choices).
+        choices = path(
+            "model-choices/", self.admin_site.admin_view(model_choices_view), name="switchboard_model_choices"
+        )
+        return [choices, *super().get_urls()]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Org]:
         return (
@@ -230,15 +253,16 @@ class AgentForm(OrgChildForm):
     class Meta:
         model = Agent
         fields = "__all__"
+        widgets = {"default_model": default_model_widget()}
 
 
 class PolicyForm(OrgChildForm):
     kind = "policies"
+    fallback_chain = ChainField()
 
     class Meta:
         model = OrgPolicy
         fields = "__all__"
-        widgets = {"fallback_chain": CHAIN_WIDGET}
 
 
 class CredentialForm(StoredKeyForm, OrgChildForm):
@@ -252,6 +276,7 @@ class CredentialForm(StoredKeyForm, OrgChildForm):
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     form = AgentForm
+    formfield_overrides = BLANK_NULL_JSON
     autocomplete_fields = ["org"]
     list_display = ["name", "org", "default_model", "active_keys"]
     list_filter = ["org"]
@@ -291,17 +316,37 @@ class OrgCredentialAdmin(admin.ModelAdmin):
 # API keys ---------------------------------------------------------------------------
 
 
+NEW_KEY_SESSION = "switchboard_new_api_key"  # {"pk": ..., "plaintext": ...}, removed when shown
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    """Keys are generated by the service and shown once after the add form; the hash never appears."""
+    """Keys are generated by the service and shown once, after the add form; the hash never appears.
+
+    Redirect after POST: the add form's POST creates the key, keeps its plaintext in the
+    session and redirects to the "created" page; that GET takes it out of the session, so
+    a reload (or the back button) shows "not shown again" and never creates another key.
+    """
 
     list_display = ["prefix_display", "agent", "org", "label", "created_at", "expires_at", "status"]
     list_filter = ["revoked", "agent__org", "created_at"]
-    search_fields = ["prefix", "label", "agent__name", "agent__org__name"]
+    search_fields = ["prefix", "label", "note", "agent__name", "agent__org__name"]
     list_select_related = ["agent__org"]
     actions = ["revoke_keys"]
-    add_fields = ["agent", "label", "expires_at"]
+    add_fields = ["agent", "label", "note", "expires_at"]
+    change_fields = ["prefix", "agent", "label", "note", "created_at", "expires_at", "revoked"]
     autocomplete_fields = ["agent"]
+    change_form_template = "admin/policies/apikey/change_form.html"
+
+    def get_urls(self) -> list[Any]:
+        from django.urls import path
+
+        view = self.admin_site.admin_view
+        return [
+            path("<int:pk>/created/", view(self.created_view), name="policies_apikey_created"),
+            path("<int:pk>/revoke/", view(self.revoke_view), name="policies_apikey_revoke"),
+            *super().get_urls(),
+        ]
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "agent":
@@ -309,7 +354,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
-        return self.add_fields if obj is None else ["prefix", "agent", "label", "created_at", "expires_at", "revoked"]
+        return self.add_fields if obj is None else self.change_fields
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         return [] if obj is None else ["prefix", "agent", "created_at"]
@@ -336,34 +381,53 @@ class ApiKeyAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        key, plaintext = create_api_key(agent=obj.agent, label=obj.label, expires_at=obj.expires_at)
+        key, plaintext = create_api_key(agent=obj.agent, label=obj.label, expires_at=obj.expires_at, note=obj.note)
         obj.pk, obj.prefix, obj.key_hash, obj.created_at = key.pk, key.prefix, key.key_hash, key.created_at
         obj._state.adding = False
-        request._switchboard_new_key = plaintext  # type: ignore[attr-defined]  # lives for this response only
+        request.session[NEW_KEY_SESSION] = {"pk": key.pk, "plaintext": plaintext}  # until the next GET shows it
 
     def response_add(self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None) -> HttpResponse:
-        """Show the key on this one response instead of redirecting: it is never stored or shown again."""
-        plaintext = getattr(request, "_switchboard_new_key", None)
-        if plaintext is None:
+        """Redirect to the one page that shows the key (a reload of it creates nothing)."""
+        if NEW_KEY_SESSION not in request.session:
             return super().response_add(request, obj, post_url_continue)
+        return HttpResponseRedirect(reverse("admin:policies_apikey_created", args=[obj.pk]))
+
+    def created_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """Show the new key once: it leaves the session as it is rendered."""
+        key = get_object_or_404(ApiKey.objects.select_related("agent__org"), pk=pk)
+        if not self.has_view_permission(request, key):
+            raise PermissionDenied
+        held = request.session.get(NEW_KEY_SESSION) or {}
+        plaintext = None
+        if held.get("pk") == key.pk:
+            plaintext = held["plaintext"]
+            del request.session[NEW_KEY_SESSION]
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": "API key created",
-            "key": obj,
+            "title": "API key created" if plaintext else "API key",
+            "key": key,
             "plaintext": plaintext,
         }
         response = TemplateResponse(request, "admin/policies/apikey/key_created.html", context)
         response["Cache-Control"] = "no-store"
         return response
 
+    def revoke_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """The change page's Revoke button (POST): the same revocation as the list action."""
+        key = get_object_or_404(ApiKey, pk=pk)
+        if request.method != "POST":
+            return HttpResponseRedirect(reverse("admin:policies_apikey_change", args=[pk]))
+        if not self.has_change_permission(request, key):
+            raise PermissionDenied
+        self._revoked(request, revoke_keys(ApiKey.objects.filter(pk=pk)))
+        return HttpResponseRedirect(reverse("admin:policies_apikey_change", args=[pk]))
+
     @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke_keys(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
-        count = 0
-        for key in queryset.filter(revoked=False):
-            key.revoked = True
-            key.save(update_fields=["revoked"])  # post_save per key: the snapshot drops it
-            count += 1
+        self._revoked(request, revoke_keys(queryset))
+
+    def _revoked(self, request: HttpRequest, count: int) -> None:
         self.message_user(
             request, f"Revoked {count} key(s); requests using them now get 401 invalid_api_key.", messages.SUCCESS
         )

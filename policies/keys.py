@@ -13,6 +13,7 @@ import secrets
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import QuerySet
 
 from policies.models import Agent, ApiKey
 
@@ -32,8 +33,23 @@ def generate_key() -> tuple[str, str, str]:
 
 
 @transaction.atomic
-def create_api_key(*, agent: Agent, label: str = "", expires_at: datetime | None = None) -> tuple[ApiKey, str]:
+def create_api_key(
+    *, agent: Agent, label: str = "", expires_at: datetime | None = None, note: str = ""
+) -> tuple[ApiKey, str]:
     """Create and save a key for `agent`; the plaintext is returned once and never stored."""
     plaintext, prefix, digest = generate_key()
-    key = ApiKey.objects.create(agent=agent, prefix=prefix, key_hash=digest, label=label, expires_at=expires_at)
+    key = ApiKey.objects.create(
+        agent=agent, prefix=prefix, key_hash=digest, label=label, expires_at=expires_at, note=note
+    )
     return key, plaintext
+
+
+def revoke_keys(keys: QuerySet[ApiKey]) -> int:
+    """Revoke the active keys among `keys`; returns how many. One save per key, so the
+    reload signal fires and every serving process's snapshot drops them."""
+    count = 0
+    for key in keys.filter(revoked=False):
+        key.revoked = True
+        key.save(update_fields=["revoked"])
+        count += 1
+    return count

@@ -55,8 +55,11 @@ class ApiKey(models.Model):
     prefix = models.CharField(max_length=16, editable=False)
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
     label = models.CharField(max_length=100, blank=True)
+    note = models.TextField(
+        blank=True, help_text="Who holds the key and what for (operators only; never sent anywhere)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires.")
     revoked = models.BooleanField(default=False)
 
     class Meta:

@@ -10,11 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html
 
-from providers.models import Alias, FallbackLink, Model, Provider
+from providers.models import Alias, FallbackLink, Model, Provider, ProviderProbe
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, GuardedDeleteMixin, checkbox_choices
 from routing.config.document import model_item, provider_item
 from routing.config.schema import MODEL, PROVIDER, TIMEOUTS
@@ -56,7 +59,7 @@ class ProviderForm(StoredKeyForm, DocumentCheckedForm):
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
     form = ProviderForm
-    list_display = ["name", "dialect", "base_url", "api_key_env", "model_count", "health_probe_enabled", "updated_at"]
+    list_display = ["name", "dialect", "base_url", "api_key_env", "model_count", "probing", "last_probe", "updated_at"]
     list_filter = ["dialect", "health_probe_enabled"]
     search_fields = ["name", "base_url"]
     fieldsets = [
@@ -66,13 +69,53 @@ class ProviderAdmin(admin.ModelAdmin):
     ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Provider]:
-        from django.db.models import Count
+        from django.db.models import Count, OuterRef, Subquery
 
-        return super().get_queryset(request).annotate(_models=Count("models"))
+        stored = ProviderProbe.objects.filter(provider=OuterRef("name"))
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                _models=Count("models"),
+                _probe_status=Subquery(stored.values("status")[:1]),
+                _probe_checked=Subquery(stored.values("checked_at")[:1]),
+                _probe_detail=Subquery(stored.values("detail")[:1]),
+            )
+        )
 
     @admin.display(description="models", ordering="_models")
     def model_count(self, obj: Provider) -> int:
         return obj._models  # type: ignore[attr-defined]
+
+    @admin.display(description="health probe", ordering="health_probe_enabled")
+    def probing(self, obj: Provider) -> str:
+        """Whether serving processes probe it in the background: words, not a red cross."""
+        from providers import health
+
+        return health.probe_mode(obj.health_probe_enabled, bool(settings.SWITCHBOARD_HEALTH_PROBES))
+
+    @admin.display(description="last probe")
+    def last_probe(self, obj: Provider) -> str:
+        """The last result this process holds, else the one stored by probe_providers."""
+        from providers import health
+
+        status, checked, detail = health.last_probe(
+            obj.name,
+            obj._probe_status,  # type: ignore[attr-defined]
+            obj._probe_checked,  # type: ignore[attr-defined]
+            obj._probe_detail,  # type: ignore[attr-defined]
+        )
+        symbol, color = {"up": ("▲", "#2e7d32"), "down": ("▼", "#ba2121")}.get(status, ("?", "#777"))
+        when = f" · {checked}" if checked else ""
+        return format_html(
+            '<span data-probe="{}" title="{}" style="color:{}">{} {}</span><small>{}</small>',
+            status,
+            detail,
+            color,
+            symbol,
+            status if status != "unknown" else "not probed yet",
+            when,
+        )
 
 
 class ModelConfigForm(DocumentCheckedForm):
@@ -150,6 +193,8 @@ def _breaker_action(modeladmin: admin.ModelAdmin, request: Any, queryset: Any, a
     from routing.ops import controls
 
     done = []
+    if not controls.may_control(request.user):
+        raise PermissionDenied(controls.REFUSED)
     for model in queryset.select_related("provider"):
         key = BreakerKey(model.provider.name, model.public_id)
         try:
@@ -163,12 +208,15 @@ def _breaker_action(modeladmin: admin.ModelAdmin, request: Any, queryset: Any, a
         modeladmin.message_user(request, f"Breaker {verb} in every process: {', '.join(done)}.", messages.SUCCESS)
 
 
-@admin.action(description="Reset the breaker of the selected models (close it now)")
+@admin.action(description="Reset the breaker of the selected models (close it now)", permissions=["control_breaker"])
 def reset_breakers(modeladmin: admin.ModelAdmin, request: Any, queryset: Any) -> None:
     _breaker_action(modeladmin, request, queryset, "reset")
 
 
-@admin.action(description="Force open the breaker of the selected models for 30 minutes (maintenance)")
+@admin.action(
+    description="Force open the breaker of the selected models for 30 minutes (maintenance)",
+    permissions=["control_breaker"],
+)
 def force_open_breakers(modeladmin: admin.ModelAdmin, request: Any, queryset: Any) -> None:
     reason = f"maintenance, forced open from the admin by {request.user.get_username()}"
     _breaker_action(modeladmin, request, queryset, "force_open", reason=reason, minutes=30)
@@ -207,6 +255,12 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
         ),
         ("Resilience overrides (empty: provider or global default)", {"fields": [*TIMEOUT_FIELDS, "fallback_on"]}),
     ]
+
+    def has_control_breaker_permission(self, request: HttpRequest) -> bool:
+        """The breaker actions are listed only for users who may act on breakers."""
+        from routing.ops import controls
+
+        return controls.may_control(request.user)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Model]:
         return super().get_queryset(request).prefetch_related("fallback_links__target")

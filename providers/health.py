@@ -6,6 +6,12 @@ Results live in `results` (per process); GET /health/providers and the dashboard
 read them, never the network or the database. `run_prober` probes in the background
 every SWITCHBOARD_HEALTH_INTERVAL_S: every provider when SWITCHBOARD_HEALTH_PROBES is
 on, else only those with `health_probe: true`.
+
+Results of a probe run elsewhere (`manage.py probe_providers`) are shared through the
+database: `store_results` upserts one ProviderProbe row per provider, and the prober
+of every serving process adopts rows newer than what it holds (`adopt_stored`, every
+SWITCHBOARD_HEALTH_SHARED_POLL_S, off the request path); with a shared channel layer
+(Redis) the command also publishes them and `results_listener` adopts them at once.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -148,24 +154,195 @@ def probe_targets(snapshot: Snapshot, probe_everything: bool) -> list[str]:
     return sorted(n for n, p in snapshot.providers.items() if probe_everything or p.health_probe)
 
 
+def store_results(found: Iterable[ProbeResult]) -> int:
+    """Upsert one ProviderProbe row per result, for every serving process to adopt.
+
+    Synchronous (a management command, or a thread). Returns the number of rows written.
+    """
+    from providers.models import ProviderProbe
+
+    rows = [
+        ProviderProbe(
+            provider=r.name,
+            status=r.status,
+            latency_ms=r.latency_ms,
+            checked_at=_parse_iso(r.checked_at) or datetime.now(tz=UTC),
+            detail=r.detail[:500],
+        )
+        for r in found
+    ]
+    if rows:
+        ProviderProbe.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["provider"],
+            update_fields=["status", "latency_ms", "checked_at", "detail", "updated_at"],
+        )
+    return len(rows)
+
+
+# updated_at of the newest row adopted; rows are re-read from a little before it, so a
+# writer whose clock lags ours by up to SHARED_OVERLAP is not missed.
+_adopted_through: datetime | None = None
+SHARED_OVERLAP = timedelta(seconds=60)
+
+
+def adopt_stored(snapshot: Snapshot) -> list[ProbeResult]:
+    """Take stored results newer than this process's own into `results` (synchronous: a thread).
+
+    One indexed query of the rows written since the last call (all rows the first time);
+    providers no longer configured are ignored. Returns the results adopted.
+    """
+    global _adopted_through
+    from providers.models import ProviderProbe
+
+    rows = ProviderProbe.objects.all()
+    if _adopted_through is not None:
+        rows = rows.filter(updated_at__gte=_adopted_through - SHARED_OVERLAP)
+    adopted = []
+    for row in rows:
+        if _adopted_through is None or row.updated_at > _adopted_through:
+            _adopted_through = row.updated_at
+        if row.provider not in snapshot.providers:
+            continue
+        checked_at = row.checked_at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        result = ProbeResult(row.provider, row.status, row.latency_ms, checked_at, row.detail)
+        if adopt(result):
+            adopted.append(result)
+    return adopted
+
+
+def adopt(result: ProbeResult) -> bool:
+    """Record a result probed elsewhere unless ours is as new or newer (ISO 8601 UTC strings sort by time)."""
+    mine = results.get(result.name)
+    if mine is not None and (mine.checked_at or "") >= (result.checked_at or ""):
+        return False
+    record_result(result)
+    return True
+
+
+HEALTH_GROUP = "switchboard.health"  # channel-layer group of probe results from other processes
+
+
+def publish_results(found: Iterable[ProbeResult]) -> bool:
+    """Send results to every serving process at once over a shared (Redis) channel layer.
+
+    Synchronous (the command). The database rows stay the durable path; this only makes
+    them arrive sooner. False when there is no shared layer (in-memory reaches nobody)."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+    layer = get_channel_layer()
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
+        return False
+    message = {"type": "health.results", "results": [r.as_dict() for r in found]}
+    async_to_sync(layer.group_send)(HEALTH_GROUP, message)
+    return True
+
+
+async def results_listener() -> None:
+    """Background task of a serving process: adopt results published by other processes."""
+    from channels import layers
+
+    from routing.config import live
+
+    layer = layers.get_channel_layer()
+    if layer is None:
+        return
+    channel = await layer.new_channel()
+    while True:
+        await layer.group_add(HEALTH_GROUP, channel)  # re-joined: group membership expires
+        try:
+            message = await asyncio.wait_for(layer.receive(channel), timeout=600)
+        except TimeoutError:
+            continue
+        if message.get("type") != "health.results":
+            continue
+        providers = live.current().providers
+        for item in message.get("results") or []:
+            try:
+                result = ProbeResult(
+                    str(item["name"]),
+                    str(item["status"]),
+                    item.get("latency_ms"),
+                    item.get("checked_at"),
+                    str(item.get("detail") or ""),
+                )
+            except (KeyError, TypeError):
+                log.warning("ignored a malformed probe result %r", item)
+                continue
+            if result.name in providers and result.status in (UP, DOWN, UNKNOWN):
+                adopt(result)
+
+
+def _parse_iso(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 async def run_prober() -> None:
-    """Background loop of a serving process (started by routing.ops.wiring)."""
+    """Background loop of a serving process (started by routing.ops.wiring): probe its
+    targets every SWITCHBOARD_HEALTH_INTERVAL_S, adopt stored results in between."""
     from django.conf import settings
 
     from routing.config import live
 
     interval = float(settings.SWITCHBOARD_HEALTH_INTERVAL_S)
+    shared_poll = float(getattr(settings, "SWITCHBOARD_HEALTH_SHARED_POLL_S", 2.0))
+    next_probe = 0.0
     async with httpx.AsyncClient(follow_redirects=True) as client:
         while True:
             snapshot = live.current()
-            forget_missing(snapshot)
-            targets = probe_targets(snapshot, bool(settings.SWITCHBOARD_HEALTH_PROBES))
-            if targets:
+            if time.monotonic() >= next_probe:
+                next_probe = time.monotonic() + interval
+                forget_missing(snapshot)
+                targets = probe_targets(snapshot, bool(settings.SWITCHBOARD_HEALTH_PROBES))
+                if targets:
+                    try:
+                        await probe_all(snapshot, targets, timeout_s=min(DEFAULT_TIMEOUT_S, interval), client=client)
+                    except Exception:  # noqa: BLE001 - keep probing next round
+                        log.exception("health probe round failed")
+            if shared_poll > 0:
                 try:
-                    await probe_all(snapshot, targets, timeout_s=min(DEFAULT_TIMEOUT_S, interval), client=client)
-                except Exception:  # noqa: BLE001 - keep probing next round
-                    log.exception("health probe round failed")
-            await asyncio.sleep(interval)
+                    await asyncio.to_thread(_adopt_closing, snapshot)
+                except Exception as exc:  # noqa: BLE001 - database down: keep our own results
+                    log.warning("could not read shared probe results (%s)", exc)
+            pause = next_probe - time.monotonic()
+            await asyncio.sleep(max(0.05, min(pause, shared_poll) if shared_poll > 0 else pause))
+
+
+def _adopt_closing(snapshot: Snapshot) -> None:
+    """adopt_stored on a worker thread, closing that thread's connection if it went stale."""
+    from django.db import close_old_connections
+
+    close_old_connections()
+    adopt_stored(snapshot)
+
+
+def probe_mode(enabled: bool, probe_everything: bool) -> str:
+    """How a provider is probed, in words (the admin list)."""
+    if probe_everything:
+        return "background (all providers)"
+    return "background" if enabled else "on demand only (probe_providers)"
+
+
+def last_probe(
+    name: str, stored_status: str | None, stored_checked: datetime | None, stored_detail: str | None
+) -> tuple[str, str | None, str]:
+    """(status, checked_at, detail) of a provider: this process's newer result, else the stored one."""
+    mine = results.get(name)
+    stored_iso = None
+    if stored_checked is not None:
+        stored_iso = stored_checked.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    if mine is not None and (stored_iso is None or (mine.checked_at or "") >= stored_iso):
+        return mine.status, mine.checked_at, mine.detail
+    if stored_status:
+        return stored_status, stored_iso, stored_detail or ""
+    return UNKNOWN, None, "not probed yet"
 
 
 def health_providers_payload(snapshot: Snapshot) -> bytes:

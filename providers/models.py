@@ -10,7 +10,7 @@ from django.db import models
 
 from routing.config.schema import CAPABILITIES, DIALECTS
 
-__all__ = ["CAPABILITIES", "DIALECTS", "Alias", "FallbackLink", "Model", "Provider"]
+__all__ = ["CAPABILITIES", "DIALECTS", "Alias", "FallbackLink", "Model", "Provider", "ProviderProbe"]
 
 
 class Provider(models.Model):
@@ -101,3 +101,27 @@ class Alias(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} → {self.target}"
+
+
+class ProviderProbe(models.Model):
+    """The last health probe result of one provider, shared between processes.
+
+    Not configuration (saving it rebuilds nothing): `manage.py probe_providers` writes
+    it, and every serving process's prober adopts newer rows into its in-memory
+    results, so a one-off probe from another process reaches /health/providers and
+    the dashboard (docs/operations.md#shared-probe-results). Keyed by provider name,
+    one row per provider (upserted).
+    """
+
+    provider = models.CharField(max_length=64, unique=True)
+    status = models.CharField(max_length=8)  # up | down | unknown
+    latency_ms = models.FloatField(null=True, blank=True)
+    checked_at = models.DateTimeField()
+    detail = models.CharField(max_length=500, blank=True)
+    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+
+    class Meta:
+        ordering = ["provider"]
+
+    def __str__(self) -> str:
+        return f"{self.provider}: {self.status}"

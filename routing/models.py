@@ -123,6 +123,9 @@ class BreakerAction(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # Viewing the dashboard is staff-only; acting on breakers needs this as well
+        # (docs/operations.md#breaker-permission).
+        permissions = [("control_breaker", "Can reset or force open circuit breakers")]
 
     def __str__(self) -> str:
         return f"{self.action} {self.provider}/{self.model} by {self.user}"

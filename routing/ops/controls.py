@@ -44,6 +44,9 @@ log = logging.getLogger("switchboard.dashboard")
 
 VERBS = ("reset", "force_open")
 MAX_FORCE_MINUTES = 7 * 24 * 60
+PERMISSION = "routing.control_breaker"  # BreakerAction.Meta.permissions
+OPERATORS_GROUP = "Operators"
+REFUSED = "you may view the dashboard but not act on breakers: ask for the routing.control_breaker permission"
 
 
 class ControlError(ValueError):
@@ -71,6 +74,32 @@ class Control:
             raise ControlError(f"unknown action {action!r}")
         until = message.get("until")
         return cls(action, BreakerKey.from_wire(message["key"]), str(message.get("reason") or ""), until)
+
+
+def may_control(user: Any) -> bool:
+    """Whether `user` may reset or force open breakers: active staff with PERMISSION.
+
+    Viewing the dashboard only needs staff; a control changes what every process
+    serves, so it needs the named permission (superusers have every permission).
+    Reads the user's permissions (a query the first time): call it off the loop.
+    """
+    return bool(
+        user is not None
+        and getattr(user, "is_authenticated", False)
+        and user.is_active
+        and user.is_staff
+        and user.has_perm(PERMISSION)
+    )
+
+
+def ensure_operators_group() -> Any:
+    """The "Operators" group holding PERMISSION (created, or completed, when needed)."""
+    from django.contrib.auth.models import Group, Permission
+
+    group, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
+    app_label, codename = PERMISSION.split(".")
+    group.permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+    return group
 
 
 def parse(content: dict[str, Any], snapshot: Snapshot | None = None) -> Control:

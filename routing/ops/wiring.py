@@ -110,6 +110,7 @@ def start() -> Process:
             ("dashboard-broadcaster", state.run_broadcaster),
             ("health-prober", health.run_prober),
             ("metrics-refresher", metrics.run_refresher),
+            ("health-results", health.results_listener),
         ):
             proc.tasks.append(_spawn(name, func))
     return proc

@@ -102,6 +102,9 @@
     controls.appendChild(el("input", { type: "text", "data-field": "reason", placeholder: "reason", maxlength: "500", "aria-label": "reason for " + l.link }));
     controls.appendChild(el("input", { type: "number", "data-field": "minutes", placeholder: "min", min: "1", step: "1", "aria-label": "minutes for " + l.link }));
     controls.appendChild(el("button", { type: "button", "data-action": "force-open" }, "Force open"));
+    if (body.dataset.canControl === "false") {
+      controls.querySelectorAll("button, input").forEach((c) => { c.disabled = true; c.title = "viewing only: acting on breakers needs the routing.control_breaker permission"; });
+    }
     tr.appendChild(controls);
     return tr;
   }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from django.forms import MultiWidget
+
 
 def page_data(response: Any) -> dict[str, Any]:
     """The POST body a browser would send for the rendered form, untouched."""
@@ -12,6 +14,13 @@ def page_data(response: Any) -> dict[str, Any]:
 
     def add(form: Any) -> None:
         for bound in form:
+            widget = bound.field.widget
+            if isinstance(widget, MultiWidget):  # one input per part, as the browser renders them
+                value = bound.value()
+                for i, part in enumerate(value if bound.form.is_bound else widget.decompress(value)):
+                    if part not in (None, [], ""):
+                        data[f"{bound.html_name}{widget.widgets_names[i]}"] = part
+                continue
             value = bound.value()
             if value is None or value is False:
                 continue

@@ -177,15 +177,41 @@ def test_resilience_settings_is_a_singleton(admin_client_, imported):
 
 def test_admin_api_key_is_shown_once_and_only_its_hash_is_kept(admin_client_, imported):
     agent = Agent.objects.get()
-    response = admin_client_.post(add_url(ApiKey), {"agent": agent.pk, "label": "laptop"})
-    assert response.status_code == 200 and "no-store" in response["Cache-Control"]
-    key = response.context["plaintext"]
-    assert key in text(response) and key.startswith("sb-")
+    response = admin_client_.post(add_url(ApiKey), {"agent": agent.pk, "label": "laptop", "note": "CI runner"})
     row = ApiKey.objects.get()
-    assert row.key_hash == hash_key(key) and row.label == "laptop"
+    created = reverse("admin:policies_apikey_created", args=[row.pk])
+    assert response.status_code == 302 and response["Location"] == created  # redirect after POST
+
+    shown = admin_client_.get(created)
+    assert shown.status_code == 200 and "no-store" in shown["Cache-Control"]
+    key = shown.context["plaintext"]
+    assert key in text(shown) and key.startswith("sb-") and "won't be shown again" in text(shown)
+    assert row.key_hash == hash_key(key) and row.label == "laptop" and row.note == "CI runner"
+
+    reloaded = admin_client_.get(created)  # the browser's reload: a GET, which creates nothing
+    assert reloaded.status_code == 200 and key not in text(reloaded) and "not shown again" in text(reloaded)
+    assert ApiKey.objects.count() == 1
     for url in (change_url(row), reverse("admin:policies_apikey_changelist")):
         page = text(admin_client_.get(url))
         assert key not in page and row.key_hash not in page and row.prefix in page
+    assert ApiKey.objects.count() == 1
+
+
+def test_admin_api_key_with_expiry_and_the_change_page_revoke_button(admin_client_, imported, saved_signals):
+    agent = Agent.objects.get()
+    admin_client_.post(
+        add_url(ApiKey), {"agent": agent.pk, "label": "temp", "expires_at_0": "2031-01-02", "expires_at_1": "10:00:00"}
+    )
+    row = ApiKey.objects.get()
+    assert row.expires_at is not None and row.expires_at.year == 2031
+    page = text(admin_client_.get(change_url(row)))
+    revoke = reverse("admin:policies_apikey_revoke", args=[row.pk])
+    assert revoke in page and "Revoke this key" in page
+    assert admin_client_.get(revoke).status_code == 302 and not ApiKey.objects.get().revoked  # GET revokes nothing
+    saved_signals.clear()
+    response = admin_client_.post(revoke, follow=True)
+    assert ApiKey.objects.get().revoked and saved_signals.count(("save", "ApiKey")) == 1
+    assert "Revoked 1 key(s)" in text(response) and "Revoke this key" not in text(response)
 
 
 def test_revoke_action(admin_client_, imported, saved_signals):

@@ -67,7 +67,18 @@ def fresh_layer(settings):
 
 @pytest.fixture
 def staff_user(django_user_model):
-    return django_user_model.objects.create_user("op-staff", password="pw-staff-123", is_staff=True)
+    """A staff operator: may view the dashboard and act on breakers (the Operators group)."""
+    from routing.ops.controls import ensure_operators_group
+
+    user = django_user_model.objects.create_user("op-staff", password="pw-staff-123", is_staff=True)
+    user.groups.add(ensure_operators_group())
+    return user
+
+
+@pytest.fixture
+def viewer_user(django_user_model):
+    """Staff without routing.control_breaker: may look, may not act."""
+    return django_user_model.objects.create_user("op-viewer", password="pw-viewer-123", is_staff=True)
 
 
 @pytest.fixture

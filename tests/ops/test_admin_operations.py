@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import Permission
 
 from providers.models import Model, Provider
 from routing.config import live
@@ -99,3 +100,59 @@ def test_admin_breaker_action_on_a_model_the_server_does_not_serve_says_so(staff
     )
     assert "no configured link other-p/not-served" in response.content.decode()
     assert not BreakerAction.objects.exists()
+
+
+@pytest.mark.django_db
+def test_admin_breaker_actions_need_the_control_permission(client, django_user_model, served):
+    from routing.ops.controls import ensure_operators_group
+
+    provider = Provider.objects.create(name="adm-p", dialect="openai", base_url="http://127.0.0.1:9/v1")
+    model = Model.objects.create(public_id="adm-big", provider=provider, upstream_model="b", capabilities=["chat"])
+    key = ("adm-p", "adm-big")
+    registry.reset(key)
+    user = django_user_model.objects.create_user("adm-viewer", password="pw-viewer-123", is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=["view_model", "change_model"]))
+    client.force_login(user)
+    changelist = "/admin/providers/model/"
+    assert "force_open_breakers" not in client.get(changelist).content.decode()  # not offered
+    response = client.post(changelist, {"action": "force_open_breakers", "_selected_action": [model.pk]}, follow=True)
+    assert response.status_code == 200 and "forced open" not in response.content.decode()
+    assert registry.state(key) is State.CLOSED
+    assert not BreakerAction.objects.exists()
+
+    user.groups.add(ensure_operators_group())
+    user = django_user_model.objects.get(pk=user.pk)  # fresh permission cache
+    client.force_login(user)
+    assert "force_open_breakers" in client.get(changelist).content.decode()
+    client.post(changelist, {"action": "force_open_breakers", "_selected_action": [model.pk]}, follow=True)
+    assert registry.state(key) is State.OPEN
+    registry.reset(key)
+
+
+@pytest.mark.django_db
+def test_demo_operators_group_carries_the_control_permission(django_user_model):
+    from routing.ops.controls import ensure_operators_group, may_control
+
+    user = django_user_model.objects.create_user("grp-op", password="pw-op-123", is_staff=True)
+    assert not may_control(user)
+    user.groups.add(ensure_operators_group())
+    ensure_operators_group()  # idempotent
+    assert may_control(django_user_model.objects.get(pk=user.pk))
+
+
+@pytest.mark.django_db
+def test_provider_list_says_how_each_is_probed_and_its_last_result(staff_client):
+    from datetime import UTC, datetime
+
+    from providers.models import ProviderProbe
+
+    Provider.objects.create(name="pr-bg", dialect="openai", base_url="http://127.0.0.1:9/v1", health_probe_enabled=True)
+    Provider.objects.create(name="pr-manual", dialect="openai", base_url="http://127.0.0.1:9/v1")
+    ProviderProbe.objects.create(
+        provider="pr-manual", status="down", checked_at=datetime(2026, 1, 1, 10, tzinfo=UTC), detail="HTTP 503"
+    )
+    html = staff_client.get("/admin/providers/provider/").content.decode()
+    assert "icon-no.svg" not in html and "icon-yes.svg" not in html  # no red cross that reads as "down"
+    assert "on demand only (probe_providers)" in html and ">background<" in html
+    assert 'data-probe="down" title="HTTP 503"' in html and "2026-01-01T10:00:00Z" in html
+    assert 'data-probe="unknown"' in html and "not probed yet" in html

@@ -392,3 +392,43 @@ def test_sync_views_read_breakers_on_the_serving_loop_thread(monkeypatch):
         thread.join(5)
         loop.close()
     assert feed.call_on_loop(threading.get_ident) == threading.get_ident()  # no serving loop: run here
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_staff_without_the_breaker_permission_may_watch_but_not_act(snapshot, fresh_layer, viewer_user):
+    key = ("op-a", "op-chat")
+    registry.record_failure(key, probe=False, threshold=1, cooldown_s=60)
+    communicator, connected, _ = await connect_as(viewer_user)
+    assert connected
+    state = await communicator.receive_json_from(timeout=2)
+    assert state["type"] == "state"  # viewing stays staff-only
+
+    for control in ({"action": "reset", "key": list(key)}, {"action": "force_open", "key": ["op-b", "op-chat-b"]}):
+        await communicator.send_json_to(control)
+        ack = await next_message(communicator, "ack")
+        assert ack["ok"] is False and "routing.control_breaker" in ack["message"]
+    assert registry.state(key) is State.OPEN
+    assert registry.state(("op-b", "op-chat-b")) is State.CLOSED
+    assert not await asyncio.to_thread(BreakerAction.objects.exists)
+
+    def grant():
+        viewer_user.groups.add(controls.ensure_operators_group())
+
+    await asyncio.to_thread(grant)
+    await communicator.disconnect()
+    operator = await asyncio.to_thread(lambda: type(viewer_user).objects.get(pk=viewer_user.pk))
+    communicator, connected, _ = await connect_as(operator)
+    await communicator.receive_json_from(timeout=2)
+    await communicator.send_json_to({"action": "reset", "key": list(key)})
+    ack = await next_message(communicator, "ack")
+    assert ack["ok"] is True
+    assert registry.state(key) is State.CLOSED
+    await communicator.disconnect()
+
+
+@pytest.mark.django_db
+def test_dashboard_page_disables_controls_for_viewers_only(client, snapshot, staff_user, viewer_user):
+    client.force_login(viewer_user)
+    assert 'data-can-control="false"' in client.get("/dashboard/").content.decode()
+    client.force_login(staff_user)
+    assert 'data-can-control="true"' in client.get("/dashboard/").content.decode()

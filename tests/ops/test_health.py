@@ -57,7 +57,9 @@ def closed_port():
 @pytest.fixture(autouse=True)
 def clean_results():
     health.results.clear()
+    health._adopted_through = None
     yield
+    health._adopted_through = None
     for name in list(health.results):
         metrics.provider_status(name, None)
     health.results.clear()
@@ -162,3 +164,59 @@ def test_probe_providers_unknown_name_is_a_usage_error(upstream):
         call_command("probe_providers", "--provider", "nope")
     assert exc.value.returncode == 2
     assert "unknown provider nope" in str(exc.value) and "alpha" in str(exc.value)
+
+
+@pytest.mark.django_db
+def test_stored_results_are_upserted_and_adopted_only_when_newer(snapshot):
+    from providers.models import ProviderProbe
+
+    older = health.ProbeResult("op-a", health.DOWN, None, "2026-01-01T10:00:00Z", "cannot reach it")
+    assert health.store_results([older, health.ProbeResult("gone", health.UP, 1.0, "2026-01-01T10:00:00Z", "")]) == 2
+    newer = health.ProbeResult("op-a", health.UP, 3.5, "2026-01-01T10:05:00Z", "HTTP 200")
+    health.store_results([newer])
+    assert ProviderProbe.objects.filter(provider="op-a").count() == 1  # one row per provider
+
+    adopted = health.adopt_stored(snapshot)
+    assert adopted == [newer]  # "gone" is not configured: ignored
+    assert health.results["op-a"] == newer
+    assert orjson.loads(health.health_providers_payload(snapshot))["providers"][0]["status"] == "up"
+
+    own = health.ProbeResult("op-a", health.DOWN, None, "2026-01-01T10:09:00Z", "HTTP 503")
+    health.record_result(own)  # this process probed since
+    health.store_results([older])
+    assert health.adopt_stored(snapshot) == [] and health.results["op-a"] == own
+
+
+@pytest.mark.django_db
+def test_probe_providers_stores_its_results_for_the_servers(upstream):
+    from providers.models import ProviderProbe
+
+    _provider("alpha", upstream, "/ok")
+    call_command("probe_providers", "--json", stdout=io.StringIO())
+    row = ProviderProbe.objects.get()
+    assert (row.provider, row.status, row.detail) == ("alpha", "up", "HTTP 200")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_results_published_by_another_process_are_adopted_at_once(snapshot, fresh_layer):
+    import asyncio
+
+    from channels.layers import get_channel_layer
+
+    assert health.publish_results([]) is False  # the in-memory layer reaches no other process
+    task = asyncio.create_task(health.results_listener())
+    try:
+        await asyncio.sleep(0.05)  # joined the group
+        published = health.ProbeResult("op-b", health.DOWN, None, "2026-01-01T10:00:00Z", "HTTP 503")
+        stale = health.ProbeResult("op-a", health.UP, 1.0, "2026-01-01T09:00:00Z", "HTTP 200")
+        health.record_result(health.ProbeResult("op-a", health.DOWN, None, "2026-01-01T09:30:00Z", "mine"))
+        message = {"type": "health.results", "results": [published.as_dict(), stale.as_dict(), {"bad": 1}]}
+        await get_channel_layer().group_send(health.HEALTH_GROUP, message)
+        for _ in range(100):
+            if "op-b" in health.results:
+                break
+            await asyncio.sleep(0.02)
+        assert health.results["op-b"] == published
+        assert health.results["op-a"].detail == "mine"  # ours is newer
+    finally:
+        task.cancel()

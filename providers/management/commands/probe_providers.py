@@ -1,6 +1,8 @@
 """`manage.py probe_providers [--provider NAME] [--json]` (docs/commands.md#probe_providers).
 
-Probes providers now, from this process, with the configuration in the database.
+Probes providers now, from this process, with the configuration in the database,
+and stores the results, which every running server adopts within
+SWITCHBOARD_HEALTH_SHARED_POLL_S (/health/providers, the dashboard).
 Exit status: 0 when every probed provider is up, 1 otherwise, 2 when nothing can be
 probed: an unknown provider name, or a configuration that does not validate.
 """
@@ -26,7 +28,7 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=5.0, help="Seconds to wait for each provider (default 5).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from providers.health import UP, probe_all
+        from providers.health import UP, probe_all, publish_results, store_results
         from routing.config import live
 
         try:
@@ -43,6 +45,14 @@ class Command(BaseCommand):
             return
 
         results = asyncio.run(probe_all(snapshot, names, timeout_s=options["timeout"]))
+        try:
+            store_results(results)  # every serving process adopts them (docs/operations.md#shared-probe-results)
+        except Exception as exc:  # noqa: BLE001 - the probe itself still answers
+            self.stderr.write(f"warning: could not store the results for the running servers: {exc}")
+        try:
+            publish_results(results)  # sooner, with Redis; the rows above are the durable path
+        except Exception as exc:  # noqa: BLE001 - Redis down: the servers read the rows
+            self.stderr.write(f"warning: could not publish the results to the running servers: {exc}")
 
         if options["json"]:
             self.stdout.write(orjson.dumps([r.as_dict() for r in results], option=orjson.OPT_INDENT_2).decode())

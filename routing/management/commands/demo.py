@@ -75,6 +75,9 @@ class Command(BaseCommand):
         admin.is_staff = admin.is_superuser = True
         admin.set_password(password)
         admin.save()
+        from routing.ops.controls import ensure_operators_group
+
+        admin.groups.add(ensure_operators_group())  # the group to give other operators
 
         from policies.keys import create_api_key
 

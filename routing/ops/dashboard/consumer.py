@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.urls import path
@@ -71,6 +72,11 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
             return
         if content.get("action") == "state":
             await self.send_json(build_state())
+            return
+        if not await database_sync_to_async(controls.may_control)(user):
+            await self.send_json(
+                {"type": "ack", "ok": False, "action": content.get("action"), "message": controls.REFUSED}
+            )
             return
         try:
             control = controls.parse(content)

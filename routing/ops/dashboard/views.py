@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import render
 from django.utils import timezone
 
+from routing.ops import controls
 from routing.ops.dashboard import feed, state
 
 
@@ -45,6 +46,7 @@ def index(request: HttpRequest) -> HttpResponse:
             "initial_state": feed.call_on_loop(state.build_state),
             "refresh_s": state.refresh_s(),
             "title": "Switchboard dashboard",
+            "can_control": controls.may_control(request.user),  # else the buttons are disabled
         },
     )
 
