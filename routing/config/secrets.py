@@ -30,13 +30,10 @@ STORED = "stored"  # the document's reference to a key kept encrypted in the dat
 
 def _setting(name: str, default: Any) -> Any:
     """A Django setting when settings are configured, else the environment (pure tests, scripts)."""
-    try:
-        from django.conf import settings
+    from django.conf import settings
 
-        if settings.configured:
-            return getattr(settings, name, default)
-    except ImportError:  # pragma: no cover - Django is always installed
-        pass
+    if settings.configured:
+        return getattr(settings, name, default)
     return os.environ.get(name, default)
 
 

@@ -24,11 +24,9 @@ _SKIP_DETAIL = {
 
 
 def _breaker_states() -> dict[tuple[str, ...], str]:
-    """Breaker state per key as this process sees it ({} when the registry is unavailable)."""
-    try:
-        from routing.core.breaker import registry
-    except ImportError:  # pragma: no cover - the registry ships with the project
-        return {}
+    """Breaker state per key as this process sees it."""
+    from routing.core.breaker import registry
+
     return {view.key: view.state.name.lower() for view in registry.views()}
 
 
