@@ -272,8 +272,13 @@ def test_database_outage_loses_nothing_and_writes_each_record_once(fresh_postgre
             assert [chat(http, "u-ok", rid).status_code for rid in during] == [200] * 40
             # past the memory bound (10) the records go to disk: at most 10 stay in memory
             wait_for(lambda: len(spooled_rows(spool)) >= 30, 5, "records spooled to disk")
-            assert {r["request_id"] for r in spooled_rows(spool)} <= set(during)
-            assert backlog(gw) == 40
+            spooled = {r["request_id"] for r in spooled_rows(spool)}
+            # A batch whose COMMIT the cut interrupted is ambiguous to the gateway: it keeps
+            # it (and writes it again on recovery, where record_id makes the replay a no-op),
+            # so the spool may also hold rows already in the database; never anything else.
+            assert spooled <= set(before) | set(during)
+            assert len(spooled & set(during)) >= 30
+            assert backlog(gw) >= 40
             assert len(usage_rows(fresh_postgres)) == 30
 
             proxy.restore()
