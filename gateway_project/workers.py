@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gateway_project.servers import worker_command
+from routing.ops.usage.spool import pid_alive
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _PID_FILE = re.compile(r"_(\d+)\.db$")
@@ -38,23 +39,13 @@ def metrics_dir() -> Path:
     return path
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def mark_dead_workers(path: Path, known_dead: set[int], extra_dead: tuple[int, ...] = ()) -> None:
     """Drop the live-gauge files of workers that exited (their counters keep counting in the sum)."""
     from prometheus_client import multiprocess
 
     pids = {int(m.group(1)) for f in os.listdir(path) if (m := _PID_FILE.search(f))}
     for pid in sorted((pids - known_dead) | set(extra_dead)):
-        if pid in extra_dead or not _alive(pid):
+        if pid in extra_dead or not pid_alive(pid):
             multiprocess.mark_process_dead(pid, str(path))
             known_dead.add(pid)
 

@@ -46,9 +46,9 @@ from routing.ops.usage.spool import (
     Journal,
     _dumps,
     _fsync_dir,
-    _pid_alive,
     _spool_pid,
     dumps_line,
+    pid_alive,
     read_rows,
     sync_files,
     unlink_quietly,
@@ -413,7 +413,7 @@ class UsageSink:
             if owner is None:
                 continue
             earlier_self = owner == self.pid and name.startswith(JOURNAL_PREFIX) and name not in mine
-            if not earlier_self and (owner == self.pid or _pid_alive(owner)):
+            if not earlier_self and (owner == self.pid or pid_alive(owner)):
                 continue
             if not (name.endswith(".jsonl") or name.endswith(".jsonl.tmp")):
                 continue

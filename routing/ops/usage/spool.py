@@ -83,7 +83,8 @@ def read_rows(path: Path) -> list[Row]:
     return rows
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -104,9 +105,10 @@ def _spool_pid(name: str) -> int | None:
     return None
 
 
-def _fsync_dir(directory: Path) -> None:
+def _fsync_path(path: Path) -> None:
+    """fsync a file or directory by path, quietly: a failure leaves it as the OS has it."""
     try:
-        fd = os.open(directory, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
@@ -115,6 +117,10 @@ def _fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _fsync_dir(directory: Path) -> None:
+    _fsync_path(directory)
 
 
 class Journal:
@@ -213,16 +219,7 @@ class Journal:
 def sync_files(paths: Iterable[Path]) -> None:
     """fsync rotated journal files whose rows the database could not take (the power-loss bound)."""
     for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        _fsync_path(path)
 
 
 def unlink_quietly(paths: Iterable[Path]) -> None:
