@@ -350,6 +350,18 @@ _FRAME_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 SAMPLE_BYTES = 64 * 1024  # what a stream keeps of its relayed bytes to estimate tokens from
 
 
+def _complete_end(data: bytes) -> int:
+    """Where the last complete SSE frame of `data` ends (0: none). A C-level search for the
+    usual `\\n\\n`; the regex only for CR line ends."""
+    if b"\r" not in data:
+        end = data.rfind(b"\n\n")
+        return end + 2 if end >= 0 else 0
+    end = 0
+    for match in _FRAME_END.finditer(data):
+        end = match.end()
+    return end
+
+
 class UsageTap:
     """Reads the token usage of a relayed OpenAI-style stream; optionally keeps the usage frame back.
 
@@ -379,9 +391,7 @@ class UsageTap:
             self._sample.append(chunk)
             self._sampled += size
         data = self._pending + chunk if self._pending else chunk
-        end = 0
-        for match in _FRAME_END.finditer(data):
-            end = match.end()
+        end = _complete_end(data)
         self._pending = data[end:]
         complete = data[:end]
         if not self.strip:

@@ -105,18 +105,23 @@ def _spool_pid(name: str) -> int | None:
     return None
 
 
-def _fsync_path(path: Path) -> None:
-    """fsync a file or directory by path, quietly: a failure leaves it as the OS has it."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
+def _fsync_fd(fd: int) -> None:
+    """fsync and close `fd`, quietly: a failure leaves the data as the OS has it."""
     try:
         os.fsync(fd)
     except OSError:
         pass
     finally:
         os.close(fd)
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync a file or directory by path, quietly."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    _fsync_fd(fd)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -196,14 +201,8 @@ class Journal:
         """fsync the current file; `dup` returns a duplicate of its fd taken under the append lock."""
         self.last_fsync = time.monotonic()
         fd = dup()
-        if fd is None:
-            return
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        if fd is not None:
+            _fsync_fd(fd)
 
     def dup_current(self) -> int | None:
         """A duplicate of the current fd when it has unsynced writes (call under the append lock)."""
