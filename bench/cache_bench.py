@@ -1,0 +1,154 @@
+"""`python -m bench.cache_bench`: what the response cache costs and saves a request (docs/cache.md#cost).
+
+On the request path's own functions, in one event loop, best of several repeats:
+
+- key: `cache_key.plan` for a typical chat body (canonical JSON + sha256);
+- miss (memory): the plan plus `caching.serve` around an upstream stand-in that answers
+  at once, minus that stand-in called directly: key, LRU lookup, in-flight table, store;
+- hit (memory): `caching.serve` answering from the LRU;
+- hit (Redis): the same with the Redis store (REDIS_URL, or SWITCHBOARD_TEST_REDIS_URL,
+  or --redis), p50 and p99 of single calls: one GET round trip and a decode.
+
+Figures are microseconds per request. Timings on a shared machine are noisy:
+compare the variants of one run, not runs with each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+import uuid
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--number", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--redis", default=os.environ.get("REDIS_URL") or os.environ.get("SWITCHBOARD_TEST_REDIS_URL"))
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_project.settings")
+    import django
+
+    django.setup()
+    asyncio.run(_run(args))
+
+
+async def _run(args: argparse.Namespace) -> None:
+    from routing.config.snapshot import build_snapshot
+    from routing.core.executor import Outcome
+    from routing.gateway import caching
+    from routing.gateway.wire import JSON, answer_headers
+    from routing.ops.accounting import Context
+    from routing.ops.response_cache import Coalescer, MemoryCache, RedisCache
+    from routing.plan import cache_key, chain
+
+    doc = {
+        "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
+        "models": [
+            {"id": "m", "provider": "p", "upstream_model": "m-up", "capabilities": ["chat"], "cache_ttl_s": 300}
+        ],
+        "orgs": [{"name": "acme", "agents": [{"name": "bot"}]}],
+    }
+    snap = build_snapshot(doc, [], {})
+    model, org = snap.models["m"], snap.orgs["acme"]
+    links = chain.build_chain(snap, org, model, "m")
+    answer = (
+        b'{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m-up","choices":[{"index":0,'
+        b'"message":{"role":"assistant","content":"Paris."},"finish_reason":"stop"}],'
+        b'"usage":{"prompt_tokens":30,"completion_tokens":2,"total_tokens":32}}'
+    )
+
+    def body(i: int) -> dict:
+        return {
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": f"What is the capital of France? Answer in one word. ({i})"},
+            ],
+            "temperature": 0,
+            "max_tokens": 256,
+        }
+
+    def plan_of(b: dict) -> cache_key.Plan:
+        return cache_key.plan("chat", "acme", "m", "m-up", 300, b, False, False, b"")
+
+    def context() -> Context:
+        return Context("r", 0.0, "chat")
+
+    async def upstream(ctx: Context) -> tuple[int, list, bytes]:  # a stand-in that answers at once
+        ctx.outcome = Outcome(None, None, links[0], 1, None, 0.0, [])
+        ctx.status, ctx.prompt_tokens, ctx.completion_tokens = 200, 30, 2
+        return 200, answer_headers(ctx, [JSON]), answer
+
+    bodies = [body(i) for i in range(args.number)]
+    n = args.number
+    best = {"key": 1e9, "direct": 1e9, "miss": 1e9, "hit": 1e9}
+    for _ in range(args.repeat):
+        started = time.perf_counter()
+        for b in bodies:
+            plan_of(b)
+        best["key"] = min(best["key"], (time.perf_counter() - started) / n * 1e6)
+
+        started = time.perf_counter()
+        for _ in bodies:
+            ctx = context()
+            await upstream(ctx)
+        best["direct"] = min(best["direct"], (time.perf_counter() - started) / n * 1e6)
+
+        store, coalescer = MemoryCache(), Coalescer()
+        started = time.perf_counter()
+        for b in bodies:
+            ctx = context()
+            await caching.serve(store, coalescer, ctx, plan_of(b), links, 1e12, lambda ctx=ctx: upstream(ctx))
+        best["miss"] = min(best["miss"], (time.perf_counter() - started) / n * 1e6)
+
+        started = time.perf_counter()
+        for b in bodies:
+            ctx = context()
+            await caching.serve(store, coalescer, ctx, plan_of(b), links, 1e12, lambda ctx=ctx: upstream(ctx))
+            assert ctx.cache == "hit"
+        best["hit"] = min(best["hit"], (time.perf_counter() - started) / n * 1e6)
+
+    print(f"cache key (canonical JSON + sha256) of a chat body: {best['key']:.2f} µs")
+    print(
+        f"miss, in memory: {best['miss'] - best['direct']:.2f} µs added per request "
+        f"(through the cache {best['miss']:.2f}, upstream stand-in alone {best['direct']:.2f})"
+    )
+    print(f"hit, in memory: {best['hit']:.2f} µs per request (no upstream call)")
+
+    if not args.redis:
+        print("hit, Redis: not measured (set REDIS_URL, SWITCHBOARD_TEST_REDIS_URL or --redis)")
+        return
+    store = RedisCache(args.redis, timeout_s=1.0)
+    coalescer = Coalescer()
+    tag = uuid.uuid4().hex
+    keyed = [{**b, "seed": tag} for b in bodies[: min(n, 2000)]]
+    for b in keyed:  # stored by "another process": through Redis, not this one's write buffer
+        ctx = context()
+        await caching.serve(store, coalescer, ctx, plan_of(b), links, 1e12, lambda ctx=ctx: upstream(ctx))
+    await store.drain()
+    reader = RedisCache(args.redis, timeout_s=1.0)
+    samples = []
+    for b in keyed:
+        ctx = context()
+        started = time.perf_counter()
+        await caching.serve(reader, coalescer, ctx, plan_of(b), links, 1e12, lambda ctx=ctx: upstream(ctx))
+        samples.append((time.perf_counter() - started) * 1e6)
+        assert ctx.cache == "hit", ctx.cache
+    samples.sort()
+    p99 = samples[int(len(samples) * 0.99) - 1]
+    print(
+        f"hit, Redis ({len(samples)} answers stored by another client): p50 {statistics.median(samples):.0f} µs, "
+        f"p99 {p99:.0f} µs per request (one GET round trip)"
+    )
+    client = reader._client()
+    await client.delete(*[plan_of(b).key for b in keyed])
+    await client.aclose()
+    await store._client().aclose()
+
+
+if __name__ == "__main__":
+    main()
