@@ -65,11 +65,19 @@ async def serve(
         ctx.cache = result
         flight = coalescer.lead(key)
         try:
+            if result is MISS and not await store.claim(key, deadline - _monotonic()):
+                # Another process is making this very call: its answer, once stored, is this one's.
+                shared = await store.wait_other(key, deadline - _monotonic())
+                if shared is not None:
+                    coalescer.finish(key, flight, shared)
+                    return _served(ctx, shared, links, COALESCED)
             answer = await compute()
         except GatewayError as exc:
+            store.release(key)
             coalescer.finish(key, flight, exc)  # errors are never stored
             raise
         except BaseException:
+            store.release(key)
             coalescer.abandon(key, flight)
             raise
         entry = _entry(ctx, answer[2])

@@ -17,6 +17,13 @@ upstream call in this process: the first leads, the others wait (bounded by thei
 own deadline) for its answer. A leader's error answer is every follower's error
 (one call, one outcome); a leader that is cancelled (its client left) hands over:
 a follower calls itself.
+
+Across processes, the Redis store adds a short claim (`claim`: SET NX PX on a
+claim key, for the call's deadline): the process that takes it makes the call and
+deletes the claim once the answer is stored; a process that finds it taken polls
+(`wait_other`: one MGET of answer and claim every CLAIM_POLL_S) until the answer
+is there, and calls itself when the claim ends without one. Without Redis (or
+when it fails) every process calls on its own.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ PROBE_EVERY_S = 0.5
 MAX_PENDING_WRITES = 256
 COMPRESS_FROM = 1024  # bytes of answer; smaller ones are stored as they are
 BYPASS: Any = object()  # a lookup's "the store is unavailable" (Redis down)
+LOCK_PREFIX = "switchboard:cache-claim:"  # + the entry's key: "a process is making this call"
+CLAIM_POLL_S = 0.02  # how often a request waiting on another process's call looks for its answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +149,16 @@ class MemoryCache:
         self._entries.clear()
         self.bytes = 0
 
+    async def claim(self, key: str, ttl_s: float) -> bool:
+        """One process: the in-flight table is the only claim there is."""
+        return True
+
+    async def wait_other(self, key: str, timeout_s: float) -> Entry | None:
+        return None
+
+    def release(self, key: str) -> None:
+        return None
+
     async def drain(self) -> None:
         return None
 
@@ -166,6 +185,7 @@ class RedisCache:
         self._redis: Any = None
         self._redis_loop: asyncio.AbstractEventLoop | None = None
         self._writing: dict[str, Entry] = {}  # answers whose write is on its way: readable here already
+        self._claims: set[str] = set()  # keys whose cluster-wide claim this process holds
         self._tasks: set[asyncio.Task[None]] = set()
         self._probe: asyncio.Task[None] | None = None
 
@@ -210,6 +230,7 @@ class RedisCache:
     def put(self, key: str, entry: Entry, ttl_s: float) -> bool:
         """Write `entry` in the background; skipped while Redis is down, too big, or too many writes wait."""
         if self.down or entry.size > self.max_entry_bytes or len(self._tasks) >= MAX_PENDING_WRITES:
+            self.release(key)  # nobody elsewhere should wait for an answer that is not coming
             return False
         self._writing[key] = entry
         task = asyncio.get_running_loop().create_task(self._write(key, entry, ttl_s))
@@ -221,11 +242,73 @@ class RedisCache:
         try:
             async with asyncio.timeout(self.timeout_s * 5):  # off the request path: a little more patience
                 await self._client().set(key, encode_entry(entry), px=max(1, int(ttl_s * 1000)))
+                if key in self._claims:  # stored: callers in other processes waiting on the claim read it
+                    self._claims.discard(key)
+                    await self._client().delete(LOCK_PREFIX + key)
         except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
             self._failed(exc)
         finally:
             if self._writing.get(key) is entry:
                 del self._writing[key]
+
+    # ------------------------------------------------------------------ coalescing across processes
+
+    async def claim(self, key: str, ttl_s: float) -> bool:
+        """Take the cluster-wide claim on making this call (SET NX PX): False when another process holds it.
+
+        Any Redis trouble answers True: without Redis each process makes its own call.
+        """
+        if self.down:
+            return True
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                taken = await self._client().set(LOCK_PREFIX + key, b"1", nx=True, px=max(1, int(ttl_s * 1000)))
+        except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
+            self._failed(exc)
+            return True
+        if taken:
+            self._claims.add(key)
+        return bool(taken)
+
+    async def wait_other(self, key: str, timeout_s: float) -> Entry | None:
+        """The answer another process is making, polled until it is stored; None when its claim ends
+        without one (it failed, or died and the claim expired), when Redis fails, or after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        client = self._client()
+        while time.monotonic() < deadline and not self.down:
+            await asyncio.sleep(CLAIM_POLL_S)
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    value, claimed = await client.mget(key, LOCK_PREFIX + key)
+            except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
+                self._failed(exc)
+                return None
+            if value is not None:
+                try:
+                    return decode_entry(value)
+                except (ValueError, TypeError, zlib.error, orjson.JSONDecodeError):
+                    return None
+            if claimed is None:
+                return None
+        return None
+
+    def release(self, key: str) -> None:
+        """Give up this process's claim without an answer (an error, a cancelled call), in the background."""
+        if key not in self._claims:
+            return
+        self._claims.discard(key)
+        if self.down:
+            return  # it expires by itself
+        task = asyncio.get_running_loop().create_task(self._unclaim(key))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _unclaim(self, key: str) -> None:
+        try:
+            async with asyncio.timeout(self.timeout_s * 5):
+                await self._client().delete(LOCK_PREFIX + key)
+        except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
+            self._failed(exc)
 
     def _failed(self, exc: BaseException) -> None:
         if self.down:

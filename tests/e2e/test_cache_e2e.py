@@ -133,8 +133,11 @@ def test_ten_identical_concurrent_requests_make_one_upstream_call(gw, mock_upstr
 REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
 
 
-@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
-def test_an_answer_stored_by_one_process_is_a_hit_on_another(make_gateway, mock_upstream):
+needs_redis = pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
+
+
+@pytest.fixture(scope="module")
+def two_processes(make_gateway, mock_upstream):
     config = CONFIG.format(mock=mock_upstream.url)
     a = make_gateway(config, env={"REDIS_URL": REDIS_URL})
     b = Gateway(
@@ -144,19 +147,41 @@ def test_an_answer_stored_by_one_process_is_a_hit_on_another(make_gateway, mock_
         extra_env={"REDIS_URL": REDIS_URL},
     )
     b.start()
-    try:
-        prompt = unique("shared")
-        body = {"model": "cached-chat", "messages": [{"role": "user", "content": prompt}]}
-        before = mock_upstream.count("cache-x-chat")
-        first = httpx.post(f"{a.url}/v1/chat/completions", json=body, headers=_auth(a), timeout=20)
-        assert first.headers["x-switchboard-cache"] == "miss"
-        _wait_for_key(cache_key("chat", "acme", "cached-chat", "cache-x-chat", body))
-        second = httpx.post(f"{b.url}/v1/chat/completions", json=body, headers=_auth(b), timeout=20)
-        assert second.headers["x-switchboard-cache"] == "hit"
-        assert second.content == first.content
-        assert mock_upstream.count("cache-x-chat") == before + 1
-    finally:
-        b.stop()
+    yield a, b
+    b.stop()
+
+
+@needs_redis
+def test_an_answer_stored_by_one_process_is_a_hit_on_another(two_processes, mock_upstream):
+    a, b = two_processes
+    prompt = unique("shared")
+    body = {"model": "cached-chat", "messages": [{"role": "user", "content": prompt}]}
+    before = mock_upstream.count("cache-x-chat")
+    first = httpx.post(f"{a.url}/v1/chat/completions", json=body, headers=_auth(a), timeout=20)
+    assert first.headers["x-switchboard-cache"] == "miss"
+    _wait_for_key(cache_key("chat", "acme", "cached-chat", "cache-x-chat", body))
+    second = httpx.post(f"{b.url}/v1/chat/completions", json=body, headers=_auth(b), timeout=20)
+    assert second.headers["x-switchboard-cache"] == "hit"
+    assert second.content == first.content
+    assert mock_upstream.count("cache-x-chat") == before + 1
+
+
+@needs_redis
+def test_identical_requests_in_flight_on_two_processes_make_one_upstream_call(two_processes, mock_upstream):
+    a, b = two_processes
+    mock_upstream.script("cache-x-slow", [{"delay_ms": 1500}])
+    body = {"model": "slow-chat", "messages": [{"role": "user", "content": unique("both at once")}]}
+    before = mock_upstream.count("cache-x-slow")
+
+    def send(gw: Gateway) -> httpx.Response:
+        return httpx.post(f"{gw.url}/v1/chat/completions", json=body, headers=_auth(gw), timeout=30)
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(send, [a, b] * 4))
+    assert [r.status_code for r in answers] == [200] * 8
+    assert mock_upstream.count("cache-x-slow") == before + 1
+    assert len({r.content for r in answers}) == 1
+    assert [r.headers["x-switchboard-cache"] for r in answers].count("miss") == 1
 
 
 def _auth(gw: Gateway) -> dict[str, str]:

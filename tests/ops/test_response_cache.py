@@ -152,3 +152,32 @@ async def test_redis_stores_and_reads_back_and_the_answer_is_readable_while_it_i
         await other._client().aclose()
     finally:
         await cache._client().aclose()
+
+
+@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
+async def test_a_claim_across_processes_hands_the_stored_answer_to_the_other_and_a_release_frees_it():
+    a, b = RedisCache(REDIS_URL, timeout_s=1.0), RedisCache(REDIS_URL, timeout_s=1.0)
+    key = f"switchboard:cache:test:{uuid.uuid4().hex}"
+    try:
+        assert await a.claim(key, 10)
+        assert not await b.claim(key, 10)
+        waiting = asyncio.create_task(b.wait_other(key, 5))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        a.put(key, entry(), 10)
+        assert await waiting == entry()
+        await a.drain()
+        assert not await b._client().exists("switchboard:cache-claim:" + key)  # deleted once stored
+
+        other = key + ":failed"
+        assert await a.claim(other, 10)
+        waiting = asyncio.create_task(b.wait_other(other, 5))
+        a.release(other)  # the call failed: nothing to wait for
+        assert await waiting is None
+        assert await b.claim(other, 10)  # and the claim is free again
+        b.release(other)
+        await b.drain()
+        await a._client().delete(key)
+    finally:
+        await a._client().aclose()
+        await b._client().aclose()
