@@ -68,6 +68,8 @@ def _build() -> Process:
     # The snapshot may already be in place (booted before the wiring): keep its breakers.
     _retain_breakers(live.current())
     cache = build_store(on_degraded=lambda down: metrics.set_degraded_gauge("redis_cache", down))
+    if cache.name == "redis":
+        metrics.set_degraded_gauge("redis_cache", False)  # the series exists from the start
     return Process(executor, cache=cache)
 
 

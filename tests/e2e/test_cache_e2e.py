@@ -297,3 +297,25 @@ def test_redis_stopped_under_load_every_request_is_served_then_the_cache_recover
     c = client(gw)
     assert ask(c, "cached-chat", prompt).headers["x-switchboard-cache"] == "miss"
     assert ask(c, "cached-chat", prompt).headers["x-switchboard-cache"] == "hit"
+
+
+def test_a_hung_redis_costs_one_bounded_lookup_then_bypass_and_its_entries_are_back_after(
+    make_gateway, mock_upstream, own_redis
+):
+    gw = make_gateway(CONFIG.format(mock=mock_upstream.url), env={"REDIS_URL": own_redis.url})
+    c = client(gw)
+    kept = unique("kept through the pause")
+    assert ask(c, "cached-chat", kept).headers["x-switchboard-cache"] == "miss"
+    assert ask(c, "cached-chat", kept).headers["x-switchboard-cache"] == "hit"  # this process's write buffer or Redis
+    own_redis.process.send_signal(signal.SIGSTOP)  # answers nothing, refuses nothing: only timeouts notice
+    try:
+        before = mock_upstream.count("cache-x-chat")
+        answers = [ask(c, "cached-chat", unique(f"paused {i}")) for i in range(10)]
+        assert [a.http_response.status_code for a in answers] == [200] * 10
+        assert [a.headers["x-switchboard-cache"] for a in answers[1:]] == ["bypass"] * 9
+        assert mock_upstream.count("cache-x-chat") == before + 10
+        _wait_for_degraded(gw, 1)
+    finally:
+        own_redis.process.send_signal(signal.SIGCONT)
+    _wait_for_degraded(gw, 0)
+    assert ask(c, "cached-chat", kept).headers["x-switchboard-cache"] == "hit"  # the same store, shared again
