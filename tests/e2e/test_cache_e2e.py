@@ -26,6 +26,7 @@ import pytest
 from routing.plan.cache_key import cache_key
 from tests.e2e.harness import SLACK_S, Gateway, free_port, wait_for_port
 from tests.e2e.test_metrics_e2e import scrape
+from tests.e2e.test_usage_e2e import usage_rows, wait_for
 
 CONFIG = """
 resilience:
@@ -40,6 +41,8 @@ models:
     upstream_model: cache-x-chat
     capabilities: [chat]
     cache_ttl_s: 300
+    input_price_per_mtok: 1
+    output_price_per_mtok: 2
   - id: short-chat
     provider: mock
     upstream_model: cache-x-short
@@ -93,6 +96,17 @@ def test_the_second_identical_request_is_a_hit_with_no_upstream_call(gw, mock_up
     bypassed = ask(c, "cached-chat", prompt, temperature=0, extra_headers={"Cache-Control": "no-cache"})
     assert bypassed.headers["x-switchboard-cache"] == "bypass"
     assert mock_upstream.count("cache-x-chat") == before + 2
+
+    ids = [r.headers["x-request-id"] for r in (first, second, bypassed)]
+
+    def records() -> dict[str, dict]:
+        return {row["request_id"]: row for row in usage_rows(gw.database_url) if row["request_id"] in ids}
+
+    wait_for(lambda: len(records()) == 3, 5, "the three usage records")
+    rows = records()
+    assert [(bool(rows[i]["cached"]), rows[i]["attempts"]) for i in ids] == [(False, 1), (True, 0), (False, 1)]
+    assert float(rows[ids[1]]["cost"]) == 0 and float(rows[ids[0]]["cost"]) > 0
+    assert rows[ids[1]]["model_used"] == "cached-chat"
 
 
 def test_another_org_misses_the_same_request(gw, mock_upstream):
