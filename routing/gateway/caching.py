@@ -51,26 +51,28 @@ async def serve(
                 return _served(ctx, found, links, HIT)
             flight = coalescer.flight(key)  # one may have started while this one looked
         if flight is not None:
+            waited = _monotonic()
             try:
-                shared = await coalescer.follow(flight, deadline - _monotonic())
+                shared = await coalescer.follow(flight, deadline - waited)
             except Handover:
                 continue  # its client left: this one calls (or joins whoever did first)
             except TimeoutError:
-                ctx.cache = COALESCED
+                ctx.cache = MISS
                 raise errors.total_timeout(links[0].model.timeouts.total_ms / 1000.0) from None
             if isinstance(shared, GatewayError):
-                ctx.cache = COALESCED
+                ctx.cache = MISS  # not answered from the cache: the shared call's error
                 raise shared  # one call, one outcome: its error is every waiter's
-            return _served(ctx, shared, links, COALESCED)
+            return _served(ctx, shared, links, COALESCED, _monotonic() - waited)
         ctx.cache = result
         flight = coalescer.lead(key)
         try:
             if result is MISS and not await store.claim(key, deadline - _monotonic()):
                 # Another process is making this very call: its answer, once stored, is this one's.
-                shared = await store.wait_other(key, deadline - _monotonic())
+                waited = _monotonic()
+                shared = await store.wait_other(key, deadline - waited)
                 if shared is not None:
                     coalescer.finish(key, flight, shared)
-                    return _served(ctx, shared, links, COALESCED)
+                    return _served(ctx, shared, links, COALESCED, _monotonic() - waited)
             answer = await compute()
         except GatewayError as exc:
             store.release(key)
@@ -99,10 +101,13 @@ def _entry(ctx: Context, body: bytes) -> Entry:
     )
 
 
-def _served(ctx: Context, entry: Entry, links: list[Link], result: str) -> Answer:
-    """A stored or shared answer: no upstream attempt, the model that served it, cost 0."""
+def _served(ctx: Context, entry: Entry, links: list[Link], result: str, waited_s: float = 0.0) -> Answer:
+    """A stored or shared answer: no upstream attempt, the model that served it, cost 0.
+
+    Time spent waiting for another request's upstream call counts as upstream time,
+    not as the gateway's overhead (docs/metrics.md#prometheus-metrics)."""
     link = next((link for link in links if link.model.id == entry.model_used), None)
-    ctx.outcome = Outcome(None, None, link, 0, None, 0.0, [])
+    ctx.outcome = Outcome(None, None, link, 0, None, waited_s, [])
     ctx.cache = result
     ctx.status = 200
     ctx.prompt_tokens, ctx.completion_tokens = entry.prompt_tokens, entry.completion_tokens

@@ -166,6 +166,7 @@ async def test_a_failed_leader_gives_its_error_to_the_waiters_and_stores_nothing
     answers = await asyncio.gather(*(gateway.post("/v1/chat/completions", json=chat(prompt)) for _ in range(5)))
     assert [a.status_code for a in answers] == [400] * 5
     assert await calls(upstream, "ip-chat-b") == before + 1
+    assert [a.headers["x-switchboard-cache"] for a in answers] == ["miss"] * 5  # an error is never a hit
     assert not [r for r in cached if r["cached"]]
     retry = await gateway.post("/v1/chat/completions", json=chat(prompt))
     assert retry.status_code == 200 and retry.headers["x-switchboard-cache"] == "miss"
