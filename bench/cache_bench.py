@@ -9,8 +9,13 @@ On the request path's own functions, in one event loop, best of several repeats:
 - hit (Redis): the same with the Redis store (REDIS_URL, or SWITCHBOARD_TEST_REDIS_URL,
   or --redis), p50 and p99 of single calls: one GET round trip and a decode.
 
-Figures are microseconds per request. Timings on a shared machine are noisy:
-compare the variants of one run, not runs with each other.
+Figures are microseconds per request. With `--e2e`, also real processes: the mock
+upstream and a gateway (uvicorn; `--redis` gives it REDIS_URL) on loopback, one client
+at a time, interleaved rounds: p50/p99 of the mock called directly, through the
+gateway for a model without a cache, and a cache hit through the gateway.
+
+Timings on a shared machine are noisy: compare the variants of one run, not runs
+with each other.
 """
 
 from __future__ import annotations
@@ -28,12 +33,83 @@ def main() -> None:
     parser.add_argument("--number", type=int, default=5000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--redis", default=os.environ.get("REDIS_URL") or os.environ.get("SWITCHBOARD_TEST_REDIS_URL"))
+    parser.add_argument("--e2e", action="store_true", help="also measure real processes (mock + gateway)")
+    parser.add_argument("--rounds", type=int, default=20, help="--e2e: interleaved rounds of --batch requests")
+    parser.add_argument("--batch", type=int, default=50)
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_project.settings")
     import django
 
     django.setup()
     asyncio.run(_run(args))
+    if args.e2e:
+        _e2e(args)
+
+
+E2E_CONFIG = """
+providers:
+  - name: mock
+    base_url: {mock}/v1
+models:
+  - id: plain
+    provider: mock
+    upstream_model: bench-plain
+    capabilities: [chat]
+  - id: cached
+    provider: mock
+    upstream_model: bench-cached
+    capabilities: [chat]
+    cache_ttl_s: 3600
+orgs:
+  - name: bench
+    agents:
+      - name: bot
+"""
+
+
+def _e2e(args: argparse.Namespace) -> None:
+    """Hit latency through a real gateway vs the same request uncached and the mock called directly."""
+    import tempfile
+    from pathlib import Path
+
+    import orjson
+
+    from bench import procs
+    from bench.stats import percentile
+
+    work = Path(tempfile.mkdtemp(prefix="cache-bench-"))
+    mock, mock_url = procs.start_mock(work)
+    gateway = None
+    try:
+        env, key = procs.prepare_database(work, "gw", E2E_CONFIG.format(mock=mock_url), "bench", "bot")
+        env["REDIS_URL"] = args.redis or ""
+        gateway, url = procs.start_gateway("uvicorn", "gateway", work, env)
+
+        def body(model: str) -> str:
+            return orjson.dumps(
+                {"model": model, "messages": [{"role": "user", "content": f"capital of France? {uuid.uuid4().hex}"}]}
+            ).decode()
+
+        auth = {"Authorization": f"Bearer {key}"}
+        targets = [
+            {"name": "direct", "url": f"{mock_url}/v1/chat/completions", "body": body("bench-plain")},
+            {"name": "uncached", "url": f"{url}/v1/chat/completions", "body": body("plain"), "headers": auth},
+            {"name": "hit", "url": f"{url}/v1/chat/completions", "body": body("cached"), "headers": auth},
+        ]
+        spec = {"mode": "latency", "targets": targets, "rounds": args.rounds, "batch": args.batch, "warmup": 100}
+        raw = procs.loadgen(spec, timeout=600)
+        for name, statuses in raw["statuses"].items():
+            if set(statuses) != {"200"} and set(statuses) != {200}:
+                raise RuntimeError(f"{name}: statuses {statuses}")
+        store = "Redis" if args.redis else "memory"
+        print(f"end to end (uvicorn, {store} store, 1 client, {args.rounds} x {args.batch} requests each):")
+        for name in ("direct", "uncached", "hit"):
+            samples = raw["samples"][name]
+            print(f"  {name:>9}: p50 {percentile(samples, 50):.3f} ms, p99 {percentile(samples, 99):.3f} ms")
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        mock.stop()
 
 
 async def _run(args: argparse.Namespace) -> None:

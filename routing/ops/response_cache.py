@@ -33,7 +33,7 @@ import logging
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -398,7 +398,6 @@ class Coalescer:
 
 
 Store = MemoryCache | RedisCache
-Compute = Callable[[], Awaitable[Any]]
 
 
 def build_store(on_degraded: Callable[[bool], None] | None = None) -> Store:
