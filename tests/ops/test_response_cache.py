@@ -181,3 +181,19 @@ async def test_a_claim_across_processes_hands_the_stored_answer_to_the_other_and
     finally:
         await a._client().aclose()
         await b._client().aclose()
+
+
+@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
+async def test_an_answer_too_big_to_store_frees_the_claim_so_nobody_waits_for_it():
+    a, b = RedisCache(REDIS_URL, timeout_s=1.0, max_entry_bytes=1000), RedisCache(REDIS_URL, timeout_s=1.0)
+    key = f"switchboard:cache:test:{uuid.uuid4().hex}"
+    try:
+        assert await a.claim(key, 30)
+        waiting = asyncio.create_task(b.wait_other(key, 10))
+        assert not a.put(key, entry(b"x" * 5000), 30)
+        assert await asyncio.wait_for(waiting, 5) is None  # told at once, not after the 30 s claim
+        assert await b.get(key) is None
+    finally:
+        await a.drain()
+        await a._client().aclose()
+        await b._client().aclose()
