@@ -66,6 +66,13 @@ class Model(models.Model):
     fallback_on = models.JSONField(
         null=True, blank=True, help_text="Overrides the global fallback_on list; empty means inherit."
     )
+    cache_ttl_s = models.PositiveIntegerField(
+        "cache TTL (s)",
+        null=True,
+        blank=True,
+        help_text="Serve identical non-streaming chat, embeddings and rerank answers from the response cache "
+        "for this many seconds, per organisation (docs/cache.md). Empty: no cache.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

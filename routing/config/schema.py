@@ -219,6 +219,7 @@ MODEL = Entity(
     Field("fallback_on", "list", store=LIST_OR_NULL, export=TRUTHY, check="fallback_on", choices=FALLBACK_TRIGGERS),
     Field("input_price_per_mtok", "number", store=DECIMAL, check="price"),
     Field("output_price_per_mtok", "number", store=DECIMAL, check="price"),
+    Field("cache_ttl_s", "int", check="ttl"),  # response cache, off when absent (docs/cache.md)
 )
 
 ALIAS = Entity(

@@ -48,6 +48,7 @@ class ModelSpec:
     fallbacks: tuple[str, ...]
     timeouts: Timeouts
     fallback_on: frozenset[str]
+    cache_ttl_s: int | None = None  # response cache (docs/cache.md); None: off
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +256,7 @@ def build_snapshot(
             fallbacks=tuple(m.get("fallbacks") or ()),
             timeouts=timeouts,
             fallback_on=fallback_on,
+            cache_ttl_s=_opt_int(m.get("cache_ttl_s")),
         )
 
     aliases = dict(document.get("aliases") or {})

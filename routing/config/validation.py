@@ -235,6 +235,13 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
         else f"{key} of {what} must be a positive whole number of tokens, got {_short(v)}",
         VALUE,
     ),
+    "ttl": (
+        lambda v, key, what: None
+        if _is_int(v) and v > 0
+        else f"{key} of {what} must be a positive whole number of seconds, got {_short(v)}: "
+        "use e.g. 300, or remove it to turn the response cache off",
+        VALUE,
+    ),
     "price": (
         lambda v, key, what: None
         if _is_num(v) and v >= 0

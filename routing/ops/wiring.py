@@ -24,6 +24,7 @@ from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
 from routing.ops import background, controls, metrics, usage
 from routing.ops.dashboard import counters, feed, state
+from routing.ops.response_cache import Coalescer, Store, build_store
 from routing.plan.chain import breaker_keys
 from routing.plan.limits import Limiter
 
@@ -36,6 +37,8 @@ class Process:
 
     executor: Executor
     limiter: Limiter = field(default_factory=Limiter)  # rate-limit buckets, per process (docs/limits.md)
+    cache: Store | None = None  # the response cache's store (docs/cache.md): Redis or this process's LRU
+    coalescer: Coalescer = field(default_factory=Coalescer)  # identical cacheable requests in flight
     tasks: list[asyncio.Task] = field(default_factory=list)
     started: bool = False
 
@@ -64,7 +67,10 @@ def _build() -> Process:
     health.change_listeners.append(feed.note_probe)
     # The snapshot may already be in place (booted before the wiring): keep its breakers.
     _retain_breakers(live.current())
-    return Process(executor)
+    cache = build_store(on_degraded=lambda down: metrics.set_degraded_gauge("redis_cache", down))
+    if cache.name == "redis":
+        metrics.set_degraded_gauge("redis_cache", False)  # the series exists from the start
+    return Process(executor, cache=cache)
 
 
 class _Observer(metrics.MetricsObserver):
