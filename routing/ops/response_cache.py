@@ -9,7 +9,7 @@ Two stores behind one small interface (`get` is awaited, `put` never blocks):
   an answer is readable in this process while its write is on its way. Any Redis
   trouble turns the store off for this process: lookups answer BYPASS (served from
   the upstream, never an error) without touching Redis, `switchboard_degraded
-  {component="redis_cache"}` is 1 and one log line says so; a background probe
+  {component="redis"}` is 1 and one log line says so; a background probe
   turns it back on when Redis answers again.
 
 `Coalescer` makes identical cacheable requests in flight together share one

@@ -67,9 +67,9 @@ def _build() -> Process:
     health.change_listeners.append(feed.note_probe)
     # The snapshot may already be in place (booted before the wiring): keep its breakers.
     _retain_breakers(live.current())
-    cache = build_store(on_degraded=lambda down: metrics.set_degraded_gauge("redis_cache", down))
+    cache = build_store(on_degraded=lambda down: live.set_degraded("redis", down, "cache"))
     if cache.name == "redis":
-        metrics.set_degraded_gauge("redis_cache", False)  # the series exists from the start
+        live.set_degraded("redis", False, "cache")  # the series exists from the start
     return Process(executor, cache=cache)
 
 

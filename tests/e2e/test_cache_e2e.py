@@ -253,8 +253,8 @@ def own_redis():
 
 def _wait_for_degraded(gw: Gateway, value: float) -> None:
     deadline = time.monotonic() + 1.0 + SLACK_S
-    while scrape(gw).value("switchboard_degraded", component="redis_cache") != value:
-        assert time.monotonic() < deadline, f"switchboard_degraded{{component=redis_cache}} never became {value}"
+    while scrape(gw).value("switchboard_degraded", component="redis") != value:
+        assert time.monotonic() < deadline, f"switchboard_degraded{{component=redis}} never became {value}"
         time.sleep(0.05)
 
 
