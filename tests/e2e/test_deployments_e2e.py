@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.harness import MockUpstream
+from tests.e2e.test_usage_e2e import usage_rows, wait_for
 
 CONFIG = """
 resilience:
@@ -114,6 +115,13 @@ def test_weights_3_to_1_over_400_requests(gw, client, mock_upstream, west_upstre
         and s.labels.get("outcome") == "ok"
     }
     assert attempts == {"east": east, "west": west}
+
+    def recorded() -> dict[str, int]:
+        rows = [r for r in usage_rows(gw.database_url) if r["model_used"] == "lb-weighted"]
+        return {p: sum(1 for r in rows if r["provider"] == p) for p in ("east", "west")}
+
+    wait_for(lambda: sum(recorded().values()) == 400, 30, "the 400 usage records")
+    assert recorded() == {"east": east, "west": west}  # each record names the deployment that served
 
 
 def test_a_deployment_answering_500_forever_is_bounded_by_its_breaker(client, mock_upstream, west_upstream):
