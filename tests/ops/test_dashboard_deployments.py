@@ -1,0 +1,55 @@
+"""The dashboard shows one row per deployment, together under its model (docs/deployments.md#visibility)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+
+import pytest
+
+from routing.config import live
+from routing.config.snapshot import build_snapshot
+from routing.core.breaker import BreakerKey, registry
+from tests.ops.conftest import DOCUMENT
+
+
+@pytest.fixture
+def spread_snapshot():
+    doc = copy.deepcopy(DOCUMENT)
+    doc["models"].append(
+        {
+            "id": "op-spread",
+            "capabilities": ["chat"],
+            "routing": "least_busy",
+            "deployments": [
+                {"provider": "op-b", "upstream_model": "m3", "weight": 2},
+                {"provider": "op-a", "upstream_model": "m3"},
+            ],
+        }
+    )
+    previous = live.current()
+    live.swap(build_snapshot(doc, [], os.environ, version=8))
+    yield
+    for key in (BreakerKey("op-a", "op-spread"), BreakerKey("op-b", "op-spread")):
+        registry.reset(key)
+    live.swap(previous)
+
+
+@pytest.mark.django_db
+def test_each_deployment_is_a_row_with_its_breaker_grouped_under_the_model(client, spread_snapshot, staff_user):
+    for _ in range(5):
+        registry.record_failure(BreakerKey("op-a", "op-spread"), False, 5, 30.0)
+    client.force_login(staff_user)
+    html = client.get("/dashboard/").content.decode()
+    marker = '<script id="initial-state" type="application/json">'
+    start = html.index(marker) + len(marker)
+    links = json.loads(html[start : html.index("</script>", start)])["links"]
+    names = [link["link"] for link in links]
+    spread = [link for link in links if link["model"] == "op-spread"]
+    assert [link["link"] for link in spread] == ["op-b/op-spread", "op-a/op-spread"]  # configuration order
+    first = names.index("op-b/op-spread")
+    assert names[first + 1] == "op-a/op-spread"  # adjacent: grouped under the model
+    assert [s["state"] for s in spread] == ["closed", "open"]
+    assert spread[0]["deployment"] == {"index": 1, "of": 2, "weight": 2, "routing": "least_busy", "in_flight": 0}
+    assert all("deployment" not in link for link in links if link["model"] != "op-spread")
