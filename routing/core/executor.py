@@ -13,6 +13,7 @@ simulated time.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -65,7 +66,7 @@ class Settlement:
     Exactly one of `success`, `failure`, `release` takes effect; later calls do nothing.
     """
 
-    __slots__ = ("_breakers", "_key", "_probe", "_threshold", "_cooldown", "_open")
+    __slots__ = ("_breakers", "_key", "_probe", "_threshold", "_cooldown", "_open", "_then")
 
     def __init__(self, breakers: BreakerRegistry, key: Any, probe: bool, threshold: int, cooldown_s: float) -> None:
         self._breakers = breakers
@@ -74,23 +75,36 @@ class Settlement:
         self._threshold = threshold
         self._cooldown = cooldown_s
         self._open = True
+        self._then: Callable[[], None] | None = None  # also run once settled (a deployment's in-flight count)
+
+    def then(self, fn: Callable[[], None]) -> None:
+        self._then = fn
+
+    def _settled(self) -> None:
+        fn = self._then
+        if fn is not None:
+            self._then = None
+            fn()
 
     def success(self) -> None:
         if self._open:
             self._open = False
             self._breakers.record_success(self._key, self._probe)
+            self._settled()
 
     def failure(self) -> None:
         """One breaker failure for the link (a committed stream that broke)."""
         if self._open:
             self._open = False
             self._breakers.record_failure(self._key, self._probe, self._threshold, self._cooldown)
+            self._settled()
 
     def release(self) -> None:
         """Neither: the outcome says nothing about the provider (client gone, our deadline)."""
         if self._open:
             self._open = False
             self._breakers.release(self._key, self._probe)
+            self._settled()
 
 
 class Observer(Protocol):
@@ -368,17 +382,23 @@ class Executor:
             )
             walk.last = target.link
             before = walk.attempts
-            balancer.started(target.key)
+            key = target.key
+            balancer.started(key)
             started = self.clock()
+            ended = None
             try:
                 ended = await self._try_link(
                     target.link, adm.probe, attempt, res, deadline, walk, settle_later, 1 if others else tries_left
                 )
             finally:
-                balancer.finished(target.key)
+                settlement = ended.settlement if ended is not None else None
+                if settlement is None:
+                    balancer.finished(key)
+                else:  # a stream stays in flight until it ends
+                    settlement.then(functools.partial(balancer.finished, key))
             if ended is not None:
                 if ended.error is None:
-                    balancer.observe(target.key, self.clock() - started)
+                    balancer.observe(key, self.clock() - started)
                 return ended, None
             failed = True
             tries_left = max(tries_left - (walk.attempts - before), 1)

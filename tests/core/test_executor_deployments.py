@@ -172,3 +172,18 @@ def _failures(h: Harness, provider: str, model_id: str) -> int:
         if v.key[:2] == (provider, model_id):
             return v.consecutive_failures
     return 0
+
+
+async def test_a_stream_stays_in_flight_until_it_is_settled() -> None:
+    lk = multi("chat", ("east", "west"), routing="least_busy")
+    h = Harness({"east": ["e"], "west": ["w"]})
+    out = await h.ex.run([lk], h.attempt, RES, h.clock() + 600.0, settle_later=True)
+    served = out.link.breaker_key
+    assert h.balancer.peek(served).in_flight == 1
+    out2 = await h.ex.run([lk], h.attempt, RES, h.clock() + 600.0, settle_later=True)
+    assert out2.link.breaker_key != served  # least busy: the other one
+    out.settlement.success()
+    out.settlement.release()  # settles once: the count does not go below zero twice
+    assert h.balancer.peek(served).in_flight == 0
+    out2.settlement.failure()
+    assert h.balancer.peek(out2.link.breaker_key).in_flight == 0
