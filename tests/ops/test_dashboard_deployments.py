@@ -53,3 +53,26 @@ def test_each_deployment_is_a_row_with_its_breaker_grouped_under_the_model(clien
     assert [s["state"] for s in spread] == ["closed", "open"]
     assert spread[0]["deployment"] == {"index": 1, "of": 2, "weight": 2, "routing": "least_busy", "in_flight": 0}
     assert all("deployment" not in link for link in links if link["model"] != "op-spread")
+
+
+def test_a_deployment_breaker_may_be_controlled_and_an_unknown_provider_may_not(spread_snapshot):
+    from routing.ops import controls
+
+    control = controls.parse({"action": "reset", "key": ["op-a", "op-spread"]})
+    assert control.key == BreakerKey("op-a", "op-spread")
+    with pytest.raises(controls.ControlError, match="no configured link"):
+        controls.parse({"action": "reset", "key": ["op-c", "op-spread"]})
+
+
+def test_the_circuit_gauge_has_a_series_per_deployment(spread_snapshot):
+    from prometheus_client import REGISTRY
+
+    from routing.ops import metrics
+
+    registry.record_failure(BreakerKey("op-b", "op-spread"), False, 1, 30.0)
+    metrics.refresh_circuits(live.current(), registry.views())
+
+    def value(provider: str) -> float | None:
+        return REGISTRY.get_sample_value("switchboard_circuit_state", {"provider": provider, "model": "op-spread"})
+
+    assert value("op-a") == 0 and value("op-b") == 1
