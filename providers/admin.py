@@ -228,6 +228,7 @@ class DeploymentInline(admin.TabularInline):
     fk_name = "model"
     formset = DeploymentFormSet
     fields = ["position", "provider", "upstream_model", "weight", "rpm", "tpm"]
+    autocomplete_fields = ["provider"]  # a search box, not one <select> of every provider per row
     ordering = ["position", "id"]
     extra = 0
     verbose_name = "deployment"
@@ -349,7 +350,10 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
         return controls.may_control(request.user)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Model]:
-        return super().get_queryset(request).prefetch_related("fallback_links__target", "deployments__provider")
+        from django.db.models import Prefetch
+
+        deployments = Prefetch("deployments", queryset=Deployment.objects.select_related("provider"))
+        return super().get_queryset(request).prefetch_related("fallback_links__target", deployments)
 
     def document_delete(self, objs: list[Model]) -> Edit:
         ids = {m.public_id for m in objs}

@@ -107,7 +107,7 @@ def test_reader_and_admin_pages_stay_within_a_query_budget(large, admin_client_,
         (reverse("admin:policies_org_change", args=[org.pk]), 15),
         (reverse("admin:policies_org_changelist"), 12),
         (reverse("admin:providers_model_changelist"), 12),
-        (reverse("admin:providers_model_change", args=[model.pk]), 12),
+        (reverse("admin:providers_model_change", args=[model.pk]), 13),  # + the deployments inline
         (reverse("admin:policies_orgpolicy_add"), 10),
         (reverse("admin:policies_apikey_add"), 10),
     ]
