@@ -388,7 +388,15 @@ class Executor:
             ended = None
             try:
                 ended = await self._try_link(
-                    target.link, adm.probe, attempt, res, deadline, walk, settle_later, 1 if others else tries_left
+                    target.link,
+                    adm.probe,
+                    attempt,
+                    res,
+                    deadline,
+                    walk,
+                    settle_later,
+                    1 if others else tries_left,
+                    f"{model_id}@{target.name}",
                 )
             finally:
                 settlement = ended.settlement if ended is not None else None
@@ -426,6 +434,7 @@ class Executor:
         walk: _Walk,
         settle_later: bool = False,
         max_tries: int | None = None,
+        label: str | None = None,
     ) -> Outcome | None:
         """Call one link with its retries, charging its breaker once.
 
@@ -538,5 +547,5 @@ class Executor:
         walk.last_failure = failure
         why = failure.fallback_reason or failure.label
         walk.trail.append((model_id, why))
-        walk.explain(f"{model_id}: {why} after {tries} {_plural(tries)}{note}")
+        walk.explain(f"{label or model_id}: {why} after {tries} {_plural(tries)}{note}")
         return None

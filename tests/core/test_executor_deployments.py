@@ -187,3 +187,13 @@ async def test_a_stream_stays_in_flight_until_it_is_settled() -> None:
     assert h.balancer.peek(served).in_flight == 0
     out2.settlement.failure()
     assert h.balancer.peek(out2.link.breaker_key).in_flight == 0
+
+
+async def test_the_chain_failure_message_names_each_deployment() -> None:
+    lk = multi("chat", ("east", "west"))
+    h = Harness({"east": [E500], "west": [E500], "chat-b": [E500]})
+    out = await h.run([lk, single("chat-b")], Resilience(max_retries=1))
+    assert out.error.code == "upstream_unavailable"
+    message = out.error.message
+    assert "chat@east: upstream_5xx after 1 attempt" in message or "chat@west: upstream_5xx after 1 attempt" in message
+    assert "chat-b: upstream_5xx after 2 attempts" in message
