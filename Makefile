@@ -28,6 +28,7 @@ lint: $(BIN)/.installed
 bench: $(BIN)/.installed
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.deployments_bench
 
 bench-compare: $(BIN)/.installed
 	$(BIN)/python -m bench.compare
