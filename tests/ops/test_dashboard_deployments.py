@@ -76,3 +76,22 @@ def test_the_circuit_gauge_has_a_series_per_deployment(spread_snapshot):
         return REGISTRY.get_sample_value("switchboard_circuit_state", {"provider": provider, "model": "op-spread"})
 
     assert value("op-a") == 0 and value("op-b") == 1
+
+
+@pytest.mark.django_db
+def test_the_admin_explain_page_lists_the_deployments_with_live_figures(client, spread_snapshot, django_user_model):
+    from routing.core.balance import balancer
+
+    user = django_user_model.objects.create_superuser("dep-op", password="pw-dep-123")
+    client.force_login(user)
+    for _ in range(2):
+        balancer.started(BreakerKey("op-b", "op-spread"))
+    balancer.observe(BreakerKey("op-b", "op-spread"), 0.25)
+    try:
+        html = client.get("/admin/explain-route/", {"org": "acme", "model": "op-spread", "kind": "chat"}).content
+    finally:
+        balancer.clear()
+    page = html.decode()
+    assert 'data-deployment="op-b" data-next="false"' in page  # two in flight: least_busy takes the other
+    assert 'data-deployment="op-a" data-next="true"' in page
+    assert "in flight 2 · latency 250.0 ms" in page
