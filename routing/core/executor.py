@@ -405,15 +405,15 @@ class Executor:
                 else:  # a stream stays in flight until it ends
                     settlement.then(functools.partial(balancer.finished, key))
             if ended is not None:
-                if ended.error is None:
+                if ended.error is None and walk.attempts - before == 1:  # one call: its time is the figure
                     balancer.observe(key, self.clock() - started)
                 return ended, None
             failed = True
             tries_left = max(tries_left - (walk.attempts - before), 1)
             failure = walk.last_failure
             assert failure is not None
-            if failure.is_timeout:
-                balancer.observe(target.key, self.clock() - started)
+            if failure.is_timeout and walk.attempts - before == 1:
+                balancer.observe(key, self.clock() - started)
             if not (failure.is_provider_fault and failure.is_retryable):
                 return None, None  # the provider answered (4xx, context length...): not another deployment's job
         if failed:

@@ -197,3 +197,21 @@ async def test_the_chain_failure_message_names_each_deployment() -> None:
     message = out.error.message
     assert "chat@east: upstream_5xx after 1 attempt" in message or "chat@west: upstream_5xx after 1 attempt" in message
     assert "chat-b: upstream_5xx after 2 attempts" in message
+
+
+async def test_latency_figures_come_from_single_calls_and_steer_latency_routing() -> None:
+    lk = multi("chat", ("east", "west"), routing="latency")
+    h = Harness({"east": ["e"], "west": ["w"]}, seed=3)
+    cost = {"east": 0.300, "west": 0.020}
+
+    async def timed(link: Link, deadline: float) -> Any:
+        h.clock.advance(cost[link.model.provider.name])
+        return await h.attempt(link, deadline)
+
+    served = Counter()
+    for _ in range(400):
+        out = await h.ex.run([lk], timed, RES, h.clock() + 600.0)
+        served[out.link.model.provider.name] += 1
+    east, west = lk.deployments
+    assert abs(h.balancer.latency_of(east.key) - 0.300) < 1e-9 and abs(h.balancer.latency_of(west.key) - 0.020) < 1e-9
+    assert served["west"] > 360 and served["east"] >= 3  # the slow one still gets the exploration share
