@@ -30,6 +30,7 @@ lint: $(BIN)/.installed
 bench: $(BIN)/.installed
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
 	bash bench/peers/peers.sh
+	$(BIN)/python -m bench.deployments_bench
 
 bench-compare: $(BIN)/.installed
 	$(BIN)/python -m bench.compare

@@ -223,6 +223,8 @@ def refresh_circuits(snapshot: Any, views: list[Any]) -> None:
     wanted: dict[tuple[str, str], int] = {}
     for model in snapshot.models.values():
         wanted[(model.provider.name, model.id)] = 0
+        for d in model.deployments:  # one series per deployment (docs/deployments.md#visibility)
+            wanted[(d.provider.name, model.id)] = 0
     for view in views:
         try:
             key = BreakerKey.of(view.key)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from providers import health
 from providers.transport import transport
 from routing.config import live
+from routing.core import balance
 from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
@@ -86,6 +87,7 @@ class _Observer(metrics.MetricsObserver):
 def _retain_breakers(snapshot: live.Snapshot) -> None:
     keys = breaker_keys(snapshot)
     breakers.retain(keys)
+    balance.balancer.retain(keys)  # deployment figures (docs/deployments.md) follow the same keys
     if snapshot.overrides:  # operators' stored force-open / reset (docs/scale-out.md#controls)
         try:
             feed.call_on_loop(lambda: controls.apply_persisted(snapshot.overrides, keys))
