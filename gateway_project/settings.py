@@ -86,7 +86,11 @@ SWITCHBOARD_FERNET_KEY = env.str("SWITCHBOARD_FERNET_KEY", default="")
 SWITCHBOARD_MAX_HEADER_BYTES = env.int("SWITCHBOARD_MAX_HEADER_BYTES", default=64 * 1024)
 SWITCHBOARD_MAX_HEADERS = env.int("SWITCHBOARD_MAX_HEADERS", default=100)
 # Configuration versions kept in the history (docs/config-history.md#retention); 0 records none.
-SWITCHBOARD_CONFIG_HISTORY_KEEP = env.int("SWITCHBOARD_CONFIG_HISTORY_KEEP", default=200)
+SWITCHBOARD_CONFIG_HISTORY_KEEP = env.int("SWITCHBOARD_CONFIG_HISTORY_KEEP", default=100)
+# OpenTelemetry tracing (docs/tracing.md): off unless an OTLP/HTTP endpoint is set (the standard variables).
+SWITCHBOARD_OTLP_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+SWITCHBOARD_OTLP_TRACES_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", default="")
+SWITCHBOARD_OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="switchboard")
 # Timeout of calls to Redis off the request path (config broadcast on save, dashboard publish).
 SWITCHBOARD_SHARED_TIMEOUT_S = env.float("SWITCHBOARD_SHARED_TIMEOUT_S", default=1.0)
 # How often the usage spool file is fsynced (bound of records lost to a power loss).

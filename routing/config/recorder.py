@@ -35,7 +35,7 @@ import orjson
 
 from routing.config.diff import diff_documents, summarise
 
-DEFAULT_KEEP = 200
+DEFAULT_KEEP = 100
 SYSTEM = "system"
 
 

@@ -39,6 +39,7 @@ class Context:
         "ratelimit",
         "requirements",
         "tokens_estimated",
+        "trace",
     )
 
     def __init__(self, request_id: str, started: float, endpoint: str) -> None:
@@ -60,6 +61,7 @@ class Context:
         self.ratelimit: Any = None  # a routing.plan.limits.Ticket when the caller has limits
         self.requirements: Any = None  # the preflight Requirements (its prompt estimate), once known
         self.tokens_estimated = False  # the tokens are the gateway's estimate: the upstream sent no usage
+        self.trace: Any = None  # a routing.ops.tracing.RequestTrace when tracing is on (docs/tracing.md)
 
 
 def finish(ctx: Context) -> None:

@@ -22,7 +22,7 @@ from routing.config import live
 from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
-from routing.ops import background, controls, metrics, usage
+from routing.ops import background, controls, metrics, tracing, usage
 from routing.ops.dashboard import counters, feed, state
 from routing.plan.chain import breaker_keys
 from routing.plan.limits import Limiter
@@ -64,6 +64,7 @@ def _build() -> Process:
     health.change_listeners.append(feed.note_probe)
     # The snapshot may already be in place (booted before the wiring): keep its breakers.
     _retain_breakers(live.current())
+    tracing.configure()  # only with an OTLP endpoint configured (docs/tracing.md)
     return Process(executor)
 
 
@@ -139,6 +140,7 @@ async def shutdown() -> None:
         for task in _process.tasks:
             task.cancel()
     await asyncio.get_running_loop().run_in_executor(None, usage.shutdown)
+    await asyncio.get_running_loop().run_in_executor(None, tracing.shutdown)  # flush the last spans
     await transport.aclose()
 
 
