@@ -51,6 +51,7 @@ class ConfigRevisionAdmin(admin.ModelAdmin):
     search_fields = ["summary", "author"]
     ordering = ["-version"]
     change_form_template = "admin/routing/configrevision/detail.html"
+    actions = ["roll_back_to_selected"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -60,6 +61,18 @@ class ConfigRevisionAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def has_rollback_permission(self, request: HttpRequest) -> bool:
+        return may_roll_back(request.user)
+
+    @admin.action(description="Roll back to the selected version…", permissions=["rollback"])
+    def roll_back_to_selected(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        """The changelist's action: to the same confirmation page as the version's button."""
+        chosen = list(queryset.values_list("pk", flat=True)[:2])
+        if len(chosen) != 1:
+            messages.warning(request, "Select exactly one version to roll back to.")
+            return None
+        return HttpResponseRedirect(reverse("admin:routing_configrevision_rollback", args=[chosen[0]]))
 
     def get_queryset(self, request: HttpRequest) -> Any:
         return super().get_queryset(request).defer("document")

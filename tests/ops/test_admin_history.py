@@ -110,3 +110,23 @@ def test_viewing_needs_the_view_permission_and_rolling_back_needs_rollback_confi
     assert rollback in text(client.get(detail))
     assert client.post(rollback).status_code == 302
     assert ConfigRevision.objects.get(version=3).author == "roller"
+
+
+def test_the_changelist_action_leads_to_the_same_confirmation(root, two_versions):
+    first, second = two_versions
+    changelist = reverse("admin:routing_configrevision_changelist")
+    response = root.post(changelist, {"action": "roll_back_to_selected", "_selected_action": [first.pk]})
+    assert response.status_code == 302
+    assert response["Location"] == reverse("admin:routing_configrevision_rollback", args=[first.pk])
+    both = root.post(
+        changelist, {"action": "roll_back_to_selected", "_selected_action": [first.pk, second.pk]}, follow=True
+    )
+    assert "Select exactly one version" in text(both) and ConfigRevision.objects.count() == 2
+
+
+def test_the_action_is_offered_only_with_the_rollback_permission(client, django_user_model, two_versions):
+    changelist = reverse("admin:routing_configrevision_changelist")
+    staff(client, django_user_model, "viewer2", "view_configrevision")
+    assert "roll_back_to_selected" not in text(client.get(changelist))
+    staff(client, django_user_model, "roller2", "view_configrevision", "rollback_config")
+    assert "roll_back_to_selected" in text(client.get(changelist))
