@@ -19,7 +19,6 @@ from django.urls import path, reverse
 
 from routing.config import history
 from routing.config.diff import ADDED, REMOVED, short_value
-from routing.config.recorder import change
 from routing.models import ConfigRevision
 
 ROLLBACK_PERMISSION = "routing.rollback_config"  # ConfigRevision.Meta.permissions
@@ -108,8 +107,7 @@ class ConfigRevisionAdmin(admin.ModelAdmin):
         author = request.user.get_username()
         if request.method == "POST":
             try:
-                with change(author=author, source="rollback"):
-                    result = history.rollback(revision.version, author=author)
+                result = history.rollback(revision.version, author=author)
             except history.HistoryError as exc:
                 messages.error(request, str(exc))
                 return HttpResponseRedirect(request.path)
