@@ -91,6 +91,12 @@ SWITCHBOARD_FERNET_KEY = env.str("SWITCHBOARD_FERNET_KEY", default="")
 # Header limits of the uvicorn + httptools server (docs/security.md#header-limits): 431 above them.
 SWITCHBOARD_MAX_HEADER_BYTES = env.int("SWITCHBOARD_MAX_HEADER_BYTES", default=64 * 1024)
 SWITCHBOARD_MAX_HEADERS = env.int("SWITCHBOARD_MAX_HEADERS", default=100)
+# Configuration versions kept in the history (docs/config-history.md#retention); 0 records none.
+SWITCHBOARD_CONFIG_HISTORY_KEEP = env.int("SWITCHBOARD_CONFIG_HISTORY_KEEP", default=100)
+# OpenTelemetry tracing (docs/tracing.md): off unless an OTLP/HTTP endpoint is set (the standard variables).
+SWITCHBOARD_OTLP_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+SWITCHBOARD_OTLP_TRACES_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", default="")
+SWITCHBOARD_OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="switchboard")
 # Timeout of calls to Redis off the request path (config broadcast on save, dashboard publish).
 SWITCHBOARD_SHARED_TIMEOUT_S = env.float("SWITCHBOARD_SHARED_TIMEOUT_S", default=1.0)
 # How often the usage spool file is fsynced (bound of records lost to a power loss).
@@ -121,6 +127,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Admin writes: one transaction and one configuration-history revision per POST, by the user.
+    "routing.ops.history_middleware.ConfigAuthorMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",

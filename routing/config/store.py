@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from policies.models import Agent, Org, OrgCredential, OrgPolicy
 from providers.models import Alias, Deployment, FallbackLink, Model, Provider
+from routing.config import recorder
 from routing.config.document import document_from_db
 from routing.config.reload import mark_changed
 from routing.config.schema import (
@@ -494,7 +495,7 @@ def import_document(
     no-op). `progress` receives one line per phase (the command shows it on a terminal).
     """
     note = progress or (lambda message: None)
-    with transaction.atomic():
+    with recorder.change(fallback_source="import"):  # one transaction, one history revision (docs/config-history.md)
         note("reading the current configuration")
         target = doc if prune else merge_documents(document_from_db(), doc)
         note("validating")

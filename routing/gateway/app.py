@@ -35,7 +35,7 @@ from routing.gateway.wire import (
     watch_disconnect,
     worker_header,
 )
-from routing.ops import accounting, wiring
+from routing.ops import accounting, tracing, wiring
 from routing.ops.accounting import Context
 from routing.plan import cache_key, chain, preflight
 
@@ -74,6 +74,8 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
         elif name == b"cache-control":
             cache_control = value
     ctx = Context(request.request_id(request_id), started, request.endpoint_of(path))
+    if tracing.ON:  # off: this test is all tracing costs (docs/tracing.md)
+        ctx.trace = tracing.start(scope, scope["method"], path, ctx.request_id)
     anthropic = ctx.endpoint in messages.ENDPOINTS
     if anthropic:
         auth = messages.credential(auth, x_api_key)
@@ -99,6 +101,8 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
     finally:
         if ctx.endpoint != "unknown" and ctx.status:
             _account(ctx)
+        if ctx.trace is not None:
+            tracing.finish(ctx.trace, ctx)
 
 
 async def lifespan_application(scope: Scope, receive: Receive, send: Send) -> None:

@@ -40,6 +40,7 @@ class Context:
         "requirements",
         "tokens_estimated",
         "cache",
+        "trace",
     )
 
     def __init__(self, request_id: str, started: float, endpoint: str) -> None:
@@ -62,6 +63,7 @@ class Context:
         self.requirements: Any = None  # the preflight Requirements (its prompt estimate), once known
         self.tokens_estimated = False  # the tokens are the gateway's estimate: the upstream sent no usage
         self.cache = ""  # a cached model's hit|miss|bypass|coalesced (docs/cache.md); "" otherwise
+        self.trace: Any = None  # a routing.ops.tracing.RequestTrace when tracing is on (docs/tracing.md)
 
 
 def finish(ctx: Context) -> None:

@@ -23,7 +23,7 @@ from routing.core import balance
 from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
-from routing.ops import background, controls, metrics, usage
+from routing.ops import background, controls, metrics, tracing, usage
 from routing.ops.dashboard import counters, feed, state
 from routing.ops.response_cache import Coalescer, Store, build_store
 from routing.plan.chain import breaker_keys
@@ -71,6 +71,7 @@ def _build() -> Process:
     cache = build_store(on_degraded=lambda down: live.set_degraded("redis", down, "cache"))
     if cache.name == "redis":
         live.set_degraded("redis", False, "cache")  # the series exists from the start
+    tracing.configure()  # only with an OTLP endpoint configured (docs/tracing.md)
     return Process(executor, cache=cache)
 
 
@@ -147,6 +148,7 @@ async def shutdown() -> None:
         for task in _process.tasks:
             task.cancel()
     await asyncio.get_running_loop().run_in_executor(None, usage.shutdown)
+    await asyncio.get_running_loop().run_in_executor(None, tracing.shutdown)  # flush the last spans
     await transport.aclose()
 
 
