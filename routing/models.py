@@ -102,9 +102,21 @@ class UsageRecord(models.Model):
     tokens_estimated = models.BooleanField(
         default=False, help_text="The tokens are the gateway's estimate: the upstream's stream carried no usage."
     )
+    trail = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The chain trail: [model id, what happened] per link considered (docs/usage-records.md#trail).",
+    )
 
     class Meta:
         ordering = ["-created_at"]
+        # The analytics page and the request log read a time range, optionally for one
+        # org, model or key (docs/operations.md#analytics).
+        indexes = [
+            models.Index(fields=["org", "created_at"], name="usage_org_time"),
+            models.Index(fields=["model_used", "created_at"], name="usage_model_time"),
+            models.Index(fields=["key_prefix", "created_at"], name="usage_key_time"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.request_id} {self.endpoint} {self.status}"

@@ -99,4 +99,5 @@ def finish(ctx: Context) -> None:
         ttft_ms=ctx.ttft_s * 1000.0 if ctx.ttft_s is not None else None,
         streamed=ctx.streamed,
         tokens_estimated=ctx.tokens_estimated,
+        trail=outcome.trail if outcome is not None else (),
     )

@@ -65,6 +65,8 @@ def _field_converters() -> dict[str, Callable[[Any], Any]]:
             conv[f.name] = _nullable_uint if f.null else _uint
         elif isinstance(f, models.FloatField):
             conv[f.name] = _nullable_float if f.null else _float
+        elif isinstance(f, models.JSONField):
+            conv[f.name] = _json
     _converters = conv
     return conv
 
@@ -91,6 +93,22 @@ def _decimal(value: Any) -> Decimal | None:
     if value is None:
         return None
     return Decimal(str(value)).quantize(Decimal("0.00000001"))
+
+
+MAX_JSON_ITEMS = 32  # a trail is at most fallback_max_depth + 1 links; this only bounds a hostile row
+
+
+def _json(value: Any) -> list[Any]:
+    """A list of short JSON values (the trail: [model id, outcome] pairs), text made PostgreSQL-safe."""
+    if not isinstance(value, list | tuple):
+        return []
+    out: list[Any] = []
+    for item in value[:MAX_JSON_ITEMS]:
+        if isinstance(item, list | tuple):
+            out.append([pg_safe(str(v))[:200] for v in item[:4]])
+        elif item is not None:
+            out.append(pg_safe(str(item))[:200])
+    return out
 
 
 def _uint(value: Any) -> int:
@@ -156,6 +174,8 @@ def _converters_for(fields: list[Any], ops: Any, using: str) -> list[tuple[str, 
                     ),
                 )
             )
+        elif isinstance(f, models.JSONField):
+            out.append((f.name, lambda v, base=base: ops.adapt_json_value(base(v), None)))
         else:
             out.append((f.name, base))
     _column_converters[using] = out
