@@ -74,7 +74,7 @@ def finish(ctx: Context) -> None:
     busy = ctx.ttft_s if ctx.ttft_s is not None else elapsed
     model_used = model.id if model is not None else ""
     metrics.observe_request(
-        ctx.endpoint, ctx.resolved or ctx.requested, model_used, ctx.status, busy - upstream_s, fallback_reason
+        ctx.endpoint, ctx.resolved or ctx.requested, model_used, ctx.status, busy - upstream_s, fallback_reason, elapsed
     )
     key = ctx.key
     usage.record(
