@@ -14,6 +14,7 @@ __all__ = [
     "BreakerAction",
     "BreakerOverride",
     "ConfigVersion",
+    "KeyUsage",
     "ResilienceSettings",
     "UsageRecord",
 ]
@@ -120,6 +121,30 @@ class UsageRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.request_id} {self.endpoint} {self.status}"
+
+
+class KeyUsage(models.Model):
+    """Per API key: requests, spend and the last use, kept up by the usage writer (docs/usage-records.md#key-usage).
+
+    The writer adds each committed batch in the same transaction as its usage rows (one
+    upsert per key in the batch, never per request), so the totals match the records.
+    Keyed like the records are: key prefix, org and agent.
+    """
+
+    key_prefix = models.CharField(max_length=16)
+    org = models.CharField(max_length=64)
+    agent = models.CharField(max_length=64)
+    requests = models.BigIntegerField(default=0)
+    spend = models.DecimalField(max_digits=18, decimal_places=8, default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "key usage"
+        verbose_name_plural = "key usage"
+        constraints = [models.UniqueConstraint(fields=["key_prefix", "org", "agent"], name="key_usage_key")]
+
+    def __str__(self) -> str:
+        return f"{self.key_prefix} ({self.org}/{self.agent})"
 
 
 class BreakerAction(models.Model):

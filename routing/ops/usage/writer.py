@@ -2,19 +2,25 @@
 
 `db_insert` writes a batch with one `INSERT ... ON CONFLICT (record_id) DO NOTHING`
 per row in one transaction, so replaying rows that are already committed is
-harmless. Text that PostgreSQL refuses (NUL, lone surrogates) is escaped, never
+harmless; the same transaction adds the batch's new rows to the per-key totals
+(routing.ops.usage.keys). Text that PostgreSQL refuses (NUL, lone surrogates) is escaped, never
 dropped: see docs/usage-records.md#characters.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import queue
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
+
+from routing.ops.usage import keys as key_usage
+
+log = logging.getLogger("switchboard.usage")
 
 Row = dict[str, Any]
 
@@ -211,10 +217,39 @@ def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500) ->
         raise _Poison(str(exc)) from exc
     try:
         with transaction.atomic(using=using), connection.cursor() as cursor:
+            fresh = _fresh_rows(cursor, connection, rows)  # before the insert: a replay must not count twice
             for start in range(0, len(values), batch_size):
                 cursor.executemany(sql, values[start : start + batch_size])
+            _add_key_usage(cursor, connection, fresh, using)
     except (IntegrityError, DataError) as exc:
         raise _Poison(str(exc)) from exc
+
+
+_key_usage_failing = False
+
+
+def _add_key_usage(cursor: Any, connection: Any, rows: list[Row], using: str) -> None:
+    """The per-key totals, in a savepoint: if only they fail (their table missing), the records still commit."""
+    global _key_usage_failing
+    from django.db import DatabaseError, transaction
+
+    try:
+        with transaction.atomic(using=using):
+            key_usage.add(cursor, connection, rows, _datetime)
+    except DatabaseError as exc:
+        if not _key_usage_failing:
+            log.warning("per-key usage totals not updated (%s); the usage records are written all the same", exc)
+        _key_usage_failing = True
+        return
+    _key_usage_failing = False
+
+
+def _fresh_rows(cursor: Any, connection: Any, rows: list[Row]) -> list[Row]:
+    """The rows of the batch not stored yet (record_id as `to_values` fills it)."""
+    from routing.models import UsageRecord
+
+    keyed = [r if r.get("record_id") else {**r, "record_id": str(r["request_id"])[:32]} for r in rows]
+    return key_usage.new_rows(cursor, connection.ops.quote_name, UsageRecord._meta.db_table, keyed)
 
 
 class _DaemonWorker:
