@@ -15,6 +15,17 @@
     return Object.assign({ label: label, stroke: color, width: 2, points: { show: x.length <= 60 } }, opts || {});
   }
 
+  // Axis labels that stay readable for tiny spends (0.0004) and big counts (12k) alike.
+  function short(v) {
+    if (v == null) return "";
+    const a = Math.abs(v);
+    if (a === 0) return "0";
+    if (a >= 1e6) return (v / 1e6).toFixed(1) + "M";
+    if (a >= 1e4) return (v / 1e3).toFixed(0) + "k";
+    if (a >= 1) return String(+v.toFixed(2));
+    return String(+v.toPrecision(2));
+  }
+
   function make(id, ySeries, values, yLabel) {
     const node = document.getElementById(id);
     const width = Math.max(320, node.clientWidth || 560);
@@ -23,7 +34,7 @@
       height: 220,
       tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
       series: [{ label: "time (UTC)", value: fmtTime }].concat(ySeries),
-      axes: [{}, { label: yLabel, size: 60 }],
+      axes: [{}, { label: yLabel, size: 64, values: (u, splits) => splits.map(short) }],
       scales: { x: { time: true } },
       legend: { live: true },
     };
@@ -50,8 +61,15 @@
     series("completion", COLORS.completion),
   ], [data.prompt_tokens, data.completion_tokens], "tokens");
 
-  // Filters apply when changed (the Apply button stays for keyboards and text fields).
-  document.querySelectorAll("#filters select").forEach((s) => s.addEventListener("change", () => s.form.submit()));
+  // Filters apply when changed (the Apply button stays for keyboards and text fields);
+  // empty ones stay out of the address, so it reads as what was chosen.
+  const form = document.getElementById("filters");
+  const submit = () => {
+    form.querySelectorAll("input, select").forEach((f) => { if (!f.value) f.disabled = true; });
+    form.submit();
+  };
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); submit(); });
+  form.querySelectorAll("select").forEach((s) => s.addEventListener("change", submit));
   let resizeTimer = null;
   window.addEventListener("resize", () => {
     clearTimeout(resizeTimer);
