@@ -17,6 +17,7 @@ __all__ = [
     "KeyUsage",
     "ResilienceSettings",
     "UsageRecord",
+    "UsageRollup",
 ]
 
 
@@ -121,6 +122,51 @@ class UsageRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.request_id} {self.endpoint} {self.status}"
+
+
+ROLLUP_LATENCY_BUCKETS = 28  # routing.ops.usage.rollup.LATENCY_BUCKETS
+
+
+class UsageRollup(models.Model):
+    """Usage per hour and grouping, kept by the usage writer (routing.ops.usage.rollup; docs/operations.md#analytics).
+
+    `grouping` says which dimensions a row keeps ("all", "org", "key", "model", "full");
+    the others are stored empty. lat_00..lat_27 are a latency histogram.
+    """
+
+    grouping = models.CharField(max_length=8)
+    bucket = models.DateTimeField(help_text="Start of the hour (UTC).")
+    org = models.CharField(max_length=64, blank=True)
+    agent = models.CharField(max_length=64, blank=True)
+    key_prefix = models.CharField(max_length=16, blank=True)
+    model_used = models.CharField(max_length=200, blank=True)
+    provider = models.CharField(max_length=64, blank=True)
+    requests = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+    client_errors = models.BigIntegerField(default=0)
+    fallbacks = models.BigIntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=20, decimal_places=8, default=0)
+    for _i in range(ROLLUP_LATENCY_BUCKETS):
+        locals()[f"lat_{_i:02d}"] = models.BigIntegerField(default=0)
+    del _i
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["grouping", "bucket", "org", "agent", "key_prefix", "model_used", "provider"],
+                name="usage_rollup_key",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["grouping", "org", "bucket"], name="rollup_org_time"),
+            models.Index(fields=["grouping", "model_used", "bucket"], name="rollup_model_time"),
+            models.Index(fields=["grouping", "key_prefix", "bucket"], name="rollup_key_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.grouping} {self.bucket:%Y-%m-%d %H}h"
 
 
 class KeyUsage(models.Model):

@@ -8,15 +8,18 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db.models import Sum
 
 from routing.models import UsageRecord
-from routing.ops.usage import analytics, browse
+from routing.ops import usage
+from routing.ops.usage import analytics, browse, rollup
 
 # A fixed "now" in the middle of a minute, so bucket arithmetic is exact.
 NOW = datetime(2026, 6, 1, 12, 30, 30, tzinfo=UTC)
 
 
 def rec(minutes_ago: float, **fields) -> UsageRecord:
+    """One usage record, written as the gateway's usage writer writes it (aggregates included)."""
     defaults = {
         "request_id": f"r-{minutes_ago}-{fields.get('status', 200)}-{UsageRecord.objects.count()}",
         "created_at": NOW - timedelta(minutes=minutes_ago),
@@ -31,7 +34,9 @@ def rec(minutes_ago: float, **fields) -> UsageRecord:
         "latency_ms": 100.0,
     }
     defaults.update(fields)
-    return UsageRecord.objects.create(**defaults)
+    defaults.setdefault("record_id", defaults["request_id"][-32:])
+    usage.db_insert([defaults])
+    return UsageRecord.objects.get(record_id=defaults["record_id"])
 
 
 def view(**params) -> analytics.View:
@@ -205,3 +210,93 @@ def test_the_usage_writer_stores_the_trail_it_is_handed():
     )
     stored = {r.record_id: r.trail for r in UsageRecord.objects.all()}
     assert stored == {"w1": [list(t) for t in trail], "w2": [["bad\\x00id", "ok"]], "w3": []}
+
+
+# --------------------------------------------------------------------------- hourly aggregates
+
+
+def rollup_table() -> list[tuple]:
+    from routing.models import UsageRollup
+
+    fields = ["grouping", "bucket", *rollup.DIMENSIONS, *rollup.COUNTERS, *rollup.LAT_FIELDS]
+    return sorted(
+        tuple(float(v) if hasattr(v, "as_tuple") else v for v in row)
+        for row in UsageRollup.objects.values_list(*fields)
+    )
+
+
+@pytest.mark.django_db
+def test_longer_ranges_read_the_hourly_aggregates_and_agree_with_the_records():
+    latencies = [40.0, 80.0, 120.0, 250.0, 900.0, 1500.0, 3000.0]
+    for i, ms in enumerate(latencies):
+        rec(60 * 3 + i, latency_ms=ms, cost="0.01", prompt_tokens=10, completion_tokens=2)
+    rec(60 * 5, status=503, org="globex", key_prefix="sb-globex1", model_used="op-chat-b", provider="op-b")
+    rec(60 * 5, status=429, fallback_reason="upstream_5xx", org="globex", key_prefix="sb-globex1")
+    day = view(range="day")
+    assert day.uses_rollup and not view(range="hour").uses_rollup
+    data = analytics.build(day)
+    hours_ago = lambda h: data["buckets"].index(int(NOW.replace(minute=0, second=0).timestamp()) - h * 3600)  # noqa: E731
+    i3, i5 = hours_ago(3), hours_ago(5)
+    assert data["requests"][i3] == 7 and data["cost"][i3] == pytest.approx(0.07) and data["prompt_tokens"][i3] == 70
+    assert data["requests"][i5] == 2 and data["errors"][i5] == 1 and data["client_errors"][i5] == 1
+    assert data["fallbacks"][i5] == 1 and sum(data["requests"]) == 9
+    # p50 / p95 from the histogram: within one of its buckets (x sqrt 2) of the exact 250 and 2550 ms
+    assert data["p50"][i3] == pytest.approx(250.0, rel=0.42)
+    assert data["p95"][i3] == pytest.approx(2550.0, rel=0.42)
+    # filters pick a grouping that holds them
+    globex = analytics.build(view(range="week", org="globex"))
+    assert sum(globex["requests"]) == 2 and [r["key_prefix"] for r in globex["top"]["keys"]] == ["sb-globex1"]
+    both = analytics.build(view(range="month", org="globex", model="op-chat-b"))
+    assert sum(both["requests"]) == 1 and both["totals"]["errors"] == 1
+    assert [r["org"] for r in data["top"]["orgs"]] == ["acme", "globex"]
+
+
+def test_grouping_for_takes_the_smallest_that_holds_the_columns():
+    assert rollup.grouping_for([]) == "all"
+    assert rollup.grouping_for(["org"]) == "org"
+    assert rollup.grouping_for(["agent"]) == "key"
+    assert rollup.grouping_for(["key_prefix", "org", "agent"]) == "key"
+    assert rollup.grouping_for(["provider"]) == "model"
+    assert rollup.grouping_for(["org", "model_used"]) == "full"
+
+
+def test_histogram_percentiles_stay_close_to_exact_ones():
+    import random
+
+    rng = random.Random(3)
+    values = sorted(20 + rng.random() * rng.random() * 4000 for _ in range(5000))
+    hist = [0] * rollup.LATENCY_BUCKETS
+    for v in values:
+        hist[rollup.latency_bucket(v)] += 1
+    for p in (0.5, 0.95):
+        assert rollup.hist_percentile(hist, p) == pytest.approx(analytics.percentile(values, p), rel=0.1)
+    assert rollup.hist_percentile([0] * rollup.LATENCY_BUCKETS, 0.5) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_replays_do_not_count_twice_and_rebuild_matches_what_the_writer_kept():
+    rows = [
+        {
+            "record_id": f"rb{i}",
+            "request_id": f"rb{i}",
+            "created_at": (NOW - timedelta(minutes=37 * i)).timestamp(),
+            "endpoint": "chat",
+            "org": f"org{i % 3}",
+            "key_prefix": f"sb-k{i % 4}",
+            "model_used": f"m{i % 2}",
+            "status": 200 if i % 5 else 502,
+            "fallback_reason": "upstream_5xx" if i % 7 == 0 else "",
+            "cost": 0.125,
+            "prompt_tokens": i,
+            "latency_ms": 10.0 * (i + 1),
+        }
+        for i in range(40)
+    ]
+    usage.db_insert(rows[:25])
+    usage.db_insert(rows[20:])  # rows 20-24 replayed with the next batch
+    kept = rollup_table()
+    from routing.models import UsageRollup
+
+    assert UsageRollup.objects.filter(grouping="all").aggregate(n=Sum("requests"))["n"] == 40
+    assert rollup.rebuild() == len(kept)
+    assert rollup_table() == kept

@@ -1,10 +1,13 @@
 """Usage analytics: the usage records aggregated over time, in the database (docs/operations.md#analytics).
 
 Read by the analytics page only, never by the request path. Each chart is one
-aggregate query over an indexed time range (routing.models.UsageRecord's indexes):
-`series` (requests, errors, fallbacks, tokens, spend per bucket), `latency` (p50/p95
-per bucket: `percentile_cont` on PostgreSQL, computed here on SQLite, which has no
-percentile aggregate) and `top` (the biggest keys, models or orgs by spend).
+aggregate query over an indexed time range: `series` (requests, errors, fallbacks,
+tokens, spend per bucket), `latency` (p50/p95 per bucket) and `top` (the biggest
+keys, models or orgs by spend). The last hour (minute buckets) reads the usage
+records themselves (p50/p95 exact: `percentile_cont` on PostgreSQL, computed here on
+SQLite, which has no percentile aggregate); longer ranges read the hourly aggregates
+the usage writer keeps (routing.ops.usage.rollup), so a month costs 720 rows per
+grouping rather than every request.
 `View.parse` turns query parameters into a validated view or a `ViewError` that
 says which parameter is wrong and what it accepts.
 """
@@ -12,7 +15,7 @@ says which parameter is wrong and what it accepts.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -21,6 +24,8 @@ from typing import Any
 from django.db import connections
 from django.db.models import Aggregate, Count, F, FloatField, Q, QuerySet, Sum
 from django.db.models.functions import Trunc
+
+from routing.ops.usage import rollup
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +118,22 @@ class View:
             qs = qs.filter(**{FILTERS[param]: value})
         return qs.order_by()
 
+    @property
+    def uses_rollup(self) -> bool:
+        """Hourly or coarser buckets come from the hourly aggregates; minute buckets from the records."""
+        return self.range.step_s >= 3600
+
+    def rollups(self, *group_by: str) -> QuerySet[Any]:
+        """The aggregate rows of this view: the smallest grouping holding its filters and `group_by`."""
+        from routing.models import UsageRollup
+
+        columns = [FILTERS[p] for p in self.filters] + list(group_by)
+        since = datetime.fromtimestamp(self.first_bucket, tz=UTC)
+        qs = UsageRollup.objects.filter(grouping=rollup.grouping_for(columns), bucket__gte=since)
+        for param, value in self.filters.items():
+            qs = qs.filter(**{FILTERS[param]: value})
+        return qs.order_by()
+
     def query_string(self, **changes: str) -> str:
         """This view's parameters (with changes), for links and the CSV export."""
         from urllib.parse import urlencode
@@ -140,6 +161,15 @@ SERIES_FIELDS = ("requests", "errors", "client_errors", "fallbacks", "prompt_tok
 
 def series(view: View) -> dict[str, list[float]]:
     """Per bucket: requests, 5xx errors, 4xx, fallbacks, tokens and spend (one GROUP BY query)."""
+    if view.uses_rollup:
+        rows = (
+            view.rollups()
+            .annotate(b=Trunc("bucket", view.range.unit, tzinfo=UTC))
+            .values("b")
+            .annotate(**{f"s_{name}": Sum(name) for name in SERIES_FIELDS})
+            .order_by("b")
+        )
+        return _fill(view, ({"bucket": r["b"], **{n: r[f"s_{n}"] for n in SERIES_FIELDS}} for r in rows))
     rows = (
         view.records()
         .annotate(bucket=Trunc("created_at", view.range.unit, tzinfo=UTC))
@@ -155,6 +185,11 @@ def series(view: View) -> dict[str, list[float]]:
         )
         .order_by("bucket")
     )
+    return _fill(view, rows)
+
+
+def _fill(view: View, rows: Iterable[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """Series with a zero for every bucket without rows."""
     starts = view.bucket_starts
     index = {t: i for i, t in enumerate(starts)}
     out: dict[str, list[float]] = {name: [0] * len(starts) for name in SERIES_FIELDS}
@@ -190,12 +225,30 @@ def percentile(sorted_values: list[float], p: float) -> float | None:
 
 
 def latency(view: View) -> dict[str, list[float | None]]:
-    """Per bucket: p50 and p95 of latency_ms (None where a bucket has no request)."""
-    qs = view.records().annotate(bucket=Trunc("created_at", view.range.unit, tzinfo=UTC))
+    """Per bucket: p50 and p95 of latency_ms (None where a bucket has no request).
+
+    Minute buckets: exact, from the records. Hourly and coarser: from the aggregates'
+    latency histograms (within a few per cent: their buckets grow by sqrt(2)).
+    """
     starts = view.bucket_starts
     index = {t: i for i, t in enumerate(starts)}
     p50: list[float | None] = [None] * len(starts)
     p95: list[float | None] = [None] * len(starts)
+    if view.uses_rollup:
+        rows = (
+            view.rollups()
+            .annotate(b=Trunc("bucket", view.range.unit, tzinfo=UTC))
+            .values("b")
+            .annotate(**{f"s_{f}": Sum(f) for f in rollup.LAT_FIELDS})
+            .order_by("b")
+        )
+        for row in rows:
+            i = index.get(_epoch(row["b"]))
+            if i is not None:
+                hist = [int(row[f"s_{f}"] or 0) for f in rollup.LAT_FIELDS]
+                p50[i], p95[i] = _round(rollup.hist_percentile(hist, 0.5)), _round(rollup.hist_percentile(hist, 0.95))
+        return {"p50": p50, "p95": p95}
+    qs = view.records().annotate(bucket=Trunc("created_at", view.range.unit, tzinfo=UTC))
     if connections[qs.db].vendor == "postgresql":
         rows = (
             qs.values("bucket")
@@ -224,6 +277,28 @@ def _round(value: float | None) -> float | None:
 def top(view: View, dimension: str, n: int = TOP_N) -> list[dict[str, Any]]:
     """The `n` biggest groups of `dimension` ("models", "keys", "orgs") by spend, then requests."""
     group = TOP_DIMENSIONS[dimension]
+    if view.uses_rollup:
+        rows = (
+            view.rollups(*group)
+            .values(*group)
+            .annotate(
+                s_requests=Sum("requests"),
+                s_errors=Sum("errors"),
+                s_tokens=Sum("prompt_tokens") + Sum("completion_tokens"),
+                s_cost=Sum("cost"),
+            )
+            .order_by(F("s_cost").desc(nulls_last=True), "-s_requests", *group)[:n]
+        )
+        return [
+            {
+                **{d: row[d] for d in group},
+                "requests": row["s_requests"],
+                "errors": row["s_errors"],
+                "tokens": row["s_tokens"] or 0,
+                "cost": _num(row["s_cost"]),
+            }
+            for row in rows
+        ]
     rows = (
         view.records()
         .values(*group)

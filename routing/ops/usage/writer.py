@@ -3,7 +3,7 @@
 `db_insert` writes a batch with one `INSERT ... ON CONFLICT (record_id) DO NOTHING`
 per row in one transaction, so replaying rows that are already committed is
 harmless; the same transaction adds the batch's new rows to the per-key totals
-(routing.ops.usage.keys). Text that PostgreSQL refuses (NUL, lone surrogates) is escaped, never
+(routing.ops.usage.keys) and the hourly aggregates (routing.ops.usage.rollup). Text that PostgreSQL refuses (NUL, lone surrogates) is escaped, never
 dropped: see docs/usage-records.md#characters.
 """
 
@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from routing.ops.usage import keys as key_usage
+from routing.ops.usage import rollup
 
 log = logging.getLogger("switchboard.usage")
 
@@ -220,28 +221,31 @@ def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500) ->
             fresh = _fresh_rows(cursor, connection, rows)  # before the insert: a replay must not count twice
             for start in range(0, len(values), batch_size):
                 cursor.executemany(sql, values[start : start + batch_size])
-            _add_key_usage(cursor, connection, fresh, using)
+            _add_aggregates(cursor, connection, fresh, using)
     except (IntegrityError, DataError) as exc:
         raise _Poison(str(exc)) from exc
 
 
-_key_usage_failing = False
+_aggregates_failing = False
 
 
-def _add_key_usage(cursor: Any, connection: Any, rows: list[Row], using: str) -> None:
-    """The per-key totals, in a savepoint: if only they fail (their table missing), the records still commit."""
-    global _key_usage_failing
+def _add_aggregates(cursor: Any, connection: Any, rows: list[Row], using: str) -> None:
+    """Per-key totals and hourly rollups, in a savepoint: if only they fail (a table missing), the records commit."""
+    global _aggregates_failing
     from django.db import DatabaseError, transaction
 
+    if not rows:
+        return
     try:
         with transaction.atomic(using=using):
             key_usage.add(cursor, connection, rows, _datetime)
+            rollup.add(cursor, connection, rows, _datetime)
     except DatabaseError as exc:
-        if not _key_usage_failing:
-            log.warning("per-key usage totals not updated (%s); the usage records are written all the same", exc)
-        _key_usage_failing = True
+        if not _aggregates_failing:
+            log.warning("usage aggregates not updated (%s); the usage records are written all the same", exc)
+        _aggregates_failing = True
         return
-    _key_usage_failing = False
+    _aggregates_failing = False
 
 
 def _fresh_rows(cursor: Any, connection: Any, rows: list[Row]) -> list[Row]:
