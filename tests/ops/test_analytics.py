@@ -300,3 +300,40 @@ def test_replays_do_not_count_twice_and_rebuild_matches_what_the_writer_kept():
     assert UsageRollup.objects.filter(grouping="all").aggregate(n=Sum("requests"))["n"] == 40
     assert rollup.rebuild() == len(kept)
     assert rollup_table() == kept
+
+
+@pytest.mark.django_db
+def test_usage_rollup_command_rebuilds_aggregates_lost_or_never_kept():
+    from django.core.management import CommandError, call_command
+    from django.utils import timezone
+
+    from routing.models import UsageRollup
+
+    now = timezone.now()
+    for hours_ago in (2, 30):
+        at = now - timedelta(hours=hours_ago)
+        usage.db_insert(
+            [
+                {
+                    "record_id": f"c{hours_ago}",
+                    "request_id": "c",
+                    "created_at": at,
+                    "endpoint": "chat",
+                    "org": "acme",
+                    "agent": "bot",
+                    "key_prefix": "sk-abc",
+                    "model_used": "op-chat",
+                    "status": 200,
+                }
+            ]
+        )
+    kept = rollup_table()
+    UsageRollup.objects.all().delete()  # e.g. records from before the upgrade that added them
+    out = io.StringIO()
+    call_command("usage_rollup", stdout=out)
+    assert rollup_table() == kept and "rebuilt 10 hourly aggregate rows from all usage records" in out.getvalue()
+    UsageRollup.objects.filter(bucket__gte=now - timedelta(hours=3)).delete()
+    call_command("usage_rollup", "--since-hours", "3", stdout=io.StringIO())
+    assert len(rollup_table()) == len(kept)
+    with pytest.raises(CommandError, match="--since-hours must be a positive number"):
+        call_command("usage_rollup", "--since-hours", "0")
