@@ -109,6 +109,10 @@ class UsageRecord(models.Model):
         blank=True,
         help_text="The chain trail: [model id, what happened] per link considered (docs/usage-records.md#trail).",
     )
+    request_body = models.TextField(
+        blank=True, default="", help_text="Only for orgs with log_bodies, cut and masked (docs/operations.md#bodies)."
+    )
+    response_body = models.TextField(blank=True, default="", help_text="As request_body; non-streamed answers only.")
 
     class Meta:
         ordering = ["-created_at"]

@@ -39,6 +39,8 @@ class Context:
         "ratelimit",
         "requirements",
         "tokens_estimated",
+        "request_body",
+        "response_body",
     )
 
     def __init__(self, request_id: str, started: float, endpoint: str) -> None:
@@ -60,6 +62,8 @@ class Context:
         self.ratelimit: Any = None  # a routing.plan.limits.Ticket when the caller has limits
         self.requirements: Any = None  # the preflight Requirements (its prompt estimate), once known
         self.tokens_estimated = False  # the tokens are the gateway's estimate: the upstream sent no usage
+        self.request_body: str | None = None  # only for orgs with log_bodies (routing.ops.bodies)
+        self.response_body: str | None = None
 
 
 def finish(ctx: Context) -> None:
@@ -100,4 +104,12 @@ def finish(ctx: Context) -> None:
         streamed=ctx.streamed,
         tokens_estimated=ctx.tokens_estimated,
         trail=outcome.trail if outcome is not None else (),
+        **(_NO_BODIES if ctx.request_body is None else _bodies(ctx)),
     )
+
+
+_NO_BODIES: dict[str, str] = {}
+
+
+def _bodies(ctx: Context) -> dict[str, str]:
+    return {"request_body": ctx.request_body or "", "response_body": ctx.response_body or ""}

@@ -337,3 +337,16 @@ def test_usage_rollup_command_rebuilds_aggregates_lost_or_never_kept():
     assert len(rollup_table()) == len(kept)
     with pytest.raises(CommandError, match="--since-hours must be a positive number"):
         call_command("usage_rollup", "--since-hours", "0")
+
+
+@pytest.mark.django_db
+def test_stored_bodies_are_shown_to_superusers_only(client, snapshot, staff_user, django_user_model):
+    record = rec(0, request_id="body-1", request_body='{"messages": "pelican"}', response_body='{"id": "r1"}')
+    plain = rec(0, request_id="body-2")
+    client.force_login(staff_user)  # an operator, not a superuser
+    html = client.get(f"/dashboard/requests/{record.record_id}/").content.decode()
+    assert 'id="bodies-hidden"' in html and "pelican" not in html
+    assert 'id="no-bodies"' in client.get(f"/dashboard/requests/{plain.record_id}/").content.decode()
+    client.force_login(django_user_model.objects.create_superuser("root", "r@example.com", "pw-root-123"))
+    html = client.get(f"/dashboard/requests/{record.record_id}/").content.decode()
+    assert 'id="request-body"' in html and "pelican" in html and "&quot;r1&quot;" in html

@@ -1,7 +1,8 @@
 """The operators' usage pages: analytics (charts over time) and the request log (docs/operations.md).
 
 Both read usage records from the database (never the request path) and need
-staff status plus the named permission VIEW_USAGE (the "Operators" group has it).
+staff status plus the named permission VIEW_USAGE (the "Operators" group has it);
+the request and response bodies an org opted into storing need a superuser.
 """
 
 from __future__ import annotations
@@ -130,5 +131,7 @@ def request_detail(request: HttpRequest, record_id: str) -> HttpResponse:
             "title": f"Request {record.request_id}",
             "record": record,
             "trail": browse.trail(record, live.current()),
+            # bodies (docs/operations.md#bodies) may hold anything a client sent: superusers only
+            "show_bodies": request.user.is_superuser,
         },
     )

@@ -134,7 +134,11 @@ def find(search: Search, size: int = PAGE_SIZE) -> Page:
     """One page of matching records, newest first (one query, size + 1 rows to know if more follow)."""
     from routing.models import UsageRecord
 
-    rows = list(UsageRecord.objects.filter(search.condition()).order_by("-id")[: size + 1])
+    rows = list(
+        UsageRecord.objects.filter(search.condition())
+        .defer("request_body", "response_body")
+        .order_by("-id")[: size + 1]
+    )
     more = len(rows) > size
     rows = rows[:size]
     return Page(rows, rows[-1].id if more and rows else None)

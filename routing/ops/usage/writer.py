@@ -62,6 +62,8 @@ def _field_converters() -> dict[str, Callable[[Any], Any]]:
             continue
         if isinstance(f, models.CharField):
             conv[f.name] = _char(f.max_length or 0)
+        elif isinstance(f, models.TextField):  # bodies: already cut at capture; this bounds a hostile spool row
+            conv[f.name] = _char(MAX_TEXT)
         elif isinstance(f, models.DateTimeField):
             conv[f.name] = _datetime
         elif isinstance(f, models.DecimalField):
@@ -102,6 +104,7 @@ def _decimal(value: Any) -> Decimal | None:
     return Decimal(str(value)).quantize(Decimal("0.00000001"))
 
 
+MAX_TEXT = 1 << 20
 MAX_JSON_ITEMS = 32  # a trail is at most fallback_max_depth + 1 links; this only bounds a hostile row
 
 
