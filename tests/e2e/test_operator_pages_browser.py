@@ -5,7 +5,7 @@ writer); the browser then proves:
 - the analytics page draws uPlot charts whose points are those requests, and a filter
   changes them; a staff user without routing.view_usagerecord gets 403;
 - the request log finds a request by its id and shows its chain trail (the failed
-  link, why it was left, the link that served);
+  link, why it was left, the link that served) and, the org having opted in, its bodies;
 - the live dashboard's sparklines grow as traffic arrives, without a reload;
 - the admin key list shows the key's last use, requests and spend.
 
@@ -72,6 +72,7 @@ models:
     capabilities: [chat]
 orgs:
   - name: acme
+    log_bodies: true
     agents:
       - name: bot
 """
@@ -258,6 +259,10 @@ def test_request_log_finds_a_request_by_id_and_shows_its_trail(gw, traffic, page
     assert second.get_attribute("data-model") == "ops-backup" and second.get_attribute("data-served") == "true"
     assert "on mock-backup" in second.text_content()
     assert page.text_content("#fallback-reason").strip() == "upstream_5xx"
+    # acme opted into bodies: the superuser sees what was sent and answered, never the key
+    assert "hello there" in page.text_content("#request-body")
+    assert '"object":"chat.completion"' in page.text_content("#response-body").replace(" ", "")
+    assert gw.api_key not in page.content()
     screenshot(page, "request-trail.png")
 
 
