@@ -78,35 +78,66 @@ def _hour(at: datetime) -> datetime:
     return at.replace(minute=0, second=0, microsecond=0)
 
 
-def aggregate(rows: Sequence[Row], to_datetime: Callable[[Any], datetime]) -> dict[tuple, list[Any]]:
-    """Per (grouping, hour, dimensions...): the counters then the histogram, as a list of numbers."""
-    out: dict[tuple, list[Any]] = {}
-    width = len(COUNTERS) + LATENCY_BUCKETS
+def aggregate(rows, to_datetime):
+    """Per (grouping, hour, dimensions...): the counters then the histogram, as a list of numbers.
+
+    Rows are summed per full combination first (one dict lookup a row), then the coarser
+    groupings from those sums: a batch has far fewer combinations than rows.
+    """
+    ncount = len(COUNTERS)
+    width = ncount + LATENCY_BUCKETS
+    hours: dict[int, datetime] = {}
+    full: dict[tuple, list[Any]] = {}
     for r in rows:
-        hour = _hour(to_datetime(r.get("created_at")))
-        values = {d: str(r.get(d) or "")[: 200 if d == "model_used" else 64] for d in DIMENSIONS}
-        values["key_prefix"] = values["key_prefix"][:16]
+        at = r.get("created_at")
+        if isinstance(at, int | float):
+            slot = int(at // 3600)
+            hour = hours.get(slot)
+            if hour is None:
+                hour = hours[slot] = datetime.fromtimestamp(slot * 3600, tz=UTC)
+        else:
+            hour = _hour(to_datetime(at))
+        key = (
+            hour,
+            str(r.get("org") or "")[:64],
+            str(r.get("agent") or "")[:64],
+            str(r.get("key_prefix") or "")[:16],
+            str(r.get("model_used") or "")[:200],
+            str(r.get("provider") or "")[:64],
+        )
+        acc = full.get(key)
+        if acc is None:
+            acc = full[key] = [0] * width
+            acc[6] = Decimal(0)
+        acc[0] += 1
         status = int(r.get("status") or 0)
+        if status >= 500:
+            acc[1] += 1
+        elif status >= 400:
+            acc[2] += 1
+        if r.get("fallback_reason"):
+            acc[3] += 1
+        acc[4] += int(r.get("prompt_tokens") or 0)
+        acc[5] += int(r.get("completion_tokens") or 0)
         cost = r.get("cost")
-        lat = latency_bucket(float(r.get("latency_ms") or 0.0))
-        for name, dims in GROUPINGS.items():
-            key = (name, hour, *(values[d] if d in dims else "" for d in DIMENSIONS))
-            acc = out.get(key)
-            if acc is None:
-                acc = out[key] = [0] * width
-                acc[6] = Decimal(0)
-            acc[0] += 1
-            if status >= 500:
-                acc[1] += 1
-            elif status >= 400:
-                acc[2] += 1
-            if r.get("fallback_reason"):
-                acc[3] += 1
-            acc[4] += int(r.get("prompt_tokens") or 0)
-            acc[5] += int(r.get("completion_tokens") or 0)
-            if cost is not None:
-                acc[6] += Decimal(str(cost))
-            acc[len(COUNTERS) + lat] += 1
+        if cost is not None:
+            acc[6] += Decimal(str(cost))
+        acc[ncount + latency_bucket(float(r.get("latency_ms") or 0.0))] += 1
+    out: dict[tuple, list[Any]] = {}
+    for (hour, org, agent, key_prefix, model_used, provider), acc in full.items():
+        for gkey in (
+            ("all", hour, "", "", "", "", ""),
+            ("org", hour, org, "", "", "", ""),
+            ("key", hour, org, agent, key_prefix, "", ""),
+            ("model", hour, "", "", "", model_used, provider),
+            ("full", hour, org, agent, key_prefix, model_used, provider),
+        ):
+            into = out.get(gkey)
+            if into is None:
+                out[gkey] = list(acc)
+            else:
+                for i in range(width):
+                    into[i] += acc[i]
     return out
 
 
