@@ -102,6 +102,11 @@ SWITCHBOARD_SHARED_TIMEOUT_S = env.float("SWITCHBOARD_SHARED_TIMEOUT_S", default
 # How often the usage spool file is fsynced (bound of records lost to a power loss).
 SWITCHBOARD_USAGE_FSYNC_S = env.float("SWITCHBOARD_USAGE_FSYNC_S", default=1.0)
 
+# Request and response bodies in the request log: off unless an org sets log_bodies, or
+# this for every org; cut to SWITCHBOARD_LOG_BODY_BYTES (docs/operations.md#bodies).
+SWITCHBOARD_LOG_BODIES = env.bool("SWITCHBOARD_LOG_BODIES", default=False)
+SWITCHBOARD_LOG_BODY_BYTES = env.int("SWITCHBOARD_LOG_BODY_BYTES", default=16384)
+
 # Django -----------------------------------------------------------------------
 INSTALLED_APPS = [
     "daphne",

@@ -19,6 +19,11 @@ class Org(models.Model):
         blank=True,
         help_text='Rate limits, e.g. {"rpm": 60, "tpm": 100000}: requests and tokens per minute (docs/limits.md). Blank: none.',
     )
+    log_bodies = models.BooleanField(
+        default=False,
+        help_text="Store request and response bodies (size-capped) with this org's usage records; "
+        "superusers see them in the request log (docs/operations.md#bodies). Off: never stored.",
+    )
 
     class Meta:
         ordering = ["name"]

@@ -15,8 +15,10 @@ __all__ = [
     "BreakerOverride",
     "ConfigRevision",
     "ConfigVersion",
+    "KeyUsage",
     "ResilienceSettings",
     "UsageRecord",
+    "UsageRollup",
 ]
 
 
@@ -107,12 +109,97 @@ class UsageRecord(models.Model):
         default=False,
         help_text="Answered by the response cache or a shared identical request: no upstream call, cost 0.",
     )
+    trail = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The chain trail: [model id, what happened] per link considered (docs/usage-records.md#trail).",
+    )
+    request_body = models.TextField(
+        blank=True, default="", help_text="Only for orgs with log_bodies, cut and masked (docs/operations.md#bodies)."
+    )
+    response_body = models.TextField(blank=True, default="", help_text="As request_body; non-streamed answers only.")
 
     class Meta:
         ordering = ["-created_at"]
+        # The analytics page and the request log read a time range, optionally for one
+        # org, model or key (docs/operations.md#analytics).
+        indexes = [
+            models.Index(fields=["org", "created_at"], name="usage_org_time"),
+            models.Index(fields=["model_used", "created_at"], name="usage_model_time"),
+            models.Index(fields=["key_prefix", "created_at"], name="usage_key_time"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.request_id} {self.endpoint} {self.status}"
+
+
+ROLLUP_LATENCY_BUCKETS = 28  # routing.ops.usage.rollup.LATENCY_BUCKETS
+
+
+class UsageRollup(models.Model):
+    """Usage per hour and grouping, kept by the usage writer (routing.ops.usage.rollup; docs/operations.md#analytics).
+
+    `grouping` says which dimensions a row keeps ("all", "org", "key", "model", "full");
+    the others are stored empty. lat_00..lat_27 are a latency histogram.
+    """
+
+    grouping = models.CharField(max_length=8)
+    bucket = models.DateTimeField(help_text="Start of the hour (UTC).")
+    org = models.CharField(max_length=64, blank=True)
+    agent = models.CharField(max_length=64, blank=True)
+    key_prefix = models.CharField(max_length=16, blank=True)
+    model_used = models.CharField(max_length=200, blank=True)
+    provider = models.CharField(max_length=64, blank=True)
+    requests = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+    client_errors = models.BigIntegerField(default=0)
+    fallbacks = models.BigIntegerField(default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=20, decimal_places=8, default=0)
+    for _i in range(ROLLUP_LATENCY_BUCKETS):
+        locals()[f"lat_{_i:02d}"] = models.BigIntegerField(default=0)
+    del _i
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["grouping", "bucket", "org", "agent", "key_prefix", "model_used", "provider"],
+                name="usage_rollup_key",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["grouping", "org", "bucket"], name="rollup_org_time"),
+            models.Index(fields=["grouping", "model_used", "bucket"], name="rollup_model_time"),
+            models.Index(fields=["grouping", "key_prefix", "bucket"], name="rollup_key_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.grouping} {self.bucket:%Y-%m-%d %H}h"
+
+
+class KeyUsage(models.Model):
+    """Per API key: requests, spend and the last use, kept up by the usage writer (docs/usage-records.md#key-usage).
+
+    The writer adds each committed batch in the same transaction as its usage rows (one
+    upsert per key in the batch, never per request), so the totals match the records.
+    Keyed like the records are: key prefix, org and agent.
+    """
+
+    key_prefix = models.CharField(max_length=16)
+    org = models.CharField(max_length=64)
+    agent = models.CharField(max_length=64)
+    requests = models.BigIntegerField(default=0)
+    spend = models.DecimalField(max_digits=18, decimal_places=8, default=0)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "key usage"
+        verbose_name_plural = "key usage"
+        constraints = [models.UniqueConstraint(fields=["key_prefix", "org", "agent"], name="key_usage_key")]
+
+    def __str__(self) -> str:
+        return f"{self.key_prefix} ({self.org}/{self.agent})"
 
 
 class BreakerAction(models.Model):

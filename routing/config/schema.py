@@ -274,6 +274,8 @@ ORG = Entity(
     Field("name", "str", required=True, store=TEXT, export=ALWAYS, check="slug"),
     Field("default_action", "str", default="allow", store=TEXT, export=ALWAYS, check="action", choices=ACTIONS),
     Field("limits", "mapping", export=TRUTHY, check="limits"),
+    # Store request/response bodies with the org's usage records (docs/operations.md#bodies).
+    Field("log_bodies", "bool", default=False, store=BOOL, export=TRUTHY, check="bool"),
     Field("agents", "list", column=None, store=NESTED, export=TRUTHY),
     Field("policies", "list", column=None, store=NESTED, export=TRUTHY),
     Field("credentials", "list", column=None, store=NESTED, export=TRUTHY),

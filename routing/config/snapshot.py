@@ -99,6 +99,7 @@ class OrgSpec:
     policies: tuple[PolicySpec, ...]  # ascending priority
     credentials: Mapping[str, CredentialSpec]  # provider name -> override
     limits: tuple[int | None, int | None] | None = None  # (rpm, tpm), docs/limits.md
+    log_bodies: bool = False  # store bodies with usage records (docs/operations.md#bodies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +346,7 @@ def build_snapshot(
             ),
             credentials=credentials,
             limits=_limits(o.get("limits")),
+            log_bodies=o.get("log_bodies") is True,
         )
         orgs[org.name] = org
         for a in o.get("agents") or []:

@@ -35,7 +35,7 @@ from routing.gateway.wire import (
     watch_disconnect,
     worker_header,
 )
-from routing.ops import accounting, tracing, wiring
+from routing.ops import accounting, bodies, tracing, wiring
 from routing.ops.accounting import Context
 from routing.plan import cache_key, chain, preflight
 
@@ -160,6 +160,8 @@ async def _handle(
 
     agent = key.agent
     org = agent.org
+    if org.log_bodies or settings.SWITCHBOARD_LOG_BODIES:  # opted in: docs/operations.md#bodies
+        ctx.request_body = bodies.capture(raw)
     name = select_model_name(body.get("model"), agent)
     ctx.requested = name
     model = snap.resolve(name)
@@ -223,6 +225,8 @@ async def _handle(
             await send_response(send, status, payload, headers)
         else:
             status, headers, payload = await proxy_once(executor, ctx, snap, kind, body, links, deadline, shape)
+            if ctx.request_body is not None:
+                ctx.response_body = bodies.capture(payload)
             await send_response(send, status, payload, headers)
     finally:
         watcher.cancel()

@@ -41,6 +41,8 @@ class Context:
         "tokens_estimated",
         "cache",
         "trace",
+        "request_body",
+        "response_body",
     )
 
     def __init__(self, request_id: str, started: float, endpoint: str) -> None:
@@ -64,6 +66,8 @@ class Context:
         self.tokens_estimated = False  # the tokens are the gateway's estimate: the upstream sent no usage
         self.cache = ""  # a cached model's hit|miss|bypass|coalesced (docs/cache.md); "" otherwise
         self.trace: Any = None  # a routing.ops.tracing.RequestTrace when tracing is on (docs/tracing.md)
+        self.request_body: str | None = None  # only for orgs with log_bodies (routing.ops.bodies)
+        self.response_body: str | None = None
 
 
 def finish(ctx: Context) -> None:
@@ -78,7 +82,7 @@ def finish(ctx: Context) -> None:
     busy = ctx.ttft_s if ctx.ttft_s is not None else elapsed
     model_used = model.id if model is not None else ""
     metrics.observe_request(
-        ctx.endpoint, ctx.resolved or ctx.requested, model_used, ctx.status, busy - upstream_s, fallback_reason
+        ctx.endpoint, ctx.resolved or ctx.requested, model_used, ctx.status, busy - upstream_s, fallback_reason, elapsed
     )
     cached = ctx.cache == "hit" or (ctx.cache == "coalesced" and ctx.status == 200)
     if ctx.cache:
@@ -111,4 +115,13 @@ def finish(ctx: Context) -> None:
         streamed=ctx.streamed,
         tokens_estimated=ctx.tokens_estimated,
         cached=cached,
+        trail=outcome.trail if outcome is not None else (),
+        **(_NO_BODIES if ctx.request_body is None else _bodies(ctx)),
     )
+
+
+_NO_BODIES: dict[str, str] = {}
+
+
+def _bodies(ctx: Context) -> dict[str, str]:
+    return {"request_body": ctx.request_body or "", "response_body": ctx.response_body or ""}

@@ -46,6 +46,8 @@ VERBS = ("reset", "force_open")
 MAX_FORCE_MINUTES = 7 * 24 * 60
 PERMISSION = "routing.control_breaker"  # BreakerAction.Meta.permissions
 OPERATORS_GROUP = "Operators"
+# What the group holds: breaker controls, and the analytics and request-log pages (docs/operations.md#analytics).
+OPERATOR_PERMISSIONS = (PERMISSION, "routing.view_usagerecord")
 REFUSED = "you may view the dashboard but not act on breakers: ask for the routing.control_breaker permission"
 
 
@@ -93,12 +95,13 @@ def may_control(user: Any) -> bool:
 
 
 def ensure_operators_group() -> Any:
-    """The "Operators" group holding PERMISSION (created, or completed, when needed)."""
+    """The "Operators" group holding OPERATOR_PERMISSIONS (created, or completed, when needed)."""
     from django.contrib.auth.models import Group, Permission
 
     group, _ = Group.objects.get_or_create(name=OPERATORS_GROUP)
-    app_label, codename = PERMISSION.split(".")
-    group.permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+    for permission in OPERATOR_PERMISSIONS:
+        app_label, codename = permission.split(".")
+        group.permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
     return group
 
 

@@ -129,9 +129,9 @@ _circuits: dict[tuple[str, str], Any] = {}
 _observe_overhead = OVERHEAD.observe
 
 
-# Called per served request with (requested model, status, fallback reason); the composition
-# root adds the dashboard's counters.
-request_listeners: list[Callable[[str, int, str | None], None]] = []
+# Called per finished request with (the model that served, else the last one tried; status;
+# fallback reason; latency s); the composition root adds the dashboard's counters.
+request_listeners: list[Callable[[str, int, str | None, float | None], None]] = []
 
 
 def observe_request(
@@ -141,6 +141,7 @@ def observe_request(
     status: int,
     overhead_s: float | None,
     fallback_reason: str | None = None,
+    latency_s: float | None = None,
 ) -> None:
     """Count one finished request and its gateway overhead, and tell the request listeners."""
     key = (endpoint, model, model_used, status)
@@ -151,9 +152,9 @@ def observe_request(
     if overhead_s is not None and overhead_s >= 0:
         _observe_overhead(overhead_s)
     if model_used:
-        # Per requested model: "how often do requests for this model fail, or fall back".
+        # Per link that served: "how much does chat-b carry, fallbacks included, and how fast".
         for listener in request_listeners:
-            listener(model or model_used, status, fallback_reason)
+            listener(model_used, status, fallback_reason, latency_s)
 
 
 UNKNOWN_MODEL = "(unknown)"

@@ -68,8 +68,9 @@
         }
       }
       for (const [name, m] of Object.entries(s.models || {})) {
-        const cur = models.get(name) || { rps: 0, requests: 0, errors: 0, fallbacks: 0 };
+        const cur = models.get(name) || { rps: 0, requests: 0, errors: 0, fallbacks: 0, spark: null };
         cur.rps += m.rps; cur.requests += m.requests; cur.errors += m.errors; cur.fallbacks += m.fallbacks;
+        if (m.spark) cur.spark = mergeSpark(cur.spark, m.spark);
         models.set(name, cur);
       }
       for (const pr of s.providers || []) {
@@ -78,6 +79,64 @@
       }
     }
     return { links, models, providers };
+  }
+
+  // Sparklines: per minute, requests and errors add up across processes; the p50 is
+  // their request-weighted mean (each process only knows its own histogram).
+  function mergeSpark(cur, sp) {
+    if (!cur) return { t0: sp.t0, req: sp.req.slice(), err: sp.err.slice(), p50: sp.p50.slice() };
+    const shift = Math.round((sp.t0 - cur.t0) / 60); // processes a minute apart: align on the newer
+    for (let i = 0; i < cur.req.length; i++) {
+      const j = i - shift;
+      if (j < 0 || j >= sp.req.length) continue;
+      const a = cur.req[i], b = sp.req[j];
+      if (sp.p50[j] != null) cur.p50[i] = cur.p50[i] == null || !a ? sp.p50[j] : (cur.p50[i] * a + sp.p50[j] * b) / (a + b);
+      cur.req[i] = a + b; cur.err[i] += sp.err[j];
+    }
+    return cur;
+  }
+
+  const SVG = "http://www.w3.org/2000/svg";
+  function polyline(values, max, w, h, color) {
+    const step = values.length > 1 ? w / (values.length - 1) : w;
+    const pts = [];
+    values.forEach((v, i) => { if (v != null) pts.push((i * step).toFixed(1) + "," + (h - 1 - (v / (max || 1)) * (h - 2)).toFixed(1)); });
+    const line = document.createElementNS(SVG, "polyline");
+    line.setAttribute("points", pts.join(" "));
+    line.setAttribute("fill", "none");
+    line.setAttribute("stroke", color);
+    line.setAttribute("stroke-width", "1.5");
+    return line;
+  }
+
+  function drawSpark(td, sp) {
+    const req = sp ? sp.req : [], err = sp ? sp.err : [], p50 = sp ? sp.p50 : [];
+    const total = req.reduce((a, b) => a + b, 0), errors = err.reduce((a, b) => a + b, 0);
+    const key = JSON.stringify([req, err, p50]);
+    if (td.dataset.drawn === key) return;
+    td.dataset.drawn = key;
+    td.dataset.requests = String(total);
+    td.dataset.errors = String(errors);
+    td.textContent = "";
+    const w = 90, h = 22;
+    const traffic = document.createElementNS(SVG, "svg");
+    traffic.setAttribute("class", "spark"); traffic.setAttribute("data-spark", "traffic");
+    traffic.setAttribute("width", w); traffic.setAttribute("height", h);
+    const max = Math.max(1, ...req);
+    traffic.appendChild(polyline(req, max, w, h, "#0969da"));
+    traffic.appendChild(polyline(err, max, w, h, "#cf222e"));
+    const tips = req.map((r, i) => r + " req, " + err[i] + " err");
+    traffic.appendChild(Object.assign(document.createElementNS(SVG, "title"), { textContent: "requests (blue) and 5xx errors (red) per minute, last 15 min: " + tips.join(" · ") }));
+    td.appendChild(traffic);
+    const lat = document.createElementNS(SVG, "svg");
+    lat.setAttribute("class", "spark"); lat.setAttribute("data-spark", "p50");
+    lat.setAttribute("width", w); lat.setAttribute("height", h);
+    const known = p50.filter((v) => v != null);
+    lat.appendChild(polyline(p50, Math.max(1, ...known), w, h, "#1a7f37"));
+    const last = known.length ? known[known.length - 1] : null;
+    lat.appendChild(Object.assign(document.createElementNS(SVG, "title"), { textContent: "p50 latency per minute" + (last != null ? "; latest " + last.toFixed(0) + " ms" : "") }));
+    td.appendChild(lat);
+    td.appendChild(el("span", { class: "muted", "data-role": "spark-label" }, " " + total + " req" + (last != null ? " · p50 " + last.toFixed(0) + " ms" : "")));
   }
 
   // ------------------------------------------------------------------ rendering
@@ -101,6 +160,7 @@
     tr.appendChild(el("td", { class: "num", "data-role": "rps" }));
     tr.appendChild(el("td", { class: "num", "data-role": "error-rate" }));
     tr.appendChild(el("td", { class: "num", "data-role": "fallback-rate" }));
+    tr.appendChild(el("td", { class: "sparks", "data-role": "spark" }));
     const controls = el("td", { class: "controls" });
     controls.appendChild(el("button", { type: "button", "data-action": "reset" }, "Reset"));
     controls.appendChild(document.createTextNode(" "));
@@ -138,6 +198,7 @@
       cell(tr, "rps").textContent = st ? st.rps.toFixed(2) : "0.00";
       cell(tr, "error-rate").textContent = st && st.requests ? pct(st.errors / st.requests) : "–";
       cell(tr, "fallback-rate").textContent = st && st.requests ? pct(st.fallbacks / st.requests) : "–";
+      if (!l.org) drawSpark(cell(tr, "spark"), st ? st.spark : null);
     }
     for (const [name, tr] of linkRows) {
       if (!m.links.has(name)) { tr.remove(); linkRows.delete(name); cooldownDeadlines.delete(name); }

@@ -252,7 +252,7 @@ def test_breaker_opening_is_pushed_live_and_reset_from_the_page_closes_it(
     page.evaluate("() => { window.__sameDocument = true; }")  # gone if the page ever reloads
 
     # Some healthy traffic, and one fallback (dash-mini's upstream fails once, dash-claude answers;
-    # the dashboard counts a request, and its fallback, for the model the client asked for).
+    # the dashboard counts a request, and its fallback, for the link that served it).
     for _ in range(6):
         assert chat(http, "dash-chat").status_code == 200
     mock_upstream.script("up-dash-mini", [{"status": 503}])
@@ -295,7 +295,7 @@ def test_breaker_opening_is_pushed_live_and_reset_from_the_page_closes_it(
         """() => {
             const rps = document.querySelector('tr[data-link="mock-openai/dash-chat"] [data-role="rps"]');
             const err = document.querySelector('tr[data-link="mock-openai/dash-primary"] [data-role="error-rate"]');
-            const fb = document.querySelector('tr[data-link="mock-openai/dash-mini"] [data-role="fallback-rate"]');
+            const fb = document.querySelector('tr[data-link="mock-anthropic/dash-claude"] [data-role="fallback-rate"]');
             const up = document.querySelectorAll('#provider-rows tr[data-status="up"]').length;
             return rps && rps.textContent !== "0.00" && err && err.textContent !== "–"
                 && fb && fb.textContent !== "–" && fb.textContent !== "0 %" && up === 2

@@ -131,10 +131,34 @@ def test_rolling_counters_give_rates_over_the_window(monkeypatch):
 def test_request_metrics_feed_the_dashboard_counters(snapshot):
     from routing.ops import metrics
 
-    counters._stats.pop("op-chat", None)
-    metrics.observe_request("chat", "op-chat", "op-chat-b", 200, 0.0002, fallback_reason="upstream_429")
-    stats = counters.model_stats()["op-chat"]  # counted for the model the client asked for
-    assert stats["requests"] == 1 and stats["fallbacks"] == 1
+    for model in ("op-chat", "op-chat-b"):
+        counters._stats.pop(model, None)
+    metrics.observe_request("chat", "op-chat", "op-chat-b", 200, 0.0002, fallback_reason="upstream_429", latency_s=0.25)
+    stats = counters.model_stats()
+    # counted for the link that served (chat-b carried the fallback), not the one asked for
+    assert "op-chat" not in stats
+    assert stats["op-chat-b"]["requests"] == 1 and stats["op-chat-b"]["fallbacks"] == 1
+    assert sum(stats["op-chat-b"]["spark"]["req"]) == 1
+
+
+def test_sparklines_give_requests_errors_and_p50_per_minute(monkeypatch):
+    now = [1_000_020.0]  # 20 s into a minute
+    monkeypatch.setattr(counters, "clock", lambda: now[0])
+    model = "spark-test-model"
+    counters._stats.pop(model, None)
+    for latency_ms in (10, 20, 30, 40, 1000):  # median 30
+        counters.note_request(model, 200, None, latency_ms / 1000)
+    now[0] += 60 * 3  # three minutes later
+    counters.note_request(model, 502, None, 2.0)
+    counters.note_request(model, 200, None, None)  # a request without a latency still counts
+    spark = counters.model_stats()[model]["spark"]
+    assert len(spark["req"]) == counters.SPARK_MINUTES and spark["t0"] % 60 == 0
+    assert spark["req"][-4:] == [5, 0, 0, 2] and spark["err"][-4:] == [0, 0, 0, 1]
+    assert spark["p50"][-3:-1] == [None, None]  # no traffic, no latency (not zero)
+    assert spark["p50"][-4] == pytest.approx(30, rel=0.13) and spark["p50"][-1] == pytest.approx(2000, rel=0.13)
+    now[0] += 60 * counters.SPARK_MINUTES  # the whole window later: all forgotten
+    assert sum(counters.model_stats()[model]["spark"]["req"]) == 0
+    counters._stats.pop(model, None)
 
 
 # --------------------------------------------------------------------------- websocket

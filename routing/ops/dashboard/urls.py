@@ -2,11 +2,14 @@
 
 from django.urls import path
 
-from routing.ops.dashboard import views
+from routing.ops.dashboard import pages, views
 
 app_name = "dashboard"
 
 urlpatterns = [
     path("", views.index, name="index"),
     path("usage/", views.usage_summary, name="usage"),
+    path("analytics/", pages.analytics_page, name="analytics"),
+    path("requests/", pages.request_log, name="requests"),
+    path("requests/<str:record_id>/", pages.request_detail, name="request"),
 ]

@@ -2,19 +2,26 @@
 
 `db_insert` writes a batch with one `INSERT ... ON CONFLICT (record_id) DO NOTHING`
 per row in one transaction, so replaying rows that are already committed is
-harmless. Text that PostgreSQL refuses (NUL, lone surrogates) is escaped, never
+harmless; the same transaction adds the batch's new rows to the per-key totals
+(routing.ops.usage.keys) and the hourly aggregates (routing.ops.usage.rollup). Text that PostgreSQL refuses (NUL, lone surrogates) is escaped, never
 dropped: see docs/usage-records.md#characters.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import queue
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
+
+from routing.ops.usage import keys as key_usage
+from routing.ops.usage import rollup
+
+log = logging.getLogger("switchboard.usage")
 
 Row = dict[str, Any]
 
@@ -55,6 +62,8 @@ def _field_converters() -> dict[str, Callable[[Any], Any]]:
             continue
         if isinstance(f, models.CharField):
             conv[f.name] = _char(f.max_length or 0)
+        elif isinstance(f, models.TextField):  # bodies: already cut at capture; this bounds a hostile spool row
+            conv[f.name] = _char(MAX_TEXT)
         elif isinstance(f, models.DateTimeField):
             conv[f.name] = _datetime
         elif isinstance(f, models.DecimalField):
@@ -65,6 +74,8 @@ def _field_converters() -> dict[str, Callable[[Any], Any]]:
             conv[f.name] = _nullable_uint if f.null else _uint
         elif isinstance(f, models.FloatField):
             conv[f.name] = _nullable_float if f.null else _float
+        elif isinstance(f, models.JSONField):
+            conv[f.name] = _json
     _converters = conv
     return conv
 
@@ -91,6 +102,23 @@ def _decimal(value: Any) -> Decimal | None:
     if value is None:
         return None
     return Decimal(str(value)).quantize(Decimal("0.00000001"))
+
+
+MAX_TEXT = 1 << 20
+MAX_JSON_ITEMS = 32  # a trail is at most fallback_max_depth + 1 links; this only bounds a hostile row
+
+
+def _json(value: Any) -> list[Any]:
+    """A list of short JSON values (the trail: [model id, outcome] pairs), text made PostgreSQL-safe."""
+    if not isinstance(value, list | tuple):
+        return []
+    out: list[Any] = []
+    for item in value[:MAX_JSON_ITEMS]:
+        if isinstance(item, list | tuple):
+            out.append([pg_safe(str(v))[:200] for v in item[:4]])
+        elif item is not None:
+            out.append(pg_safe(str(item))[:200])
+    return out
 
 
 def _uint(value: Any) -> int:
@@ -156,6 +184,8 @@ def _converters_for(fields: list[Any], ops: Any, using: str) -> list[tuple[str, 
                     ),
                 )
             )
+        elif isinstance(f, models.JSONField):
+            out.append((f.name, lambda v, base=base: ops.adapt_json_value(base(v), None)))
         else:
             out.append((f.name, base))
     _column_converters[using] = out
@@ -191,10 +221,42 @@ def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500) ->
         raise _Poison(str(exc)) from exc
     try:
         with transaction.atomic(using=using), connection.cursor() as cursor:
+            fresh = _fresh_rows(cursor, connection, rows)  # before the insert: a replay must not count twice
             for start in range(0, len(values), batch_size):
                 cursor.executemany(sql, values[start : start + batch_size])
+            _add_aggregates(cursor, connection, fresh, using)
     except (IntegrityError, DataError) as exc:
         raise _Poison(str(exc)) from exc
+
+
+_aggregates_failing = False
+
+
+def _add_aggregates(cursor: Any, connection: Any, rows: list[Row], using: str) -> None:
+    """Per-key totals and hourly rollups, in a savepoint: if only they fail (a table missing), the records commit."""
+    global _aggregates_failing
+    from django.db import DatabaseError, transaction
+
+    if not rows:
+        return
+    try:
+        with transaction.atomic(using=using):
+            key_usage.add(cursor, connection, rows, _datetime)
+            rollup.add(cursor, connection, rows, _datetime)
+    except DatabaseError as exc:
+        if not _aggregates_failing:
+            log.warning("usage aggregates not updated (%s); the usage records are written all the same", exc)
+        _aggregates_failing = True
+        return
+    _aggregates_failing = False
+
+
+def _fresh_rows(cursor: Any, connection: Any, rows: list[Row]) -> list[Row]:
+    """The rows of the batch not stored yet (record_id as `to_values` fills it)."""
+    from routing.models import UsageRecord
+
+    keyed = [r if r.get("record_id") else {**r, "record_id": str(r["request_id"])[:32]} for r in rows]
+    return key_usage.new_rows(cursor, connection.ops.quote_name, UsageRecord._meta.db_table, keyed)
 
 
 class _DaemonWorker:
