@@ -68,10 +68,14 @@ class MockUpstream:
         self.url = f"http://127.0.0.1:{self.port}"
         self.client = httpx.Client(base_url=self.url, timeout=10)
 
-    def script(self, model: str, steps: list[dict] | None = None, then: dict | None = None) -> None:
+    def script(
+        self, model: str, steps: list[dict] | None = None, then: dict | None = None, when: dict | None = None
+    ) -> None:
         payload: dict = {"model": model, "steps": steps or []}
         if then is not None:
             payload["then"] = then
+        if when is not None:
+            payload["when"] = when
         self.client.post("/_control/script", json=payload).raise_for_status()
 
     def calls(self, model: str) -> dict:
