@@ -150,6 +150,10 @@ class OrgView:
 
 
 Listener = Callable[[BreakerKey, State, State], None]
+# Asked when an open breaker's cooldown is over, before it half-opens: 0 lets this process
+# probe, > 0 keeps the link open that many seconds more (another process holds the cluster's
+# probe). Set by the shared-breaker sync (docs/scale-out.md#shared-breakers); O(1), no I/O.
+ProbeGate = Callable[[BreakerKey, float], float]
 OrgListener = Callable[[BreakerKey, str, State, State], None]
 
 _ALLOWED = Admission(True, 0, 0.0)
@@ -207,6 +211,7 @@ class BreakerRegistry:
         self._breakers: dict[BreakerKey, _Breaker] = {}
         self._listeners: list[Listener] = []
         self._org_listeners: list[OrgListener] = []
+        self.probe_gate: ProbeGate | None = None
 
     # --- request path -----------------------------------------------------
 
@@ -242,6 +247,8 @@ class BreakerRegistry:
             return _ALLOWED if view is None else _PROBE_ORG
         if b.state is State.OPEN:
             remaining = b.opened_at + cooldown_s - now
+            if remaining <= 0 and self.probe_gate is not None:
+                remaining = self.probe_gate(key, cooldown_s)
             if remaining > 0:
                 if view is not None:
                     view.probe_at = None
@@ -336,12 +343,58 @@ class BreakerRegistry:
                     remaining = max(b.forced_until - self._wall(), 0.0)
             elif b.state is State.OPEN:
                 remaining = b.opened_at + b.cooldown_s - now
-                if remaining <= 0:
+                if remaining <= 0 and self.probe_gate is not None:
+                    remaining = 0.0  # the next request asks the gate; a view never takes a probe lease
+                elif remaining <= 0:
                     remaining = 0.0
                     b.probe_at = None
                     self._set(key, b, State.HALF_OPEN)
             out.append(BreakerView(key, b.state, b.failures, remaining, b.forced_reason, b.forced_until))
         return out
+
+    def view(self, key: BreakerKey) -> BreakerView | None:
+        """One breaker's view without side effects (None: it never failed)."""
+        b = self._breakers.get(key)
+        if b is None:
+            return None
+        remaining = 0.0
+        if b.forced_reason is None and b.state is State.OPEN:
+            remaining = max(b.opened_at + b.cooldown_s - self._clock(), 0.0)
+        return BreakerView(key, b.state, b.failures, remaining, b.forced_reason, b.forced_until)
+
+    def cooldown_of(self, key: BreakerKey) -> float:
+        """The cooldown the link was last used with (30 s before its first use)."""
+        b = self._breakers.get(key)
+        return 30.0 if b is None else b.cooldown_s
+
+    def adopt_open(self, key: BreakerKey, remaining_s: float, cooldown_s: float) -> bool:
+        """Open the link as another process did: its cooldown ends in `remaining_s` here too.
+
+        A forced breaker is left alone (operator controls travel their own way). Listeners
+        hear the transition like any other. Returns whether anything changed.
+        """
+        b = self._breakers.get(key)
+        if b is None:
+            b = self._breakers[key] = _Breaker()
+        if b.forced_reason is not None:
+            return False
+        b.cooldown_s = cooldown_s
+        opened_at = self._clock() + min(max(remaining_s, 0.0), cooldown_s) - cooldown_s
+        changed = b.state is not State.OPEN or abs(opened_at - b.opened_at) > 0.05
+        b.opened_at = opened_at
+        b.probe_at = None
+        self._set(key, b, State.OPEN)
+        return changed
+
+    def adopt_closed(self, key: BreakerKey) -> bool:
+        """Close the link as another process's probe did (org views and forced breakers stay)."""
+        b = self._breakers.get(key)
+        if b is None or b.forced_reason is not None or b.state is State.CLOSED:
+            return False
+        b.failures = 0
+        b.probe_at = None
+        self._set(key, b, State.CLOSED)
+        return True
 
     def org_views(self) -> list[OrgView]:
         """Every org view that is not closed or has failures (dashboard, metrics)."""

@@ -22,7 +22,7 @@ from routing.config import live
 from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
-from routing.ops import background, controls, metrics, usage
+from routing.ops import background, breaker_sync, controls, metrics, usage
 from routing.ops.dashboard import counters, feed, state
 from routing.plan.chain import breaker_keys
 from routing.plan.limits import Limiter
@@ -80,6 +80,7 @@ class _Observer(metrics.MetricsObserver):
 def _retain_breakers(snapshot: live.Snapshot) -> None:
     keys = breaker_keys(snapshot)
     breakers.retain(keys)
+    breaker_sync.set_known(keys)  # transitions heard from other processes apply to these links only
     if snapshot.overrides:  # operators' stored force-open / reset (docs/scale-out.md#controls)
         try:
             feed.call_on_loop(lambda: controls.apply_persisted(snapshot.overrides, keys))
@@ -107,6 +108,7 @@ def start() -> Process:
             ("config-poller", background.config_poller),
             ("usage-writer", usage.run_writer),
             ("breaker-controls", controls.control_listener),
+            ("breaker-sync", breaker_sync.run),
             ("dashboard-broadcaster", state.run_broadcaster),
             ("health-prober", health.run_prober),
             ("metrics-refresher", metrics.run_refresher),
