@@ -396,6 +396,38 @@ class BreakerRegistry:
         self._set(key, b, State.CLOSED)
         return True
 
+    def org_view(self, key: BreakerKey, org: str) -> OrgView | None:
+        """One org's view of a link without side effects (None: it has none)."""
+        b = self._breakers.get(key)
+        view = None if b is None else b.orgs.get(org)
+        if view is None:
+            return None
+        remaining = 0.0
+        if view.state is State.OPEN:
+            remaining = max(view.opened_at + b.cooldown_s - self._clock(), 0.0)
+        return OrgView(key, org, view.state, view.failures, remaining)
+
+    def adopt_org_open(self, key: BreakerKey, org: str, remaining_s: float, cooldown_s: float) -> None:
+        """Open an org's view of the link as another process did, with the same remaining cooldown."""
+        b = self._breakers.get(key)
+        if b is None:
+            b = self._breakers[key] = _Breaker()
+        b.cooldown_s = cooldown_s
+        view = b.orgs.get(org)
+        if view is None:
+            view = b.orgs[org] = _View()
+        view.opened_at = self._clock() + min(max(remaining_s, 0.0), cooldown_s) - cooldown_s
+        view.probe_at = None
+        self._set_view(key, org, view, State.OPEN)
+
+    def adopt_org_closed(self, key: BreakerKey, org: str) -> None:
+        """Close an org's view of the link as another process's probe did."""
+        b = self._breakers.get(key)
+        view = None if b is None else b.orgs.get(org)
+        if view is not None and view.state is not State.CLOSED:
+            del b.orgs[org]
+            self._set_view(key, org, view, State.CLOSED)
+
     def org_views(self) -> list[OrgView]:
         """Every org view that is not closed or has failures (dashboard, metrics)."""
         now = self._clock()

@@ -22,7 +22,7 @@ background task (`BreakerSync.run`, started by routing.ops.wiring):
 
 Forced breakers are not published here: operator controls travel on their own path
 (routing.ops.controls, stored in the database). Org views (docs/resilience.md#org-views)
-stay per process. The Redis client is built like the idempotency store's: short socket
+are shared too (open and close), but each process probes an org's view on its own. The Redis client is built like the idempotency store's: short socket
 timeouts (`shared_timeout_s`), no retries inside redis-py, one outage logged once.
 """
 
@@ -65,6 +65,7 @@ class Transition:
     cooldown_s: float
     origin: str  # the process that made it ("host:pid")
     seq: int = 0  # per origin, increasing: orders one process's transitions made within one clock tick
+    org: str | None = None  # an org's own view of the link (docs/resilience.md#org-views); None: the link
 
 
 def encode(t: Transition) -> bytes:
@@ -78,6 +79,7 @@ def encode(t: Transition) -> bytes:
             "c": t.cooldown_s,
             "o": t.origin,
             "n": t.seq,
+            **({"g": t.org} if t.org is not None else {}),
         }
     )
 
@@ -95,6 +97,7 @@ def decode(raw: bytes | str) -> Transition:
             float(m["c"]),
             str(m["o"]),
             int(m.get("n", 0)),
+            None if m.get("g") is None else str(m["g"]),
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"not a breaker transition ({exc})") from None
@@ -140,7 +143,8 @@ class BreakerSync:
         self.known: Container[BreakerKey] | None = None
         self.connected = False  # Redis reachable: publish, and take leases before probing
         self.degraded = False
-        self.last: dict[BreakerKey, tuple[float, str, int]] = {}  # newest transition known per link: (at, origin, seq)
+        # newest transition known per link (and per org view): (at, origin, seq)
+        self.last: dict[tuple[BreakerKey, str | None], tuple[float, str, int]] = {}
         self.seq = 0
         self.leases: dict[BreakerKey, tuple[bool, float]] = {}  # (held by this process, until on `clock`)
         self.outbox: deque[Transition] = deque(maxlen=OUTBOX_MAX)
@@ -156,10 +160,12 @@ class BreakerSync:
 
     def install(self) -> None:
         self.registry.add_listener(self.on_transition)
+        self.registry.add_org_listener(self.on_org_transition)
         self.registry.probe_gate = self.gate
 
     def uninstall(self) -> None:
         self.registry.remove_listener(self.on_transition)
+        self.registry.remove_org_listener(self.on_org_transition)
         if self.registry.probe_gate == self.gate:
             self.registry.probe_gate = None
 
@@ -175,13 +181,28 @@ class BreakerSync:
         until = now + view.cooldown_remaining_s if new is State.OPEN else 0.0
         cooldown = self.registry.cooldown_of(key)
         self.seq += 1
-        self.last[key] = (now, self.origin, self.seq)
+        self.last[(key, None)] = (now, self.origin, self.seq)
         if new is not State.HALF_OPEN:  # the probe's outcome: give the lease back
             lease = self.leases.pop(key, None)
             if lease is not None and lease[0] and self.connected:
                 self.releases.append(key)
         if self.connected:
             self.outbox.append(Transition(key, new, now, until, cooldown, self.origin, self.seq))
+            self._kick()
+
+    def on_org_transition(self, key: BreakerKey, org: str, old: State, new: State) -> None:
+        """Org-view listener: opens and closes of an org's view are shared too (its probes stay per process)."""
+        if self._adopting or new is State.HALF_OPEN:
+            return
+        key = BreakerKey.of(key)
+        view = self.registry.org_view(key, org)
+        now = self.wall()
+        until = now + view.cooldown_remaining_s if view is not None and new is State.OPEN else 0.0
+        self.seq += 1
+        self.last[(key, org)] = (now, self.origin, self.seq)
+        if self.connected:
+            cooldown = self.registry.cooldown_of(key)
+            self.outbox.append(Transition(key, new, now, until, cooldown, self.origin, self.seq, org))
             self._kick()
 
     def gate(self, key: BreakerKey, cooldown_s: float) -> float:
@@ -203,13 +224,18 @@ class BreakerSync:
             return False
         if self.known is not None and t.key not in self.known:
             return False
-        last = self.last.get(t.key)
+        last = self.last.get((t.key, t.org))
         if last is not None and (t.seq <= last[2] if t.origin == last[1] else t.at < last[0]):
             return False  # a duplicate, or older than what this process knows of the link
-        self.last[t.key] = (t.at, t.origin, t.seq)
+        self.last[(t.key, t.org)] = (t.at, t.origin, t.seq)
         self._adopting = True
         try:
-            if t.state is State.OPEN:
+            if t.org is not None:
+                if t.state is State.OPEN:
+                    self.registry.adopt_org_open(t.key, t.org, t.until - self.wall(), t.cooldown_s)
+                elif t.state is State.CLOSED:
+                    self.registry.adopt_org_closed(t.key, t.org)
+            elif t.state is State.OPEN:
                 self.leases.pop(t.key, None)
                 self.registry.adopt_open(t.key, t.until - self.wall(), t.cooldown_s)
             elif t.state is State.CLOSED:
@@ -381,11 +407,20 @@ class BreakerSync:
             if view.forced_reason is not None or view.state is State.CLOSED:
                 continue
             key = BreakerKey.of(view.key)
-            at = self.last.get(key, (now, self.origin, 0))[0]
+            at = self.last.get((key, None), (now, self.origin, 0))[0]
             until = now + view.cooldown_remaining_s if view.state is State.OPEN else 0.0
             self.seq += 1
             cooldown = self.registry.cooldown_of(key)
             self.outbox.append(Transition(key, view.state, at, until, cooldown, self.origin, self.seq))
+        for ov in self.registry.org_views():
+            if ov.state is not State.OPEN:
+                continue
+            key = BreakerKey.of(ov.key)
+            at = self.last.get((key, ov.org), (now, self.origin, 0))[0]
+            self.seq += 1
+            cooldown = self.registry.cooldown_of(key)
+            until = now + ov.cooldown_remaining_s
+            self.outbox.append(Transition(key, State.OPEN, at, until, cooldown, self.origin, self.seq, ov.org))
         if self.outbox:
             self._kick()
 

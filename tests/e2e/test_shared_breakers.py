@@ -159,6 +159,30 @@ def test_an_open_link_is_refused_by_the_other_process_and_probed_once_for_both(p
     assert chat(two, one.api_key).status_code == 200
 
 
+def test_one_orgs_own_view_opened_on_process_1_refuses_that_org_on_process_2(pair, mock_upstream):
+    one, two, beta = pair
+    mock_upstream.script("up-steady", [], then={"status": 500}, when={"field": "user", "equals": "bad-acme"})
+    for _ in range(2):
+        response = httpx.post(
+            f"{one.url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {one.api_key}"},
+            json={"model": "steady", "user": "bad-acme", "messages": [{"role": "user", "content": "hi"}]},
+            timeout=20,
+        )
+        assert code(response) == "upstream_error"
+    labels = {"provider": "mock", "model": "steady", "org": "acme"}
+    wait_metric(two, "switchboard_circuit_org_state", 1, within_s=1.0 + SLACK_S, **labels)
+    before = mock_upstream.count("up-steady")
+    assert code(chat(two, one.api_key, "steady")) == "circuit_open"  # acme: refused without a call
+    assert mock_upstream.count("up-steady") == before
+    assert chat(two, beta, "steady").status_code == 200  # beta is served by the same link
+    assert metric(two, "switchboard_circuit_state", provider="mock", model="steady") == 0
+    one.manage("breaker", "reset", "mock", "steady")  # closes acme's view too, in both processes
+    wait_metric(two, "switchboard_circuit_org_state", 0, within_s=1.0 + SLACK_S, **labels)
+    mock_upstream.script("up-steady", [], then={"status": 200}, when={"field": "user", "equals": "bad-acme"})
+    assert chat(two, one.api_key, "steady").status_code == 200
+
+
 def test_redis_stopped_under_load_fails_nothing_and_sharing_resumes(pair, mock_upstream, redis_server):
     one, two, beta = pair
     mock_upstream.script(UPSTREAM, [], then={"status": 200})

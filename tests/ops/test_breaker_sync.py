@@ -38,9 +38,9 @@ def opened_elsewhere(
     return Transition(key, State.OPEN, at, at + left, CD, origin)
 
 
-@pytest.mark.parametrize("key", [KEY, BYO], ids=["shared", "byo"])
-def test_a_transition_survives_encode_and_decode(key) -> None:
-    t = Transition(key, State.HALF_OPEN, EPOCH, 0.0, 12.5, "host:42", 7)
+@pytest.mark.parametrize(("key", "org"), [(KEY, None), (BYO, None), (KEY, "acme")], ids=["shared", "byo", "org-view"])
+def test_a_transition_survives_encode_and_decode(key, org) -> None:
+    t = Transition(key, State.HALF_OPEN, EPOCH, 0.0, 12.5, "host:42", 7, org)
     assert decode(encode(t)) == t
     assert decode(encode(t).decode()) == t
 
@@ -108,6 +108,28 @@ def test_local_transitions_are_queued_for_publishing_with_their_cooldown() -> No
     (t,) = sync.outbox
     assert (t.key, t.state, t.at, t.until, t.cooldown_s, t.origin) == (KEY, State.OPEN, EPOCH, EPOCH + CD, CD, "here:1")
     assert decode(encode(t)) == t
+
+
+def test_org_views_are_shared_open_and_closed_but_probed_per_process() -> None:
+    here, _, _ = make("here:1")
+    there, _, wall = make("there:2")
+    here.connected = True
+    for _ in range(TH):
+        here.registry.record_failure(KEY, 0, TH, CD, "acme")
+    (opened,) = here.outbox
+    assert (opened.org, opened.state, opened.until) == ("acme", State.OPEN, EPOCH + CD)
+    wall.advance(1.0)
+    assert there.apply(decode(encode(opened)))
+    assert there.registry.org_state(KEY, "acme") is State.OPEN and there.registry.state(KEY) is State.CLOSED
+    refused = there.registry.admit(KEY, TH, CD, "acme")
+    assert not refused.allowed and refused.retry_after_s == pytest.approx(CD - 1.0)
+    assert there.registry.admit(KEY, TH, CD, "beta").allowed
+    assert not there.apply(opened)  # idempotent
+    here.outbox.clear()
+    here.registry.reset(KEY)
+    closed = [t for t in here.outbox if t.org == "acme"]
+    assert [t.state for t in closed] == [State.CLOSED]
+    assert there.apply(closed[0]) and there.registry.org_state(KEY, "acme") is State.CLOSED
 
 
 def test_forced_breakers_and_disconnected_processes_publish_nothing() -> None:
