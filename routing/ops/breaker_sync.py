@@ -29,6 +29,7 @@ timeouts (`shared_timeout_s`), no retries inside redis-py, one outage logged onc
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections import deque
@@ -43,7 +44,7 @@ from routing.core.breaker import BreakerKey, BreakerRegistry, State
 
 log = logging.getLogger("switchboard.breakers")
 
-CHANNEL_PREFIX = "switchboard:breakers:"  # + the Redis db index (pub/sub ignores the db)
+CHANNEL_PREFIX = "switchboard:breakers:"  # + the Redis db index (pub/sub ignores the db) + the cluster
 LEASE_PREFIX = "switchboard:breaker-probe:"
 STATE_NAMES = ("closed", "open", "half_open")
 LEASE_WAIT_S = 0.05  # how long a request is told to wait while the lease is being asked for
@@ -106,14 +107,27 @@ def decode(raw: bytes | str) -> Transition:
     return t
 
 
-def channel_for(redis_url: str) -> str:
-    """The pub/sub channel of this Redis database (pub/sub is server-wide, keys are per db)."""
+def channel_for(redis_url: str, cluster: str = "") -> str:
+    """The pub/sub channel of this Redis database and cluster (pub/sub is server-wide, keys are per db)."""
     path = urlparse(redis_url).path.strip("/")
-    return CHANNEL_PREFIX + (path or "0")
+    return f"{CHANNEL_PREFIX}{path or '0'}:{cluster}"
 
 
-def lease_key(key: BreakerKey) -> str:
-    return LEASE_PREFIX + orjson.dumps(key.wire()).decode()
+def lease_key(key: BreakerKey, cluster: str = "") -> str:
+    return f"{LEASE_PREFIX}{cluster}:{orjson.dumps(key.wire()).decode()}"
+
+
+def cluster_of(settings: Any) -> str:
+    """Which processes share breakers: SWITCHBOARD_CLUSTER, or else those on one configuration database.
+
+    Two deployments (or test servers) on one Redis but different databases stay apart.
+    """
+    name = getattr(settings, "SWITCHBOARD_CLUSTER", "") or ""
+    if name:
+        return name
+    db = settings.DATABASES["default"]
+    ident = f"{db.get('ENGINE')}|{db.get('HOST', '')}|{db.get('PORT', '')}|{db.get('NAME')}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
 class BreakerSync:
@@ -130,13 +144,15 @@ class BreakerSync:
         origin: str,
         redis_url: str,
         timeout_s: float = 1.0,
+        cluster: str = "",
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.registry = registry
         self.origin = origin
         self.redis_url = redis_url
-        self.channel = channel_for(redis_url)
+        self.cluster = cluster
+        self.channel = channel_for(redis_url, cluster)
         self.timeout_s = timeout_s
         self.clock = clock
         self.wall = wall
@@ -340,7 +356,9 @@ class BreakerSync:
             self._wake.clear()
             while self.releases:
                 key = self.releases.popleft()
-                await asyncio.wait_for(client.eval(_RELEASE, 1, lease_key(key), self.origin), self.timeout_s)
+                await asyncio.wait_for(
+                    client.eval(_RELEASE, 1, lease_key(key, self.cluster), self.origin), self.timeout_s
+                )
             while self.wanted:
                 key, cooldown = next(iter(self.wanted.items()))
                 await self._take_lease(client, key, cooldown)
@@ -354,7 +372,7 @@ class BreakerSync:
     async def _take_lease(self, client: Any, key: BreakerKey, cooldown_s: float) -> None:
         """SET NX PX: this process probes the link for the cluster, or learns until when another does."""
         ttl_ms = max(int(cooldown_s * 1000), 100)
-        name = lease_key(key)
+        name = lease_key(key, self.cluster)
         won = await asyncio.wait_for(client.set(name, self.origin, nx=True, px=ttl_ms), self.timeout_s)
         now = self.clock()
         if won:
@@ -446,7 +464,7 @@ async def run() -> None:
     if not url:
         return
     if _sync is None:
-        _sync = BreakerSync(registry, feed.PROCESS_ID, url, timeout_s=shared_timeout_s())
+        _sync = BreakerSync(registry, feed.PROCESS_ID, url, shared_timeout_s(), cluster_of(settings))
         _sync.install()
         _sync.known = _known
     await _sync.run()

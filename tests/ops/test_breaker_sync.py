@@ -60,9 +60,19 @@ def test_garbage_is_refused_with_a_reason(raw) -> None:
         decode(raw)
 
 
-def test_the_channel_is_per_redis_database() -> None:
+def test_the_channel_is_per_redis_database_and_cluster() -> None:
+    from types import SimpleNamespace
+
     assert breaker_sync.channel_for("redis://h:6379/4") != breaker_sync.channel_for("redis://h:6379/5")
     assert breaker_sync.channel_for("redis://h:6379") == breaker_sync.channel_for("redis://h:6379/0")
+    assert breaker_sync.channel_for("redis://h/4", "a") != breaker_sync.channel_for("redis://h/4", "b")
+
+    def settings(cluster: str, name: str) -> SimpleNamespace:
+        return SimpleNamespace(SWITCHBOARD_CLUSTER=cluster, DATABASES={"default": {"ENGINE": "pg", "NAME": name}})
+
+    assert breaker_sync.cluster_of(settings("", "a")) == breaker_sync.cluster_of(settings("", "a"))
+    assert breaker_sync.cluster_of(settings("", "a")) != breaker_sync.cluster_of(settings("", "b"))
+    assert breaker_sync.cluster_of(settings("prod-eu", "a")) == "prod-eu"
 
 
 def test_an_open_heard_from_another_process_opens_here_with_the_same_remaining_cooldown() -> None:
