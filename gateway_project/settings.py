@@ -51,6 +51,9 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# Processes that share breakers over Redis (docs/scale-out.md#shared-breakers); default: those
+# on the same configuration database.
+SWITCHBOARD_CLUSTER = env.str("SWITCHBOARD_CLUSTER", default="")
 
 # Gateway ----------------------------------------------------------------------
 # Request bodies over this many bytes get 413 request_too_large.

@@ -18,7 +18,10 @@ Faults are scripted per upstream model name (the body's "model"; TEI has none, s
 its key is "tei"): POST /_control/script {"model": "m1", "steps": [{"status": 500},
 {"status": 429, "headers": {"Retry-After": "1"}}, {}], "then": {"status": 503}}.
 Each request of that model consumes one step; when they run out, `then` applies
-(default: a normal 200). Step fields: status, headers, body (raw string), delay_ms
+(default: a normal 200). A script with "when": {"field": F, "equals": V} (a top-level
+body field, e.g. "user") or {"header": H, "equals": V} applies only to the requests that
+match it, next to the model's other scripts: the gateway's org-isolation tests fail one
+caller's requests only. Step fields: status, headers, body (raw string), delay_ms
 (before headers), hang (never answer), empty_stream (200 SSE, no frames), frames,
 frame_delay_ms, first_frame_delay_ms, break_after (abort the connection after k
 frames), no_done (end cleanly without the terminator), invalid_json (2xx non-JSON),
@@ -61,7 +64,7 @@ JSON_TYPE = "application/json"
 class ModelState:
     """What happened to one upstream model name, and what it should do next."""
 
-    __slots__ = ("count", "requests", "disconnected", "disconnected_at", "in_flight", "steps", "then")
+    __slots__ = ("count", "requests", "disconnected", "disconnected_at", "in_flight", "steps", "then", "rules")
 
     def __init__(self) -> None:
         self.count = 0
@@ -71,8 +74,14 @@ class ModelState:
         self.in_flight = 0
         self.steps: deque[dict[str, Any]] = deque()
         self.then: dict[str, Any] | None = None
+        # conditional scripts: (("field"|"header", name, value), steps, then)
+        self.rules: list[tuple[tuple[str, str, Any], deque[dict[str, Any]], dict[str, Any] | None]] = []
 
-    def next_step(self) -> dict[str, Any] | None:
+    def next_step(self, body: dict[str, Any] | None = None, headers: Any = None) -> dict[str, Any] | None:
+        for (kind, name, value), steps, then in self.rules:
+            got = (body or {}).get(name) if kind == "field" else (headers or {}).get(name)
+            if got == value:
+                return steps.popleft() if steps else then
         return self.steps.popleft() if self.steps else self.then
 
 
@@ -283,7 +292,7 @@ def _route(
         ms.requests.append(
             (request.path, request.headers, raw, transport.get_extra_info("peername") if transport else None)
         )
-        step = ms.next_step()
+        step = ms.next_step(body, request.headers) if ms.rules else ms.next_step()
         ms.in_flight += 1
         state.notify()
         try:
@@ -647,6 +656,15 @@ async def _control_script(request: web.Request) -> web.StreamResponse:
     ):
         return _bad("steps must be a list of objects and then an object")
     ms = request.app[STATE].model(spec["model"])
+    when = spec.get("when")
+    if when is not None:
+        kinds = [k for k in ("field", "header") if isinstance(when, dict) and isinstance(when.get(k), str)]
+        if len(kinds) != 1 or "equals" not in when:
+            return _bad('when must be {"field": NAME, "equals": VALUE} or {"header": NAME, "equals": VALUE}')
+        rule = (kinds[0], when[kinds[0]], when["equals"])
+        ms.rules = [r for r in ms.rules if r[0] != rule]
+        ms.rules.append((rule, deque(steps), then))
+        return web.Response(body=orjson.dumps({"model": spec["model"], "steps": len(steps)}), content_type=JSON_TYPE)
     ms.steps = deque(steps)
     ms.then = then
     return web.Response(body=orjson.dumps({"model": spec["model"], "steps": len(steps)}), content_type=JSON_TYPE)

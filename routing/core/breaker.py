@@ -6,6 +6,16 @@ the probe's success closes, its failure re-opens for a new cooldown. A probe who
 outcome never comes back is presumed lost after one cooldown and a new one is
 admitted. An operator may force a breaker open (maintenance) until reset or expiry.
 
+Org views (docs/resilience.md#org-views): callers that know the request's organisation
+pass `org`. Each org then also has its own view of the link, with the same state
+machine; a run of failures that all come from one org opens only that org's view. The
+shared breaker opens only when the run of consecutive failures reached the threshold
+*and* is mixed: another org's request (or one with no org) failed too, or the org's
+view opened while another org's view was not closed. Any success on the link ends the
+run. Tracking "mixed" needs the run's first org and one flag, so
+admission stays one dict lookup (two while some org's view is not closed) with no
+allocation.
+
 Everything runs on the event loop thread and never awaits, so no locks. State lives
 outside the configuration snapshot: `retain()` keeps it for links that survive a
 rebuild.
@@ -104,10 +114,17 @@ class State(enum.IntEnum):
     HALF_OPEN = 2
 
 
+# Admission.probe is a small set of flags (truthy = "this request is a probe"): PROBE_LINK for
+# the shared breaker's probe (True is PROBE_LINK, so old callers passing a bool still work),
+# PROBE_ORG for the request's org view's probe, or both.
+PROBE_LINK = 1
+PROBE_ORG = 2
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     allowed: bool
-    probe: bool
+    probe: int  # PROBE_LINK | PROBE_ORG flags; 0: not a probe
     retry_after_s: float  # when refused: seconds until a request may be admitted again
 
 
@@ -121,14 +138,55 @@ class BreakerView:
     forced_until: float | None  # epoch seconds; None = until reset
 
 
-Listener = Callable[[BreakerKey, State, State], None]
+@dataclass(frozen=True, slots=True)
+class OrgView:
+    """One organisation's own view of a shared link (only those not closed, or with failures)."""
 
-_ALLOWED = Admission(True, False, 0.0)
-_PROBE = Admission(True, True, 0.0)
+    key: BreakerKey
+    org: str
+    state: State
+    consecutive_failures: int
+    cooldown_remaining_s: float
+
+
+Listener = Callable[[BreakerKey, State, State], None]
+# Asked when an open breaker's cooldown is over, before it half-opens: 0 lets this process
+# probe, > 0 keeps the link open that many seconds more (another process holds the cluster's
+# probe). Set by the shared-breaker sync (docs/scale-out.md#shared-breakers); O(1), no I/O.
+ProbeGate = Callable[[BreakerKey, float], float]
+OrgListener = Callable[[BreakerKey, str, State, State], None]
+
+_ALLOWED = Admission(True, 0, 0.0)
+_PROBE = Admission(True, PROBE_LINK, 0.0)
+_PROBE_ORG = Admission(True, PROBE_ORG, 0.0)
+_PROBE_BOTH = Admission(True, PROBE_LINK | PROBE_ORG, 0.0)
+
+
+class _View:
+    """An org's view of a link: the breaker state machine without forcing."""
+
+    __slots__ = ("state", "failures", "opened_at", "probe_at")
+
+    def __init__(self) -> None:
+        self.state = State.CLOSED
+        self.failures = 0
+        self.opened_at = 0.0  # monotonic
+        self.probe_at: float | None = None  # monotonic start of the probe in flight
 
 
 class _Breaker:
-    __slots__ = ("state", "failures", "opened_at", "probe_at", "cooldown_s", "forced_reason", "forced_until")
+    __slots__ = (
+        "state",
+        "failures",
+        "opened_at",
+        "probe_at",
+        "cooldown_s",
+        "forced_reason",
+        "forced_until",
+        "run_org",
+        "mixed",
+        "orgs",
+    )
 
     def __init__(self) -> None:
         self.state = State.CLOSED
@@ -139,6 +197,9 @@ class _Breaker:
         self.forced_reason: str | None = None
         self.forced_until: float | None = None
         # forced is a separate flag from state so reset/expiry know what to undo
+        self.run_org: str | None = None  # the org of the first failure of the current run
+        self.mixed = False  # the run has a failure from another org (or from no org)
+        self.orgs: dict[str, _View] = {}  # org views with failures or not closed; empty: none
 
 
 class BreakerRegistry:
@@ -149,69 +210,120 @@ class BreakerRegistry:
         self._wall = wall
         self._breakers: dict[BreakerKey, _Breaker] = {}
         self._listeners: list[Listener] = []
+        self._org_listeners: list[OrgListener] = []
+        self.probe_gate: ProbeGate | None = None
 
     # --- request path -----------------------------------------------------
 
-    def admit(self, key: BreakerKey, threshold: int, cooldown_s: float) -> Admission:
-        """May a request use this link now? A half-open breaker admits one probe."""
+    def admit(self, key: BreakerKey, threshold: int, cooldown_s: float, org: str | None = None) -> Admission:
+        """May a request (of `org`) use this link now? A half-open breaker or org view admits one probe.
+
+        The org's own view is asked first, so a request its view refuses never takes the
+        shared breaker's probe slot.
+        """
         b = self._breakers.get(key)
-        if b is None or b.state is State.CLOSED:
+        if b is None:
             return _ALLOWED
+        view = None
+        if org is not None and b.orgs:
+            view = b.orgs.get(org)
+            if view is not None:
+                if view.state is State.CLOSED:
+                    view = None
+                else:
+                    refused = self._gate_view(key, org, view, cooldown_s)
+                    if refused is not None:
+                        return refused
+        if b.state is State.CLOSED:
+            return _ALLOWED if view is None else _PROBE_ORG
         b.cooldown_s = cooldown_s
         now = self._clock()
         if b.forced_reason is not None:
             if not self._forced_expired(key, b):
+                if view is not None:
+                    view.probe_at = None  # the org's probe slot was not used after all
                 remaining = b.forced_until - self._wall() if b.forced_until is not None else cooldown_s
-                return Admission(False, False, max(remaining, 0.0))
-            return _ALLOWED
+                return Admission(False, 0, max(remaining, 0.0))
+            return _ALLOWED if view is None else _PROBE_ORG
         if b.state is State.OPEN:
             remaining = b.opened_at + cooldown_s - now
+            if remaining <= 0 and self.probe_gate is not None:
+                remaining = self.probe_gate(key, cooldown_s)
             if remaining > 0:
-                return Admission(False, False, remaining)
+                if view is not None:
+                    view.probe_at = None
+                return Admission(False, 0, remaining)
             self._set(key, b, State.HALF_OPEN)
             b.probe_at = None
         # half-open: one probe at a time; a probe silent for a whole cooldown is presumed lost
         if b.probe_at is None or now - b.probe_at >= cooldown_s:
             b.probe_at = now
-            return _PROBE
-        return Admission(False, False, b.probe_at + cooldown_s - now)
+            return _PROBE if view is None else _PROBE_BOTH
+        if view is not None:
+            view.probe_at = None
+        return Admission(False, 0, b.probe_at + cooldown_s - now)
 
-    def record_success(self, key: BreakerKey, probe: bool) -> None:
+    def record_success(self, key: BreakerKey, probe: int, org: str | None = None) -> None:
         b = self._breakers.get(key)
-        if b is None or b.forced_reason is not None:
+        if b is None:
+            return
+        if org is not None and b.orgs:
+            view = b.orgs.get(org)
+            if view is not None:
+                if view.state is State.CLOSED:
+                    del b.orgs[org]  # its failures are forgotten; no view left to keep
+                elif probe & PROBE_ORG and view.state is State.HALF_OPEN:
+                    del b.orgs[org]
+                    self._set_view(key, org, view, State.CLOSED)
+        if b.forced_reason is not None:
             return
         if b.state is State.CLOSED:
             b.failures = 0
-        elif probe and b.state is State.HALF_OPEN:
+        elif probe & PROBE_LINK and b.state is State.HALF_OPEN:
             b.failures = 0
             b.probe_at = None
             self._set(key, b, State.CLOSED)
         # a non-probe request admitted before the trip says nothing about now
 
-    def record_failure(self, key: BreakerKey, probe: bool, threshold: int, cooldown_s: float) -> None:
+    def record_failure(
+        self, key: BreakerKey, probe: int, threshold: int, cooldown_s: float, org: str | None = None
+    ) -> None:
         b = self._breakers.get(key)
         if b is None:
             b = self._breakers[key] = _Breaker()
         b.cooldown_s = cooldown_s
+        if b.failures == 0:
+            b.run_org = org
+            b.mixed = org is None
+        elif org is None or org != b.run_org:
+            b.mixed = True
         b.failures += 1
+        if org is not None:
+            self._view_failure(key, b, org, probe, threshold)
         if b.forced_reason is not None:
             return
         if b.state is State.CLOSED:
-            if b.failures >= threshold:
+            if b.failures >= threshold and b.mixed:
                 b.opened_at = self._clock()
                 self._set(key, b, State.OPEN)
-        elif probe and b.state is State.HALF_OPEN:
+        elif probe & PROBE_LINK and b.state is State.HALF_OPEN:
             b.opened_at = self._clock()
             b.probe_at = None
             self._set(key, b, State.OPEN)
 
-    def release(self, key: BreakerKey, probe: bool) -> None:
-        """The outcome is unknown (client cancelled): free the probe slot without charging."""
+    def release(self, key: BreakerKey, probe: int, org: str | None = None) -> None:
+        """The outcome is unknown (client cancelled): free the probe slots without charging."""
         if not probe:
             return
         b = self._breakers.get(key)
-        if b is not None and b.state is State.HALF_OPEN:
+        if b is None:
+            return
+        if probe & PROBE_LINK and b.state is State.HALF_OPEN:
             b.probe_at = None
+        if probe & PROBE_ORG and org is not None:
+            view = b.orgs.get(org)
+            if view is not None and view.state is State.HALF_OPEN:
+                view.probe_at = None
 
     # --- operators, dashboard, metrics ------------------------------------
 
@@ -231,12 +343,111 @@ class BreakerRegistry:
                     remaining = max(b.forced_until - self._wall(), 0.0)
             elif b.state is State.OPEN:
                 remaining = b.opened_at + b.cooldown_s - now
-                if remaining <= 0:
+                if remaining <= 0 and self.probe_gate is not None:
+                    remaining = 0.0  # the next request asks the gate; a view never takes a probe lease
+                elif remaining <= 0:
                     remaining = 0.0
                     b.probe_at = None
                     self._set(key, b, State.HALF_OPEN)
             out.append(BreakerView(key, b.state, b.failures, remaining, b.forced_reason, b.forced_until))
         return out
+
+    def view(self, key: BreakerKey) -> BreakerView | None:
+        """One breaker's view without side effects (None: it never failed)."""
+        b = self._breakers.get(key)
+        if b is None:
+            return None
+        remaining = 0.0
+        if b.forced_reason is None and b.state is State.OPEN:
+            remaining = max(b.opened_at + b.cooldown_s - self._clock(), 0.0)
+        return BreakerView(key, b.state, b.failures, remaining, b.forced_reason, b.forced_until)
+
+    def cooldown_of(self, key: BreakerKey) -> float:
+        """The cooldown the link was last used with (30 s before its first use)."""
+        b = self._breakers.get(key)
+        return 30.0 if b is None else b.cooldown_s
+
+    def adopt_open(self, key: BreakerKey, remaining_s: float, cooldown_s: float) -> bool:
+        """Open the link as another process did: its cooldown ends in `remaining_s` here too.
+
+        A forced breaker is left alone (operator controls travel their own way). Listeners
+        hear the transition like any other. Returns whether anything changed.
+        """
+        b = self._breakers.get(key)
+        if b is None:
+            b = self._breakers[key] = _Breaker()
+        if b.forced_reason is not None:
+            return False
+        b.cooldown_s = cooldown_s
+        opened_at = self._clock() + min(max(remaining_s, 0.0), cooldown_s) - cooldown_s
+        changed = b.state is not State.OPEN or abs(opened_at - b.opened_at) > 0.05
+        b.opened_at = opened_at
+        b.probe_at = None
+        self._set(key, b, State.OPEN)
+        return changed
+
+    def adopt_closed(self, key: BreakerKey) -> bool:
+        """Close the link as another process's probe did (org views and forced breakers stay)."""
+        b = self._breakers.get(key)
+        if b is None or b.forced_reason is not None or b.state is State.CLOSED:
+            return False
+        b.failures = 0
+        b.probe_at = None
+        self._set(key, b, State.CLOSED)
+        return True
+
+    def org_view(self, key: BreakerKey, org: str) -> OrgView | None:
+        """One org's view of a link without side effects (None: it has none)."""
+        b = self._breakers.get(key)
+        view = None if b is None else b.orgs.get(org)
+        if view is None:
+            return None
+        remaining = 0.0
+        if view.state is State.OPEN:
+            remaining = max(view.opened_at + b.cooldown_s - self._clock(), 0.0)
+        return OrgView(key, org, view.state, view.failures, remaining)
+
+    def adopt_org_open(self, key: BreakerKey, org: str, remaining_s: float, cooldown_s: float) -> None:
+        """Open an org's view of the link as another process did, with the same remaining cooldown."""
+        b = self._breakers.get(key)
+        if b is None:
+            b = self._breakers[key] = _Breaker()
+        b.cooldown_s = cooldown_s
+        view = b.orgs.get(org)
+        if view is None:
+            view = b.orgs[org] = _View()
+        view.opened_at = self._clock() + min(max(remaining_s, 0.0), cooldown_s) - cooldown_s
+        view.probe_at = None
+        self._set_view(key, org, view, State.OPEN)
+
+    def adopt_org_closed(self, key: BreakerKey, org: str) -> None:
+        """Close an org's view of the link as another process's probe did."""
+        b = self._breakers.get(key)
+        view = None if b is None else b.orgs.get(org)
+        if view is not None and view.state is not State.CLOSED:
+            del b.orgs[org]
+            self._set_view(key, org, view, State.CLOSED)
+
+    def org_views(self) -> list[OrgView]:
+        """Every org view that is not closed or has failures (dashboard, metrics)."""
+        now = self._clock()
+        out = []
+        for key, b in list(self._breakers.items()):
+            for org, view in list(b.orgs.items()):
+                remaining = 0.0
+                if view.state is State.OPEN:
+                    remaining = view.opened_at + b.cooldown_s - now
+                    if remaining <= 0:
+                        remaining = 0.0
+                        view.probe_at = None
+                        self._set_view(key, org, view, State.HALF_OPEN)
+                out.append(OrgView(key, org, view.state, view.failures, remaining))
+        return out
+
+    def org_state(self, key: BreakerKey, org: str) -> State:
+        b = self._breakers.get(key)
+        view = None if b is None else b.orgs.get(org)
+        return State.CLOSED if view is None else view.state
 
     def force_open(self, key: BreakerKey, reason: str, until_epoch: float | None) -> None:
         """Keep the link open (maintenance) until `reset()` or `until_epoch` passes."""
@@ -259,6 +470,9 @@ class BreakerRegistry:
         b.failures = 0
         b.probe_at = None
         self._set(key, b, State.CLOSED)
+        views, b.orgs = b.orgs, {}
+        for org, view in views.items():
+            self._set_view(key, org, view, State.CLOSED)
 
     def add_listener(self, fn: Listener) -> None:
         """`fn(key, old, new)` is called on every state change (metrics, dashboard)."""
@@ -267,6 +481,14 @@ class BreakerRegistry:
     def remove_listener(self, fn: Listener) -> None:
         if fn in self._listeners:
             self._listeners.remove(fn)
+
+    def add_org_listener(self, fn: OrgListener) -> None:
+        """`fn(key, org, old, new)` is called on every change of an org's view of a link."""
+        self._org_listeners.append(fn)
+
+    def remove_org_listener(self, fn: OrgListener) -> None:
+        if fn in self._org_listeners:
+            self._org_listeners.remove(fn)
 
     def retain(self, keys: Iterable[BreakerKey]) -> None:
         """Drop breakers of links that no longer exist; the others keep their state."""
@@ -284,6 +506,48 @@ class BreakerRegistry:
             return False
         self.reset(key)
         return True
+
+    def _gate_view(self, key: BreakerKey, org: str, view: _View, cooldown_s: float) -> Admission | None:
+        """An open or half-open org view: None when it admits this request as its probe."""
+        now = self._clock()
+        if view.state is State.OPEN:
+            remaining = view.opened_at + cooldown_s - now
+            if remaining > 0:
+                return Admission(False, 0, remaining)
+            view.probe_at = None
+            self._set_view(key, org, view, State.HALF_OPEN)
+        if view.probe_at is None or now - view.probe_at >= cooldown_s:
+            view.probe_at = now
+            return None
+        return Admission(False, 0, view.probe_at + cooldown_s - now)
+
+    def _view_failure(self, key: BreakerKey, b: _Breaker, org: str, probe: int, threshold: int) -> None:
+        view = b.orgs.get(org)
+        if view is None:
+            view = b.orgs[org] = _View()
+        view.failures += 1
+        if view.state is State.CLOSED:
+            if view.failures < threshold:
+                return
+        elif not (probe & PROBE_ORG and view.state is State.HALF_OPEN):
+            return
+        view.opened_at = self._clock()
+        view.probe_at = None
+        self._set_view(key, org, view, State.OPEN)
+        # A second org whose own view is (still) not closed: the failures are not one org's.
+        if not b.mixed and any(v is not view and v.state is not State.CLOSED for v in b.orgs.values()):
+            b.mixed = True
+
+    def _set_view(self, key: BreakerKey, org: str, view: _View, new: State) -> None:
+        old = view.state
+        if old is new:
+            return
+        view.state = new
+        for fn in self._org_listeners:
+            try:
+                fn(key, org, old, new)
+            except Exception:  # a broken listener must not break routing
+                log.exception("org breaker listener failed for %s (org %s)", key, org)
 
     def _set(self, key: BreakerKey, b: _Breaker, new: State) -> None:
         old = b.state

@@ -45,6 +45,9 @@ class Link:
     # `routing`; empty for a model served by its one provider (this link itself).
     deployments: tuple[Target, ...] = ()
     routing: str = "weighted"
+    # The requesting org, for its own view of a shared breaker (docs/resilience.md#org-views);
+    # None on BYO links, whose breaker key already names the org.
+    org: str | None = None
 
 
 @dataclass(slots=True)
@@ -66,15 +69,24 @@ class Settlement:
     Exactly one of `success`, `failure`, `release` takes effect; later calls do nothing.
     """
 
-    __slots__ = ("_breakers", "_key", "_probe", "_threshold", "_cooldown", "_open", "_then")
+    __slots__ = ("_breakers", "_key", "_probe", "_threshold", "_cooldown", "_open", "_then", "_org")
 
-    def __init__(self, breakers: BreakerRegistry, key: Any, probe: bool, threshold: int, cooldown_s: float) -> None:
+    def __init__(
+        self,
+        breakers: BreakerRegistry,
+        key: Any,
+        probe: int,
+        threshold: int,
+        cooldown_s: float,
+        org: str | None = None,
+    ) -> None:
         self._breakers = breakers
         self._key = key
         self._probe = probe
         self._threshold = threshold
         self._cooldown = cooldown_s
         self._open = True
+        self._org = org
         self._then: Callable[[], None] | None = None  # also run once settled (a deployment's in-flight count)
 
     def then(self, fn: Callable[[], None]) -> None:
@@ -89,21 +101,21 @@ class Settlement:
     def success(self) -> None:
         if self._open:
             self._open = False
-            self._breakers.record_success(self._key, self._probe)
+            self._breakers.record_success(self._key, self._probe, self._org)
             self._settled()
 
     def failure(self) -> None:
         """One breaker failure for the link (a committed stream that broke)."""
         if self._open:
             self._open = False
-            self._breakers.record_failure(self._key, self._probe, self._threshold, self._cooldown)
+            self._breakers.record_failure(self._key, self._probe, self._threshold, self._cooldown, self._org)
             self._settled()
 
     def release(self) -> None:
         """Neither: the outcome says nothing about the provider (client gone, our deadline)."""
         if self._open:
             self._open = False
-            self._breakers.release(self._key, self._probe)
+            self._breakers.release(self._key, self._probe, self._org)
             self._settled()
 
 
@@ -303,7 +315,7 @@ class Executor:
                 walk.leave(model.id, failure.fallback_reason)
                 continue
             adm = self.breakers.admit(
-                link.breaker_key, resilience.breaker_failure_threshold, resilience.breaker_cooldown_s
+                link.breaker_key, resilience.breaker_failure_threshold, resilience.breaker_cooldown_s, link.org
             )
             if not adm.allowed:
                 walk.found_open(model.id, adm.retry_after_s)
@@ -371,7 +383,7 @@ class Executor:
             target = balancer.pick(link.routing, eligible, self.rand)
             assert target is not None
             left.remove(target)
-            adm = breakers.admit(target.key, threshold, cooldown)
+            adm = breakers.admit(target.key, threshold, cooldown, target.link.org)
             if not adm.allowed:
                 open_wait = adm.retry_after_s if open_wait is None or adm.retry_after_s < open_wait else open_wait
                 continue
@@ -427,7 +439,7 @@ class Executor:
     async def _try_link(
         self,
         link: Link,
-        probe: bool,
+        probe: int,
         attempt: Callable[[Link, float], Awaitable[Any]],
         res: Resilience,
         deadline: float,
@@ -450,6 +462,7 @@ class Executor:
         if max_tries is None:
             max_tries = 1 + max(res.max_retries, 0)
         key = link.breaker_key
+        org = link.org
         model_id = link.model.id
         self.budgets.record_request(key)
         tries = 0
@@ -461,7 +474,7 @@ class Executor:
                 now = clock()
                 if now >= deadline:
                     if failure is not None and failure.is_provider_fault and not failure.is_timeout:
-                        breakers.record_failure(key, probe, threshold, cooldown)
+                        breakers.record_failure(key, probe, threshold, cooldown, org)
                         settled = True
                     walk.trail.append((model_id, "total_timeout"))
                     return walk.fail(errors.total_timeout(), link)
@@ -502,20 +515,20 @@ class Executor:
                     walk.trail.append((model_id, "ok"))
                     outcome = walk.done(result, link)
                     if settle_later:
-                        outcome.settlement = Settlement(breakers, key, probe, threshold, cooldown)
+                        outcome.settlement = Settlement(breakers, key, probe, threshold, cooldown, org)
                     else:
-                        breakers.record_success(key, probe)
+                        breakers.record_success(key, probe, org)
                     return outcome
 
                 assert failure is not None
                 if not failure.is_provider_fault:
                     # the provider answered (4xx, context length, content filter): not its fault
                     if probe:
-                        breakers.record_success(key, True)
+                        breakers.record_success(key, probe, org)
                     settled = True
                     break
                 if not failure.is_retryable:  # invalid body: charged, never retried or failed over
-                    breakers.record_failure(key, probe, threshold, cooldown)
+                    breakers.record_failure(key, probe, threshold, cooldown, org)
                     settled = True
                     walk.trail.append((model_id, failure.label))
                     return walk.fail(failure.to_gateway_error(), link)
@@ -538,11 +551,11 @@ class Executor:
                     break
                 await self.sleep(delay)
             if not settled:
-                breakers.record_failure(key, probe, threshold, cooldown)
+                breakers.record_failure(key, probe, threshold, cooldown, org)
                 settled = True
         finally:
             if not settled:  # cancelled or crashed: outcome unknown, free the probe slot
-                breakers.release(key, probe)
+                breakers.release(key, probe, org)
 
         walk.last_failure = failure
         why = failure.fallback_reason or failure.label

@@ -29,6 +29,12 @@ CIRCUIT_STATE = Gauge(
     ["provider", "model"],
     multiprocess_mode="livemax",  # serve --workers: the worst state any live worker sees
 )
+CIRCUIT_ORG_STATE = Gauge(
+    "switchboard_circuit_org_state",
+    "An organisation's own view of a shared link (docs/resilience.md#org-views): 0 closed, 1 open, 2 half-open.",
+    ["provider", "model", "org"],
+    multiprocess_mode="livemax",
+)
 PROVIDER_UP = Gauge(
     "switchboard_provider_up",
     "Last health probe: 1 up, 0 down (absent: unknown).",
@@ -217,6 +223,13 @@ def on_breaker_change(key: tuple[str, ...], old: Any, new: Any) -> None:
     set_circuit(key, int(new))
 
 
+def on_org_breaker_change(key: tuple[str, ...], org: str, old: Any, new: Any) -> None:
+    """Org-view listener: a series per (link, org) whose view ever left closed; bounded by the
+    configured orgs and links."""
+    provider, model = link_labels(key)
+    CIRCUIT_ORG_STATE.labels(provider, model, org).set(int(new))
+
+
 def refresh_circuits(snapshot: Any, views: list[Any]) -> None:
     """Make the gauge match now: every configured link (closed unless its breaker says
     otherwise), BYO breakers that exist, and no series for links that are gone.
@@ -276,6 +289,7 @@ def install() -> None:
     from routing.core.breaker import registry
 
     registry.add_listener(on_breaker_change)
+    registry.add_org_listener(on_org_breaker_change)
     _installed = True
 
 

@@ -23,7 +23,7 @@ from routing.core import balance
 from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
-from routing.ops import background, controls, metrics, tracing, usage
+from routing.ops import background, breaker_sync, controls, metrics, tracing, usage
 from routing.ops.dashboard import counters, feed, state
 from routing.ops.response_cache import Coalescer, Store, build_store
 from routing.plan.chain import breaker_keys
@@ -89,6 +89,7 @@ def _retain_breakers(snapshot: live.Snapshot) -> None:
     keys = breaker_keys(snapshot)
     breakers.retain(keys)
     balance.balancer.retain(keys)  # deployment figures (docs/deployments.md) follow the same keys
+    breaker_sync.set_known(keys)  # transitions heard from other processes apply to these links only
     if snapshot.overrides:  # operators' stored force-open / reset (docs/scale-out.md#controls)
         try:
             feed.call_on_loop(lambda: controls.apply_persisted(snapshot.overrides, keys))
@@ -116,6 +117,7 @@ def start() -> Process:
             ("config-poller", background.config_poller),
             ("usage-writer", usage.run_writer),
             ("breaker-controls", controls.control_listener),
+            ("breaker-sync", breaker_sync.run),
             ("dashboard-broadcaster", state.run_broadcaster),
             ("health-prober", health.run_prober),
             ("metrics-refresher", metrics.run_refresher),

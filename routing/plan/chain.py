@@ -25,6 +25,8 @@ Decisions:
   an org's traffic on its own key from ever being charged to, or blocked by, the
   platform's breaker, and never sends the org's requests on the platform's key
   to a provider it pays for itself.
+- A link on the shared key carries the org's name, so the breaker also keeps the org's own
+  view of it (docs/resilience.md#org-views): one org's failures open only its view.
 """
 
 from __future__ import annotations
@@ -55,7 +57,9 @@ def link_for(org: OrgSpec, model: ModelSpec, skip_reason: str | None = None) -> 
     if model.deployments:
         targets = tuple(Target(_one_link(org, d.model), d.weight, d.rpm, d.tpm) for d in model.deployments)
         first = targets[0].link
-        return Link(model, first.breaker_key, first.base_url, first.api_key, skip_reason, targets, model.routing)
+        return Link(
+            model, first.breaker_key, first.base_url, first.api_key, skip_reason, targets, model.routing, first.org
+        )
     return _one_link(org, model, skip_reason)
 
 
@@ -63,7 +67,9 @@ def _one_link(org: OrgSpec, model: ModelSpec, skip_reason: str | None = None) ->
     provider = model.provider
     cred = org.credentials.get(provider.name)
     if cred is None:
-        return Link(model, BreakerKey(provider.name, model.id), provider.base_url, provider.api_key, skip_reason)
+        return Link(
+            model, BreakerKey(provider.name, model.id), provider.base_url, provider.api_key, skip_reason, org=org.name
+        )
     base_url = cred.base_url or provider.base_url
     api_key = cred.api_key if cred.overrides_key else provider.api_key
     return Link(model, BreakerKey(provider.name, model.id, org.name), base_url, api_key, skip_reason)

@@ -68,10 +68,14 @@ class MockUpstream:
         self.url = f"http://127.0.0.1:{self.port}"
         self.client = httpx.Client(base_url=self.url, timeout=10)
 
-    def script(self, model: str, steps: list[dict] | None = None, then: dict | None = None) -> None:
+    def script(
+        self, model: str, steps: list[dict] | None = None, then: dict | None = None, when: dict | None = None
+    ) -> None:
         payload: dict = {"model": model, "steps": steps or []}
         if then is not None:
             payload["then"] = then
+        if when is not None:
+            payload["when"] = when
         self.client.post("/_control/script", json=payload).raise_for_status()
 
     def calls(self, model: str) -> dict:
@@ -232,3 +236,27 @@ class Gateway:
                 self.process.wait()
         if getattr(self, "log", None):
             self.log.close()
+
+
+class RedisServer:
+    """A redis-server of the test's own on a free loopback port, so stopping it (an outage)
+    touches nobody else's Redis. `stop()` then `start()` brings it back on the same port."""
+
+    def __init__(self) -> None:
+        self.binary = shutil.which("redis-server")
+        assert self.binary, "redis-server is not installed (CI installs it)"
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        argv = [self.binary, "--port", str(self.port), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+        wait_for_port(self.port, self.process)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        self.process = None

@@ -102,6 +102,9 @@ orgs:
   - name: acme
     agents:
       - name: bot
+  - name: beta
+    agents:
+      - name: bot
 """
 
 # One `manage.py shell` run: a staff superuser for the browser, a signed-in non-staff
@@ -162,8 +165,10 @@ def context(browser):
     ctx.close()
 
 
-def chat(http: httpx.Client, model: str) -> httpx.Response:
-    return http.post("/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": "hi"}]})
+def chat(http: httpx.Client, model: str, key: str | None = None) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+    return http.post("/v1/chat/completions", json=body, headers=headers)
 
 
 def sign_in(page, gw) -> None:
@@ -242,6 +247,7 @@ def test_only_staff_see_the_dashboard_and_the_admin_links_to_it(gw, viewer_sessi
 def test_breaker_opening_is_pushed_live_and_reset_from_the_page_closes_it(
     gw, viewer_session, http, mock_upstream, context
 ):
+    beta = gw.create_key("beta", "bot")  # a second org's key: one org's failures open only its own view
     page = context.new_page()
     sign_in(page, gw)
     page.goto(f"{gw.url}/dashboard/")
@@ -265,11 +271,12 @@ def test_breaker_opening_is_pushed_live_and_reset_from_the_page_closes_it(
     for _ in range(2):
         assert chat(http, "dash-primary").status_code == 200
 
-    # The primary starts failing: two 5xx open its breaker (threshold 2, no retries, no fallbacks).
+    # The primary starts failing: two 5xx, seen by two orgs, open its breaker for everyone
+    # (threshold 2, no retries, no fallbacks; docs/resilience.md#org-views).
     mock_upstream.script("up-dash-primary", [], then={"status": 500})
     before = mock_upstream.count("up-dash-primary")
-    for _ in range(2):
-        assert chat(http, "dash-primary").status_code >= 500
+    for key in (gw.api_key, beta):
+        assert chat(http, "dash-primary", key).status_code >= 500
     assert mock_upstream.count("up-dash-primary") == before + 2
 
     # ... and the page, never reloaded, shows it open and red.

@@ -50,6 +50,21 @@ async def test_steps_without_then_fall_back_to_normal_answers(mock, client):
     assert orjson.loads(await second.read())["model"] == "m1"
 
 
+async def test_a_script_with_when_applies_only_to_the_matching_requests(mock, client):
+    by_user = {"model": "m1", "when": {"field": "user", "equals": "a"}, "then": {"status": 500}}
+    by_header = {"model": "m1", "when": {"header": "X-Caller", "equals": "c"}, "steps": [{"status": 429}]}
+    for script in (by_user, by_header):
+        assert (await client.post(mock.root + "/_control/script", json=script)).status == 200
+    assert (await chat(client, mock, "m1", user="a")).status == 500
+    assert (await chat(client, mock, "m1", user="b")).status == 200  # others answer normally
+    resp = await client.post(
+        mock.root + "/v1/chat/completions", json={"model": "m1", "messages": []}, headers={"X-Caller": "c"}
+    )
+    assert resp.status == 429
+    bad = await client.post(mock.root + "/_control/script", json={"model": "m1", "when": {"field": "user"}})
+    assert bad.status == 400
+
+
 async def test_retry_after_header_and_raw_body_are_sent_as_scripted(mock, client):
     steps = [{"status": 429, "headers": {"Retry-After": "3"}, "body": "slow down"}]
     await client.post(mock.root + "/_control/script", json={"model": "m1", "steps": steps})

@@ -121,6 +121,13 @@ def on_breaker_change(key: tuple[str, ...], old: Any, new: Any) -> None:
     emit("breaker", key=key.wire(), link=key.link, old=STATE_NAMES[int(old)], new=STATE_NAMES[int(new)])
 
 
+def on_org_breaker_change(key: tuple[str, ...], org: str, old: Any, new: Any) -> None:
+    """Org-view listener: one org's own view of a link changed (docs/resilience.md#org-views)."""
+    key = BreakerKey.of(key)
+    link = f"{key.link} (org {org})"
+    emit("breaker", key=key.wire(), org=org, link=link, old=STATE_NAMES[int(old)], new=STATE_NAMES[int(new)])
+
+
 def note_fallback(from_model: str, to_model: str, reason: str) -> None:
     emit("fallback", from_model=from_model, to_model=to_model, reason=reason)
 
@@ -152,6 +159,7 @@ def install() -> None:
     if _installed:
         return
     breakers.add_listener(on_breaker_change)
+    breakers.add_org_listener(on_org_breaker_change)
     metrics.install()
     _installed = True
 

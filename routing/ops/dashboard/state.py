@@ -16,7 +16,7 @@ from django.conf import settings
 
 from providers import health
 from routing.config import live
-from routing.core.breaker import BreakerKey
+from routing.core.breaker import BreakerKey, State
 from routing.core.breaker import registry as breakers
 from routing.ops.dashboard import feed
 from routing.ops.dashboard.counters import model_stats
@@ -38,6 +38,10 @@ def build_state() -> dict[str, Any]:
     """This process's view: every link with its breaker, providers with health, model counters."""
     snapshot = live.current()
     views = {BreakerKey.of(v.key): v for v in breakers.views()}
+    org_open: dict[BreakerKey, list[str]] = {}  # orgs whose own view of a link refuses them
+    for ov in breakers.org_views():
+        if ov.state is not State.CLOSED:
+            org_open.setdefault(BreakerKey.of(ov.key), []).append(ov.org)
     links = []
     seen = set()
     for model in sorted(snapshot.models.values(), key=lambda m: (m.provider.name, m.id)):
@@ -46,7 +50,7 @@ def build_state() -> dict[str, Any]:
             continue
         key = BreakerKey(model.provider.name, model.id)
         seen.add(key)
-        links.append(link_entry(key, views.get(key)))
+        links.append(link_entry(key, views.get(key), sorted(org_open.get(key, ()))))
     for key, view in sorted(views.items()):
         if key.org is not None and BreakerKey(key.provider, key.model) in seen:
             links.append(link_entry(key, view))
@@ -74,8 +78,10 @@ def build_state() -> dict[str, Any]:
     }
 
 
-def link_entry(key: BreakerKey, view: Any) -> dict[str, Any]:
-    """One row of the links table: the link, its breaker key (wire form) and the breaker's state."""
+def link_entry(key: BreakerKey, view: Any, org_open: list[str] | None = None) -> dict[str, Any]:
+    """One row of the links table: the link, its breaker key (wire form) and the breaker's state.
+
+    `org_open`: orgs whose own view of the shared link is open (docs/resilience.md#org-views)."""
     return {
         "link": key.link,
         "key": key.wire(),
@@ -87,6 +93,7 @@ def link_entry(key: BreakerKey, view: Any) -> dict[str, Any]:
         "cooldown_s": round(view.cooldown_remaining_s, 3) if view else 0.0,
         "forced_reason": view.forced_reason if view else None,
         "forced_until": view.forced_until if view else None,
+        "org_open": org_open or [],
     }
 
 

@@ -1,0 +1,221 @@
+"""Org views of a shared breaker (docs/resilience.md#org-views), in simulated time.
+
+One org's failures open only that org's view of the link; the shared breaker opens when
+the run of failures reaching the threshold is mixed (another org, or traffic with no org,
+failed too); any success on the link ends the run. Each view half-opens on its own and
+admits its own probe.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from routing.core.breaker import PROBE_LINK, PROBE_ORG, BreakerKey, BreakerRegistry, State
+from tests.core.fakes import FakeClock
+
+KEY = BreakerKey("mock", "chat")
+TH, CD = 3, 30.0
+
+
+def make() -> tuple[BreakerRegistry, FakeClock, list[tuple[str | None, State, State]]]:
+    clock = FakeClock()
+    reg = BreakerRegistry(clock=clock, wall=FakeClock(1_700_000_000.0))
+    events: list[tuple[str | None, State, State]] = []
+    reg.add_listener(lambda k, old, new: events.append((None, old, new)))
+    reg.add_org_listener(lambda k, org, old, new: events.append((org, old, new)))
+    return reg, clock, events
+
+
+def request(reg: BreakerRegistry, org: str | None, ok: bool) -> bool:
+    """One request of `org` on the link; False when the breaker refused it."""
+    adm = reg.admit(KEY, TH, CD, org)
+    if not adm.allowed:
+        return False
+    if ok:
+        reg.record_success(KEY, adm.probe, org)
+    else:
+        reg.record_failure(KEY, adm.probe, TH, CD, org)
+    return True
+
+
+# (sequence of (org, ok) requests, shared state after, {org: its view's state after})
+TABLE = [
+    pytest.param(
+        [("a", False)] * TH, State.CLOSED, {"a": State.OPEN, "b": State.CLOSED}, id="one-org-opens-its-view-only"
+    ),
+    pytest.param(
+        [("a", False), ("b", False), ("a", False)],
+        State.OPEN,
+        {"a": State.CLOSED, "b": State.CLOSED},
+        id="two-orgs-open-the-shared-breaker",
+    ),
+    pytest.param(
+        [("a", False), ("b", True), ("a", False), ("b", True), ("a", False), ("b", True)],
+        State.CLOSED,
+        {"a": State.OPEN, "b": State.CLOSED},
+        id="one-org-failing-while-another-succeeds",
+    ),
+    pytest.param(
+        [("a", False)] * TH + [("b", False)],
+        State.OPEN,
+        {"a": State.OPEN, "b": State.CLOSED},
+        id="other-traffic-fails-after-one-orgs-run",
+    ),
+    pytest.param(
+        [("a", False), (None, False), ("a", False)],
+        State.OPEN,
+        {"a": State.CLOSED},
+        id="traffic-without-an-org-counts-as-other",
+    ),
+    pytest.param([(None, False)] * TH, State.OPEN, {}, id="no-org-at-all-is-the-old-rule"),
+    pytest.param(
+        [("a", False)] * TH + [("b", True)] + [("b", False)] * TH,
+        State.OPEN,
+        {"a": State.OPEN, "b": State.OPEN},
+        id="a-second-org-reaching-its-threshold-while-the-first-is-open",
+    ),
+    pytest.param(
+        [("a", False)] * TH + [("c", True), ("b", False), ("c", True), ("b", False), ("b", False)],
+        State.CLOSED,
+        {"a": State.OPEN, "b": State.OPEN},
+        id="but-not-when-the-links-other-traffic-succeeds-in-between",
+    ),
+    pytest.param(
+        [("a", False), ("a", False), ("a", True), ("a", False), ("a", False)],
+        State.CLOSED,
+        {"a": State.CLOSED},
+        id="an-orgs-success-resets-its-own-count",
+    ),
+]
+
+
+@pytest.mark.parametrize(("requests", "shared", "orgs"), TABLE)
+def test_who_failed_decides_which_view_opens(requests, shared, orgs) -> None:
+    reg, _, _ = make()
+    for org, ok in requests:
+        assert request(reg, org, ok), f"{org} was refused mid-sequence"
+    assert reg.state(KEY) is shared
+    for org, state in orgs.items():
+        assert reg.org_state(KEY, org) is state, org
+
+
+def test_an_open_org_view_refuses_only_that_org() -> None:
+    reg, _, events = make()
+    for _ in range(TH):
+        request(reg, "a", False)
+    refused = reg.admit(KEY, TH, CD, "a")
+    assert not refused.allowed and refused.retry_after_s == CD
+    assert reg.admit(KEY, TH, CD, "b").allowed
+    assert reg.admit(KEY, TH, CD).allowed  # no org: the shared breaker only
+    assert events == [("a", State.CLOSED, State.OPEN)]
+
+
+def test_half_open_probing_per_org_view() -> None:
+    reg, clock, events = make()
+    for _ in range(TH):
+        request(reg, "a", False)
+    clock.advance(CD)
+    probe = reg.admit(KEY, TH, CD, "a")
+    assert probe.allowed and probe.probe == PROBE_ORG  # the org's probe, not the link's
+    assert reg.org_state(KEY, "a") is State.HALF_OPEN
+    assert not reg.admit(KEY, TH, CD, "a").allowed  # one probe at a time
+    assert reg.admit(KEY, TH, CD, "b").allowed  # others are not affected
+    reg.record_failure(KEY, probe.probe, TH, CD, "a")
+    assert reg.org_state(KEY, "a") is State.OPEN  # failed probe: a new cooldown
+    assert reg.state(KEY) is State.CLOSED
+    clock.advance(CD)
+    probe = reg.admit(KEY, TH, CD, "a")
+    reg.record_success(KEY, probe.probe, "a")
+    assert reg.org_state(KEY, "a") is State.CLOSED
+    assert reg.admit(KEY, TH, CD, "a").allowed
+    assert [e for e in events if e[0] == "a"] == [
+        ("a", State.CLOSED, State.OPEN),
+        ("a", State.OPEN, State.HALF_OPEN),
+        ("a", State.HALF_OPEN, State.OPEN),
+        ("a", State.OPEN, State.HALF_OPEN),
+        ("a", State.HALF_OPEN, State.CLOSED),
+    ]
+    assert reg.org_views() == []  # a closed view with no failures is forgotten
+
+
+def test_half_open_probing_of_the_shared_breaker_with_orgs() -> None:
+    reg, clock, _ = make()
+    for org, ok in [("a", False), ("b", False), ("a", False)]:
+        request(reg, org, ok)
+    assert reg.state(KEY) is State.OPEN
+    assert not reg.admit(KEY, TH, CD, "c").allowed  # open for everyone
+    clock.advance(CD)
+    probe = reg.admit(KEY, TH, CD, "c")
+    assert probe.allowed and probe.probe == PROBE_LINK
+    assert not reg.admit(KEY, TH, CD, "b").allowed  # one probe for the link
+    reg.record_success(KEY, probe.probe, "c")
+    assert reg.state(KEY) is State.CLOSED
+    assert reg.admit(KEY, TH, CD, "b").allowed
+
+
+def test_an_org_whose_view_is_open_does_not_take_the_links_probe() -> None:
+    reg, clock, _ = make()
+    for org, ok in [("a", False), ("b", False), ("a", False)]:
+        request(reg, org, ok)
+    assert reg.state(KEY) is State.OPEN
+    clock.advance(CD / 2)
+    reg.record_failure(KEY, 0, TH, CD, "a")  # a request of a's admitted before the trip fails late
+    assert reg.org_state(KEY, "a") is State.OPEN
+    clock.advance(CD / 2)  # the link may probe now, a's view may not yet
+    assert not reg.admit(KEY, TH, CD, "a").allowed
+    probe = reg.admit(KEY, TH, CD, "b")
+    assert probe.allowed and probe.probe == PROBE_LINK
+    clock.advance(CD / 2)  # a's view half-opens, but the link's probe is still out
+    assert not reg.admit(KEY, TH, CD, "a").allowed
+    reg.record_success(KEY, probe.probe, "b")
+    assert reg.state(KEY) is State.CLOSED
+    own = reg.admit(KEY, TH, CD, "a")  # a's probe slot was not held by its refused request
+    assert own.allowed and own.probe == PROBE_ORG
+    reg.release(KEY, own.probe, "a")  # cancelled: the slot is free again
+    again = reg.admit(KEY, TH, CD, "a")
+    assert again.allowed and again.probe == PROBE_ORG
+    reg.record_success(KEY, again.probe, "a")
+    assert reg.org_state(KEY, "a") is State.CLOSED
+
+
+def test_both_probes_at_once() -> None:
+    reg, clock, _ = make()
+    for org in ("a", "a", "a", "b"):
+        request(reg, org, False)
+    assert reg.state(KEY) is State.OPEN and reg.org_state(KEY, "a") is State.OPEN
+    clock.advance(CD)
+    both = reg.admit(KEY, TH, CD, "a")
+    assert both.allowed and both.probe == PROBE_LINK | PROBE_ORG
+    reg.record_failure(KEY, both.probe, TH, CD, "a")
+    assert reg.state(KEY) is State.OPEN and reg.org_state(KEY, "a") is State.OPEN
+
+
+def test_refused_by_the_shared_breaker_frees_the_orgs_probe_slot() -> None:
+    reg, clock, _ = make()
+    for _ in range(TH):
+        request(reg, "a", False)
+    clock.advance(CD)  # a's view may probe now
+    for org, ok in [("b", False), ("c", False), ("b", False)]:
+        request(reg, org, ok)
+    assert reg.state(KEY) is State.OPEN
+    assert not reg.admit(KEY, TH, CD, "a").allowed  # the shared breaker refuses a
+    assert reg.org_views()[0].state is State.HALF_OPEN
+    clock.advance(CD)
+    probe = reg.admit(KEY, TH, CD, "a")  # a's slot was not held by the refused request
+    assert probe.allowed and probe.probe & PROBE_ORG
+
+
+def test_reset_closes_every_org_view() -> None:
+    reg, _, events = make()
+    for _ in range(TH):
+        request(reg, "a", False)
+    reg.reset(KEY)
+    assert reg.org_state(KEY, "a") is State.CLOSED and reg.org_views() == []
+    assert events[-1] == ("a", State.OPEN, State.CLOSED)
+
+
+def test_closed_admission_allocates_nothing() -> None:
+    reg, _, _ = make()
+    request(reg, "a", False)  # the breaker and a's view exist, both closed
+    first = reg.admit(KEY, TH, CD, "b")
+    assert reg.admit(KEY, TH, CD, "a") is first and reg.admit(KEY, TH, CD, None) is first

@@ -1,0 +1,30 @@
+"""Org views (docs/resilience.md#org-views) where operators see them: dashboard state, feed, metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY
+
+from routing.core.breaker import BreakerKey, registry
+from routing.ops.dashboard import feed
+from routing.ops.dashboard import state as dashboard_state
+
+KEY = BreakerKey("op-a", "op-chat")
+
+
+def test_an_open_org_view_is_shown_on_its_link_in_the_feed_and_in_metrics(snapshot) -> None:
+    feed.install()
+    resilience = snapshot.resilience
+    for _ in range(resilience.breaker_failure_threshold):
+        registry.record_failure(KEY, 0, resilience.breaker_failure_threshold, resilience.breaker_cooldown_s, "acme")
+    links = {link["link"]: link for link in dashboard_state.build_state()["links"]}
+    assert links["op-a/op-chat"]["state"] == "closed"  # the link itself still serves everyone else
+    assert links["op-a/op-chat"]["org_open"] == ["acme"]
+    event = feed.events()[-1]
+    assert event["kind"] == "breaker" and event["org"] == "acme" and event["new"] == "open"
+    assert event["link"] == "op-a/op-chat (org acme)"
+    labels = {"provider": "op-a", "model": "op-chat", "org": "acme"}
+    assert REGISTRY.get_sample_value("switchboard_circuit_org_state", labels) == 1
+    registry.reset(KEY)
+    assert REGISTRY.get_sample_value("switchboard_circuit_org_state", labels) == 0
+    links = {link["link"]: link for link in dashboard_state.build_state()["links"]}
+    assert links["op-a/op-chat"]["org_open"] == []
