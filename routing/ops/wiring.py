@@ -23,7 +23,7 @@ from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
 from routing.ops import background, controls, metrics, usage
-from routing.ops.dashboard import counters, feed, state
+from routing.ops.dashboard import counters, feed, processes, state
 from routing.plan.chain import breaker_keys
 from routing.plan.limits import Limiter
 
@@ -111,6 +111,7 @@ def start() -> Process:
             ("health-prober", health.run_prober),
             ("metrics-refresher", metrics.run_refresher),
             ("health-results", health.results_listener),
+            ("process-heartbeat", processes.run_heartbeat),
         ):
             proc.tasks.append(_spawn(name, func))
     return proc

@@ -2,11 +2,12 @@
 
 from django.urls import path
 
-from routing.ops.dashboard import views
+from routing.ops.dashboard import processes, views
 
 app_name = "dashboard"
 
 urlpatterns = [
     path("", views.index, name="index"),
     path("usage/", views.usage_summary, name="usage"),
+    path("processes/", processes.view, name="processes"),
 ]
