@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench bench-compare mutation clean
+.PHONY: demo test lint bench bench-compare cluster cluster-down mutation clean
 
 $(BIN)/.installed: requirements.txt
 	$(PY) -m venv $(VENV)
@@ -31,6 +31,15 @@ bench: $(BIN)/.installed
 
 bench-compare: $(BIN)/.installed
 	$(BIN)/python -m bench.compare
+
+# PostgreSQL + Redis (reused if running) + 3 replicas (serve --workers 2) behind HAProxy (docs/scale-out.md#cluster).
+REPLICAS ?= 3
+WORKERS ?= 2
+cluster: $(BIN)/.installed
+	$(BIN)/python -m gateway_project.cluster up --replicas $(REPLICAS) --workers $(WORKERS)
+
+cluster-down: $(BIN)/.installed
+	$(BIN)/python -m gateway_project.cluster down
 
 # Mutation testing of the pure core with the fast unit tests (docs/testing.md); not part of `make test`.
 # Incremental: mutants/ keeps results between runs; `rm -rf mutants` starts over.

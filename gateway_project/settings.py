@@ -75,6 +75,7 @@ SWITCHBOARD_DASHBOARD_REFRESH_S = env.float("SWITCHBOARD_DASHBOARD_REFRESH_S", d
 # processes with the same SWITCHBOARD_CLUSTER (default: the same database) are listed together.
 SWITCHBOARD_HEARTBEAT_S = env.float("SWITCHBOARD_HEARTBEAT_S", default=1.0)
 SWITCHBOARD_CLUSTER = env.str("SWITCHBOARD_CLUSTER", default="")
+SWITCHBOARD_REPLICA = env.str("SWITCHBOARD_REPLICA", default="")  # a name for this replica in that list
 # Idempotency records live this long.
 SWITCHBOARD_IDEMPOTENCY_TTL_S = env.int("SWITCHBOARD_IDEMPOTENCY_TTL_S", default=24 * 3600)
 # Validate the routing configuration when the ASGI app is built (refuse to start on errors).

@@ -139,6 +139,7 @@ async def shutdown() -> None:
     if _process is not None:
         for task in _process.tasks:
             task.cancel()
+    await processes.farewell()
     await asyncio.get_running_loop().run_in_executor(None, usage.shutdown)
     await transport.aclose()
 

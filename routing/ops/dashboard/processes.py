@@ -129,6 +129,7 @@ class Heart:
         self.pid = os.getpid()
         self.id = f"{self.host}:{self.pid}"
         self.server = server_name()
+        self.replica = str(getattr(settings, "SWITCHBOARD_REPLICA", ""))  # an operator's name for it
         self.worker = worker_index(directory)
         self.started_at = now
         self._last: tuple[float, int] = (now, tally.served)
@@ -143,6 +144,7 @@ class Heart:
             "host": self.host,
             "pid": self.pid,
             "server": self.server,
+            "replica": self.replica,
             "worker": self.worker,
             "started_at": self.started_at,
             "at": now,
@@ -195,7 +197,7 @@ def summarize(records: Iterable[dict[str, Any]], now: float, gone_s: float = GON
     latest = max(versions, default=None)
     for row in rows:
         row["version_mismatch"] = row["state"] == "alive" and row["version"] != latest
-    rows.sort(key=lambda r: (r["state"] != "alive", r["host"], r.get("worker", 0), r["pid"]))
+    rows.sort(key=lambda r: (r["state"] != "alive", r["host"], r.get("replica", ""), r.get("worker", 0), r["pid"]))
     return {
         "processes": rows,
         "latest_version": latest,
@@ -265,11 +267,12 @@ def _client_options() -> dict[str, Any]:
 # --------------------------------------------------------------------------- the background task
 
 heart: Heart | None = None
+_async_client: Any = None
 
 
 async def run_heartbeat() -> None:
     """Write this process's heartbeat every interval; a background task of routing.ops.wiring."""
-    global heart
+    global heart, _async_client
     directory = shared_dir()
     if heart is None:
         heart = Heart(directory, clock())
@@ -281,7 +284,7 @@ async def run_heartbeat() -> None:
         from redis.backoff import NoBackoff
 
         options = {**_client_options(), "retry": Retry(NoBackoff(), 0)}
-        client = aioredis.Redis.from_url(url, **options)
+        client = _async_client = aioredis.Redis.from_url(url, **options)
     cluster = cluster_name()
     failing = False
     retry_at = 0.0
@@ -309,6 +312,22 @@ async def run_heartbeat() -> None:
                 failing = False
                 backoff = interval_s()
         await asyncio.sleep(interval_s())
+
+
+async def farewell() -> None:
+    """A clean shutdown (lifespan) takes this process off the list at once instead of going stale."""
+    if heart is None:
+        return
+    directory = shared_dir()
+    if directory is not None:
+        (directory / f"heartbeat-{heart.pid}.json").unlink(missing_ok=True)
+    if _async_client is not None:
+        index, prefix = _redis_keys(cluster_name())
+        try:
+            await asyncio.wait_for(_async_client.zrem(index, heart.id), shared_timeout_s())
+            await asyncio.wait_for(_async_client.delete(prefix + heart.id), shared_timeout_s())
+        except Exception:  # noqa: BLE001 - Redis down: the entry goes stale, then expires
+            pass
 
 
 # --------------------------------------------------------------------------- the list (dashboard)
