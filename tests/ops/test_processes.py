@@ -188,3 +188,43 @@ def test_process_list_endpoint_is_staff_only_like_the_dashboard(client, snapshot
     assert data["processes"][0]["version"] == 7  # the snapshot fixture's version
     html = client.get("/dashboard/").content.decode()
     assert 'id="process-list" data-url="/dashboard/processes/"' in html
+
+
+# --------------------------------------------------------------------------- the background task
+
+
+async def test_heartbeat_keeps_beating_to_the_machine_while_redis_is_down_and_says_so_once(
+    tmp_path, monkeypatch, settings, caplog
+):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+    settings.SWITCHBOARD_HEARTBEAT_S = 0.02
+    settings.SWITCHBOARD_SHARED_TIMEOUT_S = 0.2
+    monkeypatch.setenv(processes.MULTIPROC_ENV, str(tmp_path))
+    monkeypatch.setattr(processes, "heart", None)
+    monkeypatch.setattr(processes, "last_record", None)
+    monkeypatch.setattr(processes, "_slot_file", None)
+    monkeypatch.setattr(processes, "_async_client", None)
+    beats: list[float] = []
+    task = asyncio.get_running_loop().create_task(processes.run_heartbeat())
+    try:
+        for _ in range(400):  # bounded: 400 × 10 ms
+            await asyncio.sleep(0.01)
+            path = tmp_path / f"heartbeat-{os.getpid()}.json"
+            if path.exists():
+                at = processes.read_files(tmp_path)[0]["at"]
+                if not beats or at != beats[-1]:
+                    beats.append(at)
+            if len(beats) >= 10:
+                break
+        assert len(beats) >= 10, f"only {len(beats)} heartbeats written"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if processes._slot_file is not None:
+            processes._slot_file.close()
+    warnings = [r for r in caplog.records if "Redis unreachable" in r.getMessage()]
+    assert len(warnings) == 1
+    assert processes.last_record["worker"] == 0 and processes.last_record["pid"] == os.getpid()

@@ -267,12 +267,13 @@ def _client_options() -> dict[str, Any]:
 # --------------------------------------------------------------------------- the background task
 
 heart: Heart | None = None
+last_record: dict[str, Any] | None = None  # what the heartbeat last wrote (the list of one process shows it)
 _async_client: Any = None
 
 
 async def run_heartbeat() -> None:
     """Write this process's heartbeat every interval; a background task of routing.ops.wiring."""
-    global heart, _async_client
+    global heart, last_record, _async_client
     directory = shared_dir()
     if heart is None:
         heart = Heart(directory, clock())
@@ -291,7 +292,7 @@ async def run_heartbeat() -> None:
     backoff = interval_s()
     while True:
         now = clock()
-        record = heart.record(now, open_links())
+        record = last_record = heart.record(now, open_links())
         if directory is not None:
             try:
                 write_file(directory, record)
@@ -348,11 +349,11 @@ def _local_records(now: float) -> tuple[list[dict[str, Any]], str]:
     directory = shared_dir()
     if directory is not None:
         return read_files(directory), "machine"
+    if last_record is not None:
+        return [last_record], "process"
     from routing.ops.dashboard import feed
 
-    current = heart if heart is not None else Heart(None, now)
-    record = current.record(now, feed.call_on_loop(open_links))
-    return [record], "process"
+    return [Heart(None, now).record(now, feed.call_on_loop(open_links))], "process"
 
 
 def listing(now: float | None = None) -> dict[str, Any]:
