@@ -28,7 +28,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
-STATE_DIR = ROOT / "var" / "cluster"
+STATE_DIR = Path(os.environ.get("CLUSTER_STATE_DIR") or ROOT / "var" / "cluster")
 PG_ADMIN_URL = os.environ.get("CLUSTER_PG_URL", "postgres://switchboard:switchboard@127.0.0.1:5432/postgres")
 PG_DATABASE = os.environ.get("CLUSTER_PG_DATABASE", "switchboard_cluster")
 REDIS_PORT = int(os.environ.get("CLUSTER_REDIS_PORT", "6379"))
@@ -268,6 +268,20 @@ def _save(state: dict) -> None:
     (STATE_DIR / "state.json").write_text(json.dumps(state, indent=2))
 
 
+def running(pid: int) -> bool:
+    """Whether pid is a live process (an exited one nobody reaped yet, a zombie, is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _stop(pid: int, grace_s: float = 20.0) -> None:
     """SIGTERM (serve forwards it to its workers), SIGKILL to the process group after the grace."""
     try:
@@ -276,9 +290,7 @@ def _stop(pid: int, grace_s: float = 20.0) -> None:
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not running(pid):
             return
         time.sleep(0.1)
     try:
