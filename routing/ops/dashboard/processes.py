@@ -248,18 +248,27 @@ def read_redis(client: Any, cluster: str, now: float) -> list[dict[str, Any]]:
     ids = client.zrangebyscore(index, now - GONE_S, "+inf")
     if not ids:
         return []
-    raw = client.mget([prefix + (i.decode() if isinstance(i, bytes) else i) for i in ids])
-    return [orjson.loads(value) for value in raw if value]
+    records = []
+    for value in client.mget([prefix + (i.decode() if isinstance(i, bytes) else i) for i in ids]):
+        try:
+            records.append(orjson.loads(value))
+        except (TypeError, orjson.JSONDecodeError):
+            continue  # expired between the two reads, or not ours
+    return records
 
 
 def _redis_url() -> str:
     return getattr(settings, "REDIS_URL", "") or ""
 
 
-def _client_options() -> dict[str, Any]:
+def _client_options(for_asyncio: bool) -> dict[str, Any]:
+    """Short timeouts and no retries: the heartbeat and the list never wait long on Redis."""
     from redis.backoff import NoBackoff
-    from redis.retry import Retry
 
+    if for_asyncio:
+        from redis.asyncio.retry import Retry
+    else:
+        from redis.retry import Retry
     timeout = shared_timeout_s()
     return {"socket_timeout": timeout, "socket_connect_timeout": timeout, "retry": Retry(NoBackoff(), 0)}
 
@@ -281,11 +290,8 @@ async def run_heartbeat() -> None:
     client = None
     if url:
         import redis.asyncio as aioredis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
 
-        options = {**_client_options(), "retry": Retry(NoBackoff(), 0)}
-        client = _async_client = aioredis.Redis.from_url(url, **options)
+        client = _async_client = aioredis.Redis.from_url(url, **_client_options(True))
     cluster = cluster_name()
     failing = False
     retry_at = 0.0
@@ -341,7 +347,7 @@ def _redis_client() -> Any:
     if _sync_client is None:
         import redis
 
-        _sync_client = redis.Redis.from_url(_redis_url(), **_client_options())
+        _sync_client = redis.Redis.from_url(_redis_url(), **_client_options(False))
     return _sync_client
 
 
