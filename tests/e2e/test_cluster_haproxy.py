@@ -68,7 +68,7 @@ models:
   - id: cl-chat
     provider: mock
     upstream_model: cluster-chat
-    capabilities: [chat]
+    capabilities: [chat, streaming]
 {extra}
 orgs:
   - name: acme
@@ -237,6 +237,16 @@ def test_requests_through_haproxy_reach_every_replica_and_all_are_listed(cluster
     assert cluster.process_list()["source"] == "redis"
     assert sum(listed[i]["served"] for i in ids) >= 9
     assert {listed[i]["server"] for i in ids} == {SERVER}
+
+
+def test_a_stream_passes_through_haproxy_whole(cluster):
+    body = {"model": "cl-chat", "stream": True, "messages": [{"role": "user", "content": "stream it"}]}
+    headers = {"Authorization": f"Bearer {cluster.api_key}"}
+    with httpx.stream("POST", f"{cluster.url}/v1/chat/completions", json=body, headers=headers, timeout=20) as answer:
+        assert answer.status_code == 200
+        assert answer.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in answer.iter_lines() if line.startswith("data: ")]
+    assert len(events) >= 2 and events[-1] == "data: [DONE]"
 
 
 def test_import_config_reaches_every_replica_within_the_reload_bound(cluster):
