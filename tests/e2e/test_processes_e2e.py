@@ -65,7 +65,11 @@ class Machine:
             {**self.gw.env, "DJANGO_SUPERUSER_PASSWORD": PASSWORD},
         )
         argv = [sys.executable, "manage.py", "serve", "--server", SERVER, "--workers", "2", "--host", "127.0.0.1"]
-        self.gw.serve(argv)
+        try:
+            self.gw.serve(argv)
+        except BaseException:
+            self.gw.stop()  # started but not listening in time: leave no server behind
+            raise
         # a new connection per request: a kept-alive one would stay with (and die with) one worker
         self.staff = httpx.Client(base_url=self.gw.url, timeout=10, limits=httpx.Limits(max_keepalive_connections=0))
         page = self.staff.get("/admin/login/")
