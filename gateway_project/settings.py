@@ -78,6 +78,12 @@ SWITCHBOARD_CLUSTER = env.str("SWITCHBOARD_CLUSTER", default="")
 SWITCHBOARD_REPLICA = env.str("SWITCHBOARD_REPLICA", default="")  # a name for this replica in that list
 # Idempotency records live this long.
 SWITCHBOARD_IDEMPOTENCY_TTL_S = env.int("SWITCHBOARD_IDEMPOTENCY_TTL_S", default=24 * 3600)
+# Response cache (docs/cache.md#storage): the in-memory LRU's bounds, the largest stored answer,
+# and how long a request waits for Redis before it is served without the cache.
+SWITCHBOARD_CACHE_MAX_ENTRIES = env.int("SWITCHBOARD_CACHE_MAX_ENTRIES", default=10_000)
+SWITCHBOARD_CACHE_MAX_BYTES = env.int("SWITCHBOARD_CACHE_MAX_BYTES", default=64 * 1024 * 1024)
+SWITCHBOARD_CACHE_MAX_ENTRY_BYTES = env.int("SWITCHBOARD_CACHE_MAX_ENTRY_BYTES", default=1024 * 1024)
+SWITCHBOARD_CACHE_REDIS_TIMEOUT_MS = env.float("SWITCHBOARD_CACHE_REDIS_TIMEOUT_MS", default=100.0)
 # Validate the routing configuration when the ASGI app is built (refuse to start on errors).
 SWITCHBOARD_VALIDATE_ON_BOOT = env.bool("SWITCHBOARD_VALIDATE_ON_BOOT", default=True)
 

@@ -264,7 +264,7 @@ class UsageRecordAdmin(ReadOnlyAdmin):
         "latency_ms",
         "cost",
     ]
-    list_filter = ["org", "model_used", "fallback_reason", "status", "created_at"]
+    list_filter = ["org", "model_used", "fallback_reason", "status", "cached", "created_at"]
     search_fields = ["request_id", "org", "agent", "model_used", "key_prefix"]
     date_hierarchy = "created_at"
 

@@ -102,6 +102,10 @@ class UsageRecord(models.Model):
     tokens_estimated = models.BooleanField(
         default=False, help_text="The tokens are the gateway's estimate: the upstream's stream carried no usage."
     )
+    cached = models.BooleanField(
+        default=False,
+        help_text="Answered by the response cache or a shared identical request: no upstream call, cost 0.",
+    )
 
     class Meta:
         ordering = ["-created_at"]

@@ -52,7 +52,9 @@ def settle(ticket: Ticket, ctx: Context) -> None:
     usage → the reservation stands; no answer (an error before any, or the client left
     first) → the reservation is refunded. Requests are never refunded.
     """
-    if ctx.status == 200:
+    if ctx.cache == "hit" or ctx.cache == "coalesced":  # no upstream call: the request counts, its tokens do not
+        ticket.refund()
+    elif ctx.status == 200:
         prompt, completion = ctx.prompt_tokens, ctx.completion_tokens
         ticket.settle(None if prompt is None and completion is None else (prompt or 0) + (completion or 0))
     else:

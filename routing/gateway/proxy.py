@@ -77,7 +77,7 @@ async def proxy_once(
             return shape.parse(dialect, link, data, prepared)
         return dialect.parse_response(kind, data, link.model, prepared.context)
 
-    outcome = await executor.run(links, attempt, snap.resilience, deadline)
+    outcome = await executor.run(links, attempt, snap.resilience, deadline, tokens=_capacity_tokens(ctx, links))
     ctx.outcome = outcome
     if outcome.error is not None:
         raise outcome.error
@@ -172,7 +172,9 @@ async def proxy_stream(
             raise
         return committed, response
 
-    outcome = await executor.run(links, attempt, snap.resilience, deadline, settle_later=True)
+    outcome = await executor.run(
+        links, attempt, snap.resilience, deadline, settle_later=True, tokens=_capacity_tokens(ctx, links)
+    )
     ctx.outcome = outcome
     if outcome.error is not None:
         raise outcome.error
@@ -194,6 +196,19 @@ async def proxy_stream(
         _settle(outcome.settlement, committed.ending, ctx)
         await committed.aclose()
         await response.close()
+
+
+def _capacity_tokens(ctx: Context, links: list[Link]) -> int:
+    """The prompt estimate when a deployment of the chain has a `tpm` capacity, else 0 (not computed).
+
+    docs/deployments.md#capacity: a deployment's tpm counts prompt estimates at pick time.
+    """
+    for link in links:
+        for target in link.deployments:
+            if target.tpm is not None:
+                req = ctx.requirements
+                return req.estimated_tokens if req is not None else 0
+    return 0
 
 
 def _estimate_usage(tap: UsageTap, ctx: Context) -> None:

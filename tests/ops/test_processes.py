@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 
+from routing.config import live
 from routing.ops.dashboard import processes
 
 REDIS_URL = os.environ.get("REDIS_URL") or os.environ.get("SWITCHBOARD_TEST_REDIS_URL", "")
@@ -227,4 +228,64 @@ async def test_heartbeat_keeps_beating_to_the_machine_while_redis_is_down_and_sa
             processes._slot_file.close()
     warnings = [r for r in caplog.records if "Redis unreachable" in r.getMessage()]
     assert len(warnings) == 1
+    assert live.degraded["redis"] is True
+    live.set_degraded("redis", False, "heartbeat")
     assert processes.last_record["worker"] == 0 and processes.last_record["pid"] == os.getpid()
+
+
+async def test_heartbeat_resumes_by_itself_when_redis_comes_back(tmp_path, monkeypatch, settings):
+    """Redis down at start, then up: the beats reach it and the degraded flag clears (own redis-server)."""
+    import shutil
+    import subprocess
+
+    import redis.asyncio as aioredis
+
+    server = shutil.which("redis-server")
+    assert server, "redis-server is needed (Debian: apt-get install redis-server)"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+    settings.SWITCHBOARD_HEARTBEAT_S = 0.02
+    settings.SWITCHBOARD_SHARED_TIMEOUT_S = 0.2
+    settings.SWITCHBOARD_CLUSTER = "resume-test"
+    monkeypatch.delenv(processes.MULTIPROC_ENV, raising=False)
+    for name in ("heart", "last_record", "_slot_file", "_async_client"):
+        monkeypatch.setattr(processes, name, None)
+    task = asyncio.get_running_loop().create_task(processes.run_heartbeat())
+    redis_server = None
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    try:
+        for _ in range(300):  # bounded: 3 s
+            if live.degraded.get("redis"):
+                break
+            await asyncio.sleep(0.01)
+        assert live.degraded.get("redis") is True
+        redis_server = subprocess.Popen(
+            [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+        )
+        index = processes.REDIS_PREFIX + "resume-test"
+        for _ in range(1500):  # bounded: 15 s (the retry backoff is at most 10 s)
+            try:
+                if await client.zscore(index, f"{socket.gethostname()}:{os.getpid()}") is not None:
+                    break
+            except Exception:  # noqa: BLE001 - still starting
+                pass
+            await asyncio.sleep(0.01)
+        assert await client.zscore(index, f"{socket.gethostname()}:{os.getpid()}") is not None
+        for _ in range(100):
+            if not live.degraded.get("redis"):
+                break
+            await asyncio.sleep(0.01)
+        assert live.degraded.get("redis") is False
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await client.aclose()
+        if processes._async_client is not None:
+            await processes._async_client.aclose()
+        if redis_server is not None:
+            redis_server.terminate()
+            redis_server.wait(timeout=10)
+        live.set_degraded("redis", False, "heartbeat")

@@ -15,8 +15,8 @@ in-flight requests, requests served, request rate, open breakers) to
 A process whose heartbeat is older than STALE_BEATS intervals is *stale* (stopped,
 killed, hung); after GONE_S it drops off the list. Nothing here is on the request
 path: the request path only bumps two integers of `tally`. Redis trouble never
-breaks anything: the heartbeat logs once and backs off, and the list falls back to
-what this machine knows and says why. See docs/scale-out.md#processes.
+breaks anything: the heartbeat logs once, counts towards switchboard_degraded{component="redis"}
+and backs off, and the list falls back to what this machine knows and says why. See docs/scale-out.md#processes.
 """
 
 from __future__ import annotations
@@ -310,12 +310,14 @@ async def run_heartbeat() -> None:
             except Exception as exc:  # noqa: BLE001 - Redis down: nothing else depends on the beat
                 if not failing:
                     log.warning("process heartbeat: Redis unreachable (%s); the dashboard lists this machine only", exc)
+                    live.set_degraded("redis", True, "heartbeat")
                 failing = True
                 retry_at = now + backoff
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
             else:
                 if failing:
                     log.info("process heartbeat: Redis reachable again")
+                    live.set_degraded("redis", False, "heartbeat")
                 failing = False
                 backoff = interval_s()
         await asyncio.sleep(interval_s())
