@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench bench-compare mutation clean
+.PHONY: demo test lint bench bench-compare bench-workers cluster cluster-down mutation clean
 
 $(BIN)/.installed: requirements.txt
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,20 @@ bench: $(BIN)/.installed
 
 bench-compare: $(BIN)/.installed
 	$(BIN)/python -m bench.compare
+
+# serve --workers 1 vs 2 at 32 and 128 clients, and p50 with Redis sharing on vs off (docs/scale-out.md#bench).
+bench-workers: $(BIN)/.installed
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
+	$(BIN)/python -m bench.workers_bench $(if $(REDIS_URL),--redis $(REDIS_URL))
+
+# PostgreSQL + Redis (reused if running) + 3 replicas (serve --workers 2) behind HAProxy (docs/scale-out.md#cluster).
+REPLICAS ?= 3
+WORKERS ?= 2
+cluster: $(BIN)/.installed
+	$(BIN)/python -m gateway_project.cluster up --replicas $(REPLICAS) --workers $(WORKERS)
+
+cluster-down: $(BIN)/.installed
+	$(BIN)/python -m gateway_project.cluster down
 
 # Mutation testing of the pure core with the fast unit tests (docs/testing.md); not part of `make test`.
 # Incremental: mutants/ keeps results between runs; `rm -rf mutants` starts over.

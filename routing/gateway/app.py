@@ -37,6 +37,7 @@ from routing.gateway.wire import (
 )
 from routing.ops import accounting, bodies, tracing, wiring
 from routing.ops.accounting import Context
+from routing.ops.dashboard.processes import tally
 from routing.plan import cache_key, chain, preflight
 
 log = logging.getLogger("switchboard.requests")
@@ -79,6 +80,7 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
     anthropic = ctx.endpoint in messages.ENDPOINTS
     if anthropic:
         auth = messages.credential(auth, x_api_key)
+    tally.in_flight += 1  # the dashboard's process list (docs/scale-out.md#processes)
     try:
         if auth_headers > 0:
             raise errors.duplicate_authorization()
@@ -99,6 +101,8 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
         ctx.status, ctx.error_code = 500, "internal_error"
         await send_error(send, ctx, exc, messages.error_answer(ctx, exc) if anthropic else None)
     finally:
+        tally.in_flight -= 1
+        tally.served += 1
         if ctx.endpoint != "unknown" and ctx.status:
             _account(ctx)
         if ctx.trace is not None:

@@ -29,7 +29,6 @@ timeouts (`shared_timeout_s`), no retries inside redis-py, one outage logged onc
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections import deque
@@ -41,6 +40,7 @@ from urllib.parse import urlparse
 import orjson
 
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
+from routing.ops import cluster
 
 log = logging.getLogger("switchboard.breakers")
 
@@ -122,12 +122,7 @@ def cluster_of(settings: Any) -> str:
 
     Two deployments (or test servers) on one Redis but different databases stay apart.
     """
-    name = getattr(settings, "SWITCHBOARD_CLUSTER", "") or ""
-    if name:
-        return name
-    db = settings.DATABASES["default"]
-    ident = f"{db.get('ENGINE')}|{db.get('HOST', '')}|{db.get('PORT', '')}|{db.get('NAME')}"
-    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+    return cluster.cluster_name(getattr(settings, "SWITCHBOARD_CLUSTER", "") or "", settings.DATABASES["default"])
 
 
 class BreakerSync:

@@ -24,7 +24,7 @@ from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
 from routing.ops import background, breaker_sync, controls, metrics, tracing, usage
-from routing.ops.dashboard import counters, feed, state
+from routing.ops.dashboard import counters, feed, processes, state
 from routing.ops.response_cache import Coalescer, Store, build_store
 from routing.plan.chain import breaker_keys
 from routing.plan.limits import Limiter
@@ -122,6 +122,7 @@ def start() -> Process:
             ("health-prober", health.run_prober),
             ("metrics-refresher", metrics.run_refresher),
             ("health-results", health.results_listener),
+            ("process-heartbeat", processes.run_heartbeat),
         ):
             proc.tasks.append(_spawn(name, func))
     return proc
@@ -149,6 +150,7 @@ async def shutdown() -> None:
     if _process is not None:
         for task in _process.tasks:
             task.cancel()
+    await processes.farewell()
     await asyncio.get_running_loop().run_in_executor(None, usage.shutdown)
     await asyncio.get_running_loop().run_in_executor(None, tracing.shutdown)  # flush the last spans
     await transport.aclose()

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from routing.ops.dashboard import pages, views
+from routing.ops.dashboard import pages, processes, views
 
 app_name = "dashboard"
 
@@ -12,4 +12,5 @@ urlpatterns = [
     path("analytics/", pages.analytics_page, name="analytics"),
     path("requests/", pages.request_log, name="requests"),
     path("requests/<str:record_id>/", pages.request_detail, name="request"),
+    path("processes/", processes.view, name="processes"),
 ]

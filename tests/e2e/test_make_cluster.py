@@ -1,0 +1,114 @@
+"""`make cluster` / `make cluster-down` (gateway_project.cluster) as an operator runs them.
+
+`up` on the running PostgreSQL and Redis (its own database and db index, as on a
+machine where they already run), two replicas behind HAProxy on free ports: the key
+it prints works through the balancer and both replicas answer; `down` stops every
+process it started. Needs PostgreSQL + Redis + haproxy like test_cluster_haproxy.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+
+from gateway_project.cluster import running
+from tests.e2e.harness import ROOT, SERVER, free_port
+
+_db = os.environ.get("DATABASE_URL", "")
+POSTGRES_URL = (
+    _db if _db.startswith(("postgres://", "postgresql://")) else os.environ.get("SWITCHBOARD_TEST_POSTGRES_URL", "")
+)
+REDIS_URL = os.environ.get("REDIS_URL") or os.environ.get("SWITCHBOARD_TEST_REDIS_URL", "")
+HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
+
+pytestmark = pytest.mark.skipif(
+    not (POSTGRES_URL and REDIS_URL and HAPROXY),
+    reason="make cluster NOT tested: needs PostgreSQL + Redis (SWITCHBOARD_TEST_POSTGRES_URL / "
+    "SWITCHBOARD_TEST_REDIS_URL, CI sets them) and haproxy (apt-get install haproxy)",
+)
+
+
+def test_cluster_up_prints_a_working_key_and_down_stops_everything():
+    redis = urlparse(REDIS_URL)
+    state_dir = Path(tempfile.mkdtemp(prefix="switchboard-make-cluster-"))
+    database = f"sb_e2e_mkcluster_{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "CLUSTER_STATE_DIR": str(state_dir),
+        "CLUSTER_PG_URL": POSTGRES_URL,
+        "CLUSTER_PG_DATABASE": database,
+        "CLUSTER_REDIS_PORT": str(redis.port or 6379),
+        "CLUSTER_REDIS_DB": (redis.path or "/0").lstrip("/") or "0",
+    }
+    for name in ("DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR"):
+        env.pop(name, None)  # the cluster names its own
+    port = free_port()
+    args = ["--port", str(port), "--replicas", "2", "--workers", "1", "--server", SERVER]
+    args += ["--mock-port", str(free_port()), "--stats-port", str(free_port())]
+
+    def cluster(*verb: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "gateway_project.cluster", *verb],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+
+    up = None
+    try:
+        # Replica ports follow HAProxy's: make sure they are free too (bounded retries).
+        for _ in range(20):
+            if all(_free(port + i) for i in range(3)):
+                break
+            port = free_port()
+            args[1] = str(port)
+        up = cluster("up", *args)
+        assert up.returncode == 0, up.stdout + up.stderr
+        key = next(line.split("=", 1)[1] for line in up.stdout.splitlines() if "export KEY=" in line)
+        assert f"gateway    http://127.0.0.1:{port}" in up.stdout and "user: admin   password: " in up.stdout
+        state = json.loads((state_dir / "state.json").read_text())
+        assert set(state["replicas"]) == {"replica1", "replica2"}
+        seen = set()
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=20) as client:
+            for _ in range(4):
+                answer = client.post(
+                    "/v1/chat/completions",
+                    headers={"Authorization": f"Bearer {key}"},
+                    json={"model": "fast", "messages": [{"role": "user", "content": "Hello"}]},
+                )
+                assert answer.status_code == 200, answer.text
+                seen.add(answer.headers["x-switchboard-replica"])
+        assert seen == {"replica1", "replica2"}
+        again = cluster("up", *args)
+        assert again.returncode == 1 and "already up" in again.stderr
+    finally:
+        down = cluster("down")
+        if up is not None and up.returncode == 0:
+            assert down.returncode == 0 and "cluster stopped" in down.stdout, down.stdout + down.stderr
+            pids = [r["pid"] for r in state["replicas"].values()] + [p for p in state["pids"].values() if p]
+            assert not [pid for pid in pids if running(pid)]
+            assert not (state_dir / "state.json").exists()
+        import psycopg
+
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
