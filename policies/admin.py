@@ -132,7 +132,7 @@ class AgentInline(OrgChildInline):
     model = Agent
     formset = AgentFormSet
     formfield_overrides = BLANK_NULL_JSON
-    fields = ["name", "default_model", "limits"]
+    fields = ["name", "default_model", "limits", "budget"]
     extra = 0
 
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:

@@ -7,6 +7,10 @@ from django.db import models
 from providers.models import Provider
 
 ACTIONS = [("allow", "allow"), ("deny", "deny")]
+BUDGET_HELP = (
+    'Spend budget, e.g. {"usd": 100, "period": "month"} (period: day, month or total; UTC). Requests are admitted '
+    "while their worst-case cost fits what is left (docs/limits.md#budgets). Models without prices cost 0. Blank: none."
+)
 
 
 class Org(models.Model):
@@ -18,6 +22,11 @@ class Org(models.Model):
         null=True,
         blank=True,
         help_text='Rate limits, e.g. {"rpm": 60, "tpm": 100000}: requests and tokens per minute (docs/limits.md). Blank: none.',
+    )
+    budget = models.JSONField(
+        null=True,
+        blank=True,
+        help_text=BUDGET_HELP,
     )
 
     class Meta:
@@ -38,6 +47,11 @@ class Agent(models.Model):
         null=True,
         blank=True,
         help_text='Rate limits, e.g. {"rpm": 60, "tpm": 100000}: requests and tokens per minute (docs/limits.md). Blank: none.',
+    )
+    budget = models.JSONField(
+        null=True,
+        blank=True,
+        help_text=BUDGET_HELP,
     )
 
     class Meta:

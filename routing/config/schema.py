@@ -28,6 +28,8 @@ CAPABILITIES = (*ENDPOINT_KINDS, "streaming", "tools", "structured_output", "vis
 ACTIONS = ("allow", "deny")
 MAX_CHAIN = 8
 LIMIT_KEYS = ("rpm", "tpm")  # an org's or agent's `limits` (docs/limits.md)
+BUDGET_KEYS = ("usd", "period")  # an org's or agent's `budget` (docs/limits.md#budgets)
+BUDGET_PERIODS = ("day", "month", "total")  # UTC calendar periods; total never resets
 
 # When export writes a field: always, when not None, or when truthy (not None/""/False/[]).
 ALWAYS, SET, TRUTHY = "always", "set", "truthy"
@@ -230,6 +232,7 @@ AGENT = Entity(
     Field("name", "str", required=True, store=TEXT, export=ALWAYS, check="slug"),
     Field("default_model", "str", store=TEXT, export=TRUTHY),
     Field("limits", "mapping", export=TRUTHY, check="limits"),
+    Field("budget", "mapping", export=TRUTHY, check="budget"),
 )
 
 POLICY = Entity(
@@ -250,6 +253,7 @@ ORG = Entity(
     Field("name", "str", required=True, store=TEXT, export=ALWAYS, check="slug"),
     Field("default_action", "str", default="allow", store=TEXT, export=ALWAYS, check="action", choices=ACTIONS),
     Field("limits", "mapping", export=TRUTHY, check="limits"),
+    Field("budget", "mapping", export=TRUTHY, check="budget"),
     Field("agents", "list", column=None, store=NESTED, export=TRUTHY),
     Field("policies", "list", column=None, store=NESTED, export=TRUTHY),
     Field("credentials", "list", column=None, store=NESTED, export=TRUTHY),

@@ -77,6 +77,7 @@ class OrgSpec:
     policies: tuple[PolicySpec, ...]  # ascending priority
     credentials: Mapping[str, CredentialSpec]  # provider name -> override
     limits: tuple[int | None, int | None] | None = None  # (rpm, tpm), docs/limits.md
+    budget: tuple[float, str] | None = None  # (usd, period), docs/limits.md#budgets
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,7 @@ class AgentSpec:
     org: OrgSpec
     default_model: str | None
     limits: tuple[int | None, int | None] | None = None  # (rpm, tpm), docs/limits.md
+    budget: tuple[float, str] | None = None  # (usd, period), docs/limits.md#budgets
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,13 @@ def _limits(raw: Mapping[str, Any] | None) -> tuple[int | None, int | None] | No
         return None
     rpm, tpm = raw.get("rpm"), raw.get("tpm")
     return None if rpm is None and tpm is None else (rpm, tpm)
+
+
+def _budget(raw: Mapping[str, Any] | None) -> tuple[float, str] | None:
+    """(usd, period) of a `budget` mapping, or None (the caller pays nothing)."""
+    if not raw:
+        return None
+    return float(raw["usd"]), str(raw["period"])
 
 
 def build_resilience(raw: Mapping[str, Any] | None) -> Resilience:
@@ -289,6 +298,7 @@ def build_snapshot(
             ),
             credentials=credentials,
             limits=_limits(o.get("limits")),
+            budget=_budget(o.get("budget")),
         )
         orgs[org.name] = org
         for a in o.get("agents") or []:
@@ -297,6 +307,7 @@ def build_snapshot(
                 org=org,
                 default_model=(a.get("default_model") or "").strip() or None,
                 limits=_limits(a.get("limits")),
+                budget=_budget(a.get("budget")),
             )
 
     keys: dict[str, KeySpec] = {}
