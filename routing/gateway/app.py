@@ -181,9 +181,12 @@ async def _handle(
     ticket = limiting.admit(process.limiter, ctx, agent, model, req)
 
     executor = process.executor
-    deadline = _monotonic() + links[0].model.timeouts.total_ms / 1000.0
+    hold = None
     watcher = watch_disconnect(receive, ctx)
     try:
+        if agent.budget is not None or org.budget is not None:  # docs/limits.md#budgets
+            hold = await limiting.reserve(process.budgets, agent, links, req)
+        deadline = _monotonic() + links[0].model.timeouts.total_ms / 1000.0
         if stream:
             ctx.streamed = True
             await proxy_stream(executor, ctx, snap, kind, body, links, deadline, send, shape)
@@ -209,6 +212,8 @@ async def _handle(
         watcher.cancel()
         if ticket is not None:
             limiting.settle(ticket, ctx)
+        if hold is not None:
+            limiting.settle_budget(hold, ctx)
 
 
 def _account(ctx: Context) -> None:

@@ -1,15 +1,18 @@
-"""Rate-limit admission and settlement on the request path (docs/limits.md).
+"""Rate-limit and budget admission and settlement on the request path (docs/limits.md).
 
-The buckets are routing.plan.limits's, one `Limiter` per process (the composition
-root's). A caller whose org and agent have no limits costs one attribute test.
+The buckets are routing.plan.limits's, the budget accounts routing.plan.budgets's,
+one `Limiter` and one `Budgets` per process (the composition root's). A caller
+whose org and agent have no limits and no budget costs two attribute tests each.
 """
 
 from __future__ import annotations
 
 from routing.config.snapshot import AgentSpec, ModelSpec
 from routing.core import errors
-from routing.ops import metrics
+from routing.core.executor import Link
+from routing.ops import metrics, shared_limits
 from routing.ops.accounting import Context
+from routing.plan.budgets import Budgets, Exhausted, Hold, request_cost
 from routing.plan.limits import Limiter, Refused, Ticket
 from routing.plan.preflight import Requirements
 
@@ -26,11 +29,7 @@ def admit(limiter: Limiter, ctx: Context, agent: AgentSpec, model: ModelSpec, re
         return None
 
     def tokens() -> int:
-        if req.kind in _NO_OUTPUT:
-            output = 0
-        else:
-            output = req.max_output_tokens or model.max_output_tokens or DEFAULT_OUTPUT_TOKENS
-        return req.estimated_tokens + output
+        return req.estimated_tokens + _output_allowance(model, req)
 
     try:
         ticket = limiter.admit(org.name, org.limits, agent.name, agent.limits, tokens)
@@ -57,3 +56,90 @@ def settle(ticket: Ticket, ctx: Context) -> None:
         ticket.settle(None if prompt is None and completion is None else (prompt or 0) + (completion or 0))
     else:
         ticket.refund()
+
+
+def _output_allowance(model: ModelSpec, req: Requirements) -> int:
+    """The output tokens a request may produce: max_tokens, else the model's max_output_tokens, else 1024."""
+    if req.kind in _NO_OUTPUT:
+        return 0
+    return req.max_output_tokens or model.max_output_tokens or DEFAULT_OUTPUT_TOKENS
+
+
+def worst_cost(links: list[Link], req: Requirements) -> float:
+    """The request's worst-case cost in USD: the prompt estimate and the output allowance at the
+    prices of the dearest link that may serve it (a fallback may cost more than the first)."""
+    prompt = req.estimated_tokens
+    worst = 0.0
+    for link in links:
+        if link.skip_reason is None:
+            model = link.model
+            cost = request_cost(
+                model.input_price_per_mtok, model.output_price_per_mtok, prompt, _output_allowance(model, req)
+            )
+            if cost > worst:
+                worst = cost
+    return worst
+
+
+# How long a request of a shared budget waits for the background to bring a larger lease
+# before it is refused (docs/limits.md#shared); only when the local lease is too small.
+LEASE_WAIT_S = 0.25
+# How long the first budgeted requests of a process wait for the spend before boot (the usage
+# records' aggregate, read in the background); after that they go on with what is known.
+LOAD_WAIT_S = 2.0
+
+
+async def reserve(budgets: Budgets, agent: AgentSpec, links: list[Link], req: Requirements) -> Hold:
+    """Reserve the worst-case cost on the caller's budgets, or raise 402 `budget_exceeded` (nothing sent upstream).
+
+    Call only when the agent or its org has a budget. With shared budgets, a request the
+    local lease cannot cover waits (at most LEASE_WAIT_S) for the background to lease more.
+    """
+    org = agent.org
+    loaded = budgets.loaded
+    for _ in range(2):  # once in a process's life per period: its spend before boot (docs/limits.md#durable)
+        if (agent.budget is None or agent.budget[1] in loaded) and (org.budget is None or org.budget[1] in loaded):
+            break
+        if not await shared_limits.wait_loaded(LOAD_WAIT_S):
+            break
+    amount = worst_cost(links, req)
+    try:
+        return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount)
+    except Exhausted as exhausted:
+        refused = exhausted
+    if refused.account.lease is not None and await shared_limits.wait_for_lease(refused.account, LEASE_WAIT_S):
+        try:
+            return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount)
+        except Exhausted as exhausted:
+            refused = exhausted
+    metrics.rate_limited(refused.scope, "budget")
+    account = refused.account
+    name = f"org {org.name!r}" if refused.scope == "org" else f"agent '{org.name}/{agent.name}'"
+    raise errors.budget_exceeded(
+        name,
+        account.usd,
+        account.spend(),
+        account.reserved,
+        refused.amount,
+        account.period,
+        refused.resets_in_s,
+    ) from None
+
+
+def settle_budget(hold: Hold, ctx: Context) -> None:
+    """Replace the reservation with the real cost once the answer is over.
+
+    Answered with usage → its cost at the serving model's prices (a missing price costs 0);
+    answered without usage → the reservation stands; no answer → released.
+    """
+    if ctx.status != 200:
+        hold.release()
+        return
+    prompt, completion = ctx.prompt_tokens, ctx.completion_tokens
+    outcome = ctx.outcome
+    link = outcome.link if outcome is not None else None
+    if (prompt is None and completion is None) or link is None:
+        hold.settle(None)
+        return
+    model = link.model
+    hold.settle(request_cost(model.input_price_per_mtok, model.output_price_per_mtok, prompt or 0, completion or 0))

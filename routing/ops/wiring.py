@@ -22,8 +22,9 @@ from routing.config import live
 from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
-from routing.ops import background, controls, metrics, usage
+from routing.ops import background, controls, metrics, shared_limits, usage
 from routing.ops.dashboard import counters, feed, state
+from routing.plan.budgets import Budgets
 from routing.plan.chain import breaker_keys
 from routing.plan.limits import Limiter
 
@@ -36,6 +37,7 @@ class Process:
 
     executor: Executor
     limiter: Limiter = field(default_factory=Limiter)  # rate-limit buckets, per process (docs/limits.md)
+    budgets: Budgets = field(default_factory=Budgets)  # spend budgets (docs/limits.md#budgets)
     tasks: list[asyncio.Task] = field(default_factory=list)
     started: bool = False
 
@@ -111,9 +113,28 @@ def start() -> Process:
             ("health-prober", health.run_prober),
             ("metrics-refresher", metrics.run_refresher),
             ("health-results", health.results_listener),
+            ("budget-spend", lambda: shared_limits.run_spend_loader(proc.budgets)),
         ):
             proc.tasks.append(_spawn(name, func))
+        _start_shared_limits(proc)
     return proc
+
+
+def _start_shared_limits(proc: Process) -> None:
+    """With REDIS_URL, budgets are leased from cluster counters (docs/limits.md#shared)."""
+    from django.conf import settings
+
+    url = getattr(settings, "REDIS_URL", "")
+    if not url:
+        return
+    syncer = shared_limits.Syncer(
+        proc.budgets,
+        url,
+        interval_s=settings.SWITCHBOARD_LIMITS_SYNC_S,
+        timeout_s=min(0.25, settings.SWITCHBOARD_SHARED_TIMEOUT_S),
+    )
+    shared_limits.install(syncer)
+    proc.tasks.append(_spawn("shared-limits", syncer.run))
 
 
 def _spawn(name: str, func: Callable[[], Awaitable[None]]) -> asyncio.Task:
