@@ -178,7 +178,10 @@ async def _handle(
     links = preflight.apply(chain.build_chain(snap, org, model, name), req)
     if all(link.skip_reason is not None for link in links):
         raise preflight.no_link_error(links, req)
-    ticket = limiting.admit(process.limiter, ctx, agent, model, req)
+    try:
+        ticket = limiting.admit(process.limiter, ctx, agent, model, req)
+    except limiting.LeaseNeeded:  # shared limits: only this process's share was short
+        ticket = await limiting.admit_after_lease(process.limiter, ctx, agent, model, req)
 
     executor = process.executor
     hold = None

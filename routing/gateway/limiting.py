@@ -7,13 +7,15 @@ whose org and agent have no limits and no budget costs two attribute tests each.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from routing.config.snapshot import AgentSpec, ModelSpec
 from routing.core import errors
 from routing.core.executor import Link
 from routing.ops import metrics, shared_limits
 from routing.ops.accounting import Context
 from routing.plan.budgets import Budgets, Exhausted, Hold, request_cost
-from routing.plan.limits import Limiter, Refused, Ticket
+from routing.plan.limits import Limiter, Refused, SharedBucket, Ticket
 from routing.plan.preflight import Requirements
 
 # Output allowance when neither the request (max_tokens / max_completion_tokens) nor
@@ -22,8 +24,15 @@ DEFAULT_OUTPUT_TOKENS = 1024
 _NO_OUTPUT = frozenset({"embeddings", "rerank"})
 
 
+class LeaseNeeded(Exception):
+    """A shared bucket's local share is too small for this request: wait for the syncer (admit_after_lease)."""
+
+
 def admit(limiter: Limiter, ctx: Context, agent: AgentSpec, model: ModelSpec, req: Requirements) -> Ticket | None:
-    """Take this request from the caller's buckets, or raise 429 `rate_limited` (nothing sent upstream)."""
+    """Take this request from the caller's buckets, or raise 429 `rate_limited` (nothing sent upstream).
+
+    With shared limits, raises `LeaseNeeded` when only the local share is short.
+    """
     org = agent.org
     if org.limits is None and agent.limits is None:
         return None
@@ -34,14 +43,41 @@ def admit(limiter: Limiter, ctx: Context, agent: AgentSpec, model: ModelSpec, re
     try:
         ticket = limiter.admit(org.name, org.limits, agent.name, agent.limits, tokens)
     except Refused as refused:
-        ctx.ratelimit = refused.ticket
-        metrics.rate_limited(refused.scope, refused.limit)
-        name = f"org {org.name!r}" if refused.scope == "org" else f"agent '{org.name}/{agent.name}'"
-        raise errors.rate_limit_exceeded(
-            name, refused.limit, refused.value, refused.amount, refused.retry_after_s
-        ) from None
+        bucket = refused.bucket
+        if isinstance(bucket, SharedBucket) and not bucket.divisor and refused.amount <= bucket.capacity:
+            if shared_limits.wake():
+                if refused.amount > bucket.need:
+                    bucket.need = refused.amount
+                raise LeaseNeeded() from None
+        _refuse(refused, ctx, agent)
     ctx.ratelimit = ticket
     return ticket
+
+
+async def admit_after_lease(
+    limiter: Limiter, ctx: Context, agent: AgentSpec, model: ModelSpec, req: Requirements
+) -> Ticket | None:
+    """The local share was short: wait (at most LEASE_WAIT_S) for one syncer round, then admit or refuse."""
+    await shared_limits.wait_round(LEASE_WAIT_S)
+    org = agent.org
+    try:
+        ticket = limiter.admit(
+            org.name, org.limits, agent.name, agent.limits, lambda: req.estimated_tokens + _output_allowance(model, req)
+        )
+    except Refused as refused:
+        _refuse(refused, ctx, agent)
+    ctx.ratelimit = ticket
+    return ticket
+
+
+def _refuse(refused: Refused, ctx: Context, agent: AgentSpec) -> NoReturn:
+    org = agent.org
+    ctx.ratelimit = refused.ticket
+    metrics.rate_limited(refused.scope, refused.limit)
+    name = f"org {org.name!r}" if refused.scope == "org" else f"agent '{org.name}/{agent.name}'"
+    raise errors.rate_limit_exceeded(
+        name, refused.limit, refused.value, refused.amount, refused.retry_after_s
+    ) from None
 
 
 def settle(ticket: Ticket, ctx: Context) -> None:

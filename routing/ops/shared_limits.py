@@ -20,7 +20,9 @@ Two background tasks of the composition root; neither is on the request path.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -31,6 +33,7 @@ from routing.config import live
 from routing.config.snapshot import Snapshot
 from routing.ops import metrics
 from routing.plan.budgets import AGENT, ORG, Account, Budgets
+from routing.plan.limits import Limiter, SharedBucket
 
 log = logging.getLogger("switchboard")
 
@@ -38,8 +41,7 @@ _MICRO = 1_000_000
 LEASE_FRACTION = 0.05  # a lease is at least this share of the budget (or one request's worst case)
 IDLE_S = 2.0  # a lease unused this long is given back
 PROCESS_TTL_S = 10.0  # a process not heard from this long no longer counts for the even share
-KEY_PREFIX = "switchboard:limits:"
-PROCESSES_KEY = KEY_PREFIX + "processes"
+KEY_PREFIX = "switchboard:limits:"  # + the cluster's namespace (one per database: Syncer.namespace)
 DEGRADED_COMPONENT = "redis_limits"
 
 # The lease: add what the process owes (spent beyond its lease, or an outage share), then
@@ -59,6 +61,33 @@ cur = cur + grant
 redis.call('SET', KEYS[1], string.format('%.0f', cur), 'EX', ARGV[5])
 return {grant, cur}
 """
+
+# A cluster token bucket (the level refilled by Redis's own clock, capacity per minute), from
+# which processes take shares: add the debt, then grant up to `want` whole tokens (want < 0
+# gives back). An absent key is a full bucket. KEYS[1] hash; ARGV capacity, want, owed, ttl.
+BUCKET_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local cap = tonumber(ARGV[1])
+local state = redis.call('HMGET', KEYS[1], 'l', 's')
+local lvl = tonumber(state[1]) or cap
+local st = tonumber(state[2]) or now
+lvl = lvl + (now - st) * cap / 60
+if lvl > cap then lvl = cap end
+lvl = lvl - tonumber(ARGV[3])
+local want = tonumber(ARGV[2])
+local grant = want
+if want > 0 then
+  grant = math.floor(math.min(want, lvl))
+  if grant < 0 then grant = 0 end
+end
+lvl = lvl - grant
+if lvl > cap then lvl = cap end
+redis.call('HSET', KEYS[1], 'l', tostring(lvl), 's', string.format('%.6f', now))
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return {tostring(grant), tostring(lvl)}
+"""
+BUCKET_TTL_S = 120  # a bucket untouched this long is full again: its key may go
 
 
 # ---------------------------------------------------------------- spend at boot
@@ -159,17 +188,21 @@ async def wait_loaded(timeout_s: float) -> bool:
 
 
 class Syncer:
-    """The background side of shared budgets: one Redis round per interval for every active account."""
+    """The background side of shared limits and budgets: one Redis round per interval for every active one."""
 
     def __init__(
         self,
         budgets: Budgets,
+        limiter: Limiter,
         redis_url: str,
         interval_s: float = 0.2,
-        timeout_s: float = 0.5,
+        timeout_s: float = 0.25,
         clock: Callable[[], float] = time.time,
+        namespace: str = "",
     ) -> None:
+        self.prefix = f"{KEY_PREFIX}{namespace}:" if namespace else KEY_PREFIX
         self.budgets = budgets
+        self.limiter = limiter
         self.redis_url = redis_url
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -181,39 +214,49 @@ class Syncer:
         self._wake: asyncio.Event | None = None
         self._round: asyncio.Future | None = None
         self._redis: Any = None
-        self._script: Any = None
+        self._lease: Any = None
+        self._take: Any = None
         self._outage: set[tuple[str, ...]] = set()  # accounts given their outage share
         budgets.shared = True
         budgets.starved = self.starved
+        limiter.shared = True
 
-    def starved(self, account: Account) -> None:
-        """A request found the lease too small (request path: only sets an event)."""
+    def starved(self, account: Account | None = None) -> None:
+        """A request found its share too small (request path: only sets an event)."""
         if self._wake is not None:
             self._wake.set()
 
-    async def wait(self, account: Account, timeout_s: float) -> bool:
-        """Wait for the next round; True when it gave `account` more to reserve from."""
+    async def wait_round(self, timeout_s: float) -> bool:
+        """Wake the syncer and wait for its next round to end; False if none ended within `timeout_s`."""
         if not self.running or self._round is None or self._wake is None:
             return False
-        before = account.left()
         round_ = self._round
         self._wake.set()
         try:
             await asyncio.wait_for(asyncio.shield(round_), timeout_s)
         except TimeoutError:
             return False
-        return account.left() > before
+        return True
 
-    async def run(self) -> None:
+    def connect(self) -> None:
+        """The Redis client and scripts (connections are made on first use)."""
         import redis.asyncio as aioredis
 
-        loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
-        self._round = loop.create_future()
         self._redis = aioredis.Redis.from_url(
             self.redis_url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s
         )
-        self._script = self._redis.register_script(LEASE_SCRIPT)
+        self._lease = self._redis.register_script(LEASE_SCRIPT)
+        self._take = self._redis.register_script(BUCKET_SCRIPT)
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._round = loop.create_future()
+        self.connect()
         self.running = True
         try:
             while True:
@@ -230,10 +273,12 @@ class Syncer:
                         done.set_result(None)
         finally:
             self.running = False
-            await self._redis.aclose()
+            await self.close()
 
-    def _plan(self, account: Account, now: float) -> tuple[int, int, int]:
-        """(want, owed, seed) in µUSD for one account; a give-back is taken off the lease at once."""
+    # planning: what to ask of each counter and bucket; give-backs leave the share at once
+
+    def _plan_account(self, account: Account, now: float) -> tuple[int, int, int]:
+        """(want, owed, seed) in µUSD for one budget."""
         lease = account.lease or 0.0
         if now - account.used_at > IDLE_S:
             target = 0.0
@@ -243,63 +288,104 @@ class Syncer:
         if lease < target:
             want = target - lease
         elif lease > 2 * target or (target == 0 and lease > 0):
-            want = target - lease  # give back the surplus: the request path may not reserve it meanwhile
+            want = target - lease
             account.lease = lease + want
         seed = account.base + account.spent + account.reserved
         return int(want * _MICRO), int(account.owed * _MICRO), int(seed * _MICRO)
 
+    def _plan_bucket(self, bucket: SharedBucket, now: float) -> tuple[float, float]:
+        """(want, owed) tokens for one bucket."""
+        if bucket.divisor:  # on a local share (Redis was down): ask for a fresh share, owe nothing
+            return float(min(bucket.capacity, max(1.0, math.ceil(bucket.capacity * LEASE_FRACTION)))), 0.0
+        owed = 0.0
+        if bucket.level < 0:  # charged beyond the share (a tpm correction): owed to the cluster bucket
+            owed, bucket.level = -bucket.level, 0.0
+        level = bucket.level
+        if now - bucket.used_at > IDLE_S:
+            target = 0.0
+        else:
+            target = min(bucket.capacity, max(1.0, math.ceil(bucket.capacity * LEASE_FRACTION), bucket.need))
+        want = 0.0
+        if level < target:
+            want = float(math.ceil(target - level))
+        elif level > 2 * target or (target == 0 and level > 0):
+            want = target - level
+            bucket.level = level + want
+        return want, owed
+
     async def sync_once(self) -> None:
-        """One round: heartbeat, then lease / settle / give back for every shared account."""
+        """One round: heartbeat, then lease / settle / give back for every shared budget and bucket."""
         now = self.clock()
         accounts = [a for a in self.budgets.accounts() if a.lease is not None]
-        if not accounts:
-            return  # nothing shared yet: no Redis traffic from a process without budgets
-        plans = [(a, a.start, *self._plan(a, now)) for a in accounts]
+        buckets = [(k, b) for k, b in self.limiter.items() if isinstance(b, SharedBucket)]
+        if not accounts and not buckets:
+            return  # nothing shared yet: no Redis traffic from a process without limits
+        mono = time.monotonic()
+        account_plans = [(a, a.start, *self._plan_account(a, now)) for a in accounts]
+        bucket_plans = [(b, *self._plan_bucket(b, mono)) for _, b in buckets]
         try:
             pipe = self._redis.pipeline(transaction=False)
-            pipe.zadd(PROCESSES_KEY, {self.id: now})
-            pipe.zremrangebyscore(PROCESSES_KEY, 0, now - PROCESS_TTL_S)
-            pipe.zcard(PROCESSES_KEY)
-            for account, _start, want, owed, seed in plans:
+            processes = self.prefix + "processes"
+            pipe.zadd(processes, {self.id: now})
+            pipe.zremrangebyscore(processes, 0, now - PROCESS_TTL_S)
+            pipe.zcard(processes)
+            for account, _start, want, owed, seed in account_plans:
                 ttl = int((account.end - now) + 86400) if account.end is not None else 400 * 86400
-                await self._script(
-                    keys=[account_key(account)],
-                    args=[int(account.usd * _MICRO), want, owed, seed, max(ttl, 60)],
-                    client=pipe,
-                )
+                args = [int(account.usd * _MICRO), want, owed, seed, max(ttl, 60)]
+                await self._lease(keys=[account_key(account, self.prefix)], args=args, client=pipe)
+            for (key, bucket), (_, want, owed) in zip(buckets, bucket_plans, strict=True):
+                args = [repr(bucket.capacity), repr(want), repr(owed), BUCKET_TTL_S]
+                await self._take(keys=[bucket_key(key, self.prefix)], args=args, client=pipe)
             results = await asyncio.wait_for(pipe.execute(), self.timeout_s * 2)
         except Exception as exc:  # noqa: BLE001 - Redis down: fail open on local shares
-            for account, start, want, _, _ in plans:
+            for account, start, want, _, _ in account_plans:
                 if want < 0 and account.start == start:
                     account.lease = (account.lease or 0.0) - want / _MICRO  # the give-back did not happen
-            self._fail_open(accounts, exc)
+            for bucket, want, owed in bucket_plans:
+                if not bucket.divisor:
+                    bucket.level += (-want if want < 0 else 0.0) - owed
+            self._fail_open(accounts, [b for _, b in buckets], exc)
             return
         self.processes = max(1, int(results[2]))
-        for (account, start, _want, owed, _), (grant, counter) in zip(plans, results[3:], strict=True):
+        rest = results[3:]
+        for (account, start, _want, owed, _), (grant, counter) in zip(account_plans, rest, strict=False):
             if account.start != start:  # the period rolled meanwhile: that counter is the old period's
                 continue
             account.owed -= owed / _MICRO
-            if grant > 0:
-                account.lease = (account.lease or 0.0) + grant / _MICRO
-            account.cluster = counter / _MICRO
+            if int(grant) > 0:
+                account.lease = (account.lease or 0.0) + int(grant) / _MICRO
+            account.cluster = int(counter) / _MICRO
             account.need = 0.0
+        for (bucket, _want, _owed), (grant, pool) in zip(bucket_plans, rest[len(account_plans) :], strict=True):
+            granted = max(0.0, float(grant))
+            if bucket.divisor:  # back from a local share: what it held was never the cluster's
+                bucket.level, bucket.divisor = granted, 0
+            else:
+                bucket.level += granted
+            bucket.pool = float(pool)
+            bucket.need = 0.0
         if self.degraded:
             self.degraded = False
             self._outage.clear()
             metrics.set_degraded_gauge(DEGRADED_COMPONENT, False)
-            log.warning("shared limits: Redis reachable again; budgets are shared across processes again")
+            log.warning("shared limits: Redis reachable again; limits and budgets are shared across processes again")
 
-    def _fail_open(self, accounts: list[Account], exc: Exception) -> None:
-        """Each account carries on with an even share of what was left, counted when Redis is back."""
+    def _fail_open(self, accounts: list[Account], buckets: list[SharedBucket], exc: Exception) -> None:
+        """Carry on with an even share of each limit and of what was left of each budget."""
         if not self.degraded:
             self.degraded = True
             metrics.set_degraded_gauge(DEGRADED_COMPONENT, True)
             log.warning(
                 "shared limits: Redis unreachable (%s); each process enforces an even share (1/%d) of each "
-                "budget until it is back",
+                "limit and budget until it is back",
                 exc,
                 self.processes,
             )
+        now = time.monotonic()
+        for bucket in buckets:
+            if not bucket.divisor:
+                bucket.divisor = self.processes
+                bucket.stamp = now
         for account in accounts:
             if account.key in self._outage:
                 continue
@@ -310,9 +396,20 @@ class Syncer:
             account.owed += share  # counted when Redis is back; what is left over is given back then
 
 
-def account_key(account: Account) -> str:
+def bucket_key(key: tuple[str, ...], prefix: str = KEY_PREFIX) -> str:
+    """The Redis hash of one cluster bucket (org or agent, requests or tokens)."""
+    return f"{prefix}bucket:{'/'.join(key)}"
+
+
+def account_key(account: Account, prefix: str = KEY_PREFIX) -> str:
     """The Redis counter of one account's current period."""
-    return f"{KEY_PREFIX}budget:{int(account.start)}:{'/'.join(account.key)}"
+    return f"{prefix}budget:{int(account.start)}:{'/'.join(account.key)}"
+
+
+def namespace(database: dict[str, Any]) -> str:
+    """The cluster's key namespace: processes on the same database share limits, others never do."""
+    ident = f"{database.get('ENGINE')}|{database.get('HOST')}|{database.get('PORT')}|{database.get('NAME')}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:12]
 
 
 _syncer: Syncer | None = None
@@ -324,9 +421,22 @@ def install(syncer: Syncer | None) -> None:
     _syncer = syncer
 
 
-async def wait_for_lease(account: Account, timeout_s: float) -> bool:
-    """Request path, only when a shared account's lease is too small: wait for one background round."""
+def wake() -> bool:
+    """Request path: a share was short; wake the syncer. False when none runs (limits are per process)."""
     syncer = _syncer
-    if syncer is None:
+    if syncer is None or not syncer.running:
         return False
-    return await syncer.wait(account, timeout_s)
+    syncer.starved()
+    return True
+
+
+async def wait_round(timeout_s: float) -> bool:
+    """Request path, only when a share is short: wait for one background round."""
+    syncer = _syncer
+    return syncer is not None and await syncer.wait_round(timeout_s)
+
+
+async def wait_for_lease(account: Account, timeout_s: float) -> bool:
+    """Request path, only when a shared budget's lease is too small: True when a round gave it more."""
+    before = account.left()
+    return await wait_round(timeout_s) and account.left() > before

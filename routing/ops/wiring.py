@@ -121,7 +121,7 @@ def start() -> Process:
 
 
 def _start_shared_limits(proc: Process) -> None:
-    """With REDIS_URL, budgets are leased from cluster counters (docs/limits.md#shared)."""
+    """With REDIS_URL, limits and budgets are leased from cluster buckets and counters (docs/limits.md#shared)."""
     from django.conf import settings
 
     url = getattr(settings, "REDIS_URL", "")
@@ -129,9 +129,11 @@ def _start_shared_limits(proc: Process) -> None:
         return
     syncer = shared_limits.Syncer(
         proc.budgets,
+        proc.limiter,
         url,
         interval_s=settings.SWITCHBOARD_LIMITS_SYNC_S,
         timeout_s=min(0.25, settings.SWITCHBOARD_SHARED_TIMEOUT_S),
+        namespace=shared_limits.namespace(settings.DATABASES["default"]),
     )
     shared_limits.install(syncer)
     proc.tasks.append(_spawn("shared-limits", syncer.run))

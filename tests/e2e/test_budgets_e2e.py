@@ -38,6 +38,8 @@ orgs:
     agents:
       - name: bot
         budget: {{usd: 0.035, period: total}}
+      - name: rl
+        limits: {{rpm: 10}}
 """
 COST = 0.007012
 
@@ -46,10 +48,10 @@ def config(mock_upstream, org: str, upstream: str) -> str:
     return CONFIG.format(mock=mock_upstream.url, org=org, upstream=upstream)
 
 
-def ask(gw: Gateway) -> httpx.Response:
+def ask(gw: Gateway, key: str | None = None) -> httpx.Response:
     return httpx.post(
         f"{gw.url}/v1/chat/completions",
-        headers={"Authorization": f"Bearer {gw.api_key}"},
+        headers={"Authorization": f"Bearer {key or gw.api_key}"},
         json={"model": "bud-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10},
         timeout=20,
     )
@@ -92,12 +94,12 @@ def two_processes(make_gateway, mock_upstream):
     )
     b.serve()
     b.api_key = a.api_key
-    yield a, b, upstream
+    yield a, b, upstream, org
     b.stop()
 
 
 def test_one_budget_holds_across_two_processes_sharing_redis(two_processes, mock_upstream):
-    a, b, upstream = two_processes
+    a, b, upstream, _ = two_processes
     # Alternating requests: without sharing each process would admit 4 (8 in all).
     statuses = [ask(gw).status_code for gw in (a, b) * 4]
     served = statuses.count(200)
@@ -119,3 +121,24 @@ def test_one_budget_holds_across_two_processes_sharing_redis(two_processes, mock
     b.serve()
     assert ask(b).status_code == 402
     assert mock_upstream.count(upstream) == served
+
+
+def test_one_rpm_limit_holds_across_two_processes_sharing_redis(two_processes, mock_upstream):
+    a, b, upstream, org = two_processes
+    key = a.create_key(org, "rl")
+    deadline = time.monotonic() + 1 + SLACK_S
+    while httpx.get(f"{b.url}/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == 401:
+        assert time.monotonic() < deadline, "B did not reload the new key"
+        time.sleep(0.05)
+    before = mock_upstream.count(upstream)
+    answers = [ask(gw, key) for gw in (a, b) * 10]
+    served = [r.status_code for r in answers].count(200)
+    # Without sharing each process would serve 10 (20 in all). Shared: the cluster bucket's 10,
+    # plus at most one share per process (shares of an rpm under 40 are 1 request), plus what
+    # refills while the test runs (one request per 6 s).
+    assert 10 <= served <= 12, [r.status_code for r in answers]
+    assert mock_upstream.count(upstream) - before == served
+    refused = [r for r in answers if r.status_code != 200]
+    assert {r.json()["error"]["code"] for r in refused} == {"rate_limited"}
+    assert all(int(r.headers["retry-after"]) >= 1 for r in refused)
+    assert all(r.headers["x-ratelimit-limit-requests"] == "10" for r in answers)
