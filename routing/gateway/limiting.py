@@ -117,9 +117,11 @@ def worst_cost(links: list[Link], req: Requirements) -> float:
     return worst
 
 
-# How long a request of a shared budget waits for the background to bring a larger lease
-# before it is refused (docs/limits.md#shared); only when the local lease is too small.
-LEASE_WAIT_S = 0.25
+# How long a request waits for the background to bring a larger share before it is refused
+# (docs/limits.md#shared); only when the local share is too small. Longer than two rounds
+# can take (each bounded by twice the syncer's Redis timeout), so a slow or dead Redis ends
+# in the fail-open share, not in a refusal.
+LEASE_WAIT_S = 1.5
 # How long the first budgeted requests of a process wait for the spend before boot (the usage
 # records' aggregate, read in the background); after that they go on with what is known.
 LOAD_WAIT_S = 2.0
@@ -133,11 +135,13 @@ async def reserve(budgets: Budgets, agent: AgentSpec, links: list[Link], req: Re
     """
     org = agent.org
     loaded = budgets.loaded
-    for _ in range(2):  # once in a process's life per period: its spend before boot (docs/limits.md#durable)
-        if (agent.budget is None or agent.budget[1] in loaded) and (org.budget is None or org.budget[1] in loaded):
-            break
-        if not await shared_limits.wait_loaded(LOAD_WAIT_S):
-            break
+    if (agent.budget is not None and agent.budget[1] not in loaded) or (
+        org.budget is not None and org.budget[1] not in loaded
+    ):  # once in a process's life per period: its spend before boot (docs/limits.md#durable)
+        await shared_limits.wait_loaded(LOAD_WAIT_S)
+        for budget in (agent.budget, org.budget):
+            if budget is not None:
+                loaded.add(budget[1])  # loaded, or the database is slow: go on with what is known
     amount = worst_cost(links, req)
     try:
         return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount)
