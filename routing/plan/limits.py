@@ -257,6 +257,17 @@ class Limiter:
             bucket.level -= amount
         return ticket
 
+    def peek(self, key: tuple[str, ...]) -> tuple[float, float, float] | None:
+        """(capacity, remaining, seconds to full) of a bucket as of now, without touching it (the dashboard)."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            return None
+        remaining = bucket.remaining()
+        if not isinstance(bucket, SharedBucket):
+            remaining = min(bucket.capacity, remaining + (self._clock() - bucket.stamp) * bucket.rate)
+        missing = bucket.capacity - remaining
+        return bucket.capacity, remaining, missing / bucket.rate if missing > 0 else 0.0
+
     def items(self) -> list[tuple[tuple[str, ...], Bucket]]:
         """Every bucket with its key (the shared-limits syncer)."""
         return list(self._buckets.items())
