@@ -200,6 +200,13 @@ class Budgets:
         account.used_at = now
         return account
 
+    def _refuse(self, scope: str, account: Account, amount: float, now: float) -> Exhausted:
+        if account.lease is not None and self.starved is not None:
+            if amount > account.need:
+                account.need = amount
+            self.starved(account)
+        return Exhausted(scope, account, amount, account.resets_in(now))
+
     def admit(
         self,
         org: str,
@@ -214,15 +221,15 @@ class Budgets:
         """
         now = self._clock()
         accounts: list[Account] = []
-        for scope, key, budget in ((AGENT, (AGENT, org, agent), agent_budget), (ORG, (ORG, org), org_budget)):
-            if budget is None:
-                continue
-            account = self._account(key, budget, now)
+        if agent_budget is not None:
+            account = self._account((AGENT, org, agent), agent_budget, now)
             if account.left() < amount:
-                if account.lease is not None and self.starved is not None:
-                    account.need = max(account.need, amount)
-                    self.starved(account)
-                raise Exhausted(scope, account, amount, account.resets_in(now))
+                raise self._refuse(AGENT, account, amount, now)
+            accounts.append(account)
+        if org_budget is not None:
+            account = self._account((ORG, org), org_budget, now)
+            if account.left() < amount:
+                raise self._refuse(ORG, account, amount, now)
             accounts.append(account)
         for account in accounts:
             account.take(amount)
