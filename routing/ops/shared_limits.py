@@ -383,9 +383,10 @@ class Syncer:
             )
         now = time.monotonic()
         for bucket in buckets:
-            if not bucket.divisor:
+            if not bucket.divisor:  # a local bucket of capacity ÷ N, full: never refuse for want of Redis
                 bucket.divisor = self.processes
                 bucket.stamp = now
+                bucket.level = max(bucket.level, bucket.capacity / self.processes)
         for account in accounts:
             if account.key in self._outage:
                 continue
