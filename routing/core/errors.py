@@ -796,10 +796,11 @@ def budget_exceeded(
     request's worst case. `Retry-After` is the time to the period's end, when it ends.
     """
     left = max(0.0, usd - spent - reserved)
+    amount = f"{usd:.2f}" if usd >= 1 else f"{usd:.6f}".rstrip("0")
     held = f", and requests in flight hold ${reserved:.4f} more" if reserved > 0 else ""
     when = f"this {period} (UTC)" if period != "total" else "in total"
     detail = (
-        f"the {name} has spent ${spent:.4f} of its ${usd:.2f} budget {when}{held}; this request may cost up to "
+        f"the {name} has spent ${spent:.4f} of its ${amount} budget {when}{held}; this request may cost up to "
         f"${needed:.6f} (prompt estimate and max output at the model's prices) and ${left:.6f} is left"
     )
     headers = None

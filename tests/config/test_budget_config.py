@@ -84,3 +84,25 @@ def test_admin_agent_page_saves_a_budget(admin_client_, imported):
     data["budget"] = '{"usd": 3, "period": "month"}'
     assert admin_client_.post(url, data).status_code == 302
     assert Agent.objects.get().budget == {"usd": 3, "period": "month"}
+
+
+def test_admin_pages_show_the_spend_and_what_is_held(admin_client_, imported):
+    from routing.ops import wiring
+
+    org, agent = Org.objects.get(), Agent.objects.get()
+    org.budget = {"usd": 10, "period": "month"}
+    org.save()
+    agent.budget = {"usd": 2, "period": "day"}
+    agent.save()
+    budgets = wiring.process().budgets
+    budgets.forget()
+    try:
+        budgets.admit(org.name, (10.0, "month"), agent.name, (2.0, "day"), 0.25).settle(0.25)
+        budgets.admit(org.name, (10.0, "month"), agent.name, (2.0, "day"), 0.5)  # in flight
+        page = text(admin_client_.get(reverse("admin:policies_agent_change", args=[agent.pk])))
+        assert "$0.2500 spent this day (resets" in page
+        assert "$0.5000 held by requests in flight, of $2 (38%)" in page
+        page = text(admin_client_.get(reverse("admin:policies_org_change", args=[org.pk])))
+        assert "$0.2500 spent this month" in page and "of $10 (8%)" in page
+    finally:
+        budgets.forget()

@@ -90,3 +90,21 @@ def limits_view(request: HttpRequest) -> HttpResponse:
         "dashboard/limits.html",
         {"rows": rows, "title": "Limits and budgets", "shared": proc.limiter.shared},
     )
+
+
+def budget_summary(key: tuple[str, ...], raw: Any) -> str:
+    """One line for the admin: the budget's spend this period and what requests in flight hold.
+
+    This serving process's view (with REDIS_URL, the cluster's as of the last lease round).
+    """
+    if not isinstance(raw, dict) or "usd" not in raw or "period" not in raw:
+        return "no budget"
+    budget = (float(raw["usd"]), str(raw["period"]))
+    proc = wiring.process()
+    now = datetime.now(UTC).timestamp()
+    info = feed.call_on_loop(lambda: _budget(proc.budgets, key, budget, now))
+    when = "in total" if info["period"] == "total" else f"this {info['period']} (resets {info['resets']})"
+    return (
+        f"${info['spent']:.4f} spent {when}, ${info['reserved']:.4f} held by requests in flight, "
+        f"of ${info['usd']:g} ({info['percent']}%): this serving process's view (docs/limits.md#dashboard)."
+    )
