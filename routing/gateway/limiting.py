@@ -121,7 +121,7 @@ def worst_cost(links: list[Link], req: Requirements) -> float:
 # (docs/limits.md#shared); only when the local share is too small. Longer than two rounds
 # can take (each bounded by twice the syncer's Redis timeout), so a slow or dead Redis ends
 # in the fail-open share, not in a refusal.
-LEASE_WAIT_S = 1.5
+LEASE_WAIT_S = 2.5
 # How long the first budgeted requests of a process wait for the spend before boot (the usage
 # records' aggregate, read in the background); after that they go on with what is known.
 LOAD_WAIT_S = 2.0

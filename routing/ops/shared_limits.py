@@ -196,7 +196,7 @@ class Syncer:
         limiter: Limiter,
         redis_url: str,
         interval_s: float = 0.2,
-        timeout_s: float = 0.25,
+        timeout_s: float = 0.5,
         clock: Callable[[], float] = time.time,
         namespace: str = "",
     ) -> None:
@@ -316,11 +316,20 @@ class Syncer:
     async def sync_once(self) -> None:
         """One round: heartbeat, then lease / settle / give back for every shared budget and bucket."""
         now = self.clock()
-        accounts = [a for a in self.budgets.accounts() if a.lease is not None]
-        buckets = [(k, b) for k, b in self.limiter.items() if isinstance(b, SharedBucket)]
-        if not accounts and not buckets:
-            return  # nothing shared yet: no Redis traffic from a process without limits
         mono = time.monotonic()
+        # Idle ones holding nothing and owing nothing cost no Redis call (removed limits, quiet callers).
+        accounts = [
+            a
+            for a in self.budgets.accounts()
+            if a.lease is not None and (a.lease or a.owed or now - a.used_at <= IDLE_S)
+        ]
+        buckets = [
+            (k, b)
+            for k, b in self.limiter.items()
+            if isinstance(b, SharedBucket) and (b.level or b.divisor or mono - b.used_at <= IDLE_S)
+        ]
+        if not accounts and not buckets and not self.degraded:
+            return  # nothing to share now: no Redis traffic (while degraded, the heartbeat tells when it is back)
         account_plans = [(a, a.start, *self._plan_account(a, now)) for a in accounts]
         bucket_plans = [(b, *self._plan_bucket(b, mono)) for _, b in buckets]
         try:
@@ -439,5 +448,8 @@ async def wait_round(timeout_s: float) -> bool:
 
 async def wait_for_lease(account: Account, timeout_s: float) -> bool:
     """Request path, only when a shared budget's lease is too small: True when a round gave it more."""
+    syncer = _syncer
+    if syncer is not None and syncer.degraded and account.key in syncer._outage:
+        return False  # on its outage share already: no round can give it more until Redis is back
     before = account.left()
     return await wait_round(timeout_s) and account.left() > before

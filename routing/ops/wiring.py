@@ -132,7 +132,7 @@ def _start_shared_limits(proc: Process) -> None:
         proc.limiter,
         url,
         interval_s=settings.SWITCHBOARD_LIMITS_SYNC_S,
-        timeout_s=min(0.25, settings.SWITCHBOARD_SHARED_TIMEOUT_S),
+        timeout_s=min(0.5, settings.SWITCHBOARD_SHARED_TIMEOUT_S),
         namespace=shared_limits.namespace(settings.DATABASES["default"]),
     )
     shared_limits.install(syncer)
