@@ -24,10 +24,13 @@ test: $(BIN)/.installed
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 
-# wrk (Debian) drives the throughput rows; installed here when missing.
+# wrk (Debian) drives the throughput rows; installed here when missing. LiteLLM and
+# Portkey run beside Switchboard in the same run (installed outside the repository);
+# `PEERS= make bench` measures Switchboard alone.
 bench: $(BIN)/.installed
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
-	$(BIN)/python -m bench.run
+	bash bench/peers/peers.sh
+	$(BIN)/python -m bench.deployments_bench
 
 bench-compare: $(BIN)/.installed
 	$(BIN)/python -m bench.compare

@@ -68,13 +68,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--mock-port", type=int, default=0, help="fixed port for the mock upstream (so a peer can be pointed at it)"
     )
     p.add_argument(
-        "--peer-url",
-        default="",
-        help="base URL of another gateway in front of the same mock, measured beside Switchboard",
+        "--peers-file",
+        type=Path,
+        default=None,
+        help="JSON list of other gateways in front of the same mock, measured beside Switchboard: "
+        '[{"name", "url", "key", "model", "headers": {...}, "target": ratio}] (bench/peers/peers.sh writes it)',
     )
-    p.add_argument("--peer-key", default="", help="the peer's API key")
-    p.add_argument("--peer-model", default=config.CHAT[0], help="model name to ask the peer for")
-    p.add_argument("--peer-name", default="peer", help="what to call the peer in the notes")
     p.add_argument(
         "--gateway-env",
         action="append",
@@ -88,11 +87,32 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if bad:
         p.error(f"--gateway-env needs NAME=VALUE, got {', '.join(bad)}")
     args.extra_env = dict(e.split("=", 1) for e in args.gateway_env)
+    args.peers = _load_peers(p, args.peers_file)
     args.selected = [s.strip() for s in args.only.split(",") if s.strip()] or list(SCENARIOS)
     unknown = [s for s in args.selected if s not in SCENARIOS]
     if unknown:
         p.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     return args
+
+
+def _load_peers(p: argparse.ArgumentParser, path: Path | None) -> list[Peer]:
+    if path is None:
+        return []
+    try:
+        data = orjson.loads(path.read_bytes())
+        return [
+            Peer(
+                d["name"],
+                d["url"].rstrip("/"),
+                d.get("key", ""),
+                d.get("model", config.CHAT[0]),
+                d.get("headers", {}),
+                d.get("target"),
+            )
+            for d in data
+        ]
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        p.error(f"--peers-file {path}: {exc}; expected a JSON list of {{name, url, key, model, headers}}")
 
 
 def _log(started: float, message: str) -> None:
@@ -113,7 +133,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
             "loadavg_start": list(os.getloadavg()),
-            "peer": args.peer_name if args.peer_url else None,
+            "peers": [p.name for p in args.peers],
             "gateway_env": args.extra_env,
         },
         "scenarios": {},
@@ -137,9 +157,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(0.5)
         rss_idle = gateway.rss_mb()
         _log(started, f"gateway ({args.server}) on {gateway_url}, idle RSS {rss_idle} MB")
-        peer = (
-            Peer(args.peer_name, args.peer_url.rstrip("/"), args.peer_key, args.peer_model) if args.peer_url else None
-        )
         bench = Bench(
             work,
             args.server,
@@ -150,7 +167,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             gateway_url,
             key,
             rss_idle,
-            peer,
+            args.peers,
             args.extra_env,
             results["notes"],
         )

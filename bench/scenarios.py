@@ -21,12 +21,21 @@ DEFAULT_MAX_RETRIES = 2  # docs/resilience.md#r3 default; the benchmark config k
 
 @dataclass
 class Peer:
-    """Another gateway in front of the same mock (e.g. LiteLLM), measured beside Switchboard."""
+    """Another gateway in front of the same mock (LiteLLM, Portkey), measured beside Switchboard.
+
+    `headers` are sent on every request besides the bearer key (Portkey routes by
+    `x-portkey-provider` / `x-portkey-custom-host` headers instead of a config file).
+    """
 
     name: str
     url: str
     key: str
     model: str
+    headers: dict[str, str] = field(default_factory=dict)
+    target: float | None = None  # the c32 throughput ratio Switchboard / peer to meet, if any
+
+    def request_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}", **self.headers}
 
 
 @dataclass
@@ -40,7 +49,7 @@ class Bench:
     gateway_url: str
     key: str
     rss_idle_mb: float
-    peer: Peer | None = None
+    peers: list[Peer] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -67,18 +76,20 @@ class Bench:
             "body": config.chat_body(model, stream),
         }
 
-    def peer_target(self, batch: int | None = None) -> dict[str, Any] | None:
-        if self.peer is None:
-            return None
-        t: dict[str, Any] = {
-            "name": "peer",
-            "url": f"{self.peer.url}/v1/chat/completions",
-            "headers": {"Authorization": f"Bearer {self.peer.key}"},
-            "body": config.chat_body(self.peer.model),
-        }
-        if batch is not None:
-            t["batch"] = batch
-        return t
+    def peer_targets(self, batch: int | None = None) -> list[dict[str, Any]]:
+        """One load-generator target per peer, named `peer:<name>`."""
+        out = []
+        for peer in self.peers:
+            t: dict[str, Any] = {
+                "name": f"peer:{peer.name}",
+                "url": f"{peer.url}/v1/chat/completions",
+                "headers": peer.request_headers(),
+                "body": config.chat_body(peer.model),
+            }
+            if batch is not None:
+                t["batch"] = batch
+            out.append(t)
+        return out
 
 
 def _mock_calls(b: Bench, upstream_model: str) -> dict[str, Any]:
@@ -103,20 +114,22 @@ def _check_ok(statuses: dict[str, dict[Any, int]], notes: list[str], scenario: s
 def latency(b: Bench) -> dict[str, Any]:
     rounds, batch = b.pick(10, 6), b.pick(1000, 300)
     targets = [b.direct(config.CHAT[1]), b.through(config.CHAT[0])]
-    peer = b.peer_target(batch=max(20, batch // 20))
-    if peer:
-        targets.append(peer)
+    peers = b.peer_targets(batch=max(20, batch // 20))
+    targets.extend(peers)
     raw = procs.loadgen(
         {"mode": "latency", "targets": targets, "rounds": rounds, "batch": batch, "warmup": 100, "max_s": 100},
         timeout=180,
     )
     _check_ok(raw["statuses"], b.notes, "latency")
     out: dict[str, Any] = {"rounds": raw["rounds"]}
-    for t in targets:
+    for t in targets[:2]:
         out[t["name"]] = summarize(raw["samples"][t["name"]])
     out["added"] = added(out["gateway"], out["direct"])
-    if peer:
-        out["peer_added"] = added(out["peer"], out["direct"])
+    if peers:
+        out["peers"] = {}
+        for peer, t in zip(b.peers, peers, strict=True):
+            stats = summarize(raw["samples"][t["name"]])
+            out["peers"][peer.name] = {**stats, "added": added(stats, out["direct"])}
     return out
 
 
@@ -164,11 +177,11 @@ def throughput(b: Bench) -> dict[str, Any]:
     direct = (f"{b.mock_url}/v1/chat/completions", config.chat_body(config.CHAT[1]), {})
     gateway = (f"{b.gateway_url}/v1/chat/completions", config.chat_body(config.CHAT[0]), b.auth())
     targets = {"direct": direct, "gateway": gateway}
-    if b.peer:
-        targets["peer"] = (
-            f"{b.peer.url}/v1/chat/completions",
-            config.chat_body(b.peer.model),
-            {"Authorization": f"Bearer {b.peer.key}"},
+    for peer in b.peers:
+        targets[f"peer:{peer.name}"] = (
+            f"{peer.url}/v1/chat/completions",
+            config.chat_body(peer.model),
+            peer.request_headers(),
         )
     for url, body, headers in targets.values():  # warm pools and caches
         procs.wrk(url, body, headers, 8, 1, b.work)
@@ -181,15 +194,21 @@ def throughput(b: Bench) -> dict[str, Any]:
         level: dict[str, Any] = {}
         for name, results in runs.items():
             best = max(results, key=lambda r: r["rps"])
-            level[name] = {**best, "runs_rps": [r["rps"] for r in results]}
+            entry = {**best, "runs_rps": [r["rps"] for r in results]}
+            if name.startswith("peer:"):
+                level.setdefault("peers", {})[name[len("peer:") :]] = entry
+            else:
+                level[name] = entry
             errors = sum(r["errors"] for r in results)
             if errors:
                 b.notes.append(
                     f"throughput c{conns}: {name} had {errors} errors ({sum(r['non_2xx'] for r in results)} non-2xx)"
                 )
         level["ratio"] = ratio(level["gateway"]["rps"], level["direct"]["rps"])
-        if "peer" in level:
-            level["vs_peer"] = ratio(level["gateway"]["rps"], level["peer"]["rps"])
+        targets_by_name = {p.name: p.target for p in b.peers}
+        for name, entry in level.get("peers", {}).items():
+            entry["vs_peer"] = ratio(level["gateway"]["rps"], entry["rps"])  # Switchboard / peer
+            entry["target"] = targets_by_name.get(name)
         out[f"c{conns}"] = level
     return out
 

@@ -73,6 +73,12 @@ SWITCHBOARD_USAGE_SPOOL_DIR = env.str("SWITCHBOARD_USAGE_SPOOL_DIR", default=str
 SWITCHBOARD_DASHBOARD_REFRESH_S = env.float("SWITCHBOARD_DASHBOARD_REFRESH_S", default=1.5)
 # Idempotency records live this long.
 SWITCHBOARD_IDEMPOTENCY_TTL_S = env.int("SWITCHBOARD_IDEMPOTENCY_TTL_S", default=24 * 3600)
+# Response cache (docs/cache.md#storage): the in-memory LRU's bounds, the largest stored answer,
+# and how long a request waits for Redis before it is served without the cache.
+SWITCHBOARD_CACHE_MAX_ENTRIES = env.int("SWITCHBOARD_CACHE_MAX_ENTRIES", default=10_000)
+SWITCHBOARD_CACHE_MAX_BYTES = env.int("SWITCHBOARD_CACHE_MAX_BYTES", default=64 * 1024 * 1024)
+SWITCHBOARD_CACHE_MAX_ENTRY_BYTES = env.int("SWITCHBOARD_CACHE_MAX_ENTRY_BYTES", default=1024 * 1024)
+SWITCHBOARD_CACHE_REDIS_TIMEOUT_MS = env.float("SWITCHBOARD_CACHE_REDIS_TIMEOUT_MS", default=100.0)
 # Validate the routing configuration when the ASGI app is built (refuse to start on errors).
 SWITCHBOARD_VALIDATE_ON_BOOT = env.bool("SWITCHBOARD_VALIDATE_ON_BOOT", default=True)
 
@@ -85,6 +91,12 @@ SWITCHBOARD_FERNET_KEY = env.str("SWITCHBOARD_FERNET_KEY", default="")
 # Header limits of the uvicorn + httptools server (docs/security.md#header-limits): 431 above them.
 SWITCHBOARD_MAX_HEADER_BYTES = env.int("SWITCHBOARD_MAX_HEADER_BYTES", default=64 * 1024)
 SWITCHBOARD_MAX_HEADERS = env.int("SWITCHBOARD_MAX_HEADERS", default=100)
+# Configuration versions kept in the history (docs/config-history.md#retention); 0 records none.
+SWITCHBOARD_CONFIG_HISTORY_KEEP = env.int("SWITCHBOARD_CONFIG_HISTORY_KEEP", default=100)
+# OpenTelemetry tracing (docs/tracing.md): off unless an OTLP/HTTP endpoint is set (the standard variables).
+SWITCHBOARD_OTLP_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+SWITCHBOARD_OTLP_TRACES_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", default="")
+SWITCHBOARD_OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="switchboard")
 # Timeout of calls to Redis off the request path (config broadcast on save, dashboard publish).
 SWITCHBOARD_SHARED_TIMEOUT_S = env.float("SWITCHBOARD_SHARED_TIMEOUT_S", default=1.0)
 # Interval of the background round that leases shares of the budgets from Redis (docs/limits.md#shared).
@@ -117,6 +129,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Admin writes: one transaction and one configuration-history revision per POST, by the user.
+    "routing.ops.history_middleware.ConfigAuthorMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",

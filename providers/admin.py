@@ -17,11 +17,19 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from providers.models import Alias, FallbackLink, Model, Provider, ProviderProbe
-from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, GuardedDeleteMixin, checkbox_choices
-from routing.config.document import model_item, provider_item
+from providers.models import Alias, Deployment, FallbackLink, Model, Provider, ProviderProbe
+from routing.admin import (
+    DocumentCheckedForm,
+    DocumentCheckedFormSet,
+    GuardedDeleteMixin,
+    add_field_error,
+    checkbox_choices,
+    edited_copy,
+    split_path,
+)
+from routing.config.document import deployment_item, model_item, provider_item
 from routing.config.schema import MODEL, PROVIDER, TIMEOUTS
-from routing.config.store import rename_references, replace_item
+from routing.config.store import errors_for_edit, in_scope, rename_references, replace_item
 from routing.config.validation import add_form_validators
 from routing.core.kinds import ENDPOINT_KINDS
 from routing.ops.admin_keys import StoredKeyForm
@@ -142,20 +150,94 @@ class ModelConfigForm(DocumentCheckedForm):
         return [t for t in FALLBACK_TRIGGERS if t in self.cleaned_data["fallback_on"]] or None
 
     def document_edit(self, obj: Model) -> tuple[Edit, str]:
+        if _posted_deployments(self.data):  # the deployments inline validates the served-by fields
+            self.skip_keys = ("fallbacks", "deployments", "provider", "upstream_model")
         return model_edit(obj, None), f"models[{obj.public_id}]"
 
 
-def model_edit(obj: Model, fallbacks: list[str] | None) -> Edit:
-    """Put the edited model (and, if given, its new chain) into a document copy."""
+def _posted_deployments(data: Any) -> bool:
+    """Whether the posted deployments inline keeps at least one row with a provider."""
+    try:
+        total = int(data.get("deployments-TOTAL_FORMS") or 0)
+    except (TypeError, ValueError):
+        return False
+    return any(data.get(f"deployments-{i}-provider") and not data.get(f"deployments-{i}-DELETE") for i in range(total))
+
+
+def model_edit(obj: Model, fallbacks: list[str] | None, deployments: list[dict[str, Any]] | None = None) -> Edit:
+    """Put the edited model (and, if given, its new chain or deployments) into a document copy."""
     old = _old(Model, obj.pk, "public_id")
 
     def edit(doc: dict[str, Any]) -> None:
         current = next((m for m in doc["models"] if old is not None and m.get("id") == old), {})
         rename_references(doc, "model", old, obj.public_id)
         chain = fallbacks if fallbacks is not None else current.get("fallbacks", [])
-        replace_item(doc["models"], "id", old, model_item(obj, chain))
+        served = deployments if deployments is not None else current.get("deployments")
+        replace_item(doc["models"], "id", old, model_item(obj, chain, served))
 
     return edit
+
+
+class DeploymentFormSet(DocumentCheckedFormSet):
+    """The model's deployments (docs/deployments.md), validated as its `deployments` list.
+
+    Errors of one deployment land on its row; errors of the model's served-by fields
+    (shorthand and deployments both given, no deployment) above the inline.
+    """
+
+    item_field = "provider"
+
+    def clean(self) -> None:
+        super(DocumentCheckedFormSet, self).clean()
+        if any(self.errors):
+            return
+        obj = self.instance
+        if not obj.public_id:
+            return  # the model form reports it
+        kept = [f for f in self.forms if f.cleaned_data and not f.cleaned_data.get("DELETE")]
+        kept.sort(key=lambda f: (f.cleaned_data.get("position") or 0, self.forms.index(f)))
+        rows = [deployment_item(edited_copy(f)) for f in kept]
+        scope = f"models[{obj.public_id}]"
+        by_label = {str(row.get("provider") or i): f for i, (row, f) in enumerate(zip(rows, kept, strict=True))}
+        loose = []
+        for error in errors_for_edit(model_edit(obj, None, rows), scope):
+            if not in_scope(error.path, scope):
+                continue  # reported by the model form
+            inner = f"{scope}.deployments"
+            if in_scope(error.path, inner):
+                label, key = split_path(error.path, inner)
+                target = by_label.get(label or "")
+                if target is not None:
+                    add_field_error(target, key, error.message, self.item_field)
+                    continue
+                loose.append(error.message)
+            elif kept and split_path(error.path, scope)[1] in ("provider", "upstream_model", "routing"):
+                loose.append(error.message)
+        if loose:
+            raise forms.ValidationError(loose)
+
+    def document_edit(self, kept: list[forms.ModelForm]) -> Any:  # clean() above does the work
+        return None
+
+    def validate_unique(self) -> None:
+        """One deployment per provider is the document rule's (its message names model and provider)."""
+
+
+class DeploymentInline(admin.TabularInline):
+    model = Deployment
+    fk_name = "model"
+    formset = DeploymentFormSet
+    fields = ["position", "provider", "upstream_model", "weight", "rpm", "tpm"]
+    autocomplete_fields = ["provider"]  # a search box, not one <select> of every provider per row
+    ordering = ["position", "id"]
+    extra = 0
+    verbose_name = "deployment"
+    verbose_name_plural = (
+        "deployments (several providers serving this model; leave empty to use the provider above, docs/deployments.md)"
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Deployment]:
+        return super().get_queryset(request).select_related("provider")
 
 
 class FallbackFormSet(DocumentCheckedFormSet):
@@ -163,8 +245,8 @@ class FallbackFormSet(DocumentCheckedFormSet):
 
     def document_edit(self, kept: list[forms.ModelForm]) -> Any:
         obj = self.instance
-        if not obj.public_id or not obj.provider_id:
-            return None  # the model form reports those
+        if not obj.public_id:
+            return None  # the model form reports it
         ordered = sorted(kept, key=lambda f: (f.cleaned_data.get("position") or 0, kept.index(f)))
         kept[:] = ordered  # error labels are indexes in chain order
         chain = [f.cleaned_data["target"].public_id for f in ordered]
@@ -195,13 +277,16 @@ def _breaker_action(modeladmin: admin.ModelAdmin, request: Any, queryset: Any, a
     done = []
     if not controls.may_control(request.user):
         raise PermissionDenied(controls.REFUSED)
-    for model in queryset.select_related("provider"):
-        key = BreakerKey(model.provider.name, model.public_id)
-        try:
-            controls.apply(action, key, request.user.get_username(), **extra)
-        except controls.ControlError as exc:
-            modeladmin.message_user(request, f"{model.public_id}: {exc}", messages.ERROR)
-        else:
+    for model in queryset.select_related("provider").prefetch_related("deployments__provider"):
+        names = [d.provider.name for d in model.deployments.all()] or [model.provider.name]
+        failed = False
+        for name in names:  # each deployment has its breaker (docs/deployments.md)
+            try:
+                controls.apply(action, BreakerKey(name, model.public_id), request.user.get_username(), **extra)
+            except controls.ControlError as exc:
+                failed = True
+                modeladmin.message_user(request, f"{model.public_id} @ {name}: {exc}", messages.ERROR)
+        if not failed:
             done.append(model.public_id)
     if done:
         verb = "reset (closed)" if action == "reset" else "forced open for 30 minutes"
@@ -225,11 +310,12 @@ def force_open_breakers(modeladmin: admin.ModelAdmin, request: Any, queryset: An
 @admin.register(Model)
 class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
     form = ModelConfigForm
-    inlines = [FallbackLinkInline]
+    inlines = [FallbackLinkInline, DeploymentInline]
+    readonly_fields = ["deployment_states"]
     actions = [reset_breakers, force_open_breakers]
     list_display = [
         "public_id",
-        "provider",
+        "served_by",
         "upstream_model",
         "capability_list",
         "chain",
@@ -241,6 +327,7 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
     list_select_related = ["provider"]
     fieldsets = [
         (None, {"fields": ["public_id", "provider", "upstream_model", "capabilities"]}),
+        ("Deployments", {"fields": ["routing", "deployment_states"]}),
         (
             "Limits and prices",
             {
@@ -254,6 +341,7 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
             },
         ),
         ("Resilience overrides (empty: provider or global default)", {"fields": [*TIMEOUT_FIELDS, "fallback_on"]}),
+        ("Response cache", {"fields": ["cache_ttl_s"]}),
     ]
 
     def has_control_breaker_permission(self, request: HttpRequest) -> bool:
@@ -263,7 +351,10 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
         return controls.may_control(request.user)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Model]:
-        return super().get_queryset(request).prefetch_related("fallback_links__target")
+        from django.db.models import Prefetch
+
+        deployments = Prefetch("deployments", queryset=Deployment.objects.select_related("provider"))
+        return super().get_queryset(request).prefetch_related("fallback_links__target", deployments)
 
     def document_delete(self, objs: list[Model]) -> Edit:
         ids = {m.public_id for m in objs}
@@ -275,6 +366,36 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
             doc["aliases"] = {a: t for a, t in doc["aliases"].items() if t not in ids}  # CASCADE
 
         return edit
+
+    @admin.display(description="served by")
+    def served_by(self, obj: Model) -> str:
+        names = [d.provider.name for d in obj.deployments.all()]
+        return ", ".join(names) if names else (obj.provider.name if obj.provider_id else "—")
+
+    @admin.display(description="live breaker per deployment")
+    def deployment_states(self, obj: Model) -> str:
+        """Each deployment's shared breaker as this process sees it (read-only; docs/deployments.md#visibility)."""
+        from django.utils.html import format_html_join
+
+        from routing.core.breaker import BreakerKey
+        from routing.core.breaker import registry as breakers
+
+        if obj.pk is None:
+            return "—"
+        names = [d.provider.name for d in obj.deployments.all()] or ([obj.provider.name] if obj.provider_id else [])
+        views = {v.key: v for v in breakers.views()}
+        rows = []
+        for name in names:
+            key = BreakerKey(name, obj.public_id)
+            view = views.get(key)
+            state = breakers.state(key).name.lower()
+            failures = view.consecutive_failures if view is not None else 0
+            rows.append((name, state, state, failures))
+        return format_html_join(
+            "",
+            '<div><b>{}</b>: <span data-breaker-state="{}">{}</span> <small>({} consecutive failures)</small></div>',
+            rows,
+        )
 
     @admin.display(description="capabilities")
     def capability_list(self, obj: Model) -> str:

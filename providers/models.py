@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from django.db import models
 
-from routing.config.schema import CAPABILITIES, DIALECTS
+from routing.config.schema import CAPABILITIES, DIALECTS, ROUTINGS
 
-__all__ = ["CAPABILITIES", "DIALECTS", "Alias", "FallbackLink", "Model", "Provider", "ProviderProbe"]
+__all__ = ["CAPABILITIES", "DIALECTS", "Alias", "Deployment", "FallbackLink", "Model", "Provider", "ProviderProbe"]
 
 
 class Provider(models.Model):
@@ -52,8 +52,16 @@ class Model(models.Model):
     public_id = models.CharField(
         "id", max_length=200, unique=True, help_text="Public id clients send; may contain '/'."
     )
-    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="models")
-    upstream_model = models.CharField(max_length=200, help_text="The model name sent to the provider.")
+    # The one-deployment shorthand; both empty when the model lists Deployment rows (docs/deployments.md#storage).
+    provider = models.ForeignKey(
+        Provider,
+        on_delete=models.PROTECT,
+        related_name="models",
+        null=True,
+        blank=True,
+        help_text="Empty when the model lists its deployments below.",
+    )
+    upstream_model = models.CharField(max_length=200, blank=True, help_text="The model name sent to the provider.")
     capabilities = models.JSONField(default=list, blank=True, help_text="Subset of: " + ", ".join(CAPABILITIES))
     context_window = models.PositiveIntegerField(null=True, blank=True)
     max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
@@ -65,6 +73,19 @@ class Model(models.Model):
     total_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
     fallback_on = models.JSONField(
         null=True, blank=True, help_text="Overrides the global fallback_on list; empty means inherit."
+    )
+    cache_ttl_s = models.PositiveIntegerField(
+        "cache TTL (s)",
+        null=True,
+        blank=True,
+        help_text="Serve identical non-streaming chat, embeddings and rerank answers from the response cache "
+        "for this many seconds, per organisation (docs/cache.md). Empty: no cache.",
+    )
+    routing = models.CharField(
+        max_length=16,
+        blank=True,
+        choices=[(r, r) for r in ROUTINGS],
+        help_text="How a try picks one of the deployments below; empty means weighted (docs/deployments.md).",
     )
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -87,6 +108,31 @@ class FallbackLink(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model} → {self.target}"
+
+
+class Deployment(models.Model):
+    """One more place a model is served: a (provider, upstream model) with a weight and capacity.
+
+    A model without deployment rows is served by its own provider + upstream_model (the
+    one-deployment shorthand every model had before deployments existed, so no data
+    migration is needed). With rows, the rows are its deployments in position order and
+    the model's own provider / upstream_model are empty (docs/deployments.md#storage).
+    """
+
+    model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="deployments")
+    provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="deployments")
+    upstream_model = models.CharField(max_length=200, help_text="The model name sent to this provider.")
+    weight = models.PositiveIntegerField(null=True, blank=True, help_text="Share of traffic (weighted); empty: 1.")
+    rpm = models.PositiveIntegerField(null=True, blank=True, help_text="Requests per minute this deployment takes.")
+    tpm = models.PositiveIntegerField(null=True, blank=True, help_text="Tokens per minute this deployment takes.")
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["model", "position", "id"]
+        constraints = [models.UniqueConstraint(fields=["model", "provider"], name="one_deployment_per_provider")]
+
+    def __str__(self) -> str:
+        return f"{self.model} @ {self.provider}"
 
 
 class Alias(models.Model):

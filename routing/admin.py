@@ -23,7 +23,8 @@ from django.urls import reverse
 from routing.config.schema import RESILIENCE
 from routing.config.store import errors_for_edit, in_scope
 from routing.config.validation import ConfigError, add_form_validators
-from routing.models import BreakerAction, BreakerOverride, ResilienceSettings, UsageRecord
+from routing.models import BreakerAction, BreakerOverride, ConfigRevision, ResilienceSettings, UsageRecord
+from routing.ops.admin_history import ConfigRevisionAdmin
 
 FORM_FIELD = {"id": "public_id", "health_probe": "health_probe_enabled"}
 _LEAD = re.compile(r"^(?:\[([^\]]*)\])?(?:\.(\w+))?")
@@ -264,7 +265,7 @@ class UsageRecordAdmin(ReadOnlyAdmin):
         "latency_ms",
         "cost",
     ]
-    list_filter = ["org", "model_used", "fallback_reason", "status", "created_at"]
+    list_filter = ["org", "model_used", "fallback_reason", "status", "cached", "created_at"]
     search_fields = ["request_id", "org", "agent", "model_used", "key_prefix"]
     date_hierarchy = "created_at"
 
@@ -283,3 +284,6 @@ class BreakerOverrideAdmin(ReadOnlyAdmin):
     list_display = ["updated_at", "provider", "model", "org", "action", "user", "reason", "until", "revision"]
     list_filter = ["action", "provider"]
     search_fields = ["user", "provider", "model", "org", "reason"]
+
+
+admin.site.register(ConfigRevision, ConfigRevisionAdmin)  # docs/config-history.md#admin

@@ -13,6 +13,7 @@ __all__ = [
     "FALLBACK_TRIGGERS",
     "BreakerAction",
     "BreakerOverride",
+    "ConfigRevision",
     "ConfigVersion",
     "ResilienceSettings",
     "UsageRecord",
@@ -102,6 +103,10 @@ class UsageRecord(models.Model):
     tokens_estimated = models.BooleanField(
         default=False, help_text="The tokens are the gateway's estimate: the upstream's stream carried no usage."
     )
+    cached = models.BooleanField(
+        default=False,
+        help_text="Answered by the response cache or a shared identical request: no upstream call, cost 0.",
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -156,3 +161,33 @@ class BreakerOverride(models.Model):
     def __str__(self) -> str:
         at = f"@{self.org}" if self.org else ""
         return f"{self.action} {self.provider}/{self.model}{at} by {self.user}"
+
+
+class ConfigRevision(models.Model):
+    """One recorded version of the configuration document (docs/config-history.md).
+
+    Written in the same transaction as the change it records (routing.config.history),
+    with the whole document as `export_config` prints it — secrets only by reference
+    (`api_key_env` names, `api_key: stored`), never a key or its ciphertext — and the
+    changes from the previous version. `version` counts revisions (1, 2, 3, …);
+    `config_version` is the reload counter the change produced.
+    """
+
+    version = models.BigIntegerField(unique=True)
+    created_at = models.DateTimeField(db_index=True)
+    author = models.CharField(max_length=150, help_text="Admin user, the command's OS user, or 'system'.")
+    source = models.CharField(max_length=32, help_text="admin, import_config, rollback, shell, …")
+    summary = models.CharField(max_length=500, blank=True)
+    changes = models.JSONField(default=list, help_text="The diff from the previous version.")
+    document = models.TextField(help_text="The configuration document (JSON), as export_config prints it.")
+    digest = models.CharField(max_length=64, help_text="SHA-256 of `document`: an unchanged document records nothing.")
+    config_version = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-version"]
+        verbose_name = "configuration version"
+        verbose_name_plural = "configuration history"
+        permissions = [("rollback_config", "Can roll the configuration back to a recorded version")]
+
+    def __str__(self) -> str:
+        return f"v{self.version} by {self.author} ({self.source})"

@@ -29,6 +29,7 @@ from routing.config.schema import (
     AGENT,
     CREDENTIAL,
     DECIMAL,
+    DEPLOYMENT,
     MODEL,
     ORG,
     POLICY,
@@ -37,7 +38,15 @@ from routing.config.schema import (
     RESILIENCE_DEFAULTS,
 )
 
-__all__ = ["RESILIENCE_DEFAULTS", "child_item", "document_from_db", "key_rows_from_db", "model_item", "provider_item"]
+__all__ = [
+    "RESILIENCE_DEFAULTS",
+    "child_item",
+    "deployment_item",
+    "document_from_db",
+    "key_rows_from_db",
+    "model_item",
+    "provider_item",
+]
 
 
 def _readers() -> dict[str, Any]:
@@ -52,7 +61,8 @@ def _readers() -> dict[str, Any]:
 
     return {
         "provider": PROVIDER.reader("api_key", decode=decode),
-        "model": MODEL.reader("provider", "fallbacks", decode=decode),
+        "model": MODEL.reader("provider", "deployments", "fallbacks", decode=decode),
+        "deployment": DEPLOYMENT.reader("provider", decode=decode),
         "agent": AGENT.reader(decode=decode),
         "policy": POLICY.reader(decode=decode),
         "credential": CREDENTIAL.reader("provider", "api_key", decode=decode),
@@ -100,7 +110,7 @@ def gc_paused() -> Iterator[None]:
 
 
 def document_from_db() -> dict[str, Any]:
-    """Read every configuration table once (nine queries, whatever the size) into the canonical document.
+    """Read every configuration table once (ten queries, whatever the size) into the canonical document.
 
     A failing query raises routing.config.db_errors.ConfigReadError (a DatabaseError)
     naming the table and keeping the database's message.
@@ -138,7 +148,7 @@ _reading = _Reading()
 
 def _read_document() -> dict[str, Any]:
     from policies.models import Agent, Org, OrgCredential, OrgPolicy
-    from providers.models import Alias, FallbackLink, Model, Provider
+    from providers.models import Alias, Deployment, FallbackLink, Model, Provider
     from routing.models import ResilienceSettings
 
     read = _readers()
@@ -167,14 +177,21 @@ def _read_document() -> dict[str, Any]:
     ):
         chains[model_pk].append((position, link_id, target_pk))
     read_model = read["model"]
+    deployments = _deployments(read["deployment"], provider_names, Deployment)
     models = []
     no_links: list[tuple[int, int, int]] = []
     for pk, provider_pk, *row in model_rows:
         links = chains.get(pk, no_links)
         if len(links) > 1:
             links.sort()
+        deps = deployments.get(pk)
         models.append(
-            read_model(tuple(row), provider_names[provider_pk], [model_ids[target] for _, _, target in links])
+            read_model(
+                tuple(row),
+                None if provider_pk is None else provider_names[provider_pk],
+                None if deps is None else [d for _, _, d in sorted(deps, key=_first_two)],
+                [model_ids[target] for _, _, target in links],
+            )
         )
 
     aliases = {
@@ -213,6 +230,17 @@ def _read_document() -> dict[str, Any]:
     return {"resilience": resilience, "providers": providers, "models": models, "aliases": aliases, "orgs": orgs}
 
 
+def _deployments(read: Any, provider_names: dict[int, str], table: Any) -> dict[int, list[Any]]:
+    """Each model's deployment entries as (position, id, item), by model pk (one query)."""
+    out: dict[int, list[Any]] = defaultdict(list)
+    rows = _reading.at(table.objects.order_by()).values_list(
+        "id", "model_id", "provider_id", "position", *_select(DEPLOYMENT)
+    )
+    for pk, model_pk, provider_pk, position, *row in rows:
+        out[model_pk].append((position, pk, read(tuple(row), provider_names[provider_pk])))
+    return out
+
+
 def _first(entry: tuple[Any, ...]) -> Any:
     return entry[0]
 
@@ -235,9 +263,21 @@ def provider_item(p: Any) -> dict[str, Any]:
     return PROVIDER.serialise(_row(p, PROVIDER), api_key=_stored_ref(p))
 
 
-def model_item(m: Any, fallbacks: list[str]) -> dict[str, Any]:
-    """One model object as its document entry; `fallbacks` are the target ids in order."""
-    return MODEL.serialise(_row(m, MODEL), provider=m.provider.name, fallbacks=list(fallbacks))
+def model_item(m: Any, fallbacks: list[str], deployments: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One model object as its document entry; `fallbacks` are the target ids in order.
+
+    With `deployments` (document entries, docs/deployments.md) the entry lists them instead
+    of the provider + upstream_model shorthand.
+    """
+    provider = m.provider.name if m.provider_id else None
+    return MODEL.serialise(
+        _row(m, MODEL), provider=provider, deployments=list(deployments or ()), fallbacks=list(fallbacks)
+    )
+
+
+def deployment_item(d: Any) -> dict[str, Any]:
+    """One Deployment object as its document entry (the admin's unsaved inline rows)."""
+    return DEPLOYMENT.serialise(_row(d, DEPLOYMENT), provider=d.provider.name if d.provider_id else None)
 
 
 def child_item(kind: str, obj: Any) -> dict[str, Any]:

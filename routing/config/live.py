@@ -31,11 +31,23 @@ reload_listeners: list[Callable[[bool], None]] = []
 # routing.ops registers a listener that sets the switchboard_degraded gauge (config never imports ops).
 degraded: dict[str, bool] = {}
 degraded_listeners: list[Callable[[str, bool], None]] = []
+# Who found each component unreachable: several subsystems share one Redis (breaker sync,
+# limits, cache, heartbeats), and the component is degraded while ANY of them says so.
+_degraded_by: dict[str, set[str]] = {}
 
 
-def set_degraded(component: str, flag: bool) -> None:
-    """Record a component's state and tell every listener (a failing listener is logged, never raised)."""
-    degraded[component] = flag
+def set_degraded(component: str, flag: bool, source: str = "") -> None:
+    """Record what `source` sees of a component and tell every listener when the component's state changes
+    (a failing listener is logged, never raised). See docs/metrics.md (switchboard_degraded)."""
+    sources = _degraded_by.setdefault(component, set())
+    if flag:
+        sources.add(source)
+    else:
+        sources.discard(source)
+    state = bool(sources)
+    if degraded.get(component) == state and component in degraded:
+        return
+    degraded[component] = state
     for listener in list(degraded_listeners):
         try:
             listener(component, flag)

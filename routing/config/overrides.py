@@ -60,7 +60,7 @@ def write_override(key: BreakerKey, action: str, user: str, reason: str, until: 
     from routing.models import BreakerOverride, ConfigVersion
 
     with transaction.atomic():
-        reload.mark_changed()
+        reload.mark_changed(record=False)  # operations, not configuration: no history (docs/config-history.md#what)
         revision = ConfigVersion.objects.values_list("version", flat=True).get(pk=1)
         BreakerOverride.objects.update_or_create(
             provider=key.provider,

@@ -17,6 +17,8 @@ from django.db import transaction
 from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 
+from routing.config import recorder
+
 log = logging.getLogger("switchboard.config")
 
 CONFIG_GROUP = "switchboard.config"
@@ -88,16 +90,21 @@ def _publish(outcome: list[BaseException | None]) -> None:
 def _on_change(sender: type, **kwargs: object) -> None:
     if kwargs.get("raw") or sender not in _config_models():
         return
-    mark_changed()
+    # API keys are not in the configuration document: they reload, but leave no history.
+    mark_changed(record=sender.__name__ != "ApiKey")
 
 
-def mark_changed() -> None:
+def mark_changed(record: bool = True) -> None:
     """Bump the version now and broadcast once the transaction commits.
 
     Saves and deletes call it through the signals; bulk writes (a large import), which
-    send no signals, call it themselves once.
+    send no signals, call it themselves once. With `record`, the change goes into the
+    configuration history in the same transaction (routing.config.recorder); breaker
+    controls and API keys, which are not configuration, pass False.
     """
     bump_version()
+    if record:
+        recorder.note_change()
     conn = transaction.get_connection()
     # One broadcast per transaction, however many rows it saved (an import saves many).
     if not any(entry[1] is broadcast for entry in conn.run_on_commit):

@@ -30,6 +30,16 @@ MAX_CHAIN = 8
 LIMIT_KEYS = ("rpm", "tpm")  # an org's or agent's `limits` (docs/limits.md)
 BUDGET_KEYS = ("usd", "period")  # an org's or agent's `budget` (docs/limits.md#budgets)
 BUDGET_PERIODS = ("day", "month", "total")  # UTC calendar periods; total never resets
+ROUTINGS = ("weighted", "least_busy", "latency")  # how a model picks among its deployments (docs/deployments.md)
+# The endpoint kinds each dialect's adapter can serve (providers/dialects/*: `kinds`), for the
+# deployment rule "the provider's dialect serves the model's kinds" (docs/deployments.md#validation).
+DIALECT_KINDS: dict[str, frozenset[str]] = {
+    "openai": frozenset({"chat", "embeddings", "rerank", "responses"}),
+    "anthropic": frozenset({"chat"}),
+    "ollama": frozenset({"chat", "embeddings"}),
+    "tei": frozenset({"embeddings", "rerank"}),
+    "cohere": frozenset({"embeddings", "rerank"}),
+}
 
 # When export writes a field: always, when not None, or when truthy (not None/""/False/[]).
 ALWAYS, SET, TRUTHY = "always", "set", "truthy"
@@ -208,10 +218,23 @@ PROVIDER = Entity(
     ),
 )
 
-MODEL = Entity(
-    Field("id", "str", required=True, column="public_id", store=TEXT, export=ALWAYS),
+# One deployment of a model (docs/deployments.md): a (provider, upstream model) with its weight and capacity.
+DEPLOYMENT = Entity(
     Field("provider", "str", required=True, store=REF, export=ALWAYS),
     Field("upstream_model", "str", required=True, store=TEXT, export=ALWAYS),
+    Field("weight", "int", default=None, check="weight"),  # absent: 1
+    Field("rpm", "int", check="capacity"),
+    Field("tpm", "int", check="capacity"),
+)
+
+MODEL = Entity(
+    Field("id", "str", required=True, column="public_id", store=TEXT, export=ALWAYS),
+    # provider + upstream_model: the one-deployment shorthand; required unless `deployments` is given
+    # (routing.config.validation). Export omits them for a model with `deployments`.
+    Field("provider", "str", store=REF, export=SET),
+    Field("upstream_model", "str", store=TEXT, export=TRUTHY),
+    Field("routing", "str", store=TEXT, export=TRUTHY, check="routing", choices=ROUTINGS),
+    Field("deployments", "list", default=(), column=None, store=NESTED, export=TRUTHY),
     Field("capabilities", "list", default=(), store=LIST, export=ALWAYS, choices=CAPABILITIES),
     Field("context_window", "int", check="tokens"),
     Field("max_output_tokens", "int", check="tokens"),
@@ -221,6 +244,7 @@ MODEL = Entity(
     Field("fallback_on", "list", store=LIST_OR_NULL, export=TRUTHY, check="fallback_on", choices=FALLBACK_TRIGGERS),
     Field("input_price_per_mtok", "number", store=DECIMAL, check="price"),
     Field("output_price_per_mtok", "number", store=DECIMAL, check="price"),
+    Field("cache_ttl_s", "int", check="ttl"),  # response cache, off when absent (docs/cache.md)
 )
 
 ALIAS = Entity(
@@ -299,6 +323,7 @@ ENTITIES: dict[str, Entity] = {
     "agent": AGENT,
     "policy": POLICY,
     "credential": CREDENTIAL,
+    "deployment": DEPLOYMENT,
 }
 
 

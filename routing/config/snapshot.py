@@ -8,6 +8,7 @@ reference is swapped whole by routing.config.live; nothing here touches the data
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from policies.matcher import compile_pattern
-from routing.config.schema import ORG, POLICY, PROVIDER, core_resilience
+from routing.config.schema import MODEL, ORG, POLICY, PROVIDER, core_resilience
 from routing.config.secrets import resolve_key
 from routing.core.resilience import Resilience, Timeouts
 
@@ -48,6 +49,27 @@ class ModelSpec:
     fallbacks: tuple[str, ...]
     timeouts: Timeouts
     fallback_on: frozenset[str]
+    cache_ttl_s: int | None = None  # response cache (docs/cache.md); None: off
+    # docs/deployments.md: how a try picks a deployment, and the deployments when the model lists
+    # them (empty for the provider + upstream_model shorthand; then `provider` serves alone).
+    # With deployments, `provider` / `upstream_model` are the first deployment's.
+    routing: str = "weighted"
+    deployments: tuple[DeploymentSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentSpec:
+    """One deployment of a model: `model` is the model as this deployment serves it (its provider,
+    upstream model and timeouts), so the request path treats it like any one-provider model."""
+
+    model: ModelSpec
+    weight: int
+    rpm: int | None
+    tpm: int | None
+
+    @property
+    def provider(self) -> ProviderSpec:
+        return self.model.provider
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +153,29 @@ _DIALECT = PROVIDER["dialect"].default
 _DEFAULT_ACTION = ORG["default_action"].default
 _ACTION = POLICY["action"].default
 _PRIORITY = POLICY["priority"].default
+_ROUTING = MODEL["routing"].choices[0]
+
+
+def _deployments(
+    spec: ModelSpec,
+    listed: Any,
+    providers: Mapping[str, ProviderSpec],
+    m: Mapping[str, Any],
+    timeouts_for: Any,
+) -> tuple[DeploymentSpec, ...]:
+    """A model's deployments, each with the model as that deployment serves it (R4: the model's
+    timeout overrides beat the deployment's provider's, which beat the global ones)."""
+    out = []
+    for d in listed:
+        provider = providers[d["provider"]]
+        view = dataclasses.replace(
+            spec, provider=provider, upstream_model=d["upstream_model"], timeouts=timeouts_for(m, provider.name)
+        )
+        weight = d.get("weight")
+        out.append(
+            DeploymentSpec(view, 1 if weight is None else int(weight), _opt_int(d.get("rpm")), _opt_int(d.get("tpm")))
+        )
+    return tuple(out)
 
 
 class _PatternCache:
@@ -228,9 +273,9 @@ def build_snapshot(
     timeouts_of: dict[tuple[int, int, int], Timeouts] = {}
     frozen: dict[tuple[str, ...], frozenset[str]] = {}
     stream_idle = res.stream_idle_timeout_ms
-    for m in document.get("models") or []:
-        provider = providers[m["provider"]]
-        connect, first, total = provider_defaults[provider.name]
+
+    def timeouts_for(m: Mapping[str, Any], provider_name: str) -> Timeouts:
+        connect, first, total = provider_defaults[provider_name]
         value = m.get("connect_timeout_ms")
         connect = int(connect if value is None else value)
         value = m.get("first_token_timeout_ms")
@@ -242,6 +287,12 @@ def build_snapshot(
             timeouts = timeouts_of[(connect, first, total)] = Timeouts(
                 connect_ms=connect, first_token_ms=first, stream_idle_ms=stream_idle, total_ms=total
             )
+        return timeouts
+
+    for m in document.get("models") or []:
+        listed = m.get("deployments") or ()
+        provider = providers[listed[0]["provider"] if listed else m["provider"]]
+        timeouts = timeouts_for(m, provider.name)
         caps = tuple(m.get("capabilities") or ())
         capabilities = frozen.get(caps)
         if capabilities is None:
@@ -251,10 +302,10 @@ def build_snapshot(
             triggers = tuple(m["fallback_on"])
             fallback_on = frozen.get(triggers) or frozen.setdefault(triggers, frozenset(triggers))
         prices = (m.get("input_price_per_mtok"), m.get("output_price_per_mtok"))
-        models[m["id"]] = ModelSpec(
+        spec = ModelSpec(
             id=m["id"],
             provider=provider,
-            upstream_model=m["upstream_model"],
+            upstream_model=listed[0]["upstream_model"] if listed else m["upstream_model"],
             capabilities=capabilities,
             context_window=_opt_int(m.get("context_window")),
             max_output_tokens=_opt_int(m.get("max_output_tokens")),
@@ -264,7 +315,12 @@ def build_snapshot(
             fallbacks=tuple(m.get("fallbacks") or ()),
             timeouts=timeouts,
             fallback_on=fallback_on,
+            cache_ttl_s=_opt_int(m.get("cache_ttl_s")),
+            routing=m.get("routing") or _ROUTING,
         )
+        if listed:
+            spec = dataclasses.replace(spec, deployments=_deployments(spec, listed, providers, m, timeouts_for))
+        models[m["id"]] = spec
 
     aliases = dict(document.get("aliases") or {})
 

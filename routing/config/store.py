@@ -22,10 +22,21 @@ from django.db import transaction
 from django.utils import timezone
 
 from policies.models import Agent, Org, OrgCredential, OrgPolicy
-from providers.models import Alias, FallbackLink, Model, Provider
+from providers.models import Alias, Deployment, FallbackLink, Model, Provider
+from routing.config import recorder
 from routing.config.document import document_from_db
 from routing.config.reload import mark_changed
-from routing.config.schema import AGENT, CREDENTIAL, MODEL, ORG, POLICY, PROVIDER, RESILIENCE, resilience_values
+from routing.config.schema import (
+    AGENT,
+    CREDENTIAL,
+    DEPLOYMENT,
+    MODEL,
+    ORG,
+    POLICY,
+    PROVIDER,
+    RESILIENCE,
+    resilience_values,
+)
 from routing.config.validation import ConfigError, validate_document
 from routing.models import ResilienceSettings
 
@@ -303,9 +314,16 @@ class _Applier:
 
     def models(self, items: list[dict[str, Any]], providers: dict[str, int]) -> dict[str, int]:
         existing = {row["public_id"]: row for row in Model.objects.values("id", "provider_id", *_attrs(MODEL))}
-        wanted = {item["id"]: {**MODEL.row_values(item), "provider_id": providers[item["provider"]]} for item in items}
+        wanted = {
+            item["id"]: {
+                **MODEL.row_values(item),
+                "provider_id": providers[item["provider"]] if item.get("provider") else None,
+            }
+            for item in items
+        }
         self.write(Model, *self.sync(Model, existing, wanted))
         ids = dict(Model.objects.values_list("public_id", "id"))
+        self.deployments(items, ids, providers)
         chains: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
         for link_id, model_pk, target_pk, position in FallbackLink.objects.values_list(
             "id", "model_id", "target_id", "position"
@@ -326,6 +344,27 @@ class _Applier:
         self.remove(FallbackLink, doomed, leaf=True)
         self.write(FallbackLink, creates, [])
         return ids
+
+    def deployments(self, items: list[dict[str, Any]], ids: dict[str, int], providers: dict[str, int]) -> None:
+        """A model's deployment rows follow its `deployments` list (none for the shorthand), in order."""
+        names = ["provider_id", *_attrs(DEPLOYMENT)]
+        current: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
+        for row in Deployment.objects.values("id", "model_id", "position", *names):
+            current[row["model_id"]].append((row["position"], row["id"], tuple(_empty(row[n]) for n in names)))
+        doomed: list[int] = []
+        creates: list[dict[str, Any]] = []
+        for item in items:
+            model_pk = ids[item["id"]]
+            want = [
+                {"provider_id": providers[d["provider"]], **DEPLOYMENT.row_values(d)}
+                for d in item.get("deployments") or []
+            ]
+            rows = sorted(current.get(model_pk, ()))
+            if [values for _, _, values in rows] != [tuple(_empty(w[n]) for n in names) for w in want]:
+                doomed += [pk for _, pk, _ in rows]
+                creates += [{"model_id": model_pk, "position": i, **w} for i, w in enumerate(want)]
+        self.remove(Deployment, doomed, leaf=True)
+        self.write(Deployment, creates, [])
 
     def aliases(self, aliases: dict[str, str], models: dict[str, int]) -> None:
         existing = {row["name"]: row for row in Alias.objects.values("id", "name", "target_id")}
@@ -456,7 +495,7 @@ def import_document(
     no-op). `progress` receives one line per phase (the command shows it on a terminal).
     """
     note = progress or (lambda message: None)
-    with transaction.atomic():
+    with recorder.change(fallback_source="import"):  # one transaction, one history revision (docs/config-history.md)
         note("reading the current configuration")
         target = doc if prune else merge_documents(document_from_db(), doc)
         note("validating")
@@ -530,6 +569,9 @@ def rename_references(doc: dict[str, Any], kind: str, old: str | None, new: str)
         for m in doc["models"]:
             if m.get("provider") == old:
                 m["provider"] = new
+            for d in m.get("deployments") or []:
+                if d.get("provider") == old:
+                    d["provider"] = new
         for o in doc["orgs"]:
             for c in o.get("credentials", []):
                 if c.get("provider") == old:

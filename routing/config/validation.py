@@ -29,6 +29,8 @@ from routing.config.schema import (
     BUDGET_PERIODS,
     CAPABILITIES,
     CREDENTIAL,
+    DEPLOYMENT,
+    DIALECT_KINDS,
     DIALECTS,
     LIMIT_KEYS,
     MAX_CHAIN,
@@ -37,6 +39,7 @@ from routing.config.schema import (
     POLICY,
     PROVIDER,
     RESILIENCE,
+    ROUTINGS,
     TOP_KEYS,
     Entity,
 )
@@ -237,6 +240,13 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
         else f"{key} of {what} must be a positive whole number of tokens, got {_short(v)}",
         VALUE,
     ),
+    "ttl": (
+        lambda v, key, what: None
+        if _is_int(v) and v > 0
+        else f"{key} of {what} must be a positive whole number of seconds, got {_short(v)}: "
+        "use e.g. 300, or remove it to turn the response cache off",
+        VALUE,
+    ),
     "price": (
         lambda v, key, what: None
         if _is_num(v) and v >= 0
@@ -263,6 +273,27 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
         else f"retry_budget_min_per_s {v!r} must be a number of at least 0, e.g. 10",
         VALUE,
     ),
+    "routing": (
+        lambda v, key, what: None
+        if v in ROUTINGS or v == ""
+        else f"routing of {what} is {_short(v)}: use one of {' | '.join(ROUTINGS)}",
+        VALUE,
+    ),
+    "weight": (
+        lambda v, key, what: None
+        if _is_int(v) and v > 0
+        else f"weight of {what} must be a positive whole number (its share of the traffic), got {_short(v)}: "
+        "use e.g. 1, or remove the deployment",
+        VALUE,
+    ),
+    "capacity": (
+        lambda v, key, what: None
+        if _is_int(v) and v > 0
+        else f"{key} of {what} must be a positive whole number of "
+        f"{'requests' if key == 'rpm' else 'tokens'} per minute, got {_short(v)}: use e.g. 600, "
+        "or remove it for no limit",
+        VALUE,
+    ),
     "fallback_on": (lambda v, key, what: None, VALUE),  # per-trigger paths: _Validator.fallback_on
     "limits": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.limits
     "budget": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.budget
@@ -287,6 +318,7 @@ def endpoint_kinds(item: Mapping[str, Any]) -> set[str]:
 class _Validator:
     def __init__(self) -> None:
         self.errors: list[ConfigError] = []
+        self.dialects: dict[str, str] = {}  # provider name -> dialect, for the deployment rule
 
     def add(self, path: str, message: str, code: str = STRUCTURE) -> None:
         self.errors.append(ConfigError(path, message, code))
@@ -484,8 +516,11 @@ class _Validator:
             path = f"providers[{self.label(p, 'name', i)}]"
             what = f"provider {p.get('name', i)!r}"
             self.fields(p, path, what, PROVIDER.names, PROVIDER.required)
-            self.name(p, "name", path, "provider", seen)
+            name = self.name(p, "name", path, "provider", seen)
             self.values(p, path, what, PROVIDER)
+            if name:
+                dialect = p.get("dialect", PROVIDER["dialect"].default)
+                self.dialects[name] = dialect if isinstance(dialect, str) else ""
         return set(seen)
 
     def models(self, doc: Mapping[str, Any], providers: set[str]) -> dict[str, dict[str, Any]]:
@@ -505,6 +540,10 @@ class _Validator:
                     )
                 seen[model_id] = path
                 models.setdefault(model_id, m)
+            if m.get("deployments") is None:  # the one-deployment shorthand (docs/deployments.md)
+                for key in ("provider", "upstream_model"):
+                    if m.get(key) in (None, ""):
+                        self.add(f"{path}.{key}", f"{what} is missing the required field {key!r}: add it")
             provider = self.string(m, "provider", path, what)
             if provider and provider not in providers:
                 self.add(
@@ -513,6 +552,7 @@ class _Validator:
                     REFERENCE,
                 )
             self.string(m, "upstream_model", path, what)
+            self.deployments(m, path, what, providers)
             self.string(m, "residency", path, what)
             caps = m.get("capabilities")
             if caps is not None:
@@ -536,6 +576,58 @@ class _Validator:
                     f"{path}.fallbacks", f"fallbacks of {what} must be a list of model ids, got {_kind(fallbacks)}"
                 )
         return models
+
+    def deployments(self, m: Mapping[str, Any], model_path: str, model: str, providers: set[str]) -> None:
+        """A model's `deployments` (docs/deployments.md#validation): known providers, one per provider,
+        positive weight and capacity, a dialect that serves the model's endpoint kinds."""
+        value = m.get("deployments")
+        if value is None:
+            return
+        path = f"{model_path}.deployments"
+        for key in ("provider", "upstream_model"):
+            if m.get(key) not in (None, ""):
+                self.add(
+                    f"{model_path}.{key}",
+                    f"{model} gives both {key!r} and deployments: the provider + upstream_model shorthand is one "
+                    "deployment; move it into deployments or remove the deployments list",
+                )
+        if isinstance(value, list) and not value:
+            self.add(path, f"deployments of {model} is empty: list at least one, or use provider + upstream_model")
+            return
+        kinds = endpoint_kinds(m)
+        seen: set[str] = set()
+        for i, d in self.items(m, "deployments", path, "deployment"):
+            label = self.label(d, "provider", i)
+            d_path = f"{path}[{label}]"
+            what = f"deployment {label!r} of {model}"
+            self.fields(d, d_path, what, DEPLOYMENT.names, DEPLOYMENT.required)
+            provider = self.string(d, "provider", d_path, what)
+            self.string(d, "upstream_model", d_path, what)
+            self.values(d, d_path, what, DEPLOYMENT)
+            if not provider:
+                continue
+            if provider in seen:
+                self.add(
+                    f"{d_path}.provider",
+                    f"{model} has two deployments on provider {provider!r}: at most one per provider, keep one",
+                )
+            seen.add(provider)
+            if provider not in providers:
+                self.add(
+                    f"{d_path}.provider",
+                    f"{what} names unknown provider {provider!r}: define it under providers or fix the name",
+                    REFERENCE,
+                )
+                continue
+            dialect = self.dialects.get(provider, "")
+            cannot = sorted(kinds - DIALECT_KINDS.get(dialect, frozenset(kinds)))
+            if cannot:
+                self.add(
+                    f"{d_path}.provider",
+                    f"{what}: provider {provider!r} speaks the {dialect} dialect, which cannot serve "
+                    f"{', '.join(cannot)} that the model serves: choose a provider whose dialect serves it",
+                    CAPABILITY,
+                )
 
     def aliases(self, doc: Mapping[str, Any], models: Mapping[str, Any]) -> dict[str, Any]:
         aliases = doc.get("aliases")

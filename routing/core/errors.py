@@ -815,3 +815,21 @@ def budget_exceeded(
     return _error(
         "budget_exceeded", f"Budget exceeded: {detail}. Nothing was sent upstream: {advice}.", headers=headers
     )
+
+
+# --- deployments at capacity (docs/deployments.md#capacity) ---------------------
+
+
+def deployments_at_capacity(model: str, retry_after_s: float) -> GatewayError:
+    """429 `upstream_rate_limited`: every deployment of the chain that could serve is at its rpm/tpm.
+
+    Nothing was sent upstream; Retry-After is when the soonest deployment has room again.
+    """
+    headers = _retry_after(retry_after_s)
+    return _error(
+        "upstream_rate_limited",
+        f"Every deployment of {model!r} is at its configured capacity (rpm/tpm) and no fallback can take the "
+        f"request: nothing was sent upstream; retry in {headers['Retry-After']} s, or raise the deployments' "
+        "rpm/tpm.",
+        headers=headers,
+    )

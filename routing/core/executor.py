@@ -13,6 +13,7 @@ simulated time.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,7 +22,8 @@ from typing import Any, Protocol, TypeVar
 
 from routing.core import errors
 from routing.core.backoff import backoff_delay
-from routing.core.breaker import BreakerKey, BreakerRegistry
+from routing.core.balance import Balancer, Target
+from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
 from routing.core.resilience import LinkModel, Resilience
 from routing.core.retry_budget import RetryBudgets
@@ -39,6 +41,10 @@ class Link:
     base_url: str
     api_key: str | None
     skip_reason: str | None = None
+    # A model with several deployments (docs/deployments.md): each try picks one of these by
+    # `routing`; empty for a model served by its one provider (this link itself).
+    deployments: tuple[Target, ...] = ()
+    routing: str = "weighted"
 
 
 @dataclass(slots=True)
@@ -60,7 +66,7 @@ class Settlement:
     Exactly one of `success`, `failure`, `release` takes effect; later calls do nothing.
     """
 
-    __slots__ = ("_breakers", "_key", "_probe", "_threshold", "_cooldown", "_open")
+    __slots__ = ("_breakers", "_key", "_probe", "_threshold", "_cooldown", "_open", "_then")
 
     def __init__(self, breakers: BreakerRegistry, key: Any, probe: bool, threshold: int, cooldown_s: float) -> None:
         self._breakers = breakers
@@ -69,23 +75,36 @@ class Settlement:
         self._threshold = threshold
         self._cooldown = cooldown_s
         self._open = True
+        self._then: Callable[[], None] | None = None  # also run once settled (a deployment's in-flight count)
+
+    def then(self, fn: Callable[[], None]) -> None:
+        self._then = fn
+
+    def _settled(self) -> None:
+        fn = self._then
+        if fn is not None:
+            self._then = None
+            fn()
 
     def success(self) -> None:
         if self._open:
             self._open = False
             self._breakers.record_success(self._key, self._probe)
+            self._settled()
 
     def failure(self) -> None:
         """One breaker failure for the link (a committed stream that broke)."""
         if self._open:
             self._open = False
             self._breakers.record_failure(self._key, self._probe, self._threshold, self._cooldown)
+            self._settled()
 
     def release(self) -> None:
         """Neither: the outcome says nothing about the provider (client gone, our deadline)."""
         if self._open:
             self._open = False
             self._breakers.release(self._key, self._probe)
+            self._settled()
 
 
 class Observer(Protocol):
@@ -123,6 +142,8 @@ class _Walk:
         "involved",
         "open_retry",
         "open_model",
+        "full_retry",
+        "full_model",
         "first_skip",
     )
 
@@ -138,6 +159,8 @@ class _Walk:
         self.involved = 0  # links tried or skipped as open
         self.open_retry: float | None = None  # the soonest open breaker's cooldown left
         self.open_model: str | None = None
+        self.full_retry: float | None = None  # the soonest deployment capacity free again
+        self.full_model: str | None = None
         self.first_skip: tuple[str, str] | None = None  # (reason, model id) of the skip that explains a dead chain
 
     def done(self, result: Any, link: Link) -> Outcome:
@@ -168,12 +191,20 @@ class _Walk:
         if self.open_retry is None or retry_after_s < self.open_retry:
             self.open_retry, self.open_model = retry_after_s, model_id
 
+    def found_full(self, model_id: str, retry_after_s: float) -> None:
+        """Every admitting deployment of the model is at its rpm/tpm capacity."""
+        self.trail.append((model_id, "at_capacity"))
+        if self.full_retry is None or retry_after_s < self.full_retry:
+            self.full_retry, self.full_model = retry_after_s, model_id
+
     def exhausted(self, chain: Sequence[Link]) -> Outcome:
         """Nothing served and no link ended the request itself: say why the chain as a whole failed."""
         last = self.last if self.last is not None or not chain else chain[0]
         failure = self.last_failure
         if failure is None:
-            if self.open_retry is not None:
+            if self.full_retry is not None and self.open_retry is None:  # capacity alone stopped it
+                error = errors.deployments_at_capacity(self.full_model or "", self.full_retry)
+            elif self.open_retry is not None:
                 error = errors.circuit_open(self.open_model or "", self.open_retry)
             elif self.first_skip is not None:
                 error = _skip_error(*self.first_skip)
@@ -197,13 +228,17 @@ class Executor:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
         observer: Observer | None = None,
+        balancer: Balancer | None = None,
     ) -> None:
         if breakers is None:
             from routing.core.breaker import registry as breakers
         if budgets is None:
             from routing.core.retry_budget import budgets
+        if balancer is None:
+            from routing.core.balance import balancer
         self.breakers = breakers
         self.budgets = budgets
+        self.balancer = balancer
         self.clock = clock
         self.sleep = sleep
         self.rand = rand
@@ -216,12 +251,14 @@ class Executor:
         resilience: Resilience,
         deadline: float,
         settle_later: bool = False,
+        tokens: int = 0,
     ) -> Outcome:
         """Serve the request from the first link that can; `deadline` is on this executor's clock.
 
         With `settle_later` the serving link's breaker is not charged when `attempt`
         returns: the Outcome carries a `Settlement` the caller must settle (streams, whose
-        success is a clean end, not the commit).
+        success is a clean end, not the commit). `tokens` is the request's estimate,
+        counted against deployments' `tpm` capacity.
         """
         obs = self.observer
         walk = _Walk()
@@ -240,6 +277,31 @@ class Executor:
                 obs.fallback(walk.prev_model, model.id, walk.reason)
             walk.involved += 1
             walk.last = link
+            if link.deployments:
+                ended, why = await self._try_deployments(
+                    link, attempt, resilience, deadline, walk, settle_later, tokens
+                )
+                if ended is not None:
+                    return ended
+                if why == "circuit_open":
+                    if "circuit_open" not in model.fallback_on:
+                        return walk.fail(errors.circuit_open(model.id, walk.open_retry or 0.0), walk.last)
+                    walk.explain(f"{model.id}: circuit_open (every deployment)")
+                    walk.leave(model.id, "circuit_open")
+                    continue
+                if why == "capacity":
+                    if "rate_limited" not in model.fallback_on:
+                        return walk.fail(errors.deployments_at_capacity(model.id, walk.full_retry or 0.0), walk.last)
+                    walk.explain(f"{model.id}: every deployment at capacity")
+                    walk.leave(model.id, "upstream_429")
+                    continue
+                failure = walk.last_failure
+                assert failure is not None
+                trigger = failure.fallback_trigger
+                if trigger is None or trigger not in model.fallback_on:
+                    return walk.fail(failure.to_gateway_error(), walk.last)
+                walk.leave(model.id, failure.fallback_reason)
+                continue
             adm = self.breakers.admit(
                 link.breaker_key, resilience.breaker_failure_threshold, resilience.breaker_cooldown_s
             )
@@ -262,6 +324,106 @@ class Executor:
             walk.leave(model.id, failure.fallback_reason)
         return walk.exhausted(chain)
 
+    async def _try_deployments(
+        self,
+        link: Link,
+        attempt: Callable[[Link, float], Awaitable[Any]],
+        res: Resilience,
+        deadline: float,
+        walk: _Walk,
+        settle_later: bool,
+        tokens: int,
+    ) -> tuple[Outcome | None, str | None]:
+        """Try the deployments of one model (docs/deployments.md#retry-and-fallback).
+
+        Each try picks, by the model's routing, a deployment not yet tried by this
+        request that has capacity left and whose breaker admits. A failure that would be
+        retried moves to another such deployment when there is one (no backoff: a
+        different upstream); only the last deployment standing spends the model's
+        remaining retries, so a model makes `1 + max_retries` upstream calls at most, or
+        one per deployment when it has more. Each deployment's breaker is charged once.
+
+        Returns (Outcome, None) when the request ends here; (None, None) when tries
+        failed (`walk.last_failure`); (None, "circuit_open" | "capacity") when nothing
+        was tried because every deployment was open, or at capacity.
+        """
+        balancer = self.balancer
+        breakers = self.breakers
+        threshold = res.breaker_failure_threshold
+        cooldown = res.breaker_cooldown_s
+        model_id = link.model.id
+        left = list(link.deployments)
+        tries_left = 1 + max(res.max_retries, 0)
+        open_wait: float | None = None
+        full_wait: float | None = None
+        failed = False
+        while left:
+            now = self.clock()
+            eligible = []
+            for t in left:
+                wait = balancer.room_s(t, tokens, now)
+                if wait > 0:
+                    full_wait = wait if full_wait is None or wait < full_wait else full_wait
+                else:
+                    eligible.append(t)
+            if not eligible:
+                break
+            target = balancer.pick(link.routing, eligible, self.rand)
+            assert target is not None
+            left.remove(target)
+            adm = breakers.admit(target.key, threshold, cooldown)
+            if not adm.allowed:
+                open_wait = adm.retry_after_s if open_wait is None or adm.retry_after_s < open_wait else open_wait
+                continue
+            balancer.take(target, tokens)
+            others = any(
+                t is not target and breakers.state(t.key) is State.CLOSED and balancer.room_s(t, tokens, now) == 0
+                for t in left
+            )
+            walk.last = target.link
+            before = walk.attempts
+            key = target.key
+            balancer.started(key)
+            started = self.clock()
+            ended = None
+            try:
+                ended = await self._try_link(
+                    target.link,
+                    adm.probe,
+                    attempt,
+                    res,
+                    deadline,
+                    walk,
+                    settle_later,
+                    1 if others else tries_left,
+                    f"{model_id}@{target.name}",
+                )
+            finally:
+                settlement = ended.settlement if ended is not None else None
+                if settlement is None:
+                    balancer.finished(key)
+                else:  # a stream stays in flight until it ends
+                    settlement.then(functools.partial(balancer.finished, key))
+            if ended is not None:
+                if ended.error is None and walk.attempts - before == 1:  # one call: its time is the figure
+                    balancer.observe(key, self.clock() - started)
+                return ended, None
+            failed = True
+            tries_left = max(tries_left - (walk.attempts - before), 1)
+            failure = walk.last_failure
+            assert failure is not None
+            if failure.is_timeout and walk.attempts - before == 1:
+                balancer.observe(key, self.clock() - started)
+            if not (failure.is_provider_fault and failure.is_retryable):
+                return None, None  # the provider answered (4xx, context length...): not another deployment's job
+        if failed:
+            return None, None
+        if full_wait is not None:
+            walk.found_full(model_id, full_wait)
+            return None, "capacity"
+        walk.found_open(model_id, open_wait or 0.0)
+        return None, "circuit_open"
+
     async def _try_link(
         self,
         link: Link,
@@ -271,6 +433,8 @@ class Executor:
         deadline: float,
         walk: _Walk,
         settle_later: bool = False,
+        max_tries: int | None = None,
+        label: str | None = None,
     ) -> Outcome | None:
         """Call one link with its retries, charging its breaker once.
 
@@ -283,7 +447,8 @@ class Executor:
         obs = self.observer
         threshold = res.breaker_failure_threshold
         cooldown = res.breaker_cooldown_s
-        max_tries = 1 + max(res.max_retries, 0)
+        if max_tries is None:
+            max_tries = 1 + max(res.max_retries, 0)
         key = link.breaker_key
         model_id = link.model.id
         self.budgets.record_request(key)
@@ -382,5 +547,5 @@ class Executor:
         walk.last_failure = failure
         why = failure.fallback_reason or failure.label
         walk.trail.append((model_id, why))
-        walk.explain(f"{model_id}: {why} after {tries} {_plural(tries)}{note}")
+        walk.explain(f"{label or model_id}: {why} after {tries} {_plural(tries)}{note}")
         return None

@@ -21,7 +21,7 @@ from providers.health import health_providers_payload
 from routing.config import live
 from routing.core import errors
 from routing.core.errors import GatewayError
-from routing.gateway import limiting, messages, request, shapes
+from routing.gateway import caching, limiting, messages, request, shapes
 from routing.gateway.proxy import proxy_idempotent, proxy_once, proxy_stream
 from routing.gateway.wire import (
     JSON,
@@ -35,9 +35,9 @@ from routing.gateway.wire import (
     watch_disconnect,
     worker_header,
 )
-from routing.ops import accounting, wiring
+from routing.ops import accounting, tracing, wiring
 from routing.ops.accounting import Context
-from routing.plan import chain, preflight
+from routing.plan import cache_key, chain, preflight
 
 log = logging.getLogger("switchboard.requests")
 
@@ -57,7 +57,7 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
         return
 
     started = _perf()
-    auth = request_id = idempotency_key = x_api_key = b""
+    auth = request_id = idempotency_key = x_api_key = cache_control = b""
     content_length = auth_headers = -1
     for name, value in scope["headers"]:
         if name == b"authorization":
@@ -71,14 +71,18 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
             idempotency_key = value
         elif name == b"x-api-key":
             x_api_key = value
+        elif name == b"cache-control":
+            cache_control = value
     ctx = Context(request.request_id(request_id), started, request.endpoint_of(path))
+    if tracing.ON:  # off: this test is all tracing costs (docs/tracing.md)
+        ctx.trace = tracing.start(scope, scope["method"], path, ctx.request_id)
     anthropic = ctx.endpoint in messages.ENDPOINTS
     if anthropic:
         auth = messages.credential(auth, x_api_key)
     try:
         if auth_headers > 0:
             raise errors.duplicate_authorization()
-        await _handle(process, ctx, scope, receive, send, path, auth, content_length, idempotency_key)
+        await _handle(process, ctx, scope, receive, send, path, auth, content_length, idempotency_key, cache_control)
     except GatewayError as exc:
         ctx.status, ctx.error_code = exc.status, exc.code
         await send_error(send, ctx, exc, messages.error_answer(ctx, exc) if anthropic else None)
@@ -97,6 +101,8 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
     finally:
         if ctx.endpoint != "unknown" and ctx.status:
             _account(ctx)
+        if ctx.trace is not None:
+            tracing.finish(ctx.trace, ctx)
 
 
 async def lifespan_application(scope: Scope, receive: Receive, send: Send) -> None:
@@ -122,6 +128,7 @@ async def _handle(
     auth: bytes,
     content_length: int,
     idempotency_key: bytes,
+    cache_control: bytes = b"",
 ) -> None:
     method = scope["method"]
     if ctx.endpoint == "unknown":
@@ -182,6 +189,12 @@ async def _handle(
         ticket = limiting.admit(process.limiter, ctx, agent, model, req)
     except limiting.LeaseNeeded:  # shared limits: only this process's share was short
         ticket = await limiting.admit_after_lease(process.limiter, ctx, agent, model, req)
+    plan = cache_key.plan(
+        ctx.endpoint, org.name, model.id, model.upstream_model, model.cache_ttl_s, body, stream,
+        bool(idempotency_key), cache_control,
+    )  # fmt: skip
+    if plan is not None and not plan.key:
+        ctx.cache = cache_key.BYPASS  # a stream, an Idempotency-Key call, another endpoint (docs/cache.md)
 
     executor = process.executor
     hold = None
@@ -208,6 +221,12 @@ async def _handle(
                 idempotency_key.decode("latin-1"),
                 shape,
             )
+        elif plan is not None and plan.key:
+            status, headers, payload = await caching.serve(
+                process.cache, process.coalescer, ctx, plan, links, deadline,
+                lambda: proxy_once(executor, ctx, snap, kind, body, links, deadline, shape),
+            )  # fmt: skip
+            await send_response(send, status, payload, headers)
         else:
             status, headers, payload = await proxy_once(executor, ctx, snap, kind, body, links, deadline, shape)
             await send_response(send, status, payload, headers)

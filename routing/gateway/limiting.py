@@ -87,7 +87,9 @@ def settle(ticket: Ticket, ctx: Context) -> None:
     usage → the reservation stands; no answer (an error before any, or the client left
     first) → the reservation is refunded. Requests are never refunded.
     """
-    if ctx.status == 200:
+    if ctx.cache == "hit" or ctx.cache == "coalesced":  # no upstream call: the request counts, its tokens do not
+        ticket.refund()
+    elif ctx.status == 200:
         prompt, completion = ctx.prompt_tokens, ctx.completion_tokens
         ticket.settle(None if prompt is None and completion is None else (prompt or 0) + (completion or 0))
     else:
@@ -170,9 +172,10 @@ def settle_budget(hold: Hold, ctx: Context) -> None:
     """Replace the reservation with the real cost once the answer is over.
 
     Answered with usage → its cost at the serving model's prices (a missing price costs 0);
-    answered without usage → the reservation stands; no answer → released.
+    answered without usage → the reservation stands; no answer, or an answer from the
+    response cache (docs/cache.md) → released.
     """
-    if ctx.status != 200:
+    if ctx.status != 200 or ctx.cache == "hit" or ctx.cache == "coalesced":  # no upstream call: costs nothing
         hold.release()
         return
     prompt, completion = ctx.prompt_tokens, ctx.completion_tokens

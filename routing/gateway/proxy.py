@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from policies.idempotency import REPLAY_HEADER, store
@@ -23,6 +23,7 @@ from routing.core.executor import Executor, Link, Settlement
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
 from routing.ops.accounting import Context
+from routing.ops.tracing import RequestTrace
 
 _monotonic = time.monotonic
 _perf = time.perf_counter
@@ -71,13 +72,21 @@ async def proxy_once(
     With a `shape`, the request and answer are its (see Shape).
     """
 
+    trace = ctx.trace
+
     async def attempt(link: Link, deadline: float) -> Any:
-        dialect, prepared, _, data, _ = await call_upstream(link, kind, body, False, deadline, shape)
+        dialect, prepared, _, data, _ = await call_upstream(link, kind, body, False, deadline, shape, trace)
         if shape is not None:
             return shape.parse(dialect, link, data, prepared)
         return dialect.parse_response(kind, data, link.model, prepared.context)
 
-    outcome = await executor.run(links, attempt, snap.resilience, deadline)
+    outcome = await executor.run(
+        links,
+        attempt if trace is None else traced(trace, attempt),
+        snap.resilience,
+        deadline,
+        tokens=_capacity_tokens(ctx, links),
+    )
     ctx.outcome = outcome
     if outcome.error is not None:
         raise outcome.error
@@ -151,11 +160,13 @@ async def proxy_stream(
     client_asked = isinstance(options, dict) and options.get("include_usage") is True
     with_usage = body if client_asked else {**body, "stream_options": {**(options or {}), "include_usage": True}}
 
+    trace = ctx.trace
+
     async def attempt(link: Link, deadline: float) -> Any:
         model = link.model
         timeouts = model.timeouts
         send_body = with_usage if get_dialect(model.provider.dialect).stream_usage_option else body
-        dialect, _, response, _, phase_end = await call_upstream(link, kind, send_body, True, deadline, shape)
+        dialect, _, response, _, phase_end = await call_upstream(link, kind, send_body, True, deadline, shape, trace)
         if shape is None:
             chunks = dialect.translate_stream(response.iter_chunks(), model)
         else:
@@ -172,7 +183,10 @@ async def proxy_stream(
             raise
         return committed, response
 
-    outcome = await executor.run(links, attempt, snap.resilience, deadline, settle_later=True)
+    run = attempt if trace is None else traced(trace, attempt)
+    outcome = await executor.run(
+        links, run, snap.resilience, deadline, settle_later=True, tokens=_capacity_tokens(ctx, links)
+    )
     ctx.outcome = outcome
     if outcome.error is not None:
         raise outcome.error
@@ -194,6 +208,19 @@ async def proxy_stream(
         _settle(outcome.settlement, committed.ending, ctx)
         await committed.aclose()
         await response.close()
+
+
+def _capacity_tokens(ctx: Context, links: list[Link]) -> int:
+    """The prompt estimate when a deployment of the chain has a `tpm` capacity, else 0 (not computed).
+
+    docs/deployments.md#capacity: a deployment's tpm counts prompt estimates at pick time.
+    """
+    for link in links:
+        for target in link.deployments:
+            if target.tpm is not None:
+                req = ctx.requirements
+                return req.estimated_tokens if req is not None else 0
+    return 0
 
 
 def _estimate_usage(tap: UsageTap, ctx: Context) -> None:
@@ -223,8 +250,30 @@ def _settle(settlement: Settlement | None, ending: str | None, ctx: Context) -> 
         ctx.error_code = ending
 
 
+def traced(trace: RequestTrace, attempt: Callable[[Link, float], Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """`attempt` inside an attempt span (tracing on only; a stream's attempt ends when it commits)."""
+
+    async def run(link: Link, deadline: float) -> Any:
+        trace.begin(link)
+        try:
+            result = await attempt(link, deadline)
+        except BaseException as exc:
+            trace.end(exc)
+            raise
+        trace.end(None)
+        return result
+
+    return run
+
+
 async def call_upstream(
-    link: Link, kind: str, body: dict, stream: bool, deadline: float, shape: Shape | None = None
+    link: Link,
+    kind: str,
+    body: dict,
+    stream: bool,
+    deadline: float,
+    shape: Shape | None = None,
+    trace: RequestTrace | None = None,
 ) -> tuple[Any, Any, Any, bytes | None, float]:
     """One upstream try under the first-token timeout (capped by the total deadline).
 
@@ -239,6 +288,7 @@ async def call_upstream(
     if prepared is None:
         prepared = dialect.build_request(kind, body, model, link.base_url, link.api_key, stream)
     timeouts = model.timeouts
+    headers = prepared.headers if trace is None else {**prepared.headers, **trace.headers}
     phase = timeouts.first_token_ms / 1000.0
     started = _monotonic()
     remaining = deadline - started
@@ -249,11 +299,13 @@ async def call_upstream(
                 model.provider,
                 prepared.method,
                 prepared.url,
-                prepared.headers,
+                headers,
                 prepared.body,
                 timeouts.connect_ms / 1000.0,
             )
             ok = 200 <= response.status < 300
+            if trace is not None:
+                trace.status = response.status
             if not (stream and ok):
                 try:
                     data = await response.read()

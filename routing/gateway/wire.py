@@ -23,6 +23,8 @@ SSE_HEADERS: Headers = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
 ]
+# A request's cache result (docs/cache.md) -> its X-Switchboard-Cache value: a shared answer is a hit.
+CACHE_HEADER = {"hit": b"hit", "miss": b"miss", "bypass": b"bypass", "coalesced": b"hit"}
 
 
 class ClientGone(Exception):
@@ -48,6 +50,8 @@ def answer_headers(ctx: Context, headers: Headers) -> Headers:
             headers.append((b"x-switchboard-fallback", outcome.fallback_reason.encode()))
     if ctx.ratelimit is not None:  # only callers with limits (docs/limits.md#headers)
         headers.extend(ctx.ratelimit.headers())
+    if ctx.cache:  # only models with a cache (docs/cache.md#header)
+        headers.append((b"x-switchboard-cache", CACHE_HEADER[ctx.cache]))
     return headers
 
 

@@ -39,6 +39,8 @@ class Context:
         "ratelimit",
         "requirements",
         "tokens_estimated",
+        "cache",
+        "trace",
     )
 
     def __init__(self, request_id: str, started: float, endpoint: str) -> None:
@@ -60,6 +62,8 @@ class Context:
         self.ratelimit: Any = None  # a routing.plan.limits.Ticket when the caller has limits
         self.requirements: Any = None  # the preflight Requirements (its prompt estimate), once known
         self.tokens_estimated = False  # the tokens are the gateway's estimate: the upstream sent no usage
+        self.cache = ""  # a cached model's hit|miss|bypass|coalesced (docs/cache.md); "" otherwise
+        self.trace: Any = None  # a routing.ops.tracing.RequestTrace when tracing is on (docs/tracing.md)
 
 
 def finish(ctx: Context) -> None:
@@ -76,6 +80,9 @@ def finish(ctx: Context) -> None:
     metrics.observe_request(
         ctx.endpoint, ctx.resolved or ctx.requested, model_used, ctx.status, busy - upstream_s, fallback_reason
     )
+    cached = ctx.cache == "hit" or (ctx.cache == "coalesced" and ctx.status == 200)
+    if ctx.cache:
+        metrics.cache_result(ctx.resolved, ctx.cache)
     key = ctx.key
     usage.record(
         record_id=uuid.uuid4().hex,
@@ -94,9 +101,14 @@ def finish(ctx: Context) -> None:
         error_code=ctx.error_code,
         prompt_tokens=ctx.prompt_tokens,
         completion_tokens=ctx.completion_tokens,
-        cost=usage.cost(model, ctx.prompt_tokens, ctx.completion_tokens) if model is not None else None,
+        cost=0
+        if cached
+        else usage.cost(model, ctx.prompt_tokens, ctx.completion_tokens)
+        if model is not None
+        else None,
         latency_ms=elapsed * 1000.0,
         ttft_ms=ctx.ttft_s * 1000.0 if ctx.ttft_s is not None else None,
         streamed=ctx.streamed,
         tokens_estimated=ctx.tokens_estimated,
+        cached=cached,
     )

@@ -113,7 +113,9 @@ def parse(content: dict[str, Any], snapshot: Snapshot | None = None) -> Control:
         raise ControlError(str(exc)) from None
     snapshot = snapshot if snapshot is not None else live.current()
     model = snapshot.models.get(key.model)
-    if model is None or model.provider.name != key.provider:
+    if model is None or (
+        model.provider.name != key.provider and all(d.provider.name != key.provider for d in model.deployments)
+    ):  # a one-provider model's link, or one of its deployments (docs/deployments.md)
         raise ControlError(f"no configured link {key.provider}/{key.model}; reload the page")
     if key.org is not None and key.org not in snapshot.orgs:
         raise ControlError(f"no organisation for breaker key {key.wire()[2]!r}")

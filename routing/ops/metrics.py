@@ -92,6 +92,24 @@ def rate_limited(scope: str, limit: str) -> None:
     _rate_limited[(scope, limit)].inc()
 
 
+# Response cache (docs/cache.md): per cached model, hit | miss | bypass | coalesced.
+CACHE = Counter(
+    "switchboard_cache_total",
+    "Requests to models with a response cache, by result: hit, miss, bypass, coalesced (docs/cache.md).",
+    ["model", "result"],
+)
+_cache: dict[tuple[str, str], Any] = {}
+
+
+def cache_result(model: str, result: str) -> None:
+    """One request to a cached model (resolved id: configured models only, a bounded label set)."""
+    key = (model, result)
+    child = _cache.get(key)
+    if child is None:
+        child = _cache[key] = CACHE.labels(model, result)
+    child.inc()
+
+
 def _backlog() -> float:
     from routing.ops import usage
 
@@ -205,6 +223,8 @@ def refresh_circuits(snapshot: Any, views: list[Any]) -> None:
     wanted: dict[tuple[str, str], int] = {}
     for model in snapshot.models.values():
         wanted[(model.provider.name, model.id)] = 0
+        for d in model.deployments:  # one series per deployment (docs/deployments.md#visibility)
+            wanted[(d.provider.name, model.id)] = 0
     for view in views:
         try:
             key = BreakerKey.of(view.key)

@@ -377,6 +377,7 @@ class Syncer:
             self.degraded = False
             self._outage.clear()
             metrics.set_degraded_gauge(DEGRADED_COMPONENT, False)
+            live.set_degraded("redis", False, "limits")  # the aggregate component of docs/metrics.md
             log.warning("shared limits: Redis reachable again; limits and budgets are shared across processes again")
 
     def _fail_open(self, accounts: list[Account], buckets: list[SharedBucket], exc: Exception) -> None:
@@ -384,6 +385,7 @@ class Syncer:
         if not self.degraded:
             self.degraded = True
             metrics.set_degraded_gauge(DEGRADED_COMPONENT, True)
+            live.set_degraded("redis", True, "limits")
             log.warning(
                 "shared limits: Redis unreachable (%s); each process enforces an even share (1/%d) of each "
                 "limit and budget until it is back",

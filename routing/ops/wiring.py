@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from providers import health
 from providers.transport import transport
 from routing.config import live
+from routing.core import balance
 from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
-from routing.ops import background, controls, metrics, shared_limits, usage
+from routing.ops import background, controls, metrics, shared_limits, tracing, usage
 from routing.ops.dashboard import counters, feed, state
+from routing.ops.response_cache import Coalescer, Store, build_store
 from routing.plan.budgets import Budgets
 from routing.plan.chain import breaker_keys
 from routing.plan.limits import Limiter
@@ -38,6 +40,8 @@ class Process:
     executor: Executor
     limiter: Limiter = field(default_factory=Limiter)  # rate-limit buckets, per process (docs/limits.md)
     budgets: Budgets = field(default_factory=Budgets)  # spend budgets (docs/limits.md#budgets)
+    cache: Store | None = None  # the response cache's store (docs/cache.md): Redis or this process's LRU
+    coalescer: Coalescer = field(default_factory=Coalescer)  # identical cacheable requests in flight
     tasks: list[asyncio.Task] = field(default_factory=list)
     started: bool = False
 
@@ -66,7 +70,11 @@ def _build() -> Process:
     health.change_listeners.append(feed.note_probe)
     # The snapshot may already be in place (booted before the wiring): keep its breakers.
     _retain_breakers(live.current())
-    return Process(executor)
+    cache = build_store(on_degraded=lambda down: live.set_degraded("redis", down, "cache"))
+    if cache.name == "redis":
+        live.set_degraded("redis", False, "cache")  # the series exists from the start
+    tracing.configure()  # only with an OTLP endpoint configured (docs/tracing.md)
+    return Process(executor, cache=cache)
 
 
 class _Observer(metrics.MetricsObserver):
@@ -82,6 +90,7 @@ class _Observer(metrics.MetricsObserver):
 def _retain_breakers(snapshot: live.Snapshot) -> None:
     keys = breaker_keys(snapshot)
     breakers.retain(keys)
+    balance.balancer.retain(keys)  # deployment figures (docs/deployments.md) follow the same keys
     if snapshot.overrides:  # operators' stored force-open / reset (docs/scale-out.md#controls)
         try:
             feed.call_on_loop(lambda: controls.apply_persisted(snapshot.overrides, keys))
@@ -162,6 +171,7 @@ async def shutdown() -> None:
         for task in _process.tasks:
             task.cancel()
     await asyncio.get_running_loop().run_in_executor(None, usage.shutdown)
+    await asyncio.get_running_loop().run_in_executor(None, tracing.shutdown)  # flush the last spans
     await transport.aclose()
 
 

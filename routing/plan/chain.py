@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from policies.decision import decide
 from routing.config.snapshot import ModelSpec, OrgSpec, ProviderSpec, Snapshot, Timeouts
+from routing.core.balance import Target
 from routing.core.breaker import BreakerKey
 from routing.core.executor import Link
 
@@ -45,7 +46,20 @@ def policy_hops(snapshot: Snapshot, org: OrgSpec, model: ModelSpec) -> tuple[str
 
 
 def link_for(org: OrgSpec, model: ModelSpec, skip_reason: str | None = None) -> Link:
-    """One link with the org's BYO credentials applied when it overrides the model's provider."""
+    """One link with the org's BYO credentials applied when it overrides the model's provider.
+
+    A model with deployments (docs/deployments.md) gets one link whose `deployments` are a
+    link per deployment, each built the same way (BYO applies to the deployments on the
+    org's provider, with the org-keyed breaker); the executor picks among them per try.
+    """
+    if model.deployments:
+        targets = tuple(Target(_one_link(org, d.model), d.weight, d.rpm, d.tpm) for d in model.deployments)
+        first = targets[0].link
+        return Link(model, first.breaker_key, first.base_url, first.api_key, skip_reason, targets, model.routing)
+    return _one_link(org, model, skip_reason)
+
+
+def _one_link(org: OrgSpec, model: ModelSpec, skip_reason: str | None = None) -> Link:
     provider = model.provider
     cred = org.credentials.get(provider.name)
     if cred is None:
@@ -124,10 +138,10 @@ def breaker_keys(snapshot: Snapshot) -> set[BreakerKey]:
 
     For `BreakerRegistry.retain` on a rebuild, so BYO breakers keep their state too.
     """
-    keys: set[BreakerKey] = {BreakerKey(m.provider.name, m.id) for m in snapshot.models.values()}
+    pairs = [(m.provider.name, m.id) for m in snapshot.models.values()]
+    pairs += [(d.provider.name, m.id) for m in snapshot.models.values() for d in m.deployments]
+    keys: set[BreakerKey] = {BreakerKey(provider, model_id) for provider, model_id in pairs}
     for org in snapshot.orgs.values():
         for provider in org.credentials:
-            keys.update(
-                BreakerKey(provider, m.id, org.name) for m in snapshot.models.values() if m.provider.name == provider
-            )
+            keys.update(BreakerKey(provider, model_id, org.name) for p, model_id in pairs if p == provider)
     return keys

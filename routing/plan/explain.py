@@ -118,6 +118,9 @@ def explain(
                     entry["detail"] = f"missing capability '{what}'"
         elif link.skip_reason is None and entry["breaker"] == "open":
             entry["detail"] = "breaker open: skipped until its cooldown ends"
+        if link.deployments:
+            entry["routing"] = link.routing
+            entry["deployments"] = deployments(link, breakers)
         out["chain"].append(entry)
 
     if not decision.allowed:
@@ -127,6 +130,47 @@ def explain(
     else:
         out["serves"] = next(link.model.id for link in links if link.skip_reason is None)
     return out
+
+
+def deployments(link: Any, breakers: dict[tuple[str, ...], str], rand: Any = None) -> list[dict[str, Any]]:
+    """Each deployment of a link with its live figures in this process, and which one the
+    next try would pick (docs/deployments.md#visibility; `weighted` draws at random, so its
+    `share` is the probability and `next` one draw)."""
+    import random
+
+    from routing.core.balance import balancer
+
+    rows: list[dict[str, Any]] = []
+    eligible = []
+    for target in link.deployments:
+        figures = balancer.peek(target.key)
+        state = breakers.get(target.key, "closed")
+        full = balancer.room_s(target, 0) > 0
+        if state != "open" and not full:
+            eligible.append(target)
+        ewma = None if figures is None or figures.ewma_s is None else round(figures.ewma_s * 1000.0, 1)
+        rows.append(
+            {
+                "provider": target.name,
+                "upstream_model": target.link.model.upstream_model,
+                "weight": target.weight,
+                "rpm": target.rpm,
+                "tpm": target.tpm,
+                "breaker": state,
+                "at_capacity": full,
+                "in_flight": 0 if figures is None else figures.in_flight,
+                "latency_ms": ewma,
+                "share": None,
+                "next": False,
+            }
+        )
+    total = sum(t.weight for t in eligible)
+    picked = balancer.pick(link.routing, eligible, rand or random.random)
+    for target, row in zip(link.deployments, rows, strict=True):
+        if target in eligible and link.routing == "weighted":
+            row["share"] = round(target.weight / total, 3)
+        row["next"] = target is picked
+    return rows
 
 
 def render(result: dict[str, Any]) -> str:
@@ -171,8 +215,18 @@ def render(result: dict[str, Any]) -> str:
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
         lines.append("chain (breaker state as seen by this process):")
-        for row in rows:
+        for row, link in zip(rows, [None, *result["chain"]], strict=True):
             lines.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1])
+            if link is not None and link.get("deployments"):
+                lines.append(f"      deployments ({link['routing']}):")
+                for d in link["deployments"]:
+                    latency = "-" if d["latency_ms"] is None else f"{d['latency_ms']} ms"
+                    share = "" if d["share"] is None else f", share {d['share']:.0%}"
+                    lines.append(
+                        f"      {'*' if d['next'] else ' '} {d['provider']}: {d['upstream_model']} weight {d['weight']}"
+                        f"{share}, breaker {d['breaker']}{', AT CAPACITY' if d['at_capacity'] else ''}, "
+                        f"in flight {d['in_flight']}, latency {latency}"
+                    )
     if result["error"] is not None:
         err = result["error"]
         lines.append(f"result:    {err['status']} {err['code']}: {err['message']}")

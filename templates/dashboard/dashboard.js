@@ -85,6 +85,11 @@
     const tr = el("tr", { "data-link": l.link, "data-key": JSON.stringify(l.key), "data-provider": l.provider, "data-model": l.model });
     const name = el("td", { class: "link" });
     name.appendChild(el("code", {}, l.link));
+    if (l.deployment) { // one of a model's deployments (docs/deployments.md): say which, by what weight
+      const d = l.deployment;
+      name.appendChild(el("div", { class: "muted", "data-role": "deployment" },
+        "deployment " + d.index + "/" + d.of + " of " + l.model + " · " + d.routing + ", weight " + d.weight));
+    }
     tr.appendChild(name);
     const state = el("td", { class: "state" });
     state.appendChild(el("span", { class: "badge", "data-role": "state" }));

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -44,7 +47,7 @@ def test_ratio_and_within() -> None:
 
 
 SAMPLE = {
-    "meta": {"server": "daphne", "peer": None},
+    "meta": {"server": "daphne", "peers": []},
     "scenarios": {
         "latency": {
             "direct": {"p50": 0.3, "p99": 0.5, "p999": 1.0},
@@ -94,6 +97,39 @@ def test_table_rows_judge_each_target() -> None:
     # columns line up: every row's third column starts at the same offset as the header's
     offset = lines[0].index("direct")
     assert all(line[offset - 2 : offset] == "  " for line in lines[2:] if len(line) > offset)
+
+
+def test_every_peer_gets_its_rows_and_only_a_peer_with_a_target_is_judged() -> None:
+    doc = copy.deepcopy(SAMPLE)
+    lat, c32 = doc["scenarios"]["latency"], doc["scenarios"]["throughput"]["c32"]
+    lat["peers"] = {
+        "LiteLLM 1": {"p50": 9.3, "p99": 20.5, "added": {"p50": 9.0, "p99": 20.0}},
+        "Portkey 2": {"p50": 2.3, "p99": 4.5, "added": {"p50": 2.0, "p99": 4.0}},
+    }
+    c32["peers"] = {
+        "LiteLLM 1": {"rps": 80.0, "p99_ms": 400.0, "vs_peer": 25.0, "target": 20},
+        "Portkey 2": {"rps": 1000.0, "p99_ms": 50.0, "vs_peer": 2.0, "target": None},
+    }
+    rows = report.rows(doc)
+    by_metric = {r[1]: r for r in rows}
+    assert by_metric["p50 ms, LiteLLM 1"][3:5] == ["9.3", "+9"]
+    assert by_metric["p99 ms, Portkey 2"][3:5] == ["4.5", "+4"]
+    litellm, portkey = by_metric["LiteLLM 1 req/s (p99 ms)"], by_metric["Portkey 2 req/s (p99 ms)"]
+    assert (litellm[4], litellm[-1]) == ("Switchboard × 25", "ok")
+    assert (portkey[4], portkey[5], portkey[-1]) == ("Switchboard × 2", "", "")
+
+
+def test_peers_file_is_read_and_a_bad_one_is_refused_with_its_path(tmp_path: Path) -> None:
+    from bench.run import _parse
+
+    good = tmp_path / "peers.json"
+    good.write_text('[{"name": "P", "url": "http://127.0.0.1:1/", "key": "k", "headers": {"x-a": "b"}}]')
+    (peer,) = _parse(["--peers-file", str(good)]).peers
+    assert (peer.url, peer.request_headers()) == ("http://127.0.0.1:1", {"Authorization": "Bearer k", "x-a": "b"})
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"url": "http://x"}]')
+    with pytest.raises(SystemExit):
+        _parse(["--peers-file", str(bad)])
 
 
 def test_compare_calls_a_move_better_or_worse_by_direction_and_ignores_noise() -> None:

@@ -86,6 +86,8 @@ CASES: list[tuple[str, Callable[[Doc], None], str, str, str]] = [
     ("credential-base-url", _set(_org, "credentials", [{"provider": "local-a", "base_url": "localhost:9005"}]), "orgs[acme].credentials[local-a].base_url", "is not an http(s) URL", "routing.E005"),
     ("agent-default-model", _set(lambda d: _org(d)["agents"][0], "default_model", "chat-z"), "orgs[acme].agents[support-bot].default_model", "neither a model id nor an alias", "routing.E008"),
     ("duplicate-agent", _do(lambda d: _org(d)["agents"].append({"name": "support-bot"})), "orgs[acme].agents[support-bot].name", "duplicate agent name 'support-bot'", "routing.E001"),
+    ("model-cache-ttl-zero", _set(lambda d: _model(d, "chat-a"), "cache_ttl_s", 0), "models[chat-a].cache_ttl_s", "cache_ttl_s of model 'chat-a' must be a positive whole number of seconds, got 0", "routing.E006"),
+    ("model-cache-ttl-string", _set(lambda d: _model(d, "chat-a"), "cache_ttl_s", "5m"), "models[chat-a].cache_ttl_s", "got '5m'", "routing.E006"),
     ("org-limits-unknown-key", _set(_org, "limits", {"rph": 5}), "orgs[acme].limits.rph", "unknown limit 'rph' of org 'acme'", "routing.E001"),
     ("org-limits-not-mapping", _set(_org, "limits", 60), "orgs[acme].limits", "limits of org 'acme' must be a mapping", "routing.E001"),
     ("org-limits-zero", _set(_org, "limits", {"rpm": 0}), "orgs[acme].limits.rpm", "rpm of org 'acme' must be a positive whole number of requests per minute, got 0", "routing.E006"),

@@ -87,6 +87,7 @@ ADMIN_CASES = [
     ("agent-default-model", lambda: Org.objects.get(), lambda data: data.update({"agents-0-default_model": "chat-z"}), "neither a model id nor an alias"),
     ("credential-base-url", lambda: Org.objects.get(), lambda data: set_rows(data, "credentials", [{"provider": Provider.objects.get().pk, "base_url": "localhost:9005"}]), "is not an http(s) URL"),
     ("credential-env-name", lambda: Org.objects.get(), lambda data: set_rows(data, "credentials", [{"provider": Provider.objects.get().pk, "api_key_env": "has space"}]), "not an environment variable name"),
+    ("model-cache-ttl", lambda: Model.objects.get(public_id="chat-a"), _setter(cache_ttl_s="0"), "cache_ttl_s of model 'chat-a' must be a positive whole number of seconds"),
     ("org-limits-zero", lambda: Org.objects.get(), _setter(limits='{"rpm": 0}'), "rpm of org 'acme' must be a positive whole number"),
     ("org-limits-unknown", lambda: Org.objects.get(), _setter(limits='{"rpd": 10}'), "unknown limit 'rpd'"),
     ("agent-limits-inline", lambda: Org.objects.get(), lambda data: data.update({"agents-0-limits": '{"tpm": -3}'}), "tpm of agent 'support-bot'"),

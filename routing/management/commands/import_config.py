@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from routing.config import recorder
 from routing.config.store import ConfigInvalid, import_document, load_yaml
 
 
@@ -68,12 +69,13 @@ class Command(BaseCommand):
         try:
             if progress:
                 progress("parsing " + str(path))
-            result = import_document(
-                load_yaml(text, source=str(path)),
-                prune=options["prune"],
-                dry_run=options["dry_run"],
-                progress=progress,
-            )
+            with recorder.change(author=recorder.command_author(), source="import_config", note=path.name):
+                result = import_document(
+                    load_yaml(text, source=str(path)),
+                    prune=options["prune"],
+                    dry_run=options["dry_run"],
+                    progress=progress,
+                )
         except ConfigInvalid as exc:
             lines = "\n".join(f"  {error}" for error in exc.errors)
             raise CommandError(f"{path} has {len(exc.errors)} error(s); nothing was changed:\n{lines}") from exc

@@ -41,6 +41,9 @@ def build_state() -> dict[str, Any]:
     links = []
     seen = set()
     for model in sorted(snapshot.models.values(), key=lambda m: (m.provider.name, m.id)):
+        if model.deployments:  # one row per deployment, together under the model (docs/deployments.md)
+            links += deployment_rows(model, views, seen)
+            continue
         key = BreakerKey(model.provider.name, model.id)
         seen.add(key)
         links.append(link_entry(key, views.get(key)))
@@ -85,6 +88,28 @@ def link_entry(key: BreakerKey, view: Any) -> dict[str, Any]:
         "forced_reason": view.forced_reason if view else None,
         "forced_until": view.forced_until if view else None,
     }
+
+
+def deployment_rows(model: Any, views: dict[BreakerKey, Any], seen: set[BreakerKey]) -> list[dict[str, Any]]:
+    """The rows of a model's deployments, in configuration order, each saying which of how many it is."""
+    from routing.core.balance import balancer
+
+    rows = []
+    count = len(model.deployments)
+    for index, d in enumerate(model.deployments):
+        key = BreakerKey(d.provider.name, model.id)
+        seen.add(key)
+        row = link_entry(key, views.get(key))
+        figures = balancer.peek(key)
+        row["deployment"] = {
+            "index": index + 1,
+            "of": count,
+            "weight": d.weight,
+            "routing": model.routing,
+            "in_flight": figures.in_flight if figures is not None else 0,
+        }
+        rows.append(row)
+    return rows
 
 
 def state_message() -> dict[str, Any]:

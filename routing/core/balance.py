@@ -1,0 +1,216 @@
+"""Choosing one deployment of a model for each try (docs/deployments.md#strategies).
+
+Pure: randomness and the clock are injected. A `Target` is one deployment as the
+executor sees it (its own `Link`, weight and capacity); `Balancer` holds the live
+figures per deployment, keyed by the deployment's breaker key (provider, model[, org]):
+requests in flight, an EWMA of time to first byte, and the rpm/tpm token buckets.
+Keys, not snapshot objects, so the figures survive configuration rebuilds.
+
+Strategies, each over the *eligible* deployments only (not yet tried by this
+request and with capacity left; the executor then asks the breaker):
+
+- `weighted`: a weighted random draw, one uniform number over the cumulative weights,
+  so each deployment's share converges to weight / sum of weights.
+- `least_busy`: the fewest requests in flight in this process; ties broken at random.
+- `latency`: power of two choices on the EWMA of time to first byte (alpha 0.3): draw
+  two distinct deployments at random and take the faster; with probability
+  `EXPLORE` (5 %) take a uniformly random one instead, so a slow deployment's figure
+  keeps being refreshed. A deployment without a figure yet counts as fastest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+WEIGHTED, LEAST_BUSY, LATENCY = "weighted", "least_busy", "latency"
+EXPLORE = 0.05
+ALPHA = 0.3
+_PER_S = 1.0 / 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One deployment of a model: `link` is the executor Link that calls it."""
+
+    link: Any  # routing.core.executor.Link (not imported: the executor imports this module)
+    weight: int = 1
+    rpm: int | None = None
+    tpm: int | None = None
+
+    @property
+    def key(self) -> Any:
+        return self.link.breaker_key
+
+    @property
+    def name(self) -> str:
+        return self.link.model.provider.name
+
+
+class _Bucket:
+    """A token bucket holding at most `capacity`, refilled at capacity per minute."""
+
+    __slots__ = ("capacity", "level", "stamp")
+
+    def __init__(self, capacity: int, now: float) -> None:
+        self.capacity = float(capacity)
+        self.level = self.capacity
+        self.stamp = now
+
+    def refill(self, now: float, capacity: int) -> float:
+        if capacity != self.capacity:
+            self.capacity = float(capacity)
+            self.level = min(self.level, self.capacity)
+        level = self.level + (now - self.stamp) * self.capacity * _PER_S
+        self.stamp = now
+        self.level = level if level < self.capacity else self.capacity
+        return self.level
+
+    def wait_s(self, amount: float) -> float:
+        need = min(amount, self.capacity) - self.level
+        return need / (self.capacity * _PER_S) if need > 0 else 0.0
+
+
+class Figures:
+    """The live figures of one deployment in this process."""
+
+    __slots__ = ("in_flight", "ewma_s", "rpm", "tpm", "picked")
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.ewma_s: float | None = None  # time to first byte, seconds
+        self.rpm: _Bucket | None = None
+        self.tpm: _Bucket | None = None
+        self.picked = 0
+
+
+class Balancer:
+    """Per-deployment figures and the strategies over them (one per process)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._figures: dict[Any, Figures] = {}
+
+    def figures(self, key: Any) -> Figures:
+        f = self._figures.get(key)
+        if f is None:
+            f = self._figures[key] = Figures()
+        return f
+
+    def peek(self, key: Any) -> Figures | None:
+        return self._figures.get(key)
+
+    # capacity ----------------------------------------------------------------------
+
+    def room_s(self, target: Target, tokens: int, now: float | None = None) -> float:
+        """0 when the deployment can take a request of `tokens` now, else seconds until it can."""
+        if target.rpm is None and target.tpm is None:
+            return 0.0
+        if now is None:
+            now = self.clock()
+        f = self.figures(target.key)
+        wait = 0.0
+        if target.rpm is not None:
+            if f.rpm is None:
+                f.rpm = _Bucket(target.rpm, now)
+            if f.rpm.refill(now, target.rpm) < 1.0:
+                wait = f.rpm.wait_s(1.0)
+        if target.tpm is not None:
+            if f.tpm is None:
+                f.tpm = _Bucket(target.tpm, now)
+            amount = min(float(max(tokens, 0)), float(target.tpm))
+            if f.tpm.refill(now, target.tpm) < amount:
+                wait = max(wait, f.tpm.wait_s(amount))
+        return wait
+
+    def take(self, target: Target, tokens: int) -> None:
+        """Count one request (and its estimated tokens) against the deployment's capacity."""
+        f = self.figures(target.key)
+        f.picked += 1
+        if f.rpm is not None:
+            f.rpm.level -= 1.0
+        if f.tpm is not None:
+            f.tpm.level -= min(float(max(tokens, 0)), f.tpm.capacity)
+
+    # live figures ------------------------------------------------------------------
+
+    def started(self, key: Any) -> None:
+        self.figures(key).in_flight += 1
+
+    def finished(self, key: Any) -> None:
+        f = self._figures.get(key)
+        if f is not None and f.in_flight > 0:
+            f.in_flight -= 1
+
+    def observe(self, key: Any, seconds: float) -> None:
+        """One time-to-first-byte sample (a success, or a timeout as the time it took)."""
+        f = self.figures(key)
+        f.ewma_s = seconds if f.ewma_s is None else f.ewma_s + ALPHA * (seconds - f.ewma_s)
+
+    def retain(self, keys: set[Any]) -> None:
+        """Forget deployments no longer configured (on a configuration rebuild)."""
+        for key in [k for k in self._figures if k not in keys]:
+            del self._figures[key]
+
+    def clear(self) -> None:
+        self._figures.clear()
+
+    # selection ---------------------------------------------------------------------
+
+    def pick(self, strategy: str, eligible: Sequence[Target], rand: Callable[[], float]) -> Target | None:
+        """One of `eligible` by the strategy (None when empty)."""
+        n = len(eligible)
+        if n <= 1:
+            return eligible[0] if n else None
+        if strategy == LEAST_BUSY:
+            return self._least_busy(eligible, rand)
+        if strategy == LATENCY:
+            return self._latency(eligible, rand)
+        return pick_weighted(eligible, rand())
+
+    def _least_busy(self, eligible: Sequence[Target], rand: Callable[[], float]) -> Target:
+        n = len(eligible)
+        start = int(rand() * n) % n  # ties: whichever comes first from a random start
+        best, best_load = eligible[start], None
+        figures = self._figures
+        for i in range(n):
+            t = eligible[(start + i) % n]
+            f = figures.get(t.key)
+            load = 0 if f is None else f.in_flight
+            if best_load is None or load < best_load:
+                best, best_load = t, load
+        return best
+
+    def _latency(self, eligible: Sequence[Target], rand: Callable[[], float]) -> Target:
+        n = len(eligible)
+        if rand() < EXPLORE:
+            return eligible[int(rand() * n) % n]
+        i = int(rand() * n) % n
+        j = int(rand() * (n - 1)) % (n - 1)
+        if j >= i:
+            j += 1
+        a, b = eligible[i], eligible[j]
+        return a if self.latency_of(a.key) <= self.latency_of(b.key) else b
+
+    def latency_of(self, key: Any) -> float:
+        f = self._figures.get(key)
+        return 0.0 if f is None or f.ewma_s is None else f.ewma_s
+
+
+def pick_weighted(eligible: Sequence[Target], u: float) -> Target:
+    """The deployment whose cumulative-weight interval holds u · total (0 ≤ u < 1)."""
+    total = 0
+    for t in eligible:
+        total += t.weight
+    point = u * total
+    acc = 0
+    for t in eligible:
+        acc += t.weight
+        if point < acc:
+            return t
+    return eligible[-1]
+
+
+balancer = Balancer()

@@ -1,0 +1,416 @@
+"""Where cached answers live and how identical requests in flight share one call (docs/cache.md).
+
+Two stores behind one small interface (`get` is awaited, `put` never blocks):
+
+- `MemoryCache`: this process's bounded LRU (by entries and by bytes), with an
+  injected clock for the TTL. The default without REDIS_URL.
+- `RedisCache`: shared by every process and replica when REDIS_URL is set. A lookup
+  is one GET under a short timeout; writes go out in the background (SET PX), and
+  an answer is readable in this process while its write is on its way. Any Redis
+  trouble turns the store off for this process: lookups answer BYPASS (served from
+  the upstream, never an error) without touching Redis, `switchboard_degraded
+  {component="redis"}` is 1 and one log line says so; a background probe
+  turns it back on when Redis answers again.
+
+`Coalescer` makes identical cacheable requests in flight together share one
+upstream call in this process: the first leads, the others wait (bounded by their
+own deadline) for its answer. A leader's error answer is every follower's error
+(one call, one outcome); a leader that is cancelled (its client left) hands over:
+a follower calls itself.
+
+Across processes, the Redis store adds a short claim (`claim`: SET NX PX on a
+claim key, for the call's deadline): the process that takes it makes the call and
+deletes the claim once the answer is stored; a process that finds it taken polls
+(`wait_other`: one MGET of answer and claim every CLAIM_POLL_S) until the answer
+is there, and calls itself when the claim ends without one. Without Redis (or
+when it fails) every process calls on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+log = logging.getLogger("switchboard.cache")
+
+DEFAULT_MAX_ENTRIES = 10_000
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_ENTRY_BYTES = 1024 * 1024
+DEFAULT_REDIS_TIMEOUT_S = 0.1
+PROBE_EVERY_S = 0.5
+MAX_PENDING_WRITES = 256
+COMPRESS_FROM = 1024  # bytes of answer; smaller ones are stored as they are
+BYPASS: Any = object()  # a lookup's "the store is unavailable" (Redis down)
+LOCK_PREFIX = "switchboard:cache-claim:"  # + the entry's key: "a process is making this call"
+CLAIM_POLL_S = 0.02  # how often a request waiting on another process's call looks for its answer
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stored 200 answer and what its usage record and headers need on a hit."""
+
+    body: bytes
+    model_used: str
+    provider: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+    @property
+    def size(self) -> int:
+        return len(self.body) + len(self.model_used) + len(self.provider) + 64
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """Redis value: a one-byte format flag, a JSON line of metadata, the body (zlib when that pays)."""
+    meta = orjson.dumps([entry.model_used, entry.provider, entry.prompt_tokens, entry.completion_tokens])
+    raw = meta + b"\n" + entry.body
+    if len(entry.body) >= COMPRESS_FROM:
+        packed = zlib.compress(raw, 1)
+        if len(packed) < len(raw) * 0.9:
+            return b"z" + packed
+    return b"r" + raw
+
+
+def decode_entry(value: bytes) -> Entry:
+    flag, data = value[:1], value[1:]
+    if flag == b"z":
+        data = zlib.decompress(data)
+    elif flag != b"r":
+        raise ValueError("unknown cache entry format")
+    meta, _, body = data.partition(b"\n")
+    model_used, provider, prompt, completion = orjson.loads(meta)
+    return Entry(body, model_used, provider, prompt, completion)
+
+
+class MemoryCache:
+    """A bounded LRU of entries with a TTL each; `clock` is monotonic seconds (injectable)."""
+
+    name = "memory"
+
+    def __init__(
+        self,
+        max_entries: int = DEFAULT_MAX_ENTRIES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.max_entry_bytes = min(max_entry_bytes, max_bytes)
+        self._clock = clock
+        self._entries: OrderedDict[str, tuple[Entry, float]] = OrderedDict()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, key: str) -> Entry | None:
+        """The live entry under `key` (refreshed as most recently used), or None."""
+        item = self._entries.get(key)
+        if item is None:
+            return None
+        entry, expires_at = item
+        if expires_at <= self._clock():
+            self._drop(key)
+            return None
+        self._entries.move_to_end(key)
+        return entry
+
+    async def get(self, key: str) -> Entry | None:
+        return self.lookup(key)
+
+    def put(self, key: str, entry: Entry, ttl_s: float) -> bool:
+        """Keep `entry` for `ttl_s`, evicting least recently used ones over the bounds; False if too big."""
+        size = entry.size
+        if size > self.max_entry_bytes:
+            return False
+        if key in self._entries:
+            self._drop(key)
+        self._entries[key] = (entry, self._clock() + ttl_s)
+        self.bytes += size
+        while len(self._entries) > self.max_entries or self.bytes > self.max_bytes:
+            oldest = next(iter(self._entries))
+            self._drop(oldest)
+        return True
+
+    def _drop(self, key: str) -> None:
+        entry, _ = self._entries.pop(key)
+        self.bytes -= entry.size
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.bytes = 0
+
+    async def claim(self, key: str, ttl_s: float) -> bool:
+        """One process: the in-flight table is the only claim there is."""
+        return True
+
+    async def wait_other(self, key: str, timeout_s: float) -> Entry | None:
+        return None
+
+    def release(self, key: str) -> None:
+        return None
+
+    async def drain(self) -> None:
+        return None
+
+
+class RedisCache:
+    """Entries in Redis with their TTL, failing open; see the module docstring."""
+
+    name = "redis"
+
+    def __init__(
+        self,
+        url: str,
+        timeout_s: float = DEFAULT_REDIS_TIMEOUT_S,
+        max_entry_bytes: int = DEFAULT_MAX_ENTRY_BYTES,
+        on_degraded: Callable[[bool], None] | None = None,
+        probe_every_s: float = PROBE_EVERY_S,
+    ) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self.max_entry_bytes = max_entry_bytes
+        self.on_degraded = on_degraded
+        self.probe_every_s = probe_every_s
+        self.down = False
+        self._redis: Any = None
+        self._redis_loop: asyncio.AbstractEventLoop | None = None
+        self._writing: dict[str, Entry] = {}  # answers whose write is on its way: readable here already
+        self._claims: set[str] = set()  # keys whose cluster-wide claim this process holds
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._probe: asyncio.Task[None] | None = None
+
+    def _client(self) -> Any:
+        """One client per event loop, short timeouts and no retries (the idempotency store's pattern)."""
+        loop = asyncio.get_running_loop()
+        if self._redis is None or self._redis_loop is not loop:
+            import redis.asyncio as aioredis
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+
+            self._redis = aioredis.Redis.from_url(
+                self.url,
+                socket_timeout=self.timeout_s,
+                socket_connect_timeout=self.timeout_s,
+                retry=Retry(NoBackoff(), 0),
+            )
+            self._redis_loop = loop
+        return self._redis
+
+    async def get(self, key: str) -> Entry | None:
+        """The entry under `key`, None on a miss, BYPASS while Redis is unavailable (no round trip then)."""
+        writing = self._writing.get(key)
+        if writing is not None:
+            return writing
+        if self.down:
+            return BYPASS
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                value = await self._client().get(key)
+        except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
+            self._failed(exc)
+            return BYPASS
+        if value is None:
+            return None
+        try:
+            return decode_entry(value)
+        except (ValueError, TypeError, zlib.error, orjson.JSONDecodeError):
+            log.warning("ignoring an unreadable response cache entry in Redis")
+            return None
+
+    def put(self, key: str, entry: Entry, ttl_s: float) -> bool:
+        """Write `entry` in the background; skipped while Redis is down, too big, or too many writes wait."""
+        if self.down or entry.size > self.max_entry_bytes or len(self._tasks) >= MAX_PENDING_WRITES:
+            self.release(key)  # nobody elsewhere should wait for an answer that is not coming
+            return False
+        self._writing[key] = entry
+        task = asyncio.get_running_loop().create_task(self._write(key, entry, ttl_s))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _write(self, key: str, entry: Entry, ttl_s: float) -> None:
+        try:
+            async with asyncio.timeout(self.timeout_s * 5):  # off the request path: a little more patience
+                await self._client().set(key, encode_entry(entry), px=max(1, int(ttl_s * 1000)))
+                if key in self._claims:  # stored: callers in other processes waiting on the claim read it
+                    self._claims.discard(key)
+                    await self._client().delete(LOCK_PREFIX + key)
+        except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
+            self._failed(exc)
+        finally:
+            if self._writing.get(key) is entry:
+                del self._writing[key]
+
+    # ------------------------------------------------------------------ coalescing across processes
+
+    async def claim(self, key: str, ttl_s: float) -> bool:
+        """Take the cluster-wide claim on making this call (SET NX PX): False when another process holds it.
+
+        Any Redis trouble answers True: without Redis each process makes its own call.
+        """
+        if self.down:
+            return True
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                taken = await self._client().set(LOCK_PREFIX + key, b"1", nx=True, px=max(1, int(ttl_s * 1000)))
+        except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
+            self._failed(exc)
+            return True
+        if taken:
+            self._claims.add(key)
+        return bool(taken)
+
+    async def wait_other(self, key: str, timeout_s: float) -> Entry | None:
+        """The answer another process is making, polled until it is stored; None when its claim ends
+        without one (it failed, or died and the claim expired), when Redis fails, or after `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        client = self._client()
+        while time.monotonic() < deadline and not self.down:
+            await asyncio.sleep(CLAIM_POLL_S)
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    value, claimed = await client.mget(key, LOCK_PREFIX + key)
+            except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
+                self._failed(exc)
+                return None
+            if value is not None:
+                try:
+                    return decode_entry(value)
+                except (ValueError, TypeError, zlib.error, orjson.JSONDecodeError):
+                    return None
+            if claimed is None:
+                return None
+        return None
+
+    def release(self, key: str) -> None:
+        """Give up this process's claim without an answer (an error, a cancelled call), in the background."""
+        if key not in self._claims:
+            return
+        self._claims.discard(key)
+        if self.down:
+            return  # it expires by itself
+        task = asyncio.get_running_loop().create_task(self._unclaim(key))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _unclaim(self, key: str) -> None:
+        try:
+            async with asyncio.timeout(self.timeout_s * 5):
+                await self._client().delete(LOCK_PREFIX + key)
+        except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
+            self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> None:
+        if self.down:
+            return
+        self.down = True
+        log.warning(
+            "Redis at REDIS_URL is unreachable for the response cache (%s); answering from the upstream "
+            "(X-Switchboard-Cache: bypass) until it is back",
+            exc.__class__.__name__ if not str(exc) else exc,
+        )
+        if self.on_degraded is not None:
+            self.on_degraded(True)
+        self._probe = asyncio.get_running_loop().create_task(self._recover())
+
+    async def _recover(self) -> None:
+        """Ping Redis off the request path until it answers, then turn the store back on."""
+        while True:
+            await asyncio.sleep(self.probe_every_s)
+            try:
+                async with asyncio.timeout(self.timeout_s * 5):
+                    await self._client().ping()
+            except Exception:  # noqa: BLE001 - still down
+                continue
+            self.down = False
+            log.info("Redis is reachable again; the response cache is shared again")
+            if self.on_degraded is not None:
+                self.on_degraded(False)
+            return
+
+    async def drain(self) -> None:
+        """Wait for pending writes (tests, the benchmark)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+class Flight:
+    """One upstream call that identical requests share: its outcome once known."""
+
+    __slots__ = ("future", "followers")
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self.future = future
+        self.followers = 0
+
+
+class Handover(Exception):
+    """The leader went away without an outcome: the follower makes the call itself."""
+
+
+class Coalescer:
+    """Identical requests in flight in this process share one call; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._flights: dict[str, Flight] = {}
+
+    def __len__(self) -> int:
+        return len(self._flights)
+
+    def flight(self, key: str) -> Flight | None:
+        return self._flights.get(key)
+
+    def lead(self, key: str) -> Flight:
+        flight = Flight(asyncio.get_running_loop().create_future())
+        self._flights[key] = flight
+        return flight
+
+    def finish(self, key: str, flight: Flight, result: Any) -> None:
+        """The leader's outcome: an Entry, or a GatewayError for the followers to raise."""
+        if self._flights.get(key) is flight:
+            del self._flights[key]
+        if not flight.future.done():
+            flight.future.set_result(result)
+
+    def abandon(self, key: str, flight: Flight) -> None:
+        """The leader stops without an outcome (cancelled, unexpected failure): followers take over."""
+        if self._flights.get(key) is flight:
+            del self._flights[key]
+        if not flight.future.done():
+            flight.future.set_exception(Handover())
+            flight.future.exception()  # retrieved: no "never retrieved" warning without followers
+
+    async def follow(self, flight: Flight, timeout_s: float) -> Any:
+        """The leader's outcome, waiting at most `timeout_s` (TimeoutError); Handover if it went away."""
+        flight.followers += 1
+        async with asyncio.timeout(max(0.0, timeout_s)):
+            return await asyncio.shield(flight.future)
+
+
+Store = MemoryCache | RedisCache
+
+
+def build_store(on_degraded: Callable[[bool], None] | None = None) -> Store:
+    """The process's store from the settings: Redis when REDIS_URL is set, else the bounded LRU."""
+    from django.conf import settings
+
+    max_entry = int(getattr(settings, "SWITCHBOARD_CACHE_MAX_ENTRY_BYTES", DEFAULT_MAX_ENTRY_BYTES))
+    url = getattr(settings, "REDIS_URL", "") or ""
+    if url:
+        timeout = float(getattr(settings, "SWITCHBOARD_CACHE_REDIS_TIMEOUT_MS", DEFAULT_REDIS_TIMEOUT_S * 1000))
+        return RedisCache(url, timeout / 1000.0, max_entry, on_degraded)
+    return MemoryCache(
+        int(getattr(settings, "SWITCHBOARD_CACHE_MAX_ENTRIES", DEFAULT_MAX_ENTRIES)),
+        int(getattr(settings, "SWITCHBOARD_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES)),
+        max_entry,
+    )
