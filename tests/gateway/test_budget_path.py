@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import httpx
 import pytest
@@ -103,3 +104,22 @@ async def test_a_total_budget_says_it_does_not_reset(gateway, budgeted):
     assert refused.status_code == 402
     assert "retry-after" not in refused.headers
     assert "does not reset" in refused.json()["error"]["message"]
+
+
+async def test_a_cache_hit_costs_the_budget_nothing(gateway, upstream, budgeted, monkeypatch):
+    from routing.ops.response_cache import Coalescer, MemoryCache
+
+    proc = wiring.process()
+    monkeypatch.setattr(proc, "cache", MemoryCache())
+    monkeypatch.setattr(proc, "coalescer", Coalescer())
+    budgeted(agent_budget={"usd": 1, "period": "day"})
+    snap = live.current()
+    models = dict(snap.models)
+    models["chat-b"] = dataclasses.replace(models["chat-b"], cache_ttl_s=60)
+    live.swap(dataclasses.replace(snap, models=models, cache={}))
+    body = chat(max_tokens=10, temperature=0)
+    first = await gateway.post("/v1/chat/completions", json=body)
+    hit = await gateway.post("/v1/chat/completions", json=body)
+    assert first.headers["x-switchboard-cache"] == "miss" and hit.headers["x-switchboard-cache"] == "hit"
+    account = proc.budgets.find(("agent", "acme", "bot"))
+    assert account.spend() == pytest.approx(MOCK_COST) and account.reserved == 0  # only the miss was charged
