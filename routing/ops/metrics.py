@@ -78,6 +78,11 @@ for _result in ("ok", "rejected"):
     CONFIG_RELOADS.labels(_result)
 
 # Rate limits and budgets (docs/limits.md): scope org|agent, limit rpm|tpm|budget.
+LIMIT_PROCESSES = Gauge(
+    "switchboard_limit_processes",
+    "Serving processes seen sharing the rate limits and budgets through Redis: the fail-open share's divisor.",
+    multiprocess_mode="livemax",
+)
 RATE_LIMITED = Counter(
     "switchboard_rate_limited_total",
     "Requests refused by an org's or agent's own rate limit or budget (docs/limits.md).",

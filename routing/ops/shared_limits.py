@@ -356,6 +356,7 @@ class Syncer:
             self._fail_open(accounts, [b for _, b in buckets], exc)
             return
         self.processes = max(1, int(results[2]))
+        metrics.LIMIT_PROCESSES.set(self.processes)
         rest = results[3:]
         for (account, start, _want, owed, _), (grant, counter) in zip(account_plans, rest, strict=False):
             if account.start != start:  # the period rolled meanwhile: that counter is the old period's

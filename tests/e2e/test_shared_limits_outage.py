@@ -75,10 +75,14 @@ def ask(gw: Gateway) -> int:
     ).status_code
 
 
-def degraded(gw: Gateway) -> float:
+def gauge(gw: Gateway, series: str) -> float:
     text = httpx.get(f"{gw.url}/metrics", timeout=10).text
-    line = 'switchboard_degraded{component="redis_limits"} '
+    line = series + " "
     return next((float(row.removeprefix(line)) for row in text.splitlines() if row.startswith(line)), 0.0)
+
+
+def degraded(gw: Gateway) -> float:
+    return gauge(gw, 'switchboard_degraded{component="redis_limits"}')
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:
@@ -92,6 +96,8 @@ def test_redis_cut_under_load_fails_nothing_and_each_process_enforces_its_share(
     proxy, a, b, upstream = behind_proxy
     assert [ask(gw) for gw in (a, b) * 2] == [200] * 4  # shared: both processes hold leases
     assert degraded(a) == 0
+    # A divides by the processes it has seen in its rounds: wait until it has seen B's heartbeat.
+    wait_for(lambda: gauge(a, "switchboard_limit_processes") == 2, 2 + SLACK_S, "A to see both processes")
 
     logged_before = len(a.logs().splitlines())
     proxy.cut()
