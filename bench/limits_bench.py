@@ -1,10 +1,12 @@
-"""`python -m bench.limits_bench`: what rate limits cost a request (docs/limits.md#cost).
+"""`python -m bench.limits_bench`: what rate limits and budgets cost a request (docs/limits.md#cost).
 
 timeit, best of several repeats, in microseconds per request, on the request path's
 own functions: `limiting.admit` for a caller without limits, and for a caller with
 rpm and tpm on both its agent and its org (four buckets; the prompt estimate of a
 typical chat body included), plus its x-ratelimit-* headers and the settlement with
-the real usage. Each round moves the injected clock so the buckets refill.
+the real usage; then the same caller with a budget on its agent and its org as well
+(the worst-case cost over the chain, the reservation on two accounts, the settlement
+with the real cost). Each round moves the injected clocks so the buckets refill.
 """
 
 from __future__ import annotations
@@ -25,26 +27,45 @@ def main() -> None:
     django.setup()
 
     from routing.config.snapshot import build_snapshot
+    from routing.core.executor import Outcome
     from routing.gateway import limiting
     from routing.ops.accounting import Context
-    from routing.plan import preflight
+    from routing.plan import chain, preflight
+    from routing.plan.budgets import Budgets
     from routing.plan.limits import Limiter
 
     doc = {
         "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
-        "models": [{"id": "m", "provider": "p", "upstream_model": "m", "capabilities": ["chat"]}],
+        "models": [
+            {
+                "id": "m",
+                "provider": "p",
+                "upstream_model": "m",
+                "capabilities": ["chat"],
+                "input_price_per_mtok": 2.5,
+                "output_price_per_mtok": 10.0,
+            }
+        ],
         "orgs": [
             {
                 "name": "acme",
                 "limits": {"rpm": 10**9, "tpm": 10**12},
                 "agents": [{"name": "bot", "limits": {"rpm": 10**9, "tpm": 10**12}}],
             },
+            {
+                "name": "paying",
+                "limits": {"rpm": 10**9, "tpm": 10**12},
+                "budget": {"usd": 10**9, "period": "month"},
+                "agents": [
+                    {"name": "bot", "limits": {"rpm": 10**9, "tpm": 10**12}, "budget": {"usd": 10**8, "period": "day"}}
+                ],
+            },
             {"name": "open", "agents": [{"name": "free"}]},
         ],
     }
     rows = [
         {"key_hash": h, "prefix": h, "org": o, "agent": a}
-        for h, o, a in (("k1", "acme", "bot"), ("k2", "open", "free"))
+        for h, o, a in (("k1", "acme", "bot"), ("k2", "open", "free"), ("k3", "paying", "bot"))
     ]
     snap = build_snapshot(doc, rows, {})
     model = snap.models["m"]
@@ -62,8 +83,24 @@ def main() -> None:
         now[0] += 0.001
         return now[0]
 
+    wall = [1_780_000_000.0]
+
+    def wall_clock() -> float:
+        wall[0] += 0.001
+        return wall[0]
+
     limiter = Limiter(clock)
-    limited_agent, free = snap.keys["k1"].agent, snap.keys["k2"].agent
+    budgets = Budgets(wall_clock)
+    budgets.loaded.update(("day", "month"))  # the boot-time spend query has answered
+    limited_agent, free, paying = snap.keys["k1"].agent, snap.keys["k2"].agent, snap.keys["k3"].agent
+    links = chain.build_chain(snap, paying.org, model, "m")
+
+    def run(coro):  # the reservation never waits here: drive it without a loop, as an await would
+        try:
+            coro.send(None)
+        except StopIteration as done:
+            return done.value
+        raise RuntimeError("the reservation waited")
 
     fixed_ctx, fixed_req = Context("r", 0.0, "chat"), preflight.requirements("chat", body)
 
@@ -81,14 +118,31 @@ def main() -> None:
         ctx.status, ctx.prompt_tokens, ctx.completion_tokens = 200, 20, 7
         limiting.settle(ticket, ctx)
 
-    best: dict[str, float] = {"unlimited": 1e9, "baseline": 1e9, "limited": 1e9}
+    outcome = Outcome(None, None, links[0], 1, None, 0.0, [])
+
+    def budgeted() -> None:  # limited() plus both budgets: worst case, reservation, settlement with the cost
+        ctx = Context("r", 0.0, "chat")
+        req = preflight.requirements("chat", body)
+        ticket = limiting.admit(limiter, ctx, paying, model, req)
+        hold = run(limiting.reserve(budgets, paying, links, req))
+        ticket.headers()
+        ctx.status, ctx.prompt_tokens, ctx.completion_tokens, ctx.outcome = 200, 20, 7, outcome
+        limiting.settle(ticket, ctx)
+        limiting.settle_budget(hold, ctx)
+
+    variants = (("unlimited", unlimited), ("baseline", baseline), ("limited", limited), ("budgeted", budgeted))
+    best: dict[str, float] = dict.fromkeys((name for name, _ in variants), 1e9)
     for _ in range(args.repeat):  # interleaved, so a noisy neighbour hits every variant alike
-        for name, fn in (("unlimited", unlimited), ("baseline", baseline), ("limited", limited)):
+        for name, fn in variants:
             best[name] = min(best[name], timeit.timeit(fn, number=args.number) / args.number * 1e6)
     print(f"caller without limits: {best['unlimited']:.2f} µs per request")
     print(
         f"caller with rpm+tpm on agent and org: {best['limited'] - best['baseline']:.2f} µs per request "
         f"(with: {best['limited']:.2f}, without the limits work: {best['baseline']:.2f})"
+    )
+    print(
+        f"caller with rpm+tpm and a budget on agent and org: {best['budgeted'] - best['baseline']:.2f} µs per request "
+        f"(the budgets alone: {best['budgeted'] - best['limited']:.2f})"
     )
 
 

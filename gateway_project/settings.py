@@ -107,6 +107,8 @@ SWITCHBOARD_OTLP_TRACES_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
 SWITCHBOARD_OTEL_SERVICE_NAME = env.str("OTEL_SERVICE_NAME", default="switchboard")
 # Timeout of calls to Redis off the request path (config broadcast on save, dashboard publish).
 SWITCHBOARD_SHARED_TIMEOUT_S = env.float("SWITCHBOARD_SHARED_TIMEOUT_S", default=1.0)
+# Interval of the background round that leases shares of the budgets from Redis (docs/limits.md#shared).
+SWITCHBOARD_LIMITS_SYNC_S = env.float("SWITCHBOARD_LIMITS_SYNC_S", default=0.2)
 # How often the usage spool file is fsynced (bound of records lost to a power loss).
 SWITCHBOARD_USAGE_FSYNC_S = env.float("SWITCHBOARD_USAGE_FSYNC_S", default=1.0)
 

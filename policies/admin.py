@@ -28,6 +28,7 @@ from routing.config.schema import AGENT, CREDENTIAL, ORG, POLICY
 from routing.config.store import find_org
 from routing.config.validation import add_form_validators
 from routing.ops.admin_keys import StoredKeyForm
+from routing.ops.dashboard.limits import budget_summary
 from routing.ops.model_choices import ChainField, ModelIdSelect, model_choices_view
 
 Edit = Callable[[dict[str, Any]], None]
@@ -132,7 +133,7 @@ class AgentInline(OrgChildInline):
     model = Agent
     formset = AgentFormSet
     formfield_overrides = BLANK_NULL_JSON
-    fields = ["name", "default_model", "limits"]
+    fields = ["name", "default_model", "limits", "budget"]
     extra = 0
 
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
@@ -177,6 +178,11 @@ class OrgAdmin(admin.ModelAdmin):
     list_display = ["name", "default_action", "agent_count", "policy_count"]
     list_filter = ["default_action"]
     search_fields = ["name", "agents__name"]
+    readonly_fields = ["budget_spend"]
+
+    @admin.display(description="budget spend")
+    def budget_spend(self, obj: Org) -> str:
+        return budget_summary(("org", obj.name), obj.budget) if obj.pk else "no budget"
 
     def get_urls(self) -> list[Any]:
         from django.urls import path
@@ -282,6 +288,11 @@ class AgentAdmin(admin.ModelAdmin):
     list_filter = ["org"]
     search_fields = ["name", "org__name", "default_model"]
     list_select_related = ["org"]
+    readonly_fields = ["budget_spend"]
+
+    @admin.display(description="budget spend")
+    def budget_spend(self, obj: Agent) -> str:
+        return budget_summary(("agent", obj.org.name, obj.name), obj.budget) if obj.pk else "no budget"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Agent]:
         from django.db.models import Q

@@ -7,6 +7,10 @@ from django.db import models
 from providers.models import Provider
 
 ACTIONS = [("allow", "allow"), ("deny", "deny")]
+BUDGET_HELP = (
+    'Spend budget, e.g. {"usd": 100, "period": "month"} (period: day, month or total; UTC). Requests are admitted '
+    "while their worst-case cost fits what is left (docs/limits.md#budgets). Models without prices cost 0. Blank: none."
+)
 
 
 class Org(models.Model):
@@ -23,6 +27,11 @@ class Org(models.Model):
         default=False,
         help_text="Store request and response bodies (size-capped) with this org's usage records; "
         "superusers see them in the request log (docs/operations.md#bodies). Off: never stored.",
+    )
+    budget = models.JSONField(
+        null=True,
+        blank=True,
+        help_text=BUDGET_HELP,
     )
 
     class Meta:
@@ -43,6 +52,11 @@ class Agent(models.Model):
         null=True,
         blank=True,
         help_text='Rate limits, e.g. {"rpm": 60, "tpm": 100000}: requests and tokens per minute (docs/limits.md). Blank: none.',
+    )
+    budget = models.JSONField(
+        null=True,
+        blank=True,
+        help_text=BUDGET_HELP,
     )
 
     class Meta:

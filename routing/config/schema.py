@@ -28,6 +28,8 @@ CAPABILITIES = (*ENDPOINT_KINDS, "streaming", "tools", "structured_output", "vis
 ACTIONS = ("allow", "deny")
 MAX_CHAIN = 8
 LIMIT_KEYS = ("rpm", "tpm")  # an org's or agent's `limits` (docs/limits.md)
+BUDGET_KEYS = ("usd", "period")  # an org's or agent's `budget` (docs/limits.md#budgets)
+BUDGET_PERIODS = ("day", "month", "total")  # UTC calendar periods; total never resets
 ROUTINGS = ("weighted", "least_busy", "latency")  # how a model picks among its deployments (docs/deployments.md)
 # The endpoint kinds each dialect's adapter can serve (providers/dialects/*: `kinds`), for the
 # deployment rule "the provider's dialect serves the model's kinds" (docs/deployments.md#validation).
@@ -254,6 +256,7 @@ AGENT = Entity(
     Field("name", "str", required=True, store=TEXT, export=ALWAYS, check="slug"),
     Field("default_model", "str", store=TEXT, export=TRUTHY),
     Field("limits", "mapping", export=TRUTHY, check="limits"),
+    Field("budget", "mapping", export=TRUTHY, check="budget"),
 )
 
 POLICY = Entity(
@@ -276,6 +279,7 @@ ORG = Entity(
     Field("limits", "mapping", export=TRUTHY, check="limits"),
     # Store request/response bodies with the org's usage records (docs/operations.md#bodies).
     Field("log_bodies", "bool", default=False, store=BOOL, export=TRUTHY, check="bool"),
+    Field("budget", "mapping", export=TRUTHY, check="budget"),
     Field("agents", "list", column=None, store=NESTED, export=TRUTHY),
     Field("policies", "list", column=None, store=NESTED, export=TRUTHY),
     Field("credentials", "list", column=None, store=NESTED, export=TRUTHY),

@@ -100,6 +100,7 @@ class OrgSpec:
     credentials: Mapping[str, CredentialSpec]  # provider name -> override
     limits: tuple[int | None, int | None] | None = None  # (rpm, tpm), docs/limits.md
     log_bodies: bool = False  # store bodies with usage records (docs/operations.md#bodies)
+    budget: tuple[float, str] | None = None  # (usd, period), docs/limits.md#budgets
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,7 @@ class AgentSpec:
     org: OrgSpec
     default_model: str | None
     limits: tuple[int | None, int | None] | None = None  # (rpm, tpm), docs/limits.md
+    budget: tuple[float, str] | None = None  # (usd, period), docs/limits.md#budgets
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +220,13 @@ def _limits(raw: Mapping[str, Any] | None) -> tuple[int | None, int | None] | No
         return None
     rpm, tpm = raw.get("rpm"), raw.get("tpm")
     return None if rpm is None and tpm is None else (rpm, tpm)
+
+
+def _budget(raw: Mapping[str, Any] | None) -> tuple[float, str] | None:
+    """(usd, period) of a `budget` mapping, or None (the caller pays nothing)."""
+    if not raw:
+        return None
+    return float(raw["usd"]), str(raw["period"])
 
 
 def build_resilience(raw: Mapping[str, Any] | None) -> Resilience:
@@ -347,6 +356,7 @@ def build_snapshot(
             credentials=credentials,
             limits=_limits(o.get("limits")),
             log_bodies=o.get("log_bodies") is True,
+            budget=_budget(o.get("budget")),
         )
         orgs[org.name] = org
         for a in o.get("agents") or []:
@@ -355,6 +365,7 @@ def build_snapshot(
                 org=org,
                 default_model=(a.get("default_model") or "").strip() or None,
                 limits=_limits(a.get("limits")),
+                budget=_budget(a.get("budget")),
             )
 
     keys: dict[str, KeySpec] = {}

@@ -25,6 +25,8 @@ from policies.matcher import pattern_error
 from routing.config.schema import (
     ACTIONS,
     AGENT,
+    BUDGET_KEYS,
+    BUDGET_PERIODS,
     CAPABILITIES,
     CREDENTIAL,
     DEPLOYMENT,
@@ -294,6 +296,7 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
     ),
     "fallback_on": (lambda v, key, what: None, VALUE),  # per-trigger paths: _Validator.fallback_on
     "limits": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.limits
+    "budget": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.budget
     # Names: checked with their uniqueness by _Validator.name (what is the entity kind there).
     "slug": (
         lambda v, key, what: None
@@ -399,6 +402,9 @@ class _Validator:
             if f.check == "limits":
                 self.limits(value, f"{path}.{f.name}", what)
                 continue
+            if f.check == "budget":
+                self.budget(value, f"{path}.{f.name}", what)
+                continue
             rule, code = CHECKS[f.check]
             message = rule(value, f.name, what)
             if message:
@@ -438,6 +444,39 @@ class _Validator:
                     "use e.g. 60, or remove it for no limit",
                     VALUE,
                 )
+
+    def budget(self, value: Any, path: str, what: str) -> None:
+        """An org's or agent's `budget: {usd, period}` (docs/limits.md#budgets): a positive amount, a known period."""
+        example = "{usd: 100, period: month}"
+        if not isinstance(value, Mapping):
+            self.add(path, f"budget of {what} must be a mapping such as {example}, got {_kind(value)}")
+            return
+        for key in value:
+            if key not in BUDGET_KEYS:
+                self.add(
+                    f"{path}.{key}",
+                    f"unknown budget key {key!r} of {what}: remove it (allowed: usd = the amount, "
+                    "period = day, month or total)",
+                )
+        for key in BUDGET_KEYS:
+            if key not in value:
+                self.add(f"{path}.{key}", f"budget of {what} has no {key}: write it as {example}")
+        usd = value.get("usd")
+        if "usd" in value and not (_is_num(usd) and 0 < usd < 1e12):
+            self.add(
+                f"{path}.usd",
+                f"usd of the budget of {what} must be a positive number of US dollars, got {_short(usd)}: "
+                "use e.g. 100 or 2.5, or remove the budget",
+                VALUE,
+            )
+        period = value.get("period")
+        if "period" in value and period not in BUDGET_PERIODS:
+            self.add(
+                f"{path}.period",
+                f"unknown budget period {_short(period)} of {what}: use day, month (UTC calendar periods) or total "
+                "(never resets)",
+                VALUE,
+            )
 
     # sections ----------------------------------------------------------------------
 

@@ -781,6 +781,42 @@ def rate_limit_exceeded(name: str, kind: str, limit: int, requested: int, retry_
     return _error("rate_limited", f"Rate limit reached: {detail}. Nothing was sent upstream.", headers=headers)
 
 
+# --- per-agent and per-org spend budgets (docs/limits.md#budgets) ---------------
+
+CATALOGUE["budget_exceeded"] = (402, "insufficient_quota")
+
+
+def budget_exceeded(
+    name: str, usd: float, spent: float, reserved: float, needed: float, period: str, resets_in_s: float | None
+) -> GatewayError:
+    """402 `budget_exceeded`: the worst-case cost of this request does not fit what the budget has left.
+
+    `name` says whose budget ("agent 'acme/bot'", "org 'acme'"); `spent` and `reserved`
+    are the period's settled spend and what requests in flight hold; `needed` is this
+    request's worst case. `Retry-After` is the time to the period's end, when it ends.
+    """
+    left = max(0.0, usd - spent - reserved)
+    amount = f"{usd:.2f}" if usd >= 1 else f"{usd:.6f}".rstrip("0")
+    held = f", and requests in flight hold ${reserved:.4f} more" if reserved > 0 else ""
+    when = f"this {period} (UTC)" if period != "total" else "in total"
+    detail = (
+        f"the {name} has spent ${spent:.4f} of its ${amount} budget {when}{held}; this request may cost up to "
+        f"${needed:.6f} (prompt estimate and max output at the model's prices) and ${left:.6f} is left"
+    )
+    headers = None
+    if resets_in_s is None:
+        advice = "the budget does not reset (period: total): ask the operator to raise it"
+    else:
+        headers = _retry_after(resets_in_s)
+        advice = (
+            f"the budget resets in {headers['Retry-After']} s, at the start of the next {period}; lower max_tokens to fit what is "
+            "left, wait for the reset, or ask the operator to raise the budget"
+        )
+    return _error(
+        "budget_exceeded", f"Budget exceeded: {detail}. Nothing was sent upstream: {advice}.", headers=headers
+    )
+
+
 # --- deployments at capacity (docs/deployments.md#capacity) ---------------------
 
 

@@ -191,7 +191,10 @@ async def _handle(
     links = preflight.apply(chain.build_chain(snap, org, model, name), req)
     if all(link.skip_reason is not None for link in links):
         raise preflight.no_link_error(links, req)
-    ticket = limiting.admit(process.limiter, ctx, agent, model, req)
+    try:
+        ticket = limiting.admit(process.limiter, ctx, agent, model, req)
+    except limiting.LeaseNeeded:  # shared limits: only this process's share was short
+        ticket = await limiting.admit_after_lease(process.limiter, ctx, agent, model, req)
     plan = cache_key.plan(
         ctx.endpoint, org.name, model.id, model.upstream_model, model.cache_ttl_s, body, stream,
         bool(idempotency_key), cache_control,
@@ -200,9 +203,12 @@ async def _handle(
         ctx.cache = cache_key.BYPASS  # a stream, an Idempotency-Key call, another endpoint (docs/cache.md)
 
     executor = process.executor
-    deadline = _monotonic() + links[0].model.timeouts.total_ms / 1000.0
+    hold = None
     watcher = watch_disconnect(receive, ctx)
     try:
+        if agent.budget is not None or org.budget is not None:  # docs/limits.md#budgets
+            hold = await limiting.reserve(process.budgets, agent, links, req)
+        deadline = _monotonic() + links[0].model.timeouts.total_ms / 1000.0
         if stream:
             ctx.streamed = True
             await proxy_stream(executor, ctx, snap, kind, body, links, deadline, send, shape)
@@ -236,6 +242,8 @@ async def _handle(
         watcher.cancel()
         if ticket is not None:
             limiting.settle(ticket, ctx)
+        if hold is not None:
+            limiting.settle_budget(hold, ctx)
 
 
 def _account(ctx: Context) -> None:

@@ -1,16 +1,21 @@
-"""Rate-limit admission and settlement on the request path (docs/limits.md).
+"""Rate-limit and budget admission and settlement on the request path (docs/limits.md).
 
-The buckets are routing.plan.limits's, one `Limiter` per process (the composition
-root's). A caller whose org and agent have no limits costs one attribute test.
+The buckets are routing.plan.limits's, the budget accounts routing.plan.budgets's,
+one `Limiter` and one `Budgets` per process (the composition root's). A caller
+whose org and agent have no limits and no budget costs two attribute tests each.
 """
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from routing.config.snapshot import AgentSpec, ModelSpec
 from routing.core import errors
-from routing.ops import metrics
+from routing.core.executor import Link
+from routing.ops import metrics, shared_limits
 from routing.ops.accounting import Context
-from routing.plan.limits import Limiter, Refused, Ticket
+from routing.plan.budgets import Budgets, Exhausted, Hold, request_cost
+from routing.plan.limits import Limiter, Refused, SharedBucket, Ticket
 from routing.plan.preflight import Requirements
 
 # Output allowance when neither the request (max_tokens / max_completion_tokens) nor
@@ -19,30 +24,60 @@ DEFAULT_OUTPUT_TOKENS = 1024
 _NO_OUTPUT = frozenset({"embeddings", "rerank"})
 
 
+class LeaseNeeded(Exception):
+    """A shared bucket's local share is too small for this request: wait for the syncer (admit_after_lease)."""
+
+
 def admit(limiter: Limiter, ctx: Context, agent: AgentSpec, model: ModelSpec, req: Requirements) -> Ticket | None:
-    """Take this request from the caller's buckets, or raise 429 `rate_limited` (nothing sent upstream)."""
+    """Take this request from the caller's buckets, or raise 429 `rate_limited` (nothing sent upstream).
+
+    With shared limits, raises `LeaseNeeded` when only the local share is short.
+    """
     org = agent.org
     if org.limits is None and agent.limits is None:
         return None
 
     def tokens() -> int:
-        if req.kind in _NO_OUTPUT:
-            output = 0
-        else:
-            output = req.max_output_tokens or model.max_output_tokens or DEFAULT_OUTPUT_TOKENS
-        return req.estimated_tokens + output
+        return req.estimated_tokens + _output_allowance(model, req)
 
     try:
         ticket = limiter.admit(org.name, org.limits, agent.name, agent.limits, tokens)
     except Refused as refused:
-        ctx.ratelimit = refused.ticket
-        metrics.rate_limited(refused.scope, refused.limit)
-        name = f"org {org.name!r}" if refused.scope == "org" else f"agent '{org.name}/{agent.name}'"
-        raise errors.rate_limit_exceeded(
-            name, refused.limit, refused.value, refused.amount, refused.retry_after_s
-        ) from None
+        bucket = refused.bucket
+        if isinstance(bucket, SharedBucket) and not bucket.divisor and refused.amount <= bucket.capacity:
+            if shared_limits.wake():
+                if refused.amount > bucket.need:
+                    bucket.need = refused.amount
+                raise LeaseNeeded() from None
+        _refuse(refused, ctx, agent)
     ctx.ratelimit = ticket
     return ticket
+
+
+async def admit_after_lease(
+    limiter: Limiter, ctx: Context, agent: AgentSpec, model: ModelSpec, req: Requirements
+) -> Ticket | None:
+    """The local share was short: wait (at most LEASE_WAIT_S) for one syncer round, then admit or refuse."""
+    await shared_limits.wait_round(LEASE_WAIT_S)
+    org = agent.org
+    try:
+        ticket = limiter.admit(
+            org.name, org.limits, agent.name, agent.limits, lambda: req.estimated_tokens + _output_allowance(model, req)
+        )
+    except Refused as refused:
+        _refuse(refused, ctx, agent)
+    ctx.ratelimit = ticket
+    return ticket
+
+
+def _refuse(refused: Refused, ctx: Context, agent: AgentSpec) -> NoReturn:
+    org = agent.org
+    ctx.ratelimit = refused.ticket
+    metrics.rate_limited(refused.scope, refused.limit)
+    name = f"org {org.name!r}" if refused.scope == "org" else f"agent '{org.name}/{agent.name}'"
+    raise errors.rate_limit_exceeded(
+        name, refused.limit, refused.value, refused.amount, refused.retry_after_s
+    ) from None
 
 
 def settle(ticket: Ticket, ctx: Context) -> None:
@@ -59,3 +94,95 @@ def settle(ticket: Ticket, ctx: Context) -> None:
         ticket.settle(None if prompt is None and completion is None else (prompt or 0) + (completion or 0))
     else:
         ticket.refund()
+
+
+def _output_allowance(model: ModelSpec, req: Requirements) -> int:
+    """The output tokens a request may produce: max_tokens, else the model's max_output_tokens, else 1024."""
+    if req.kind in _NO_OUTPUT:
+        return 0
+    return req.max_output_tokens or model.max_output_tokens or DEFAULT_OUTPUT_TOKENS
+
+
+def worst_cost(links: list[Link], req: Requirements) -> float:
+    """The request's worst-case cost in USD: the prompt estimate and the output allowance at the
+    prices of the dearest link that may serve it (a fallback may cost more than the first)."""
+    prompt = req.estimated_tokens
+    worst = 0.0
+    for link in links:
+        if link.skip_reason is None:
+            model = link.model
+            cost = request_cost(
+                model.input_price_per_mtok, model.output_price_per_mtok, prompt, _output_allowance(model, req)
+            )
+            if cost > worst:
+                worst = cost
+    return worst
+
+
+# How long a request waits for the background to bring a larger share before it is refused
+# (docs/limits.md#shared); only when the local share is too small. Longer than two rounds
+# can take (each bounded by twice the syncer's Redis timeout), so a slow or dead Redis ends
+# in the fail-open share, not in a refusal.
+LEASE_WAIT_S = 2.5
+# How long the first budgeted requests of a process wait for the spend before boot (the usage
+# records' aggregate, read in the background); after that they go on with what is known.
+LOAD_WAIT_S = 2.0
+
+
+async def reserve(budgets: Budgets, agent: AgentSpec, links: list[Link], req: Requirements) -> Hold:
+    """Reserve the worst-case cost on the caller's budgets, or raise 402 `budget_exceeded` (nothing sent upstream).
+
+    Call only when the agent or its org has a budget. With shared budgets, a request the
+    local lease cannot cover waits (at most LEASE_WAIT_S) for the background to lease more.
+    """
+    org = agent.org
+    loaded = budgets.loaded
+    if (agent.budget is not None and agent.budget[1] not in loaded) or (
+        org.budget is not None and org.budget[1] not in loaded
+    ):  # once in a process's life per period: its spend before boot (docs/limits.md#durable)
+        await shared_limits.wait_loaded(LOAD_WAIT_S)
+        for budget in (agent.budget, org.budget):
+            if budget is not None:
+                loaded.add(budget[1])  # loaded, or the database is slow: go on with what is known
+    amount = worst_cost(links, req)
+    try:
+        return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount)
+    except Exhausted as exhausted:
+        refused = exhausted
+    if refused.account.lease is not None and await shared_limits.wait_for_lease(refused.account, LEASE_WAIT_S):
+        try:
+            return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount)
+        except Exhausted as exhausted:
+            refused = exhausted
+    metrics.rate_limited(refused.scope, "budget")
+    account = refused.account
+    name = f"org {org.name!r}" if refused.scope == "org" else f"agent '{org.name}/{agent.name}'"
+    raise errors.budget_exceeded(
+        name,
+        account.usd,
+        account.spend(),
+        account.reserved,
+        refused.amount,
+        account.period,
+        refused.resets_in_s,
+    ) from None
+
+
+def settle_budget(hold: Hold, ctx: Context) -> None:
+    """Replace the reservation with the real cost once the answer is over.
+
+    Answered with usage → its cost at the serving model's prices (a missing price costs 0);
+    answered without usage → the reservation stands; no answer, or an answer from the
+    response cache (docs/cache.md) → released.
+    """
+    if ctx.status != 200 or ctx.cache == "hit" or ctx.cache == "coalesced":  # no upstream call: costs nothing
+        hold.release()
+        return
+    prompt, completion = ctx.prompt_tokens, ctx.completion_tokens
+    outcome = ctx.outcome
+    link = outcome.link if outcome is not None else None
+    if (prompt is None and completion is None) or link is None:
+        hold.settle(None)
+        return
+    model = link.model
+    hold.settle(request_cost(model.input_price_per_mtok, model.output_price_per_mtok, prompt or 0, completion or 0))

@@ -83,18 +83,23 @@ def set_degraded_gauge(component: str, flag: bool) -> None:
 for _result in ("ok", "rejected"):
     CONFIG_RELOADS.labels(_result)
 
-# Rate limits (docs/limits.md): scope org|agent, limit rpm|tpm (budget joins when budgets land).
+# Rate limits and budgets (docs/limits.md): scope org|agent, limit rpm|tpm|budget.
+LIMIT_PROCESSES = Gauge(
+    "switchboard_limit_processes",
+    "Serving processes seen sharing the rate limits and budgets through Redis: the fail-open share's divisor.",
+    multiprocess_mode="livemax",
+)
 RATE_LIMITED = Counter(
     "switchboard_rate_limited_total",
-    "Requests refused by an org's or agent's own rate limit (docs/limits.md).",
+    "Requests refused by an org's or agent's own rate limit or budget (docs/limits.md).",
     ["scope", "limit"],
 )
-_LIMIT_LABEL = {"requests": "rpm", "tokens": "tpm"}
+_LIMIT_LABEL = {"requests": "rpm", "tokens": "tpm", "budget": "budget"}
 _rate_limited = {(s, k): RATE_LIMITED.labels(s, label) for s in ("org", "agent") for k, label in _LIMIT_LABEL.items()}
 
 
 def rate_limited(scope: str, limit: str) -> None:
-    """One request refused by the `scope` (org|agent) bucket of `limit` (requests|tokens), exported as rpm|tpm."""
+    """One request refused by the `scope` (org|agent) `limit` (requests|tokens|budget), exported as rpm|tpm|budget."""
     _rate_limited[(scope, limit)].inc()
 
 

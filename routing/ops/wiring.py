@@ -23,9 +23,10 @@ from routing.core import balance
 from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
-from routing.ops import background, breaker_sync, controls, metrics, tracing, usage
+from routing.ops import background, breaker_sync, controls, metrics, shared_limits, tracing, usage
 from routing.ops.dashboard import counters, feed, processes, state
 from routing.ops.response_cache import Coalescer, Store, build_store
+from routing.plan.budgets import Budgets
 from routing.plan.chain import breaker_keys
 from routing.plan.limits import Limiter
 
@@ -38,6 +39,7 @@ class Process:
 
     executor: Executor
     limiter: Limiter = field(default_factory=Limiter)  # rate-limit buckets, per process (docs/limits.md)
+    budgets: Budgets = field(default_factory=Budgets)  # spend budgets (docs/limits.md#budgets)
     cache: Store | None = None  # the response cache's store (docs/cache.md): Redis or this process's LRU
     coalescer: Coalescer = field(default_factory=Coalescer)  # identical cacheable requests in flight
     tasks: list[asyncio.Task] = field(default_factory=list)
@@ -123,9 +125,30 @@ def start() -> Process:
             ("metrics-refresher", metrics.run_refresher),
             ("health-results", health.results_listener),
             ("process-heartbeat", processes.run_heartbeat),
+            ("budget-spend", lambda: shared_limits.run_spend_loader(proc.budgets)),
         ):
             proc.tasks.append(_spawn(name, func))
+        _start_shared_limits(proc)
     return proc
+
+
+def _start_shared_limits(proc: Process) -> None:
+    """With REDIS_URL, limits and budgets are leased from cluster buckets and counters (docs/limits.md#shared)."""
+    from django.conf import settings
+
+    url = getattr(settings, "REDIS_URL", "")
+    if not url:
+        return
+    syncer = shared_limits.Syncer(
+        proc.budgets,
+        proc.limiter,
+        url,
+        interval_s=settings.SWITCHBOARD_LIMITS_SYNC_S,
+        timeout_s=min(0.5, settings.SWITCHBOARD_SHARED_TIMEOUT_S),
+        namespace=shared_limits.namespace(settings.DATABASES["default"]),
+    )
+    shared_limits.install(syncer)
+    proc.tasks.append(_spawn("shared-limits", syncer.run))
 
 
 def _spawn(name: str, func: Callable[[], Awaitable[None]]) -> asyncio.Task:

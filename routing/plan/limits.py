@@ -10,6 +10,10 @@ the next request (the level is kept, capped at the new capacity).
 Admission checks every bucket that applies before taking from any, so a refused
 request takes nothing. Tokens are reserved at admission (prompt estimate + the
 output allowance) and corrected once the real usage is known (`Ticket.settle`).
+
+Shared mode (docs/limits.md#shared): the buckets are `SharedBucket`s whose level is
+this process's share of a cluster-wide bucket, leased by a background task
+(routing.ops.shared_limits); they do not refill locally unless Redis is down.
 """
 
 from __future__ import annotations
@@ -56,11 +60,68 @@ class Bucket:
         missing = self.capacity - self.level
         return missing / self.rate if missing > 0 else 0.0
 
+    def remaining(self) -> float:
+        """What is left for the caller (the headers' `remaining`)."""
+        return self.level
+
+
+class SharedBucket(Bucket):
+    """This process's share of a cluster-wide bucket (docs/limits.md#shared).
+
+    `level` is the share: tokens leased from the cluster bucket and not yet used. It
+    is topped up and given back by the background syncer, never refilled here, except
+    while Redis is unreachable (`divisor` > 0): then it refills at rate ÷ divisor up to
+    capacity ÷ divisor, an even share of the limit per live process.
+    """
+
+    __slots__ = ("pool", "used_at", "need", "divisor")
+
+    def __init__(self, capacity: int, now: float) -> None:
+        super().__init__(capacity, now)
+        self.level = 0.0
+        self.pool = float(capacity)  # the cluster bucket's level as last seen (headers)
+        self.used_at = now
+        self.need = 0.0  # the largest amount refused for want of a share (the syncer's hint)
+        self.divisor = 0  # > 0 while Redis is unreachable: the processes sharing the limit
+
+    def refill(self, now: float, capacity: int) -> float:
+        if capacity != self.capacity:
+            self.capacity = float(capacity)
+            self.rate = capacity * _PER_S
+        self.used_at = now
+        if self.divisor:
+            share = self.capacity / self.divisor
+            if self.level < share:
+                level = self.level + (now - self.stamp) * self.rate / self.divisor
+                self.level = share if level > share else level
+        self.stamp = now
+        return self.level
+
+    def remaining(self) -> float:
+        return self.level + (0.0 if self.divisor else max(0.0, self.pool))
+
+    def wait(self, amount: float) -> float:
+        need = min(amount, self.capacity) - self.remaining()
+        return need / self.rate if need > 0 else 0.0
+
+    def reset_s(self) -> float:
+        missing = self.capacity - self.remaining()
+        return missing / self.rate if missing > 0 else 0.0
+
 
 class Refused(Exception):
     """Admission refused: which scope and limit, the limit, the wait, and the ticket for headers."""
 
-    def __init__(self, scope: str, limit: str, value: int, amount: int, retry_after_s: float, ticket: Ticket) -> None:
+    def __init__(
+        self,
+        scope: str,
+        limit: str,
+        value: int,
+        amount: int,
+        retry_after_s: float,
+        ticket: Ticket,
+        bucket: Bucket | None = None,
+    ) -> None:
         super().__init__(f"{scope} {limit} limit {value}")
         self.scope = scope
         self.limit = limit
@@ -68,6 +129,7 @@ class Refused(Exception):
         self.amount = amount
         self.retry_after_s = retry_after_s
         self.ticket = ticket
+        self.bucket = bucket  # the bucket that refused
 
 
 class Ticket:
@@ -108,11 +170,13 @@ class Ticket:
             if not buckets:
                 continue
             tight = buckets[0]
+            level = tight.remaining()
             for other in buckets[1:]:
-                if other.level < tight.level:
-                    tight = other
+                other_level = other.remaining()
+                if other_level < level:
+                    tight, level = other, other_level
             limit, remaining, reset = names
-            left = int(tight.level) if tight.level > 0 else 0
+            left = int(level) if level > 0 else 0
             out.append((limit, b"%d" % tight.capacity))
             out.append((remaining, b"%d" % left))
             out.append((reset, format_duration(tight.reset_s()).encode()))
@@ -137,16 +201,17 @@ def format_duration(seconds: float) -> str:
 class Limiter:
     """The process's buckets, keyed by org name and (org, agent) name."""
 
-    __slots__ = ("_clock", "_buckets")
+    __slots__ = ("_clock", "_buckets", "shared")
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._buckets: dict[tuple[str, ...], Bucket] = {}
+        self.shared = False  # new buckets are shares of cluster buckets (routing.ops.shared_limits)
 
     def _bucket(self, key: tuple[str, ...], capacity: int, now: float) -> Bucket:
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = Bucket(capacity, now)
+            bucket = self._buckets[key] = (SharedBucket if self.shared else Bucket)(capacity, now)
         else:
             bucket.refill(now, capacity)
         return bucket
@@ -185,12 +250,27 @@ class Limiter:
             need = 1 if limit == REQUESTS else amount
             if bucket.level < need or need > bucket.capacity:
                 ticket.settled = True
-                raise Refused(scope, limit, value, need, bucket.wait(need), ticket)
+                raise Refused(scope, limit, value, need, bucket.wait(need), ticket, bucket)
         for bucket in requests:
             bucket.level -= 1
         for bucket in token_buckets:
             bucket.level -= amount
         return ticket
+
+    def peek(self, key: tuple[str, ...]) -> tuple[float, float, float] | None:
+        """(capacity, remaining, seconds to full) of a bucket as of now, without touching it (the dashboard)."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            return None
+        remaining = bucket.remaining()
+        if not isinstance(bucket, SharedBucket):
+            remaining = min(bucket.capacity, remaining + (self._clock() - bucket.stamp) * bucket.rate)
+        missing = bucket.capacity - remaining
+        return bucket.capacity, remaining, missing / bucket.rate if missing > 0 else 0.0
+
+    def items(self) -> list[tuple[tuple[str, ...], Bucket]]:
+        """Every bucket with its key (the shared-limits syncer)."""
+        return list(self._buckets.items())
 
     def forget(self) -> None:
         """Drop every bucket (tests)."""

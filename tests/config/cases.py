@@ -95,6 +95,12 @@ CASES: list[tuple[str, Callable[[Doc], None], str, str, str]] = [
     ("agent-limits-fraction", _set(lambda d: _org(d)["agents"][0], "limits", {"rpm": 1.5}), "orgs[acme].agents[support-bot].limits.rpm", "got 1.5", "routing.E006"),
     ("agent-limits-bool", _set(lambda d: _org(d)["agents"][0], "limits", {"rpm": True}), "orgs[acme].agents[support-bot].limits.rpm", "got True", "routing.E006"),
     ("agent-limits-string", _set(lambda d: _org(d)["agents"][0], "limits", {"tpm": "1000"}), "orgs[acme].agents[support-bot].limits.tpm", "got '1000'", "routing.E006"),
+    ("org-budget-not-mapping", _set(_org, "budget", 100), "orgs[acme].budget", "budget of org 'acme' must be a mapping", "routing.E001"),
+    ("org-budget-unknown-key", _set(_org, "budget", {"usd": 5, "period": "day", "eur": 3}), "orgs[acme].budget.eur", "unknown budget key 'eur' of org 'acme'", "routing.E001"),
+    ("org-budget-no-period", _set(_org, "budget", {"usd": 5}), "orgs[acme].budget.period", "budget of org 'acme' has no period", "routing.E001"),
+    ("org-budget-period", _set(_org, "budget", {"usd": 5, "period": "week"}), "orgs[acme].budget.period", "unknown budget period 'week' of org 'acme'", "routing.E006"),
+    ("agent-budget-zero", _set(lambda d: _org(d)["agents"][0], "budget", {"usd": 0, "period": "day"}), "orgs[acme].agents[support-bot].budget.usd", "usd of the budget of agent 'support-bot' of org 'acme' must be a positive number", "routing.E006"),
+    ("agent-budget-string", _set(lambda d: _org(d)["agents"][0], "budget", {"usd": "5", "period": "month"}), "orgs[acme].agents[support-bot].budget.usd", "got '5'", "routing.E006"),
 ]
 # fmt: on
 

@@ -92,6 +92,8 @@ ADMIN_CASES = [
     ("org-limits-unknown", lambda: Org.objects.get(), _setter(limits='{"rpd": 10}'), "unknown limit 'rpd'"),
     ("agent-limits-inline", lambda: Org.objects.get(), lambda data: data.update({"agents-0-limits": '{"tpm": -3}'}), "tpm of agent 'support-bot'"),
     ("standalone-agent-limits", lambda: Agent.objects.get(), _setter(limits='{"rpm": "many"}'), "positive whole number of requests per minute"),
+    ("org-budget-period", lambda: Org.objects.get(), _setter(budget='{"usd": 10, "period": "week"}'), "unknown budget period 'week' of org 'acme'"),
+    ("agent-budget-inline", lambda: Org.objects.get(), lambda data: data.update({"agents-0-budget": '{"usd": -1, "period": "day"}'}), "usd of the budget of agent 'support-bot'"),
     ("standalone-policy-pattern", policy_0, _setter(pattern="["), "malformed pattern '['"),
     ("standalone-policy-chain", policy_0, _setter(fallback_chain='["nope"]'), "unknown model 'nope'"),
     ("standalone-agent-default", lambda: Agent.objects.get(), _setter(default_model="nope"), "neither a model id nor an alias"),

@@ -43,6 +43,12 @@ SAMPLES: dict[str, Any] = {
     "details": "chat-a: upstream_5xx after 3 attempts",
     "request_id": "req-1",
     "status": 422,
+    "usd": 5.0,
+    "spent": 4.99,
+    "reserved": 0.004,
+    "needed": 0.0123,
+    "period": "day",
+    "resets_in_s": 3600.5,
 }
 
 

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from routing.ops.dashboard import pages, processes, views
+from routing.ops.dashboard import limits, pages, processes, views
 
 app_name = "dashboard"
 
@@ -13,4 +13,5 @@ urlpatterns = [
     path("requests/", pages.request_log, name="requests"),
     path("requests/<str:record_id>/", pages.request_detail, name="request"),
     path("processes/", processes.view, name="processes"),
+    path("limits/", limits.limits_view, name="limits"),
 ]

@@ -1,0 +1,455 @@
+"""Budgets' spend from the usage records, and budgets shared across processes through Redis.
+
+Two background tasks of the composition root; neither is on the request path.
+
+- `run_spend_loader`: at boot, one aggregate query of the usage records per period in
+  use (day, month, total) gives every budget its spend so far, so a restart does not
+  reset a budget (docs/limits.md#durable). It runs again when a new period comes into
+  use and once more a little later, for records a previous process left in the spool.
+- `Syncer.run` (with REDIS_URL): **cluster leases** (docs/limits.md#shared). Every budget
+  has a counter in Redis per period = the cluster's settled spend + the allowance leased
+  out to processes. Each process leases a small share ahead of use (a Lua script that
+  never grants past the budget), reserves from it locally, tells the counter what it
+  spent beyond the lease, and gives back what it holds when idle. The request path
+  never calls Redis: a request the local lease cannot cover wakes the syncer and
+  waits (bounded) for one round. Redis unreachable → each process carries on with an
+  even share of what was left (÷ the processes seen alive), says so once (log line,
+  `switchboard_degraded{component="redis"}`), and re-syncs by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from routing.config import live
+from routing.config.snapshot import Snapshot
+from routing.ops import metrics
+from routing.plan.budgets import AGENT, ORG, Account, Budgets
+from routing.plan.limits import Limiter, SharedBucket
+
+log = logging.getLogger("switchboard")
+
+_MICRO = 1_000_000
+LEASE_FRACTION = 0.05  # a lease is at least this share of the budget (or one request's worst case)
+IDLE_S = 2.0  # a lease unused this long is given back
+PROCESS_TTL_S = 10.0  # a process not heard from this long no longer counts for the even share
+KEY_PREFIX = "switchboard:limits:"  # + the cluster's namespace (one per database: Syncer.namespace)
+
+# The lease: add what the process owes (spent beyond its lease, or an outage share), then
+# grant up to `want` without passing the limit (want < 0 gives back). Seeded when absent.
+# KEYS[1] counter; ARGV limit, want, owed, seed, ttl (all µUSD, ttl s) -> {grant, counter}
+LEASE_SCRIPT = """
+local cur = tonumber(redis.call('GET', KEYS[1]) or ARGV[4])
+local limit = tonumber(ARGV[1])
+local want = tonumber(ARGV[2])
+cur = cur + tonumber(ARGV[3])
+local grant = want
+if want > 0 then
+  grant = math.min(want, limit - cur)
+  if grant < 0 then grant = 0 end
+end
+cur = cur + grant
+redis.call('SET', KEYS[1], string.format('%.0f', cur), 'EX', ARGV[5])
+return {grant, cur}
+"""
+
+# A cluster token bucket (the level refilled by Redis's own clock, capacity per minute), from
+# which processes take shares: add the debt, then grant up to `want` whole tokens (want < 0
+# gives back). An absent key is a full bucket. KEYS[1] hash; ARGV capacity, want, owed, ttl.
+BUCKET_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local cap = tonumber(ARGV[1])
+local state = redis.call('HMGET', KEYS[1], 'l', 's')
+local lvl = tonumber(state[1]) or cap
+local st = tonumber(state[2]) or now
+lvl = lvl + (now - st) * cap / 60
+if lvl > cap then lvl = cap end
+lvl = lvl - tonumber(ARGV[3])
+local want = tonumber(ARGV[2])
+local grant = want
+if want > 0 then
+  grant = math.floor(math.min(want, lvl))
+  if grant < 0 then grant = 0 end
+end
+lvl = lvl - grant
+if lvl > cap then lvl = cap end
+redis.call('HSET', KEYS[1], 'l', tostring(lvl), 's', string.format('%.6f', now))
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return {tostring(grant), tostring(lvl)}
+"""
+BUCKET_TTL_S = 120  # a bucket untouched this long is full again: its key may go
+
+
+# ---------------------------------------------------------------- spend at boot
+
+
+def periods_in_use(snapshot: Snapshot) -> set[str]:
+    """The budget periods some org or agent of `snapshot` has."""
+    periods: set[str] = set()
+    for org in snapshot.orgs.values():
+        if org.budget is not None:
+            periods.add(org.budget[1])
+    for key in snapshot.keys.values():
+        if key.agent.budget is not None:
+            periods.add(key.agent.budget[1])
+    return periods
+
+
+def query_spend(starts: Iterable[float], until: float) -> dict[tuple[tuple[str, ...], float], float]:
+    """Spend (USD) of the usage records from each period start up to `until`, per agent and per org."""
+    from django.db import close_old_connections
+    from django.db.models import Sum
+
+    from routing.models import UsageRecord
+
+    out: dict[tuple[tuple[str, ...], float], float] = {}
+    close_old_connections()
+    try:
+        for start in set(starts):
+            rows = UsageRecord.objects.filter(cost__isnull=False, created_at__lt=datetime.fromtimestamp(until, UTC))
+            if start > 0:
+                rows = rows.filter(created_at__gte=datetime.fromtimestamp(start, UTC))
+            for row in rows.values("org", "agent").annotate(total=Sum("cost")).order_by():
+                total = float(row["total"] or 0)
+                out[((AGENT, row["org"], row["agent"]), start)] = total
+                key = ((ORG, row["org"]), start)
+                out[key] = out.get(key, 0.0) + total
+    finally:
+        close_old_connections()
+    return out
+
+
+_load_wanted: asyncio.Event | None = None  # a request waits for the spend of a period not yet loaded
+_load_done: asyncio.Event | None = None
+
+
+async def run_spend_loader(budgets: Budgets, again_after_s: float = 30.0) -> None:
+    """Load the budgets' spend before boot (off the request path); again for new periods and once later."""
+    global _load_wanted, _load_done
+    loop = asyncio.get_running_loop()
+    _load_wanted, _load_done = asyncio.Event(), asyncio.Event()
+    ok: set[str] = set()
+    failures = 0
+    again_at = loop.time() + again_after_s
+    while True:
+        periods = periods_in_use(live.current()) | budgets.loaded
+        if periods and (not periods <= ok or failures or (again_at and loop.time() >= again_at)):
+            if loop.time() >= again_at:
+                again_at = 0.0
+            try:
+                starts = budgets.period_starts(periods).values()
+                spend = await loop.run_in_executor(None, query_spend, starts, budgets.booted)
+            except Exception as exc:  # noqa: BLE001 - database down: budgets count this process's spend only
+                failures += 1
+                if failures == 1:
+                    log.warning("could not read the budgets' spend from the usage records (%s); retrying", exc)
+            else:
+                budgets.load(spend)
+                ok = periods
+                if failures:
+                    log.warning("budgets' spend read from the usage records after %d failed tries", failures)
+                failures = 0
+            budgets.loaded |= periods  # looked up, or tried: requests no longer wait for it
+        _load_done.set()
+        _load_done = asyncio.Event()
+        _load_wanted.clear()
+        try:
+            await asyncio.wait_for(_load_wanted.wait(), min(5.0, 0.5 * 2**failures) if failures else 1.0)
+        except TimeoutError:
+            pass
+
+
+async def wait_loaded(timeout_s: float) -> bool:
+    """Request path, once per period in a process's life: wait (bounded) for the loader's next pass.
+
+    False when no loader runs in this process (tests of the request path alone)."""
+    if _load_wanted is None or _load_done is None:
+        return False
+    done = _load_done
+    _load_wanted.set()
+    try:
+        await asyncio.wait_for(done.wait(), timeout_s)
+    except TimeoutError:
+        pass
+    return True
+
+
+# ---------------------------------------------------------------- cluster leases
+
+
+class Syncer:
+    """The background side of shared limits and budgets: one Redis round per interval for every active one."""
+
+    def __init__(
+        self,
+        budgets: Budgets,
+        limiter: Limiter,
+        redis_url: str,
+        interval_s: float = 0.2,
+        timeout_s: float = 0.5,
+        clock: Callable[[], float] = time.time,
+        namespace: str = "",
+    ) -> None:
+        self.prefix = f"{KEY_PREFIX}{namespace}:" if namespace else KEY_PREFIX
+        self.budgets = budgets
+        self.limiter = limiter
+        self.redis_url = redis_url
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.id = uuid.uuid4().hex
+        self.processes = 1  # processes seen alive (for the fail-open share)
+        self.degraded = False
+        self.running = False
+        self._wake: asyncio.Event | None = None
+        self._round: asyncio.Future | None = None
+        self._redis: Any = None
+        self._lease: Any = None
+        self._take: Any = None
+        self._outage: set[tuple[str, ...]] = set()  # accounts given their outage share
+        budgets.shared = True
+        budgets.starved = self.starved
+        limiter.shared = True
+
+    def starved(self, account: Account | None = None) -> None:
+        """A request found its share too small (request path: only sets an event)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def wait_round(self, timeout_s: float) -> bool:
+        """Wake the syncer and wait for its next round to end; False if none ended within `timeout_s`."""
+        if not self.running or self._round is None or self._wake is None:
+            return False
+        round_ = self._round
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(round_), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def connect(self) -> None:
+        """The Redis client and scripts (connections are made on first use)."""
+        import redis.asyncio as aioredis
+
+        self._redis = aioredis.Redis.from_url(
+            self.redis_url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s
+        )
+        self._lease = self._redis.register_script(LEASE_SCRIPT)
+        self._take = self._redis.register_script(BUCKET_SCRIPT)
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._round = loop.create_future()
+        self.connect()
+        self.running = True
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self.interval_s)
+                except TimeoutError:
+                    pass
+                self._wake.clear()
+                done, self._round = self._round, loop.create_future()
+                try:
+                    await self.sync_once()
+                finally:
+                    if not done.done():
+                        done.set_result(None)
+        finally:
+            self.running = False
+            await self.close()
+
+    # planning: what to ask of each counter and bucket; give-backs leave the share at once
+
+    def _plan_account(self, account: Account, now: float) -> tuple[int, int, int]:
+        """(want, owed, seed) in µUSD for one budget."""
+        lease = account.lease or 0.0
+        if now - account.used_at > IDLE_S:
+            target = 0.0
+        else:
+            target = min(account.usd, max(account.usd * LEASE_FRACTION, account.need, account.peak))
+        want = 0.0
+        if lease < target:
+            want = target - lease
+        elif lease > 2 * target or (target == 0 and lease > 0):
+            want = target - lease
+            account.lease = lease + want
+        seed = account.base + account.spent + account.reserved
+        return int(want * _MICRO), int(account.owed * _MICRO), int(seed * _MICRO)
+
+    def _plan_bucket(self, bucket: SharedBucket, now: float) -> tuple[float, float]:
+        """(want, owed) tokens for one bucket."""
+        if bucket.divisor:  # on a local share (Redis was down): ask for a fresh share, owe nothing
+            return float(min(bucket.capacity, max(1.0, math.ceil(bucket.capacity * LEASE_FRACTION)))), 0.0
+        owed = 0.0
+        if bucket.level < 0:  # charged beyond the share (a tpm correction): owed to the cluster bucket
+            owed, bucket.level = -bucket.level, 0.0
+        level = bucket.level
+        if now - bucket.used_at > IDLE_S:
+            target = 0.0
+        else:
+            target = min(bucket.capacity, max(1.0, math.ceil(bucket.capacity * LEASE_FRACTION), bucket.need))
+        want = 0.0
+        if level < target:
+            want = float(math.ceil(target - level))
+        elif level > 2 * target or (target == 0 and level > 0):
+            want = target - level
+            bucket.level = level + want
+        return want, owed
+
+    async def sync_once(self) -> None:
+        """One round: heartbeat, then lease / settle / give back for every shared budget and bucket."""
+        now = self.clock()
+        mono = time.monotonic()
+        # Idle ones holding nothing and owing nothing cost no Redis call (removed limits, quiet callers).
+        accounts = [
+            a
+            for a in self.budgets.accounts()
+            if a.lease is not None and (a.lease or a.owed or now - a.used_at <= IDLE_S)
+        ]
+        buckets = [
+            (k, b)
+            for k, b in self.limiter.items()
+            if isinstance(b, SharedBucket) and (b.level or b.divisor or mono - b.used_at <= IDLE_S)
+        ]
+        if not accounts and not buckets and not self.degraded:
+            return  # nothing to share now: no Redis traffic (while degraded, the heartbeat tells when it is back)
+        account_plans = [(a, a.start, *self._plan_account(a, now)) for a in accounts]
+        bucket_plans = [(b, *self._plan_bucket(b, mono)) for _, b in buckets]
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            processes = self.prefix + "processes"
+            pipe.zadd(processes, {self.id: now})
+            pipe.zremrangebyscore(processes, 0, now - PROCESS_TTL_S)
+            pipe.zcard(processes)
+            for account, _start, want, owed, seed in account_plans:
+                ttl = int((account.end - now) + 86400) if account.end is not None else 400 * 86400
+                args = [int(account.usd * _MICRO), want, owed, seed, max(ttl, 60)]
+                await self._lease(keys=[account_key(account, self.prefix)], args=args, client=pipe)
+            for (key, bucket), (_, want, owed) in zip(buckets, bucket_plans, strict=True):
+                args = [repr(bucket.capacity), repr(want), repr(owed), BUCKET_TTL_S]
+                await self._take(keys=[bucket_key(key, self.prefix)], args=args, client=pipe)
+            results = await asyncio.wait_for(pipe.execute(), self.timeout_s * 2)
+        except Exception as exc:  # noqa: BLE001 - Redis down: fail open on local shares
+            for account, start, want, _, _ in account_plans:
+                if want < 0 and account.start == start:
+                    account.lease = (account.lease or 0.0) - want / _MICRO  # the give-back did not happen
+            for bucket, want, owed in bucket_plans:
+                if not bucket.divisor:
+                    bucket.level += (-want if want < 0 else 0.0) - owed
+            self._fail_open(accounts, [b for _, b in buckets], exc)
+            return
+        self.processes = max(1, int(results[2]))
+        metrics.LIMIT_PROCESSES.set(self.processes)
+        rest = results[3:]
+        for (account, start, _want, owed, _), (grant, counter) in zip(account_plans, rest, strict=False):
+            if account.start != start:  # the period rolled meanwhile: that counter is the old period's
+                continue
+            account.owed -= owed / _MICRO
+            if int(grant) > 0:
+                account.lease = (account.lease or 0.0) + int(grant) / _MICRO
+            account.cluster = int(counter) / _MICRO
+            account.need = 0.0
+        for (bucket, _want, _owed), (grant, pool) in zip(bucket_plans, rest[len(account_plans) :], strict=True):
+            granted = max(0.0, float(grant))
+            if bucket.divisor:  # back from a local share: what it held was never the cluster's
+                bucket.level, bucket.divisor = granted, 0
+            else:
+                bucket.level += granted
+            bucket.pool = float(pool)
+            bucket.need = 0.0
+        if self.degraded:
+            self.degraded = False
+            self._outage.clear()
+            live.set_degraded("redis", False, "limits")  # the aggregate component of docs/metrics.md
+            log.warning("shared limits: Redis reachable again; limits and budgets are shared across processes again")
+
+    def _fail_open(self, accounts: list[Account], buckets: list[SharedBucket], exc: Exception) -> None:
+        """Carry on with an even share of each limit and of what was left of each budget."""
+        if not self.degraded:
+            self.degraded = True
+            live.set_degraded("redis", True, "limits")
+            log.warning(
+                "shared limits: Redis unreachable (%s); each process enforces an even share (1/%d) of each "
+                "limit and budget until it is back",
+                exc,
+                self.processes,
+            )
+        now = time.monotonic()
+        for bucket in buckets:
+            if not bucket.divisor:  # a local bucket of capacity ÷ N, full: never refuse for want of Redis
+                bucket.divisor = self.processes
+                bucket.stamp = now
+                bucket.level = max(bucket.level, bucket.capacity / self.processes)
+        for account in accounts:
+            if account.key in self._outage:
+                continue
+            self._outage.add(account.key)
+            known = account.cluster if account.cluster is not None else account.base + account.spent
+            share = max(0.0, account.usd - known) / self.processes
+            account.lease = (account.lease or 0.0) + share
+            account.owed += share  # counted when Redis is back; what is left over is given back then
+
+
+def bucket_key(key: tuple[str, ...], prefix: str = KEY_PREFIX) -> str:
+    """The Redis hash of one cluster bucket (org or agent, requests or tokens)."""
+    return f"{prefix}bucket:{'/'.join(key)}"
+
+
+def account_key(account: Account, prefix: str = KEY_PREFIX) -> str:
+    """The Redis counter of one account's current period."""
+    return f"{prefix}budget:{int(account.start)}:{'/'.join(account.key)}"
+
+
+def namespace(database: dict[str, Any]) -> str:
+    """The cluster's key namespace: processes on the same database share limits, others never do."""
+    ident = f"{database.get('ENGINE')}|{database.get('HOST')}|{database.get('PORT')}|{database.get('NAME')}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:12]
+
+
+_syncer: Syncer | None = None
+
+
+def install(syncer: Syncer | None) -> None:
+    """The composition root's syncer (None: budgets are per process)."""
+    global _syncer
+    _syncer = syncer
+
+
+def wake() -> bool:
+    """Request path: a share was short; wake the syncer. False when none runs (limits are per process)."""
+    syncer = _syncer
+    if syncer is None or not syncer.running:
+        return False
+    syncer.starved()
+    return True
+
+
+async def wait_round(timeout_s: float) -> bool:
+    """Request path, only when a share is short: wait for one background round."""
+    syncer = _syncer
+    return syncer is not None and await syncer.wait_round(timeout_s)
+
+
+async def wait_for_lease(account: Account, timeout_s: float) -> bool:
+    """Request path, only when a shared budget's lease is too small: True when a round gave it more."""
+    syncer = _syncer
+    if syncer is not None and syncer.degraded and account.key in syncer._outage:
+        return False  # on its outage share already: no round can give it more until Redis is back
+    before = account.left()
+    return await wait_round(timeout_s) and account.left() > before

@@ -1,0 +1,260 @@
+"""Per-org and per-agent spend budgets, by reservation (docs/limits.md#budgets).
+
+Pure: no Django, no Redis, no database; the wall clock is injected (periods are UTC
+calendar days and months). One `Budgets` per serving process holds an `Account` per
+org and per (org, agent). A request is admitted only if its worst-case cost fits
+what every account that applies has left; that amount is reserved, and settled with
+the real cost when the answer is over (`Hold.settle`), or released when there was
+no answer (`Hold.release`). So concurrent requests and streams cannot overshoot a
+budget by more than the estimate's error.
+
+Spend survives restarts: the composition root loads the period's spend from the
+usage records once at boot (`Budgets.load`, off the request path); what this
+process settles afterwards is added locally.
+
+Shared mode (docs/limits.md#shared): an account's allowance is a lease taken from
+a cluster-wide counter by a background task (routing.ops.shared_limits); the request
+path reserves from the lease and writes what it owes, never calling Redis itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+
+DAY, MONTH, TOTAL = "day", "month", "total"
+ORG, AGENT = "org", "agent"
+_MICRO = 1_000_000
+
+
+def period_bounds(period: str, now: float) -> tuple[float, float | None]:
+    """UTC start and end (epoch seconds) of the `period` that holds `now`; `total` never ends."""
+    if period == TOTAL:
+        return 0.0, None
+    t = datetime.fromtimestamp(now, UTC)
+    if period == DAY:
+        start = t.replace(hour=0, minute=0, second=0, microsecond=0)
+        return start.timestamp(), start.timestamp() + 86400.0
+    start = t.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+    return start.timestamp(), end.timestamp()
+
+
+def request_cost(input_price: float | None, output_price: float | None, prompt: int, completion: int) -> float:
+    """USD of `prompt` + `completion` tokens at per-million-token prices; a missing price costs 0."""
+    return (prompt * (input_price or 0.0) + completion * (output_price or 0.0)) / _MICRO
+
+
+class Account:
+    """One budget (an org's or an agent's) in its current period.
+
+    Local mode: left = usd - spent - reserved. Shared mode (`lease` is not None): the
+    request path reserves from `lease`, the allowance this process holds from the
+    cluster counter, and notes in `owed` what the counter must still be told.
+    """
+
+    __slots__ = (
+        "key",
+        "usd",
+        "period",
+        "start",
+        "end",
+        "base",
+        "spent",
+        "reserved",
+        "lease",
+        "owed",
+        "cluster",
+        "used_at",
+        "need",
+        "peak",
+    )
+
+    def __init__(self, key: tuple[str, ...], usd: float, period: str, now: float, base: float) -> None:
+        self.key = key
+        self.usd = usd
+        self.period = period
+        self.start, self.end = period_bounds(period, now)
+        self.base = base  # spend of the usage records written before this process booted
+        self.spent = 0.0  # settled by this process since it booted, this period
+        self.reserved = 0.0  # worst cases of this process's requests in flight
+        self.lease: float | None = None  # shared mode: allowance held from the cluster counter
+        self.owed = 0.0  # shared mode: spend beyond the lease, or of a fail-open share, not yet counted
+        self.cluster: float | None = None  # shared mode: the cluster counter as last seen (spend + leases out)
+        self.used_at = now
+        self.need = 0.0  # shared mode: the largest worst case refused for want of a lease (the syncer's hint)
+        self.peak = 0.0  # the largest worst case reserved: a lease holds at least one such request
+
+    def spend(self) -> float:
+        """Spend of the period as this process knows it (settled; the cluster's in shared mode)."""
+        if self.cluster is not None:  # the counter holds spend + leases out; ours is not spent
+            return max(0.0, self.cluster + self.owed - (self.lease or 0.0) - self.reserved)
+        return self.base + self.spent
+
+    def left(self) -> float:
+        """What a new reservation may take now."""
+        if self.lease is not None:
+            return self.lease
+        return self.usd - self.base - self.spent - self.reserved
+
+    def roll(self, usd: float, period: str, now: float, base: Callable[[tuple[str, ...], float], float]) -> None:
+        """Follow a changed amount or period, and start a new period when the current one is over."""
+        self.usd = usd
+        if period != self.period or (self.end is not None and now >= self.end):
+            self.period = period
+            self.start, self.end = period_bounds(period, now)
+            self.base = base(self.key, self.start)
+            self.spent = 0.0
+            if self.lease is not None:  # the old period's lease and debt are the old counter's
+                self.lease = 0.0
+                self.owed = 0.0
+                self.cluster = None
+
+    def take(self, amount: float) -> None:
+        self.reserved += amount
+        if amount > self.peak:
+            self.peak = amount
+        if self.lease is not None:
+            self.lease -= amount
+
+    def give(self, reserved: float, cost: float) -> None:
+        """Settle a reservation of `reserved` with the real `cost` (0 = released)."""
+        self.reserved = max(0.0, self.reserved - reserved)
+        self.spent += cost
+        if self.lease is not None:
+            lease = self.lease + reserved - cost
+            if lease < 0:  # spent more than the lease held (the estimate was short): owed to the counter
+                self.owed -= lease
+                lease = 0.0
+            self.lease = lease
+
+    def resets_in(self, now: float) -> float | None:
+        return None if self.end is None else max(0.0, self.end - now)
+
+
+class Exhausted(Exception):
+    """Admission refused: the account that cannot take `amount`, and when it resets."""
+
+    def __init__(self, scope: str, account: Account, amount: float, resets_in_s: float | None) -> None:
+        super().__init__(f"{scope} budget {account.usd}")
+        self.scope = scope
+        self.account = account
+        self.amount = amount
+        self.resets_in_s = resets_in_s
+
+
+class Hold:
+    """What one admitted request reserved, to settle or release it (once)."""
+
+    __slots__ = ("accounts", "amount", "done")
+
+    def __init__(self, accounts: list[Account], amount: float) -> None:
+        self.accounts = accounts
+        self.amount = amount
+        self.done = False
+
+    def settle(self, cost: float | None) -> None:
+        """Replace the reservation with the real `cost`; None (unknown) = the reservation stands."""
+        if self.done:
+            return
+        self.done = True
+        spent = self.amount if cost is None else cost
+        for account in self.accounts:
+            account.give(self.amount, spent)
+
+    def release(self) -> None:
+        """No answer was produced (an error, the client left): nothing is spent."""
+        self.settle(0.0)
+
+
+class Budgets:
+    """The process's budget accounts, keyed by org name and (org, agent) name."""
+
+    __slots__ = ("_clock", "_accounts", "_base", "booted", "shared", "starved", "loaded")
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._accounts: dict[tuple[str, ...], Account] = {}
+        # (account key, period start) -> spend of the usage records before `booted` (Budgets.load)
+        self._base: dict[tuple[tuple[str, ...], float], float] = {}
+        self.booted = clock()
+        self.shared = False  # accounts take leases from the cluster (routing.ops.shared_limits)
+        self.starved: Callable[[Account], None] | None = None  # told when a lease is too small
+        # Periods whose spend before boot was looked up (or could not be: the database is down).
+        self.loaded: set[str] = set()
+
+    def _base_of(self, key: tuple[str, ...], start: float) -> float:
+        return self._base.get((key, start), 0.0)
+
+    def _account(self, key: tuple[str, ...], budget: tuple[float, str], now: float) -> Account:
+        usd, period = budget
+        account = self._accounts.get(key)
+        if account is None:
+            start, _ = period_bounds(period, now)
+            account = self._accounts[key] = Account(key, usd, period, now, self._base_of(key, start))
+            if self.shared:
+                account.lease = 0.0
+        elif account.usd != usd or account.period != period or (account.end is not None and now >= account.end):
+            account.roll(usd, period, now, self._base_of)
+        account.used_at = now
+        return account
+
+    def _refuse(self, scope: str, account: Account, amount: float, now: float) -> Exhausted:
+        if account.lease is not None and self.starved is not None:
+            if amount > account.need:
+                account.need = amount
+            self.starved(account)
+        return Exhausted(scope, account, amount, account.resets_in(now))
+
+    def admit(
+        self,
+        org: str,
+        org_budget: tuple[float, str] | None,
+        agent: str,
+        agent_budget: tuple[float, str] | None,
+        amount: float,
+    ) -> Hold:
+        """Reserve `amount` (USD, the worst case) on every account that applies, or raise `Exhausted`.
+
+        `*_budget` are (usd, period) or None. A refused request reserves nothing.
+        """
+        now = self._clock()
+        accounts: list[Account] = []
+        if agent_budget is not None:
+            account = self._account((AGENT, org, agent), agent_budget, now)
+            if account.left() < amount:
+                raise self._refuse(AGENT, account, amount, now)
+            accounts.append(account)
+        if org_budget is not None:
+            account = self._account((ORG, org), org_budget, now)
+            if account.left() < amount:
+                raise self._refuse(ORG, account, amount, now)
+            accounts.append(account)
+        for account in accounts:
+            account.take(amount)
+        return Hold(accounts, amount)
+
+    def load(self, spend: Mapping[tuple[tuple[str, ...], float], float]) -> None:
+        """Take the spend of the usage records before boot: (account key, period start) -> USD.
+
+        Called once at boot from a background task; accounts created before it get their base now.
+        """
+        self._base = dict(spend)
+        for account in self._accounts.values():
+            account.base = self._base_of(account.key, account.start)
+
+    def period_starts(self, periods: Iterable[str]) -> dict[str, float]:
+        """The current start of each named period (what `load` needs the spend since)."""
+        now = self._clock()
+        return {period: period_bounds(period, now)[0] for period in periods}
+
+    def accounts(self) -> list[Account]:
+        return list(self._accounts.values())
+
+    def find(self, key: tuple[str, ...]) -> Account | None:
+        return self._accounts.get(key)
+
+    def forget(self) -> None:
+        """Drop every account (tests)."""
+        self._accounts.clear()

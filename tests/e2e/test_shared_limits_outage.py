@@ -1,0 +1,120 @@
+"""Shared limits when Redis goes away under load: two real servers reach a real Redis through a
+proxy that the test cuts (docs/limits.md#fail-open). Nothing fails; each process enforces an even
+share on local state; sharing comes back by itself."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+
+from tests.e2e.harness import SLACK_S, Gateway
+from tests.e2e.tcp_proxy import TcpProxy
+
+REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
+
+CONFIG = """
+resilience:
+  max_retries: 0
+providers:
+  - name: mock
+    dialect: openai
+    base_url: {mock}/v1
+models:
+  - id: out-chat
+    provider: mock
+    upstream_model: {upstream}
+    capabilities: [chat]
+    input_price_per_mtok: 1
+    output_price_per_mtok: 1
+orgs:
+  - name: {org}
+    agents:
+      - name: bot
+        limits: {{rpm: 40}}
+        budget: {{usd: 1000, period: day}}
+"""
+
+
+@pytest.fixture
+def behind_proxy(make_gateway, mock_upstream):
+    if not REDIS_URL:
+        pytest.fail("set SWITCHBOARD_TEST_REDIS_URL (CI does): the outage test needs a real Redis")
+    target = urlparse(REDIS_URL)
+    proxy = TcpProxy(target.port or 6379, target.hostname or "127.0.0.1")
+    url = target._replace(netloc=f"127.0.0.1:{proxy.port}").geturl()
+    org, upstream = f"o{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:6]}"
+    text = CONFIG.format(mock=mock_upstream.url, org=org, upstream=upstream)
+    env = {"REDIS_URL": url}
+    a = make_gateway(text, org=org, agent="bot", env=env)
+    b = Gateway(
+        database_url=a.database_url,
+        config_yaml=text,
+        workdir=Path(tempfile.mkdtemp(prefix="switchboard-gw-b-")),
+        extra_env=env,
+    )
+    b.serve()
+    b.api_key = a.api_key
+    yield proxy, a, b, upstream
+    b.stop()
+    proxy.stop()
+
+
+def ask(gw: Gateway) -> int:
+    return httpx.post(
+        f"{gw.url}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {gw.api_key}"},
+        json={"model": "out-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
+        timeout=20,
+    ).status_code
+
+
+def gauge(gw: Gateway, series: str) -> float:
+    text = httpx.get(f"{gw.url}/metrics", timeout=10).text
+    line = series + " "
+    return next((float(row.removeprefix(line)) for row in text.splitlines() if row.startswith(line)), 0.0)
+
+
+def degraded(gw: Gateway) -> float:
+    return gauge(gw, 'switchboard_degraded{component="redis"}')
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_redis_cut_under_load_fails_nothing_and_each_process_enforces_its_share(behind_proxy, mock_upstream):
+    proxy, a, b, upstream = behind_proxy
+    assert [ask(gw) for gw in (a, b) * 2] == [200] * 4  # shared: both processes hold leases
+    assert degraded(a) == 0
+    # A divides by the processes it has seen in its rounds: wait until it has seen B's heartbeat.
+    wait_for(lambda: gauge(a, "switchboard_limit_processes") == 2, 2 + SLACK_S, "A to see both processes")
+
+    logged_before = len(a.logs().splitlines())
+    proxy.cut()
+    started = time.monotonic()
+    statuses = [ask(a) for _ in range(30)]  # rpm 40 over 2 processes: A alone may serve its 20
+    elapsed = time.monotonic() - started
+    assert set(statuses) <= {200, 429}, statuses  # never a failure because Redis is down
+    served = statuses.count(200)
+    # A's even share is a full local bucket of 20, + the 2 it may still hold, + its refill (1 per 3 s).
+    assert 20 <= served <= 22 + int(elapsed / 3) + 1, (statuses, elapsed)
+    assert 429 in statuses  # the share is enforced on local state
+    assert degraded(a) == 1
+    # One line for the outage, not one per request (daphne's root handler may print it again, time-stamped).
+    lines = a.logs().splitlines()[logged_before:]
+    assert len([line for line in lines if line.startswith("shared limits: Redis unreachable")]) == 1
+
+    proxy.restore()
+    wait_for(lambda: degraded(a) == 0, 5 + SLACK_S, "A to share its limits through Redis again")
+    assert "shared limits: Redis reachable again" in a.logs()
+    assert ask(b) in (200, 429)

@@ -1,0 +1,180 @@
+"""Cluster leases of budgets and rate limits on a real Redis, two "processes" in one test (docs/limits.md#shared).
+
+Each process is its own Budgets + Limiter + Syncer; the rounds are driven by hand
+(`sync_once`, what the background task runs every interval), the wall clock is injected.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from routing.ops import metrics
+from routing.ops.shared_limits import DEGRADED_COMPONENT, Syncer, account_key
+from routing.plan.budgets import Budgets, Exhausted
+from routing.plan.limits import Limiter, Refused
+from tests.e2e.harness import free_port
+
+REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
+
+pytestmark = pytest.mark.skipif(
+    not REDIS_URL, reason="shared limits need a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)"
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_780_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def cluster():
+    clock = Clock()
+    made: list[Syncer] = []
+
+    def process() -> Syncer:
+        syncer = Syncer(Budgets(clock), Limiter(), REDIS_URL, clock=clock)
+        syncer.connect()
+        made.append(syncer)
+        return syncer
+
+    yield clock, process
+    for syncer in made:
+        await syncer.close()
+
+
+def org_name() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+async def admit_budget(p: Syncer, org: str, budget, amount: float):
+    """What the request path does: admit; when the lease is short, one round, then once more."""
+    try:
+        return p.budgets.admit(org, None, "bot", budget, amount)
+    except Exhausted:
+        await p.sync_once()
+    try:
+        return p.budgets.admit(org, None, "bot", budget, amount)
+    except Exhausted:
+        return None
+
+
+async def test_a_budget_leased_by_two_processes_never_admits_more_than_it_holds(cluster):
+    clock, process = cluster
+    p1, p2 = process(), process()
+    org, budget = org_name(), (1.0, "day")
+    admitted = 0
+    for p in (p1, p2) * 4:  # without sharing each would admit 3 worst cases of $0.3
+        hold = await admit_budget(p, org, budget, 0.3)
+        if hold is not None:
+            admitted += 1
+            hold.settle(0.3)
+    # At most what fits ($0.9); at most one lease ($0.3, held by the other process) refused too early.
+    assert 2 <= admitted <= 3
+    counter = int(await p1._redis.get(account_key(p1.budgets.find(("agent", org, "bot")), p1.prefix))) / 1e6
+    assert counter <= 1.0
+
+    clock.now += 3  # idle leases are given back, so the whole budget can be used
+    await p1.sync_once()
+    await p2.sync_once()
+    while (hold := await admit_budget(p1, org, budget, 0.3)) is not None:
+        admitted += 1
+        hold.settle(0.3)
+    assert admitted == 3
+    await p1.sync_once()
+    account = p1.budgets.find(("agent", org, "bot"))
+    assert account.spend() == pytest.approx(0.9)  # the cluster's spend, as this process sees it
+
+
+async def test_spend_beyond_the_lease_is_owed_to_the_counter(cluster):
+    _, process = cluster
+    p1, p2 = process(), process()
+    org, budget = org_name(), (1.0, "month")
+    hold = await admit_budget(p1, org, budget, 0.1)
+    hold.settle(0.5)  # the estimate was far short: $0.4 beyond the lease
+    account = p1.budgets.find(("agent", org, "bot"))
+    assert account.owed == pytest.approx(0.4)
+    await p1.sync_once()
+    assert account.owed == 0
+    assert account.cluster >= 0.5
+    # p2 sees what is left: $1 - $0.5 spent - p1's new lease.
+    assert await admit_budget(p2, org, budget, 0.45) is None
+    assert await admit_budget(p2, org, budget, 0.3) is not None
+
+
+async def test_a_cluster_rpm_bucket_holds_across_two_processes(cluster):
+    _, process = cluster
+    p1, p2 = process(), process()
+    org = org_name()
+    limits = (10, None)
+    admitted = 0
+    for p in (p1, p2) * 10:
+        for attempt in range(2):
+            try:
+                p.limiter.admit(org, None, "bot", limits, lambda: 0)
+            except Refused as refused:
+                refused.bucket.need = max(refused.bucket.need, 1)
+                if attempt == 0:
+                    await p.sync_once()
+                continue
+            admitted += 1
+            break
+    # The cluster bucket holds 10 (plus what refills in the test's fraction of a second); shares are 1 each.
+    assert 10 <= admitted <= 12, admitted
+    ticket_headers = None
+    try:
+        p1.limiter.admit(org, None, "bot", limits, lambda: 0)
+    except Refused as refused:
+        ticket_headers = dict(refused.ticket.headers())
+    assert ticket_headers is not None
+    assert ticket_headers[b"x-ratelimit-limit-requests"] == b"10"
+    assert int(ticket_headers[b"x-ratelimit-remaining-requests"]) <= 1
+
+
+async def test_redis_down_each_process_carries_on_with_an_even_share_and_recovers(cluster):
+    clock, process = cluster
+    p1, p2 = process(), process()
+    org, budget = org_name(), (1.0, "day")
+    (await admit_budget(p1, org, budget, 0.1)).settle(0.1)
+    (await admit_budget(p2, org, budget, 0.1)).settle(0.1)
+    await p1.sync_once()
+    assert p1.processes >= 2
+    p1.processes = 2  # other tests' processes may still be listed as alive
+    account = p1.budgets.find(("agent", org, "bot"))
+    counter_before = account.cluster
+
+    live_redis = p1._redis
+    p1.redis_url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    p1.connect()
+    await p1.sync_once()
+    assert p1.degraded
+    assert metrics.DEGRADED.labels(component=DEGRADED_COMPONENT)._value.get() == 1
+    # An even share of what was left, on top of the lease it held: never a refusal because Redis is down.
+    assert account.left() == pytest.approx(account.lease)
+    assert account.left() >= (1.0 - counter_before) / 2 - 1e-9
+    admitted = 0
+    while (hold := p1.budgets.admit(org, None, "bot", budget, 0.05)) is not None:
+        admitted += 1
+        hold.settle(0.05)
+        if admitted == 4:
+            break
+    assert admitted == 4
+
+    await p1.close()
+    p1._redis = live_redis  # Redis is back
+    p1._lease = live_redis.register_script(p1._lease.script)
+    p1._take = live_redis.register_script(p1._take.script)
+    await p1.sync_once()
+    assert not p1.degraded
+    assert metrics.DEGRADED.labels(component=DEGRADED_COMPONENT)._value.get() == 0
+    assert account.owed == 0
+    # The outage's spend ($0.2) is in the counter now; the unused share went back.
+    clock.now += 3
+    await p1.sync_once()
+    counter = int(await live_redis.get(account_key(account, p1.prefix))) / 1e6
+    assert 0.4 - 1e-6 <= counter <= 0.4 + 0.1 + 1e-6  # spend $0.4, and p2 may still hold its $0.1 lease
