@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from routing.ops import metrics
-from routing.ops.shared_limits import DEGRADED_COMPONENT, Syncer, account_key
+from routing.config import live
+from routing.ops.shared_limits import Syncer, account_key
 from routing.plan.budgets import Budgets, Exhausted
 from routing.plan.limits import Limiter, Refused
 from tests.e2e.harness import free_port
@@ -153,7 +153,7 @@ async def test_redis_down_each_process_carries_on_with_an_even_share_and_recover
     p1.connect()
     await p1.sync_once()
     assert p1.degraded
-    assert metrics.DEGRADED.labels(component=DEGRADED_COMPONENT)._value.get() == 1
+    assert live.degraded["redis"] is True  # switchboard_degraded{component="redis"}
     # An even share of what was left, on top of the lease it held: never a refusal because Redis is down.
     assert account.left() == pytest.approx(account.lease)
     assert account.left() >= (1.0 - counter_before) / 2 - 1e-9
@@ -171,7 +171,7 @@ async def test_redis_down_each_process_carries_on_with_an_even_share_and_recover
     p1._take = live_redis.register_script(p1._take.script)
     await p1.sync_once()
     assert not p1.degraded
-    assert metrics.DEGRADED.labels(component=DEGRADED_COMPONENT)._value.get() == 0
+    assert live.degraded["redis"] is False
     assert account.owed == 0
     # The outage's spend ($0.2) is in the counter now; the unused share went back.
     clock.now += 3
