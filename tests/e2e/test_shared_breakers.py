@@ -114,8 +114,22 @@ def open_on(gw: Gateway, keys: tuple[str, str], mock_upstream) -> None:
     assert metric(gw, "switchboard_circuit_state", provider="mock", model="shared") == 1
 
 
+def start_closed(one: Gateway, two: Gateway) -> None:
+    """Tests share the two processes (in random order): start with `shared` closed on both."""
+    if (
+        metric(one, "switchboard_circuit_state", provider="mock", model="shared")
+        == 0
+        == metric(two, "switchboard_circuit_state", provider="mock", model="shared")
+    ):
+        return
+    one.manage("breaker", "reset", "mock", "shared")
+    for gw in (one, two):
+        wait_metric(gw, "switchboard_circuit_state", 0, within_s=5.0 + SLACK_S, provider="mock", model="shared")
+
+
 def test_an_open_link_is_refused_by_the_other_process_and_probed_once_for_both(pair, mock_upstream):
     one, two, beta = pair
+    start_closed(one, two)
     open_on(one, (one.api_key, beta), mock_upstream)
     took = wait_metric(two, "switchboard_circuit_state", 1, within_s=1.0 + SLACK_S, provider="mock", model="shared")
     before = mock_upstream.count(UPSTREAM)
@@ -185,6 +199,7 @@ def test_one_orgs_own_view_opened_on_process_1_refuses_that_org_on_process_2(pai
 
 def test_redis_stopped_under_load_fails_nothing_and_sharing_resumes(pair, mock_upstream, redis_server):
     one, two, beta = pair
+    start_closed(one, two)
     mock_upstream.script(UPSTREAM, [], then={"status": 200})
     redis_server.stop()
     statuses: list[int] = []

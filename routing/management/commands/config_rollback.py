@@ -6,8 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from routing.config import history
-from routing.config.recorder import command_author
+from routing.config import history, recorder
 
 
 class Command(BaseCommand):
@@ -21,7 +20,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         version = options["version"]
         try:
-            result = history.rollback(version, author=command_author(), dry_run=options["dry_run"])
+            result = history.rollback(version, author=recorder.command_author(), dry_run=options["dry_run"])
         except history.HistoryError as exc:
             raise CommandError(str(exc)) from exc
         for line in result.diff_lines():
