@@ -270,12 +270,10 @@ def _save(state: dict) -> None:
 
 def running(pid: int) -> bool:
     """Whether pid is a live process (an exited one nobody reaped yet, a zombie, is not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    from routing.ops.usage.spool import pid_alive
+
+    if not pid_alive(pid):
         return False
-    except PermissionError:
-        return True
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
