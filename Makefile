@@ -31,6 +31,8 @@ bench: $(BIN)/.installed
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
 	bash bench/peers/peers.sh
 	$(BIN)/python -m bench.deployments_bench
+	$(BIN)/python -m bench.limits_bench
+	$(BIN)/python -m bench.cache_bench --e2e
 	$(BIN)/python -m bench.workers_bench $(if $(REDIS_URL),--redis $(REDIS_URL))
 
 bench-compare: $(BIN)/.installed
