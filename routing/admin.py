@@ -24,6 +24,7 @@ from routing.config.schema import RESILIENCE
 from routing.config.store import errors_for_edit, in_scope
 from routing.config.validation import ConfigError, add_form_validators
 from routing.models import BreakerAction, BreakerOverride, ConfigRevision, ResilienceSettings, UsageRecord
+from routing.ops.admin_base import ReadOnlyAdmin
 from routing.ops.admin_history import ConfigRevisionAdmin
 
 FORM_FIELD = {"id": "public_id", "health_probe": "health_probe_enabled"}
@@ -237,17 +238,6 @@ class ResilienceSettingsAdmin(admin.ModelAdmin):
 
 
 # Read-only records -------------------------------------------------------------------
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(UsageRecord)

@@ -20,6 +20,7 @@ from django.urls import path, reverse
 from routing.config import history
 from routing.config.diff import ADDED, REMOVED, short_value
 from routing.models import ConfigRevision
+from routing.ops.admin_base import ReadOnlyAdmin
 
 ROLLBACK_PERMISSION = "routing.rollback_config"  # ConfigRevision.Meta.permissions
 
@@ -43,7 +44,7 @@ def diff_rows(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-class ConfigRevisionAdmin(admin.ModelAdmin):
+class ConfigRevisionAdmin(ReadOnlyAdmin):
     list_display = ["version", "created_at", "author", "source", "summary"]
     list_display_links = ["version", "summary"]
     list_filter = ["source", "author"]
@@ -51,15 +52,6 @@ class ConfigRevisionAdmin(admin.ModelAdmin):
     ordering = ["-version"]
     change_form_template = "admin/routing/configrevision/detail.html"
     actions = ["roll_back_to_selected"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_rollback_permission(self, request: HttpRequest) -> bool:
         return may_roll_back(request.user)
