@@ -175,13 +175,7 @@ def series(view: View) -> dict[str, list[float]]:
         .annotate(bucket=Trunc("created_at", view.range.unit, tzinfo=UTC))
         .values("bucket")
         .annotate(
-            requests=Count("id"),
-            errors=Count("id", filter=Q(status__gte=500)),
-            client_errors=Count("id", filter=Q(status__gte=400, status__lt=500)),
-            fallbacks=Count("id", filter=~Q(fallback_reason="")),
-            prompt_tokens=Sum("prompt_tokens"),
-            completion_tokens=Sum("completion_tokens"),
-            cost=Sum("cost"),
+            **rollup.series_aggregates(),
         )
         .order_by("bucket")
     )

@@ -38,6 +38,22 @@ LAT_FIELDS = tuple(f"lat_{i:02d}" for i in range(LATENCY_BUCKETS))
 COUNTERS = ("requests", "errors", "client_errors", "fallbacks", "prompt_tokens", "completion_tokens", "cost")
 
 
+def series_aggregates() -> dict[str, Any]:
+    """The sums behind every analytics series, as ORM aggregates: one definition for the hourly
+    rollup and for the last hour read from the records (docs/operations.md#analytics)."""
+    from django.db.models import Count, Q, Sum
+
+    return {
+        "requests": Count("id"),
+        "errors": Count("id", filter=Q(status__gte=500)),
+        "client_errors": Count("id", filter=Q(status__gte=400, status__lt=500)),
+        "fallbacks": Count("id", filter=~Q(fallback_reason="")),
+        "prompt_tokens": Sum("prompt_tokens"),
+        "completion_tokens": Sum("completion_tokens"),
+        "cost": Sum("cost"),
+    }
+
+
 def grouping_for(columns: Iterable[str]) -> str:
     """The smallest grouping whose rows keep every one of `columns`."""
     needed = set(columns)
@@ -174,7 +190,7 @@ def rebuild(since: datetime | None = None) -> int:
     and written in one transaction.
     """
     from django.db import transaction
-    from django.db.models import Count, Q, Sum
+    from django.db.models import Count, Q
     from django.db.models.functions import Trunc
 
     from routing.models import UsageRecord, UsageRollup
@@ -202,13 +218,7 @@ def rebuild(since: datetime | None = None) -> int:
                 records.annotate(hour=Trunc("created_at", "hour", tzinfo=UTC))
                 .values("hour", *dims)
                 .annotate(
-                    requests=Count("id"),
-                    errors=Count("id", filter=Q(status__gte=500)),
-                    client_errors=Count("id", filter=Q(status__gte=400, status__lt=500)),
-                    fallbacks=Count("id", filter=~Q(fallback_reason="")),
-                    prompt_tokens=Sum("prompt_tokens"),
-                    completion_tokens=Sum("completion_tokens"),
-                    cost=Sum("cost"),
+                    **series_aggregates(),
                     **lat,
                 )
             )
