@@ -69,9 +69,10 @@ class UpstreamResponse:
         stream layer decides what that means before/after commit.
         """
         resp = self._resp
+        read = resp.content.readany  # what iter_any() calls, without its iterator object per chunk
         complete = False
         try:
-            async for chunk in resp.content.iter_any():
+            while chunk := await read():
                 yield chunk
             complete = True
         except aiohttp.ClientError as exc:

@@ -36,45 +36,49 @@ _CONTENT = 1
 
 def _examine(frame: bytes) -> int:
     """Classify one complete pre-commit frame (normalised to \\n line ends)."""
-    data_lines = []
     event = None
-    for line in frame.split(b"\n"):
-        if not line or line[:1] == b":":
-            continue
-        name, sep, value = line.partition(b":")
-        if sep and value[:1] == b" ":
-            value = value[1:]
-        if name == b"data":
-            data_lines.append(value)
-        elif name == b"event":
-            event = value.strip()
-    if not data_lines:
-        return _NOT_CONTENT
-    data = b"\n".join(data_lines).strip()
+    if frame[:6] == b"data: " and b"\n" not in frame:
+        data = frame[6:].strip()  # the usual one-line frame: no line loop
+    else:
+        data_lines = []
+        for line in frame.split(b"\n"):
+            if not line or line[:1] == b":":
+                continue
+            name, sep, value = line.partition(b":")
+            if sep and value[:1] == b" ":
+                value = value[1:]
+            if name == b"data":
+                data_lines.append(value)
+            elif name == b"event":
+                event = value.strip()
+        if not data_lines:
+            return _NOT_CONTENT
+        data = b"\n".join(data_lines).strip()
     if not data:
         return _NOT_CONTENT
     if data == b"[DONE]":
         raise UpstreamFailure(FailureKind.EMPTY_STREAM, "the upstream stream ended before any content")
     if event == b"error":
         raise UpstreamFailure(FailureKind.STREAM_ERROR, "the upstream stream started with an error event", body=data)
-    if data[:1] == b"{" and b'"error"' in data:
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            obj = None
-        if isinstance(obj, dict) and obj.get("error") is not None:
-            err = obj["error"]
-            detail = err.get("message") if isinstance(err, dict) else err
-            raise UpstreamFailure(
-                FailureKind.STREAM_ERROR, f"the upstream stream started with an error: {detail}", body=data
-            )
-    if data[:1] == b"{" and b'"choices"' in data:
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return _CONTENT
-        if isinstance(obj, dict) and not _carries_content(obj):
-            return _NOT_CONTENT
+    if data[:1] != b"{":
+        return _CONTENT
+    has_error = b'"error"' in data
+    if not has_error and b'"choices"' not in data:
+        return _CONTENT
+    try:
+        obj = orjson.loads(data)  # once, for both questions
+    except orjson.JSONDecodeError:
+        return _CONTENT
+    if not isinstance(obj, dict):
+        return _CONTENT
+    if has_error and obj.get("error") is not None:
+        err = obj["error"]
+        detail = err.get("message") if isinstance(err, dict) else err
+        raise UpstreamFailure(
+            FailureKind.STREAM_ERROR, f"the upstream stream started with an error: {detail}", body=data
+        )
+    if b'"choices"' in data and not _carries_content(obj):
+        return _NOT_CONTENT
     return _CONTENT
 
 
@@ -99,10 +103,10 @@ def _carries_content(chunk: dict) -> bool:
     return False
 
 
-def _scan(buf: bytearray, seen: int) -> tuple[bool, int]:
+def _scan(buf: bytes, seen: int) -> tuple[bool, int]:
     """Look at complete frames not examined yet; True once a content frame is found
     (or once more than HOLD_MAX_FRAMES complete frames are held)."""
-    text = bytes(buf)
+    text = buf
     if b"\r" in text:
         text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     frames = text.split(b"\n\n")
@@ -127,6 +131,70 @@ def _next_tail(tail: bytes, chunk: bytes) -> bytes:
     return chunk[-_TAIL:] if len(chunk) >= _TAIL else (tail + chunk)[-_TAIL:]
 
 
+class _Watchdog:
+    """The idle and total timeouts of a relay's reads with one timer per stream.
+
+    An `asyncio.timeout` per chunk costs about 5 us (a context object, a timer
+    scheduled and cancelled); a long stream of one token per chunk paid that
+    hundreds of times. Here each read only moves `_expires` forward; the timer
+    fires at the earliest end it was set for, re-arms itself to the current end if
+    a read came since, and cancels the reading task only when the read it sees is
+    past its end (asyncio.timeout's semantics: `expired()` tells our cancel from
+    anyone else's, and the task's cancel count is restored).
+    """
+
+    __slots__ = ("reading", "_loop", "_task", "_handle", "_when", "_expires", "_fired", "_cancelling")
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._when = 0.0  # when _handle fires
+        self._expires = 0.0  # when the current read is late
+        self._fired = False
+        self._cancelling = 0
+        self.reading = False
+
+    def arm(self, wait: float) -> None:
+        """Before a read: it may take `wait` seconds."""
+        loop = self._loop
+        self._expires = expires = loop.time() + wait
+        self._task = asyncio.current_task()
+        self.reading = True
+        handle = self._handle
+        if handle is None or self._when > expires:
+            if handle is not None:
+                handle.cancel()
+            self._when = expires
+            self._handle = loop.call_at(expires, self._check)
+
+    def _check(self) -> None:
+        self._handle = None
+        task = self._task
+        if not self.reading or task is None or task.done():
+            return  # no read in progress: the next arm() sets a timer again
+        if self._loop.time() < self._expires:
+            self._when = self._expires
+            self._handle = self._loop.call_at(self._expires, self._check)
+            return
+        self._fired = True
+        self._cancelling = task.cancelling()
+        task.cancel()
+
+    def expired(self) -> bool:
+        """On a CancelledError: True when it is this watchdog's (then swallowed, like asyncio.timeout)."""
+        if not self._fired:
+            return False
+        self._fired = False
+        task = self._task
+        return task is not None and task.uncancel() <= self._cancelling
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
 def terminal_frame(error: GatewayError) -> bytes:
     """The one SSE frame that ends a committed stream on error (no [DONE] follows)."""
     return b"data: " + error.body() + b"\n\n"
@@ -144,6 +212,10 @@ async def _close_source(it: Any, close: Callable[[], Awaitable[Any]] | None) -> 
             await close()
 
 
+def _no_first_token(first_token_timeout_s: float) -> UpstreamFailure:
+    return UpstreamFailure(FailureKind.FIRST_TOKEN_TIMEOUT, f"no first token within {first_token_timeout_s:g} s")
+
+
 async def open_stream(
     chunks: AsyncIterator[bytes],
     first_token_timeout_s: float,
@@ -158,42 +230,41 @@ async def open_stream(
     called, with the source's own aclose, whenever the stream fails or is closed.
     """
     it = chunks.__aiter__()
-    buf = bytearray()
+    buf = b""
     seen = 0
     until = min(clock() + first_token_timeout_s, deadline)
+    # One timer for the whole hold (its end is fixed), not one asyncio.timeout per read.
+    cm = asyncio.timeout(until - clock())
     try:
-        while True:
-            remaining = until - clock()
-            if remaining <= 0:
-                raise UpstreamFailure(
-                    FailureKind.FIRST_TOKEN_TIMEOUT, f"no first token within {first_token_timeout_s:g} s"
-                )
-            cm = asyncio.timeout(remaining)
-            try:
-                async with cm:
-                    chunk = await it.__anext__()
-            except StopAsyncIteration:
-                raise UpstreamFailure(
-                    FailureKind.EMPTY_STREAM, "the upstream stream ended before any content"
-                ) from None
-            except TimeoutError as exc:
-                if cm.expired():
-                    raise UpstreamFailure(
-                        FailureKind.FIRST_TOKEN_TIMEOUT, f"no first token within {first_token_timeout_s:g} s"
-                    ) from None
-                raise UpstreamFailure(FailureKind.STREAM_ERROR, "the upstream stream timed out") from exc
-            except (UpstreamFailure, asyncio.CancelledError):
-                raise
-            except Exception as exc:
-                raise UpstreamFailure(FailureKind.STREAM_ERROR, f"the upstream stream broke: {exc!r}") from exc
-            if not chunk:
-                continue
-            buf += chunk
-            committed, seen = _scan(buf, seen)
-            if committed:
-                break
-            if len(buf) > HOLD_MAX_BYTES:
-                break  # a long preamble: commit and relay it rather than hold it
+        try:
+            async with cm:
+                while True:
+                    if until - clock() <= 0:
+                        raise _no_first_token(first_token_timeout_s)
+                    try:
+                        chunk = await it.__anext__()
+                    except StopAsyncIteration:
+                        raise UpstreamFailure(
+                            FailureKind.EMPTY_STREAM, "the upstream stream ended before any content"
+                        ) from None
+                    except TimeoutError as exc:  # the source's own, not the hold's
+                        raise UpstreamFailure(FailureKind.STREAM_ERROR, "the upstream stream timed out") from exc
+                    except (UpstreamFailure, asyncio.CancelledError):
+                        raise
+                    except Exception as exc:
+                        raise UpstreamFailure(FailureKind.STREAM_ERROR, f"the upstream stream broke: {exc!r}") from exc
+                    if not chunk:
+                        continue
+                    buf = buf + chunk if buf else chunk
+                    committed, seen = _scan(buf, seen)
+                    if committed:
+                        break
+                    if len(buf) > HOLD_MAX_BYTES:
+                        break  # a long preamble: commit and relay it rather than hold it
+        except TimeoutError:
+            if cm.expired():
+                raise _no_first_token(first_token_timeout_s) from None
+            raise
     except BaseException:
         await _close_source(it, close)
         raise
@@ -271,6 +342,7 @@ class CommittedStream:
 
     async def relay(self) -> AsyncIterator[bytes]:
         """Yield the first bytes, then every upstream chunk as-is; at most one terminal frame."""
+        watch = _Watchdog()
         try:
             yield self.first
             it = self._it
@@ -284,32 +356,34 @@ class CommittedStream:
                     if not (self._done or errored):
                         yield self._terminal(errors.total_timeout(while_streaming=True))
                     return
-                cm = asyncio.timeout(wait)
+                watch.arm(wait)
                 self._reading = True
                 try:
-                    async with cm:
-                        chunk = await it.__anext__()
+                    chunk = await it.__anext__()
                 except StopAsyncIteration:
                     if not (self._done or errored or self._closed):
                         yield self._terminal(errors.upstream_stream_error("it ended without data: [DONE]"))
                     return
-                except TimeoutError:
-                    if not (self._done or errored or self._closed):
-                        if cm.expired() and wait == idle:
-                            yield self._terminal(errors.stream_idle_timeout(idle))
-                        elif cm.expired():
-                            yield self._terminal(errors.total_timeout(while_streaming=True))
-                        else:
-                            yield self._terminal(errors.upstream_stream_error("it timed out"))
-                    return
                 except asyncio.CancelledError:
-                    raise
+                    if not watch.expired():
+                        raise
+                    if not (self._done or errored or self._closed):
+                        if wait == idle:
+                            yield self._terminal(errors.stream_idle_timeout(idle))
+                        else:
+                            yield self._terminal(errors.total_timeout(while_streaming=True))
+                    return
+                except TimeoutError:  # the source's own
+                    if not (self._done or errored or self._closed):
+                        yield self._terminal(errors.upstream_stream_error("it timed out"))
+                    return
                 except Exception:
                     if not (self._done or errored or self._closed):
                         yield self._terminal(errors.upstream_stream_error("it broke"))
                     return
                 finally:
                     self._reading = False
+                    watch.reading = False
                 if not chunk:
                     continue
                 if not self._done:
@@ -320,6 +394,7 @@ class CommittedStream:
                     self._tail = _next_tail(self._tail, chunk)
                 yield chunk
         finally:
+            watch.stop()
             self._closed = True
             await self._finish()
 
