@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import orjson
@@ -444,3 +445,120 @@ def test_tokens_are_estimated_from_the_relayed_text_when_no_usage_comes() -> Non
         long.feed(chunk)
     # only the first SAMPLE_BYTES are kept; the estimate scales to the whole stream
     assert abs(long.estimated_completion_tokens() - len(frames) * 8 / 4) <= len(frames) * 8 / 4 * 0.01
+
+
+# What a llama.cpp-based OpenAI-compatible server really sends: a role-only first chunk
+# without a `content` key, one chunk per token (spaces after the colons, escaped
+# non-ASCII), an empty delta with the finish reason, the terminator; no usage frame.
+def _real_chunk(delta: str, finish: str = "null") -> bytes:
+    return (
+        b'data: {"id": "chatcmpl-a70d7de0", "model": "gemma", "created": 1796115188, '
+        b'"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": '
+        + delta.encode()
+        + b', "logprobs": null, "finish_reason": '
+        + finish.encode()
+        + b"}]}\n\n"
+    )
+
+
+REAL_STREAM = [
+    _real_chunk('{"role": "assistant"}'),
+    _real_chunk('{"content": "Say"}'),
+    _real_chunk('{"content": " hi"}'),
+    _real_chunk('{"content": "\\u306b\\u884c"}'),
+    _real_chunk("{}", '"stop"'),
+    DONE,
+]
+
+
+async def test_a_real_server_shaped_stream_goes_out_byte_identical_one_chunk_per_frame() -> None:
+    from routing.core.stream import UsageTap
+
+    src = Source(*REAL_STREAM)
+    stream = await opened(src)
+    assert stream.first == REAL_STREAM[0] + REAL_STREAM[1]  # the role chunk held, sent with the first content
+    tap = UsageTap(strip=True)  # as when the gateway asked for usage the server ignores
+    out = [tap.feed(chunk) for chunk in await collect(stream)]
+    out.append(tap.flush())
+    assert b"".join(out) == b"".join(REAL_STREAM)
+    assert out[1:-1] == REAL_STREAM[2:]  # each later chunk goes out as it came, one send each
+    assert stream.ending == "ok"
+    assert tap.prompt_tokens is None and tap.estimated_completion_tokens() > 0
+
+
+class Paced:
+    """A source that yields each chunk only when the test lets it (no sleeps to hope on)."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.closed = False
+
+    async def gen(self) -> AsyncIterator[bytes]:
+        try:
+            while (item := await self.queue.get()) is not None:
+                yield item
+        finally:
+            self.closed = True
+
+
+async def test_reads_that_each_come_within_the_idle_timeout_never_time_out() -> None:
+    # One timer serves the whole stream: when it fires during a later read than the one it
+    # was set for, it must wait for that read's own end instead of cancelling it.
+    idle = 0.2
+    src = Paced()
+    src.queue.put_nowait(FRAME1)
+    stream = await open_stream(src.gen(), 30.0, idle, time.monotonic() + 600)
+    task = asyncio.create_task(collect(stream))  # reads all the time: the timer fires mid-read
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while loop.time() - started < 3 * idle and not task.done():  # bounded: three idle periods
+        await asyncio.sleep(idle / 4)
+        src.queue.put_nowait(FRAME2)
+    src.queue.put_nowait(DONE)
+    got = await asyncio.wait_for(task, 5)
+    assert got[-1] == DONE and set(got) == {FRAME1, FRAME2, DONE}  # no terminal frame among them
+    assert len(got) >= 8 and stream.ending == "ok"
+    assert src.closed
+
+
+async def test_an_idle_timeout_after_some_chunks_leaves_the_serving_task_usable() -> None:
+    # The timeout is delivered as a cancel of the reading task; once the terminal frame is
+    # out, that cancel must be spent, or the gateway's closing sends would be cancelled too.
+    src = Paced()
+    src.queue.put_nowait(FRAME1)
+    stream = await open_stream(src.gen(), 30.0, 0.05, time.monotonic() + 600)
+    relay = stream.relay()
+    assert await relay.__anext__() == FRAME1
+    src.queue.put_nowait(FRAME2)
+    assert await relay.__anext__() == FRAME2
+    task = asyncio.current_task()
+    assert task is not None
+    guard = asyncio.get_running_loop().call_later(5, task.cancel)  # a hang fails instead of blocking
+    last = await relay.__anext__()  # in this task, as the gateway's relay runs in the request's
+    guard.cancel()
+    assert error_code(last) == "first_token_timeout"  # the code of a silent stream (docs/errors.md)
+    with pytest.raises(StopAsyncIteration):
+        await relay.__anext__()
+    assert task.cancelling() == 0
+    await asyncio.sleep(0.06)  # past where a stray timer of the stream would fire
+    assert src.closed and stream.ending == "first_token_timeout"
+
+
+async def test_a_cancel_from_outside_during_a_read_is_not_taken_for_a_timeout() -> None:
+    src = Paced()
+    src.queue.put_nowait(FRAME1)
+    stream = await open_stream(src.gen(), 30.0, 0.05, time.monotonic() + 600)
+    got: list[bytes] = []
+
+    async def consume() -> None:
+        async for chunk in stream.relay():
+            got.append(chunk)
+
+    task = asyncio.create_task(consume())
+    while not got:
+        await asyncio.sleep(0)
+    task.cancel()  # the client went away while the relay waits for the upstream
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert got == [FRAME1]  # no terminal frame: nobody is there to read it
+    assert src.closed and stream.ending is None
