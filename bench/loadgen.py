@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import sys
 import time
 from collections import Counter
@@ -52,7 +53,7 @@ def _session(limit: int, timeout_s: float) -> aiohttp.ClientSession:
 class Target:
     """A URL, headers and a pre-encoded body: nothing is built per request."""
 
-    __slots__ = ("name", "url", "headers", "body", "method")
+    __slots__ = ("name", "url", "headers", "body", "method", "_parts", "_n")
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.name: str = spec.get("name", "target")
@@ -61,18 +62,31 @@ class Target:
         body = spec.get("body")
         self.body: bytes | None = None if body is None else (body if isinstance(body, bytes) else str(body).encode())
         self.method: str = spec.get("method", "POST" if body is not None else "GET")
+        # "vary": the body's marker becomes a counter, a different body (cache key) each request
+        marker = spec.get("vary")
+        self._parts = self.body.split(marker.encode(), 1) if marker and self.body else None
+        self._n = int.from_bytes(os.urandom(5)) << 24  # unique across runs: no hit on an earlier run's key
+
+    def data(self) -> bytes | None:
+        """The next request's body: the same bytes, or with "vary" the next counter's."""
+        if self._parts is None:
+            return self.body
+        self._n += 1
+        return b"%s%d%s" % (self._parts[0], self._n, self._parts[1])
 
 
 async def _one(session: aiohttp.ClientSession, t: Target) -> tuple[int, float]:
+    data = t.data()
     t0 = _perf()
-    async with session.request(t.method, t.url, data=t.body, headers=t.headers) as resp:
+    async with session.request(t.method, t.url, data=data, headers=t.headers) as resp:
         await resp.read()
         return resp.status, (_perf() - t0) * 1000
 
 
 async def _one_stream(session: aiohttp.ClientSession, t: Target) -> tuple[int, float, float]:
+    data = t.data()
     t0 = _perf()
-    async with session.request(t.method, t.url, data=t.body, headers=t.headers) as resp:
+    async with session.request(t.method, t.url, data=data, headers=t.headers) as resp:
         first = await resp.content.readany()
         t1 = _perf()
         if first:
