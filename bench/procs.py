@@ -168,9 +168,11 @@ def prepare_database(
     work: Path, name: str, yaml_text: str, org: str, agent: str, database_url: str | None = None
 ) -> tuple[dict[str, str], str]:
     """A fresh database (SQLite in `work` unless `database_url`): migrate, import_config,
-    create_api_key. Returns (env, api key)."""
+    create_api_key. Returns (env, api key); its REDIS_URL is empty (no Redis) unless the
+    caller sets one, whatever the benchmark's own environment holds."""
     env = {
         "DATABASE_URL": database_url or f"sqlite:///{work / (name + '.sqlite3')}",
+        "REDIS_URL": "",
         "SWITCHBOARD_USAGE_SPOOL_DIR": str(work / f"{name}-spool"),
     }
     manage(["migrate", "-v0"], env)

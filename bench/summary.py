@@ -161,6 +161,9 @@ def _reported(lat: dict[str, Any], s: dict[str, Any], workers: dict[str, Any] | 
         Check("plain, daphne, 32 clients: req/s", _get(s, "throughput.c32.sides.daphne.rps"), "req/s"),
         Check("features, daphne, 32 clients: req/s", _get(s, "throughput.c32.sides.daphne features.rps"), "req/s"),
     ]
+    daphne, uvicorn = _get(lat, "sides.daphne.added.p50"), _get(lat, "added.p50")
+    server_share = None if daphne is None or uvicorn is None else round(daphne - uvicorn, 3)
+    out.append(Check("daphne - uvicorn, plain: added p50 (the server's share)", server_share, "ms"))
     for side in ("features", "daphne features"):
         cost = feature_cost(lat, side) if lat else None
         server = "uvicorn" if side == "features" else "daphne"
@@ -209,6 +212,8 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> N
     met = sum(c.verdict() == "met" for c in rows)
     judged = sum(c.op is not None for c in rows)
     out(f"{met} of {judged} targets met")
+    for note in run.get("notes", []):
+        out(f"note (bench.run): {note}")
     wall = _wall_s(args.run_dir)
     if wall is not None:
         out(f"make bench wall time: {wall // 60:.0f} min {wall % 60:.0f} s")

@@ -55,6 +55,7 @@ def test_rows_read_each_benchmark_and_the_features_cost_is_against_the_same_serv
     # the features' own cost: features minus plain on the same server (uvicorn plain is the main gateway)
     assert by_label["features - plain, uvicorn: p50"].value == 0.1
     assert by_label["features - plain, daphne: p99.9"].value == 1.0
+    assert by_label["daphne - uvicorn, plain: added p50 (the server's share)"].value == 0.8
     assert report.feature_cost(RUN["scenarios"]["latency"], "daphne features") == {"p50": 0.2, "p99": 0.2, "p999": 1.0}
 
 
