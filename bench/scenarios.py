@@ -143,10 +143,10 @@ def latency(b: Bench) -> dict[str, Any]:
     # 6 000 requests a target (p99.9 from the 6 slowest), in batches small enough that no target
     # idles 2 s between its batches: a budget's cluster lease is given back after 2 s unused
     # (routing/ops/shared_limits.py IDLE_S), which steady traffic from one client never sees.
-    rounds, batch = b.pick(40, 10), b.pick(150, 120)
+    rounds, batch = b.pick(60, 15), b.pick(100, 80)
     targets = [b.direct(config.CHAT[1]), b.through(config.CHAT[0])]
     targets.extend(side.target() for side in b.sides)
-    peers = b.peer_targets(batch=max(20, batch // 20))
+    peers = b.peer_targets(batch=max(10, batch // 10))  # 600 each: LiteLLM answers in ~20 ms
     targets.extend(peers)
     raw = procs.loadgen(
         {"mode": "latency", "targets": targets, "rounds": rounds, "batch": batch, "warmup": 100, "max_s": 150},
