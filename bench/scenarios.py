@@ -153,6 +153,8 @@ def latency(b: Bench) -> dict[str, Any]:
         timeout=240,
     )
     _check_ok(raw["statuses"], b.notes, "latency")
+    if raw.get("reconnects"):
+        b.notes.append(f"latency: idle keep-alive connections closed by the server, re-sent: {raw['reconnects']}")
     out: dict[str, Any] = {"rounds": raw["rounds"]}
     for t in targets[:2]:
         out[t["name"]] = summarize(raw["samples"][t["name"]])
