@@ -37,8 +37,8 @@ bench: $(BIN)/.installed
 	@rm -rf "$$SWITCHBOARD_BENCH_RUN_DIR" && mkdir -p "$$SWITCHBOARD_BENCH_RUN_DIR" && date +%s > "$$SWITCHBOARD_BENCH_RUN_DIR/started"
 	-bash bench/peers/peers.sh
 	-$(BIN)/python -m bench.deployments_bench --runs 10000 --requests 2000
-	-$(BIN)/python -m bench.limits_bench --number 10000 --repeat 5
-	-$(BIN)/python -m bench.cache_bench --e2e --number 3000 --repeat 3 --rounds 10
+	-$(BIN)/python -m bench.limits_bench --number 10000 --repeat 9
+	-$(BIN)/python -m bench.cache_bench --e2e --number 3000 --repeat 5 --rounds 10
 	-$(BIN)/python -m bench.workers_bench --seconds 3 --reps 2 $(if $(REDIS_URL),--redis $(REDIS_URL))
 	$(BIN)/python -m bench.summary
 
