@@ -26,14 +26,21 @@ lint: $(BIN)/.installed
 
 # wrk (Debian) drives the throughput rows; installed here when missing. LiteLLM and
 # Portkey run beside Switchboard in the same run (installed outside the repository);
-# `PEERS= make bench` measures Switchboard alone.
+# `PEERS= make bench` measures Switchboard alone. The feature-enabled gateways use a
+# throwaway database on DATABASE_URL's PostgreSQL server and REDIS_URL when set (else
+# SQLite / no Redis, said in the output). Each step saves its result in BENCH_RUN_DIR;
+# the last one prints every target of the round: measured, target, met or missed.
+BENCH_RUN_DIR ?= bench/results/run
+bench: export SWITCHBOARD_BENCH_RUN_DIR = $(abspath $(BENCH_RUN_DIR))
 bench: $(BIN)/.installed
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
-	bash bench/peers/peers.sh
-	$(BIN)/python -m bench.deployments_bench
-	$(BIN)/python -m bench.limits_bench
-	$(BIN)/python -m bench.cache_bench --e2e
-	$(BIN)/python -m bench.workers_bench $(if $(REDIS_URL),--redis $(REDIS_URL))
+	@rm -rf "$$SWITCHBOARD_BENCH_RUN_DIR" && mkdir -p "$$SWITCHBOARD_BENCH_RUN_DIR" && date +%s > "$$SWITCHBOARD_BENCH_RUN_DIR/started"
+	-bash bench/peers/peers.sh
+	-$(BIN)/python -m bench.deployments_bench --runs 10000 --requests 2000
+	-$(BIN)/python -m bench.limits_bench --number 10000 --repeat 9
+	-$(BIN)/python -m bench.cache_bench --e2e --number 3000 --repeat 5 --rounds 10
+	-$(BIN)/python -m bench.workers_bench --seconds 3 --reps 2 $(if $(REDIS_URL),--redis $(REDIS_URL))
+	$(BIN)/python -m bench.summary
 
 bench-compare: $(BIN)/.installed
 	$(BIN)/python -m bench.compare

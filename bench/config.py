@@ -24,6 +24,16 @@ STORM = ("bench-storm", "bench-storm-up")
 STORM_TOTAL_TIMEOUT_MS = 15_000
 BASE_MODELS = (CHAT, STREAM, SLOW, STORM)
 
+# The feature-enabled scenario (docs/configuration.md): a model with two deployments (two
+# providers, the same mock) and a response cache, called by an agent with rate limits and a
+# budget high enough never to refuse. Its bodies vary per request (VARY), so every one is a
+# cache miss and a store.
+FEATURES = ("bench-features", "bench-up")
+FEATURE_AGENT = "bench-limited"
+VARY = "@N@"
+HUGE_LIMITS = {"rpm": 10**9, "tpm": 10**12}
+HUGE_BUDGET = {"usd": 10**9, "period": "month"}
+
 STREAM_FRAMES = 20
 SLOW_FRAMES = 400
 SLOW_FRAME_DELAY_MS = 500
@@ -85,6 +95,34 @@ def config_yaml(mock_url: str, models: int = 10, policies: int = 10, resilience:
     return yaml.safe_dump(config_document(mock_url, models, policies, resilience), sort_keys=False)
 
 
+def features_document(mock_url: str) -> dict[str, Any]:
+    """The plain configuration plus the features' model and agent (the plain models stay)."""
+    doc = config_document(mock_url)
+    doc["providers"].append({"name": "mock-b", "dialect": "openai", "base_url": f"{mock_url}/v1"})
+    doc["models"].append(
+        {
+            "id": FEATURES[0],
+            "deployments": [
+                {"provider": "mock", "upstream_model": FEATURES[1]},
+                {"provider": "mock-b", "upstream_model": FEATURES[1]},
+            ],
+            "capabilities": ["chat", "streaming"],
+            "context_window": 128000,
+            "cache_ttl_s": 3600,
+            "input_price_per_mtok": 2.5,
+            "output_price_per_mtok": 10.0,
+        }
+    )
+    org = doc["orgs"][0]
+    org["limits"], org["budget"] = dict(HUGE_LIMITS), dict(HUGE_BUDGET)
+    org["agents"].append({"name": FEATURE_AGENT, "limits": dict(HUGE_LIMITS), "budget": dict(HUGE_BUDGET)})
+    return doc
+
+
+def features_yaml(mock_url: str) -> str:
+    return yaml.safe_dump(features_document(mock_url), sort_keys=False)
+
+
 def mock_scripts() -> list[dict[str, Any]]:
     """What the mock must answer for each scenario's upstream model (POST /_control/script)."""
     return [
@@ -94,9 +132,14 @@ def mock_scripts() -> list[dict[str, Any]]:
     ]
 
 
-def chat_body(model: str, stream: bool = False) -> str:
-    """A small chat completion request body (the same bytes direct and through the gateway)."""
-    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "Say hello."}]}
+def chat_body(model: str, stream: bool = False, vary: bool = False) -> str:
+    """A small chat completion request body (the same bytes direct and through the gateway).
+
+    With `vary`, the text holds the VARY marker, which the load generators replace with a
+    per-request counter (a different cache key each time).
+    """
+    text = f"Say hello. {VARY}" if vary else "Say hello."
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": text}]}
     if stream:
         body["stream"] = True
     return orjson.dumps(body).decode()

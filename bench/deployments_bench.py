@@ -23,6 +23,8 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
+from bench import summary
+
 NAMES = ("d1", "d2", "d3", "d4")
 
 
@@ -159,6 +161,7 @@ def main() -> None:
         print(f"  4 deployments {routing:<10} {cost[routing]:7.2f}   added {added:+6.2f}")
     print(f"  Balancer.pick weighted {cost['pick_weighted']:7.2f} (mean)")
     print(f"  worst added p50: {worst:.2f} µs (target ≤ 20 µs): {'ok' if worst <= 20 else 'OVER'}")
+    summary.save("deployments", {"cost_us": cost, "worst_added_us": round(worst, 3), "target_us": 20})
 
     dist = asyncio.run(_distribution(args.requests))
     print(f"distribution over {args.requests} requests:")

@@ -15,6 +15,8 @@ import argparse
 import os
 import timeit
 
+from bench import summary
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -136,13 +138,24 @@ def main() -> None:
         for name, fn in variants:
             best[name] = min(best[name], timeit.timeit(fn, number=args.number) / args.number * 1e6)
     print(f"caller without limits: {best['unlimited']:.2f} µs per request")
+    limited, budgeted = best["limited"] - best["baseline"], best["budgeted"] - best["baseline"]
     print(
-        f"caller with rpm+tpm on agent and org: {best['limited'] - best['baseline']:.2f} µs per request "
+        f"caller with rpm+tpm on agent and org: {limited:.2f} µs per request "
         f"(with: {best['limited']:.2f}, without the limits work: {best['baseline']:.2f})"
     )
     print(
-        f"caller with rpm+tpm and a budget on agent and org: {best['budgeted'] - best['baseline']:.2f} µs per request "
-        f"(the budgets alone: {best['budgeted'] - best['limited']:.2f})"
+        f"caller with rpm+tpm and a budget on agent and org: {budgeted:.2f} µs per request "
+        f"(the budgets alone: {best['budgeted'] - best['limited']:.2f}); target ≤ 20 µs: "
+        f"{'ok' if budgeted <= 20 else 'OVER'}"
+    )
+    summary.save(
+        "limits",
+        {
+            "best_us": best,
+            "limited_added_us": round(limited, 3),
+            "budgeted_added_us": round(budgeted, 3),
+            "target_us": 20,
+        },
     )
 
 

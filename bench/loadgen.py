@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import sys
 import time
 from collections import Counter
@@ -52,7 +53,7 @@ def _session(limit: int, timeout_s: float) -> aiohttp.ClientSession:
 class Target:
     """A URL, headers and a pre-encoded body: nothing is built per request."""
 
-    __slots__ = ("name", "url", "headers", "body", "method")
+    __slots__ = ("name", "url", "headers", "body", "method", "_parts", "_n")
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.name: str = spec.get("name", "target")
@@ -61,18 +62,31 @@ class Target:
         body = spec.get("body")
         self.body: bytes | None = None if body is None else (body if isinstance(body, bytes) else str(body).encode())
         self.method: str = spec.get("method", "POST" if body is not None else "GET")
+        # "vary": the body's marker becomes a counter, a different body (cache key) each request
+        marker = spec.get("vary")
+        self._parts = self.body.split(marker.encode(), 1) if marker and self.body else None
+        self._n = int.from_bytes(os.urandom(5)) << 24  # unique across runs: no hit on an earlier run's key
+
+    def data(self) -> bytes | None:
+        """The next request's body: the same bytes, or with "vary" the next counter's."""
+        if self._parts is None:
+            return self.body
+        self._n += 1
+        return b"%s%d%s" % (self._parts[0], self._n, self._parts[1])
 
 
 async def _one(session: aiohttp.ClientSession, t: Target) -> tuple[int, float]:
+    data = t.data()
     t0 = _perf()
-    async with session.request(t.method, t.url, data=t.body, headers=t.headers) as resp:
+    async with session.request(t.method, t.url, data=data, headers=t.headers) as resp:
         await resp.read()
         return resp.status, (_perf() - t0) * 1000
 
 
 async def _one_stream(session: aiohttp.ClientSession, t: Target) -> tuple[int, float, float]:
+    data = t.data()
     t0 = _perf()
-    async with session.request(t.method, t.url, data=t.body, headers=t.headers) as resp:
+    async with session.request(t.method, t.url, data=data, headers=t.headers) as resp:
         first = await resp.content.readany()
         t1 = _perf()
         if first:
@@ -80,6 +94,17 @@ async def _one_stream(session: aiohttp.ClientSession, t: Target) -> tuple[int, f
                 if not await resp.content.readany():
                     break
         return resp.status, (t1 - t0) * 1000, (_perf() - t0) * 1000
+
+
+async def _again_if_closed(fn: Any, session: aiohttp.ClientSession, t: Target, closed: Counter[str]) -> Any:
+    """One request; if the server had closed the idle keep-alive connection while this target
+    waited its turn (uvicorn and node close them after 5 s), one more on a fresh connection:
+    a connection closed before the request is not a measurement (counted in "reconnects")."""
+    try:
+        return await fn(session, t)
+    except aiohttp.ServerDisconnectedError:
+        closed[t.name] += 1
+        return await fn(session, t)
 
 
 async def run_latency(spec: dict[str, Any]) -> dict[str, Any]:
@@ -91,11 +116,13 @@ async def run_latency(spec: dict[str, Any]) -> dict[str, Any]:
     sessions = {t.name: _session(1, float(spec.get("timeout_s", 30))) for t in targets}
     samples: dict[str, Any] = {t.name: ({"ttfb": [], "ttlb": []} if stream else []) for t in targets}
     statuses: dict[str, Counter[int]] = {t.name: Counter() for t in targets}
+    closed: Counter[str] = Counter()
+    one = _one_stream if stream else _one
     started = _perf()
     try:
         for t in targets:
             for _ in range(warmup):
-                await (_one_stream if stream else _one)(sessions[t.name], t)
+                await _again_if_closed(one, sessions[t.name], t, closed)
         done_rounds = 0
         for r in range(rounds):
             if _perf() - started > max_s:
@@ -108,11 +135,11 @@ async def run_latency(spec: dict[str, Any]) -> dict[str, Any]:
                 try:
                     for _ in range(batches[t.name]):
                         if stream:
-                            status, ttfb, ttlb = await _one_stream(session, t)
+                            status, ttfb, ttlb = await _again_if_closed(one, session, t, closed)
                             out["ttfb"].append(ttfb)
                             out["ttlb"].append(ttlb)
                         else:
-                            status, ms = await _one(session, t)
+                            status, ms = await _again_if_closed(one, session, t, closed)
                             out.append(ms)
                         seen[status] += 1
                 finally:
@@ -126,6 +153,7 @@ async def run_latency(spec: dict[str, Any]) -> dict[str, Any]:
         "rounds": done_rounds,
         "samples": samples,
         "statuses": {name: dict(c) for name, c in statuses.items()},
+        "reconnects": dict(closed),
         "elapsed_s": _perf() - started,
     }
 

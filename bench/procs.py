@@ -164,10 +164,15 @@ def manage(args: list[str], env: dict[str, str], timeout: float = 300.0) -> str:
     return result.stdout
 
 
-def prepare_database(work: Path, name: str, yaml_text: str, org: str, agent: str) -> tuple[dict[str, str], str]:
-    """A fresh SQLite database: migrate, import_config, create_api_key. Returns (env, api key)."""
+def prepare_database(
+    work: Path, name: str, yaml_text: str, org: str, agent: str, database_url: str | None = None
+) -> tuple[dict[str, str], str]:
+    """A fresh database (SQLite in `work` unless `database_url`): migrate, import_config,
+    create_api_key. Returns (env, api key); its REDIS_URL is empty (no Redis) unless the
+    caller sets one, whatever the benchmark's own environment holds."""
     env = {
-        "DATABASE_URL": f"sqlite:///{work / (name + '.sqlite3')}",
+        "DATABASE_URL": database_url or f"sqlite:///{work / (name + '.sqlite3')}",
+        "REDIS_URL": "",
         "SWITCHBOARD_USAGE_SPOOL_DIR": str(work / f"{name}-spool"),
     }
     manage(["migrate", "-v0"], env)
@@ -176,6 +181,45 @@ def prepare_database(work: Path, name: str, yaml_text: str, org: str, agent: str
     manage(["import_config", str(config)], env)
     key = manage(["create_api_key", "--org", org, "--agent", agent], env).strip().splitlines()[-1].strip()
     return env, key
+
+
+class ThrowawayPostgres:
+    """A database created for one run on the server of `server_url` (dropped by `drop()`).
+
+    The server's own database in the URL is only used to connect; the run's database is
+    `<that name>_bench_<random>` so parallel runs on one server never meet.
+    """
+
+    def __init__(self, server_url: str) -> None:
+        import psycopg
+
+        base, _, dbname = server_url.rpartition("/")
+        self._admin = f"{base}/{dbname or 'postgres'}"
+        self.name = f"{(dbname or 'switchboard').split('?')[0]}_bench_{os.urandom(4).hex()}"
+        with psycopg.connect(self._admin, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{self.name}"')
+        self.url = f"{base}/{self.name}"
+
+    def drop(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self._admin, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+
+def redis_reachable(url: str) -> str | None:
+    """None when Redis at `url` answers PING within 2 s, else why not."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except (redis.RedisError, OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def server_argv(server: str, port: int) -> list[str]:
@@ -260,6 +304,7 @@ WRK_SCRIPT = """
 wrk.method = "POST"
 wrk.body = [==[%(body)s]==]
 %(headers)s
+%(vary)s
 function done(summary, latency, requests)
   io.write(string.format(
     '{"requests": %%d, "duration_us": %%d, "bytes": %%d, "connect": %%d, "read": %%d, "write": %%d, "status": %%d, "timeout": %%d, "p50_us": %%d, "p90_us": %%d, "p99_us": %%d, "max_us": %%d, "mean_us": %%f}\\n',
@@ -269,16 +314,44 @@ function done(summary, latency, requests)
 end
 """
 
+# a different body per request: the marker becomes "<run tag>-<counter>" (every request a cache miss)
+WRK_VARY = """
+local head, tail = %(head)s, %(tail)s
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format(nil, nil, nil, head .. n .. tail)
+end
+"""
+
+
+def _lua_string(text: str) -> str:
+    return f"[==[{text}]==]"
+
 
 def wrk(
-    url: str, body: str, headers: dict[str, str], connections: int, duration_s: float, work: Path
+    url: str,
+    body: str,
+    headers: dict[str, str],
+    connections: int,
+    duration_s: float,
+    work: Path,
+    vary: str | None = None,
 ) -> dict[str, Any]:
-    """Throughput with wrk (C, one thread: the least CPU taken from the server under test)."""
+    """Throughput with wrk (C, one thread: the least CPU taken from the server under test).
+
+    `vary`: a marker in `body` replaced by a per-request counter (a different body each time).
+    """
+    vary_lua = ""
+    if vary:
+        head, tail = body.split(vary, 1)
+        tag = os.urandom(4).hex()
+        vary_lua = WRK_VARY % {"head": _lua_string(f"{head}{tag}-"), "tail": _lua_string(tail)}
     header_lines = "\n".join(
         f'wrk.headers["{k}"] = [==[{v}]==]' for k, v in {"Content-Type": "application/json", **headers}.items()
     )
-    script = work / f"wrk-{abs(hash((url, body))) % 10**8}.lua"
-    script.write_text(WRK_SCRIPT % {"body": body, "headers": header_lines})
+    script = work / f"wrk-{abs(hash((url, body, vary_lua))) % 10**8}.lua"
+    script.write_text(WRK_SCRIPT % {"body": body, "headers": header_lines, "vary": vary_lua})
     argv = [
         "wrk",
         "-t1",

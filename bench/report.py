@@ -78,6 +78,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
                     verdict(delta <= target) if target is not None else "",
                 ]
             )
+        out.extend(_side_latency_rows(lat))
         for peer, stats in lat.get("peers", {}).items():
             for key, label in (("p50", "p50"), ("p99", "p99")):
                 out.append(
@@ -138,6 +139,18 @@ def rows(results: dict[str, Any]) -> list[Row]:
                     "",
                 ]
             )
+            for side, entry in row.get("sides", {}).items():
+                out.append(
+                    [
+                        "",
+                        f"{side} req/s (p99 ms)",
+                        "",
+                        f"{fmt(entry['rps'])} ({fmt(entry['p99_ms'])})",
+                        f"× {fmt(entry['vs_plain'])} of plain",
+                        "",
+                        "",
+                    ]
+                )
             for peer, entry in row.get("peers", {}).items():
                 out.append(
                     [
@@ -233,6 +246,18 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 verdict(sm["health_p99_ms"] is not None and sm["health_p99_ms"] < TARGETS["health_p99"]),
             ]
         )
+        for side, other in sm.get("others", {}).items():
+            out.append(
+                [
+                    "",
+                    f"{side}: /health p99 ms (max), {other['rounds']} storms",
+                    "",
+                    f"{fmt(other['health_p99_ms'])} ({fmt(other['health_max_ms'])})",
+                    f"n={other['health_n']}",
+                    f"< {fmt(TARGETS['health_p99'])}",
+                    verdict(other["health_p99_ms"] is not None and other["health_p99_ms"] < TARGETS["health_p99"]),
+                ]
+            )
         out.append(
             [
                 "",
@@ -255,6 +280,40 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 verdict(sm["upstream_calls"] < sm["naive_bound"]),
             ]
         )
+    return out
+
+
+def feature_cost(lat: dict[str, Any], side: str) -> dict[str, float] | None:
+    """What the features add over the plain gateway on the same server: added(features) - added(plain)."""
+    sides = lat.get("sides", {})
+    features = sides.get(side)
+    if not features:
+        return None
+    server = features.get("server")
+    plain = next((v for v in sides.values() if v.get("server") == server and v is not features), None)
+    base = plain["added"] if plain else lat["added"]  # the plain gateway runs the default server
+    return {k: round(features["added"][k] - base[k], 3) for k in ("p50", "p99", "p999")}
+
+
+def _side_latency_rows(lat: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for side, stats in lat.get("sides", {}).items():
+        for key, label in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
+            out.append(
+                [
+                    "",
+                    f"{label} ms, {side}",
+                    fmt(lat["direct"][key]),
+                    fmt(stats[key]),
+                    signed(stats["added"][key]),
+                    "",
+                    "",
+                ]
+            )
+        cost = feature_cost(lat, side)
+        if cost and "features" in side:
+            text = " / ".join(f"{signed(cost[k])}" for k in ("p50", "p99", "p999"))
+            out.append(["", f"{side} - plain, p50 / p99 / p99.9 ms", "", "", text, "", ""])
     return out
 
 

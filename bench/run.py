@@ -24,20 +24,20 @@ from typing import Any
 
 import orjson
 
-from bench import config, procs, report
-from bench.scenarios import SCENARIOS, Bench, Peer
+from bench import config, procs, report, summary
+from bench.scenarios import SCENARIOS, Bench, Peer, Side
 from gateway_project import servers as serve_commands
 
 RESULTS = Path(__file__).resolve().parent / "results"
-BUDGET_S = 290.0
+BUDGET_S = 400.0
 # rough seconds each scenario needs (full, quick), so the run skips what would overrun the budget
 ESTIMATE_S = {
     "memory": (30, 25),
-    "latency": (40, 10),
+    "latency": (50, 15),
     "stream": (20, 8),
-    "throughput": (60, 30),
+    "throughput": (80, 50),
     "config": (60, 40),
-    "storm": (50, 50),
+    "storm": (70, 70),
 }
 
 
@@ -81,6 +81,22 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         metavar="NAME=VALUE",
         help="extra environment for the gateway (experiments, e.g. SWITCHBOARD_REQUEST_LOG_LEVEL=WARNING); repeatable",
     )
+    p.add_argument(
+        "--postgres",
+        default=_first_env("BENCH_POSTGRES_URL", "SWITCHBOARD_TEST_POSTGRES_URL", "DATABASE_URL", prefix="postgres"),
+        help="PostgreSQL server for the feature-enabled gateways (a throwaway database is created on it and "
+        "dropped; default: BENCH_POSTGRES_URL, SWITCHBOARD_TEST_POSTGRES_URL or a postgres DATABASE_URL)",
+    )
+    p.add_argument(
+        "--redis",
+        default=_first_env("BENCH_REDIS_URL", "REDIS_URL", "SWITCHBOARD_TEST_REDIS_URL", prefix="redis"),
+        help="REDIS_URL of the feature-enabled gateways (default: BENCH_REDIS_URL, REDIS_URL or SWITCHBOARD_TEST_REDIS_URL)",
+    )
+    p.add_argument(
+        "--no-sides",
+        action="store_true",
+        help="measure the plain uvicorn gateway only (no daphne, no feature-enabled gateways)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, databases)")
     args = p.parse_args(argv)
     bad = [e for e in args.gateway_env if "=" not in e]
@@ -93,6 +109,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
     return args
+
+
+def _first_env(*names: str, prefix: str) -> str:
+    for name in names:
+        value = os.environ.get(name, "")
+        if value.startswith(prefix):
+            return value
+    return ""
 
 
 def _load_peers(p: argparse.ArgumentParser, path: Path | None) -> list[Peer]:
@@ -113,6 +137,75 @@ def _load_peers(p: argparse.ArgumentParser, path: Path | None) -> list[Peer]:
         ]
     except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         p.error(f"--peers-file {path}: {exc}; expected a JSON list of {{name, url, key, model, headers}}")
+
+
+def _features_backends(args: argparse.Namespace, notes: list[str]) -> tuple[str | None, str, dict[str, str]]:
+    """(PostgreSQL server URL or None, REDIS_URL or "", what the row ran on) for the features' gateways."""
+    pg, redis_url = args.postgres or None, args.redis or ""
+    ran_on = {"database": "PostgreSQL", "redis": "Redis"}
+    if pg is None:
+        ran_on["database"] = "SQLite (no PostgreSQL URL: set DATABASE_URL, BENCH_POSTGRES_URL or --postgres)"
+    if redis_url:
+        why = procs.redis_reachable(redis_url)
+        if why:
+            ran_on["redis"] = f"no Redis ({redis_url} unreachable: {why})"
+            redis_url = ""
+    else:
+        ran_on["redis"] = "no Redis (no REDIS_URL: set REDIS_URL, BENCH_REDIS_URL or --redis)"
+    for what in ran_on.values():
+        if what not in ("PostgreSQL", "Redis"):
+            notes.append(f"features: ran on {what}")
+    return pg, redis_url, ran_on
+
+
+def _start_sides(
+    args: argparse.Namespace,
+    work: Path,
+    mock_url: str,
+    plain_env: dict[str, str],
+    plain_key: str,
+    started_procs: list[procs.Proc],
+    dropped: list[procs.ThrowawayPostgres],
+    results: dict[str, Any],
+) -> list[Side]:
+    """daphne on a copy of the plain database, and the feature-enabled configuration on uvicorn
+    and on daphne (one throwaway PostgreSQL database, Redis), each its own process."""
+    other = "daphne" if args.server != "daphne" else "uvicorn"
+    copy = work / f"{other}.sqlite3"
+    shutil.copyfile(work / "small.sqlite3", copy)
+    env = {**plain_env, "DATABASE_URL": f"sqlite:///{copy}", "SWITCHBOARD_USAGE_SPOOL_DIR": str(work / "other-spool")}
+    proc, url = procs.start_gateway(other, other, work, env)
+    started_procs.append(proc)
+    sides = [Side(other, other, proc, url, plain_key, False)]
+    pg, redis_url, ran_on = _features_backends(args, results["notes"])
+    results["meta"]["features_ran_on"] = ran_on
+    database_url = None
+    if pg:
+        try:
+            db = procs.ThrowawayPostgres(pg)
+        except Exception as exc:  # noqa: BLE001 - an unreachable server: the row runs on SQLite and says why
+            ran_on["database"] = f"SQLite (PostgreSQL unreachable: {type(exc).__name__}: {exc})"
+            results["notes"].append(f"features: ran on {ran_on['database']}")
+        else:
+            dropped.append(db)
+            database_url = db.url
+    fenv, fkey = procs.prepare_database(
+        work, "features", config.features_yaml(mock_url), config.ORG, config.FEATURE_AGENT, database_url
+    )
+    tracing_off = {"OTEL_EXPORTER_OTLP_ENDPOINT": "", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": ""}
+    for server, name in ((args.server, "features"), (other, f"{other} features")):
+        env = {
+            **fenv,
+            **tracing_off,
+            **args.extra_env,
+            "REDIS_URL": redis_url,
+            "SWITCHBOARD_USAGE_SPOOL_DIR": str(work / f"{server}-features-spool"),
+            "SWITCHBOARD_CLUSTER": f"bench-{server}",  # two gateways, one database: no shared breakers
+        }
+        proc, url = procs.start_gateway(server, name.replace(" ", "-"), work, env)
+        started_procs.append(proc)
+        sides.append(Side(name, server, proc, url, fkey, True))
+    return sides
 
 
 def _log(started: float, message: str) -> None:
@@ -140,6 +233,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "notes": [],
     }
     started_procs: list[procs.Proc] = []
+    dropped: list[procs.ThrowawayPostgres] = []
     try:
         mock, mock_url = procs.start_mock(work, args.mock_port or None)
         started_procs.append(mock)
@@ -154,6 +248,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         env.update(args.extra_env)
         gateway, gateway_url = procs.start_gateway(args.server, "gateway", work, env)
         started_procs.append(gateway)
+        sides: list[Side] = []
+        if not args.no_sides:
+            sides = _start_sides(args, work, mock_url, env, key, started_procs, dropped, results)
+            for side in sides:
+                _log(started, f"{side.name} ({side.server}) on {side.url}")
         time.sleep(0.5)
         rss_idle = gateway.rss_mb()
         _log(started, f"gateway ({args.server}) on {gateway_url}, idle RSS {rss_idle} MB")
@@ -170,6 +269,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             args.peers,
             args.extra_env,
             results["notes"],
+            sides,
         )
         for name, fn in SCENARIOS.items():
             if name not in args.selected:
@@ -190,6 +290,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         for p in reversed(started_procs):
             p.stop()
+        for db in dropped:
+            try:
+                db.drop()
+            except Exception as exc:  # noqa: BLE001 - say so, never lose the results
+                print(f"could not drop the throwaway database {db.name}: {exc}", file=sys.stderr)
         if args.keep:
             print(f"kept {work}", file=sys.stderr)
         else:
@@ -213,6 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     results = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    summary.save("run", results)
     print(headline(results))
     print("gateway - direct: difference of percentiles of the two raw distributions (ms); ratio: gateway / direct")
     print(report.render(report.rows(results)))

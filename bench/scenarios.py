@@ -39,6 +39,33 @@ class Peer:
 
 
 @dataclass
+class Side:
+    """One more Switchboard beside the plain one, measured in the same loops: the other server
+    (daphne) and the feature-enabled configuration (config.features_document) on each."""
+
+    name: str  # "features", "daphne", "daphne features"
+    server: str
+    proc: procs.Proc
+    url: str
+    key: str
+    features: bool  # calls config.FEATURES with a varying body (every request a cache miss)
+
+    def target(self, batch: int | None = None) -> dict[str, Any]:
+        model = config.FEATURES[0] if self.features else config.CHAT[0]
+        t: dict[str, Any] = {
+            "name": self.name,
+            "url": f"{self.url}/v1/chat/completions",
+            "headers": {"Authorization": f"Bearer {self.key}"},
+            "body": config.chat_body(model, vary=self.features),
+        }
+        if self.features:
+            t["vary"] = config.VARY
+        if batch is not None:
+            t["batch"] = batch
+        return t
+
+
+@dataclass
 class Bench:
     work: Path
     server: str
@@ -52,6 +79,7 @@ class Bench:
     peers: list[Peer] = field(default_factory=list)
     extra_env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    sides: list[Side] = field(default_factory=list)
 
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.key}"}
@@ -112,19 +140,30 @@ def _check_ok(statuses: dict[str, dict[Any, int]], notes: list[str], scenario: s
 
 
 def latency(b: Bench) -> dict[str, Any]:
-    rounds, batch = b.pick(10, 6), b.pick(1000, 300)
+    # 6 000 requests a target (p99.9 from the 6 slowest), in batches small enough that no target
+    # idles 2 s between its batches: a budget's cluster lease is given back after 2 s unused
+    # (routing/ops/shared_limits.py IDLE_S), which steady traffic from one client never sees.
+    rounds, batch = b.pick(60, 15), b.pick(100, 80)
     targets = [b.direct(config.CHAT[1]), b.through(config.CHAT[0])]
-    peers = b.peer_targets(batch=max(20, batch // 20))
+    targets.extend(side.target() for side in b.sides)
+    peers = b.peer_targets(batch=max(10, batch // 10))  # 600 each: LiteLLM answers in ~20 ms
     targets.extend(peers)
     raw = procs.loadgen(
-        {"mode": "latency", "targets": targets, "rounds": rounds, "batch": batch, "warmup": 100, "max_s": 100},
-        timeout=180,
+        {"mode": "latency", "targets": targets, "rounds": rounds, "batch": batch, "warmup": 100, "max_s": 150},
+        timeout=240,
     )
     _check_ok(raw["statuses"], b.notes, "latency")
+    if raw.get("reconnects"):
+        b.notes.append(f"latency: idle keep-alive connections closed by the server, re-sent: {raw['reconnects']}")
     out: dict[str, Any] = {"rounds": raw["rounds"]}
     for t in targets[:2]:
         out[t["name"]] = summarize(raw["samples"][t["name"]])
     out["added"] = added(out["gateway"], out["direct"])
+    if b.sides:
+        out["sides"] = {}
+        for side in b.sides:
+            stats = summarize(raw["samples"][side.name])
+            out["sides"][side.name] = {**stats, "added": added(stats, out["direct"]), "server": side.server}
     if peers:
         out["peers"] = {}
         for peer, t in zip(b.peers, peers, strict=True):
@@ -172,31 +211,40 @@ def throughput(b: Bench) -> dict[str, Any]:
     Each (level, target) runs `reps` short times, alternating targets, and keeps the best
     run: on a shared machine other tenants only ever slow a run down, so the best of a few
     is the least disturbed estimate of each side's capacity (every run is in the JSON).
+    The other sides (daphne, the feature-enabled gateways) run at 32 connections only, and
+    only that level (the target's) keeps the best of `reps`; 1 and 128 run once each.
     """
-    seconds, reps = b.pick(4, 2), 2
-    direct = (f"{b.mock_url}/v1/chat/completions", config.chat_body(config.CHAT[1]), {})
-    gateway = (f"{b.gateway_url}/v1/chat/completions", config.chat_body(config.CHAT[0]), b.auth())
+    seconds, reps = b.pick(3, 2), 2
+    direct = (f"{b.mock_url}/v1/chat/completions", config.chat_body(config.CHAT[1]), {}, None)
+    gateway = (f"{b.gateway_url}/v1/chat/completions", config.chat_body(config.CHAT[0]), b.auth(), None)
     targets = {"direct": direct, "gateway": gateway}
     for peer in b.peers:
         targets[f"peer:{peer.name}"] = (
             f"{peer.url}/v1/chat/completions",
             config.chat_body(peer.model),
             peer.request_headers(),
+            None,
         )
-    for url, body, headers in targets.values():  # warm pools and caches
-        procs.wrk(url, body, headers, 8, 1, b.work)
+    sides = {}
+    for side in b.sides:
+        t = side.target()
+        sides[f"side:{side.name}"] = (t["url"], t["body"], t["headers"], t.get("vary"))
+    for url, body, headers, vary in (*targets.values(), *sides.values()):  # warm pools and caches
+        procs.wrk(url, body, headers, 8, 1, b.work, vary)
     out: dict[str, Any] = {"seconds": seconds, "reps": reps}
     for conns in (1, 32, 128):
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in targets}
-        for _ in range(reps):
-            for name, (url, body, headers) in targets.items():
-                runs[name].append(procs.wrk(url, body, headers, conns, seconds, b.work))
+        level_targets = {**targets, **sides} if conns == 32 else targets
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in level_targets}
+        for _ in range(reps if conns == 32 else 1):  # the target's level gets the best of `reps`
+            for name, (url, body, headers, vary) in level_targets.items():
+                runs[name].append(procs.wrk(url, body, headers, conns, seconds, b.work, vary))
         level: dict[str, Any] = {}
         for name, results in runs.items():
             best = max(results, key=lambda r: r["rps"])
             entry = {**best, "runs_rps": [r["rps"] for r in results]}
-            if name.startswith("peer:"):
-                level.setdefault("peers", {})[name[len("peer:") :]] = entry
+            kind, _, rest = name.partition(":")
+            if kind in ("peer", "side"):
+                level.setdefault(f"{kind}s", {})[rest] = entry
             else:
                 level[name] = entry
             errors = sum(r["errors"] for r in results)
@@ -209,6 +257,8 @@ def throughput(b: Bench) -> dict[str, Any]:
         for name, entry in level.get("peers", {}).items():
             entry["vs_peer"] = ratio(level["gateway"]["rps"], entry["rps"])  # Switchboard / peer
             entry["target"] = targets_by_name.get(name)
+        for entry in level.get("sides", {}).values():
+            entry["vs_plain"] = ratio(entry["rps"], level["gateway"]["rps"])  # this side / plain uvicorn
         out[f"c{conns}"] = level
     return out
 
@@ -276,7 +326,7 @@ def config_size(b: Bench) -> dict[str, Any]:
     try:
         large_target = b.through(config.CHAT[0], url=url, name="large")
         large_target["headers"] = {"Authorization": f"Bearer {key}"}
-        rounds, batch = b.pick(6, 4), b.pick(500, 200)
+        rounds, batch = b.pick(4, 4), b.pick(300, 200)
         targets = [b.direct(config.CHAT[1]), b.through(config.CHAT[0], name="small"), large_target]
         raw = procs.loadgen(
             {"mode": "latency", "targets": targets, "rounds": rounds, "batch": batch, "warmup": 100, "max_s": 60},
@@ -316,14 +366,21 @@ def config_size(b: Bench) -> dict[str, Any]:
 STORM_ROUNDS = 6  # consecutive storms: memory must level off after the first
 
 
-def _one_storm(b: Bench, total: int, deadline_s: float) -> tuple[dict[str, Any], dict[str, Any]]:
-    probe = procs.Interactive(
-        {"mode": "probe", "target": {"url": f"{b.gateway_url}/health"}, "interval_s": 0.01, "max_s": 60}
-    )
+STORM_ROUNDS_OTHER = 2  # on the other server: /health only (memory is the plain one's row)
+
+
+def _one_storm(
+    b: Bench, total: int, deadline_s: float, side: Side | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    url = side.url if side else b.gateway_url
+    target = b.through(config.STORM[0], url=url)
+    if side:
+        target["headers"] = {"Authorization": f"Bearer {side.key}"}
+    probe = procs.Interactive({"mode": "probe", "target": {"url": f"{url}/health"}, "interval_s": 0.01, "max_s": 60})
     try:
         probe.read_line()
         raw = procs.loadgen(
-            {"mode": "storm", "target": b.through(config.STORM[0]), "total": total, "timeout_s": deadline_s + 5},
+            {"mode": "storm", "target": target, "total": total, "timeout_s": deadline_s + 5},
             timeout=deadline_s + 60,
         )
         health = probe.finish(timeout=30)
@@ -360,7 +417,27 @@ def storm(b: Bench) -> dict[str, Any]:
             first_calls = _mock_calls(b, config.STORM[1])["count"] - calls_before
     rss_first, rss_last = rss_after_each[0], rss_after_each[-1]
     naive = total * (1 + DEFAULT_MAX_RETRIES)
+    others = {}
+    for side in b.sides:
+        if side.features:
+            continue
+        side_hl: list[float] = []
+        side_statuses: dict[str, int] = {}
+        for _ in range(STORM_ROUNDS_OTHER):
+            raw, health = _one_storm(b, total, deadline_s, side)
+            side_hl.extend(health["latencies_ms"])
+            for k, v in raw["statuses"].items():
+                side_statuses[k] = side_statuses.get(k, 0) + v
+        others[side.name] = {
+            "server": side.server,
+            "rounds": STORM_ROUNDS_OTHER,
+            "statuses": side_statuses,
+            "health_n": len(side_hl),
+            "health_p99_ms": round(percentile(side_hl, 99), 2) if side_hl else None,
+            "health_max_ms": round(max(side_hl), 2) if side_hl else None,
+        }
     return {
+        "others": others,
         "requests": total,
         "rounds": STORM_ROUNDS,
         "statuses": statuses,

@@ -2,7 +2,7 @@
 
 Starts the mock upstream and two gateways on their own throwaway SQLite databases,
 `manage.py serve --workers 1` and `manage.py serve --workers 2` (uvicorn by default),
-both idle while the other is measured. wrk drives each at 32 and 128 connections,
+both idle while the other is measured. wrk drives each at 8, 32 and 128 connections,
 alternating, `--reps` times; the best run of each side is kept (other tenants of a
 shared machine only slow a run down) and the ratio workers-2 / workers-1 is printed.
 With `--redis URL`, one more pair: `--workers 1` with REDIS_URL (sharing on) vs
@@ -26,10 +26,12 @@ from typing import Any
 
 import orjson
 
-from bench import config, procs
+from bench import config, procs, summary
 from bench.stats import ratio
 
 RESULTS = Path(__file__).resolve().parent / "results"
+LEVELS = (8, 32, 128)  # the scaling curve; the target is read at 128 clients
+TARGET_AT_128 = 1.5  # --workers 2 / --workers 1 req/s
 
 
 def _serve(name: str, server: str, workers: int, work: Path, mock_url: str, extra: dict[str, str]) -> tuple:
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
             started.append(proc)
             targets[f"workers_{workers}"] = (url, key)
         time.sleep(1.0)
-        rows = measure(targets, (32, 128), args.seconds, args.reps, work)
+        rows = measure(targets, LEVELS, args.seconds, args.reps, work)
         for level in rows.values():
             level["ratio"] = ratio(level["workers_2"]["rps"], level["workers_1"]["rps"])
         results["workers"] = rows
@@ -136,6 +138,10 @@ def main(argv: list[str] | None = None) -> None:
     ]
     for line in errors:
         print(f"note: {line}")
+    at128 = results["workers"]["c128"]["ratio"]
+    verdict = "ok" if at128 is not None and at128 >= TARGET_AT_128 else "MISS"
+    print(f"w2/w1 at 128 clients: {at128} (target ≥ {TARGET_AT_128}): {verdict}")
+    summary.save("workers", results)
     print(f"results written to {args.out}", file=sys.stderr)
 
 

@@ -84,7 +84,8 @@ litellm_settings:
 general_settings:
   master_key: ${key}
 EOF
-  LITELLM_LOG=ERROR LITELLM_TELEMETRY=False DISABLE_SCHEMA_UPDATE=True \
+  # without Switchboard's DATABASE_URL / REDIS_URL: LiteLLM would take them as its own
+  env -u DATABASE_URL -u REDIS_URL LITELLM_LOG=ERROR LITELLM_TELEMETRY=False DISABLE_SCHEMA_UPDATE=True \
     "$venv/bin/litellm" --config "$WORK/litellm.yaml" --host 127.0.0.1 --port "$port" --num_workers 1 \
     > "$WORK/litellm.log" 2>&1 &
   PIDS+=($!)

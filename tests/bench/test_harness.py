@@ -194,3 +194,32 @@ async def test_load_generator_times_interleaved_batches_against_the_mock() -> No
         assert len(first) == 6 and all(f <= t for f, t in zip(first, last, strict=True))
     finally:
         await runner.cleanup()
+
+
+def test_feature_configuration_is_valid_and_enables_every_feature_on_one_model_and_agent() -> None:
+    from routing.config.validation import validate_document
+
+    doc = yaml.safe_load(config.features_yaml("http://127.0.0.1:9"))
+    assert validate_document(doc) == []
+    model = next(m for m in doc["models"] if m["id"] == config.FEATURES[0])
+    assert len({d["provider"] for d in model["deployments"]}) == 2 and model["cache_ttl_s"] > 0
+    agent = next(a for a in doc["orgs"][0]["agents"] if a["name"] == config.FEATURE_AGENT)
+    assert agent["limits"]["rpm"] and agent["budget"]["usd"]
+    assert {m["id"] for m in config.config_document("http://127.0.0.1:9")["models"]} < {m["id"] for m in doc["models"]}
+
+
+async def test_a_varying_target_sends_a_different_body_each_request_so_the_cache_always_misses() -> None:
+    from bench.loadgen import run_latency
+    from providers.mock.upstream import start_mock, state_of
+
+    runner, port = await start_mock()
+    try:
+        url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        target = {"name": "v", "url": url, "body": config.chat_body("model-v", vary=True), "vary": config.VARY}
+        out = await run_latency({"targets": [target], "rounds": 2, "batch": 3, "warmup": 0})
+        assert out["statuses"] == {"v": {200: 6}}
+        bodies = [body for _, _, body, _ in state_of(runner).model("model-v").requests]
+        assert len(bodies) == 6 and len(set(bodies)) == 6
+        assert all(config.VARY.encode() not in b for b in bodies)
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,235 @@
+"""`python -m bench.summary` (the last step of make bench): every target of the round, one table.
+
+Each benchmark of `make bench` saves its result as `<name>.json` in the run directory
+(SWITCHBOARD_BENCH_RUN_DIR, set by the Makefile) through `save`; this reads them all and
+prints one row per target: the measured value, the target, and met or missed by how
+much. A target whose benchmark did not run (or failed) reads "not measured", never met.
+Rows without a target (the features' cost as a difference, the scaling curve, the Redis
+hit) are "reported". Also writes bench/results/latest-summary.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.report import feature_cost, fmt, render
+
+RUN_DIR_ENV = "SWITCHBOARD_BENCH_RUN_DIR"
+RESULTS = Path(__file__).resolve().parent / "results"
+SUMMARY_FILE = RESULTS / "latest-summary.json"
+HEADER = ["target", "measured", "target", "verdict"]
+
+
+def save(name: str, data: dict[str, Any]) -> Path | None:
+    """Write one benchmark's result into the run directory, when make bench set one."""
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    if not run_dir:
+        return None
+    path = Path(run_dir) / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+    return path
+
+
+@dataclass
+class Check:
+    """One row: `value` (None: not measured) against `op` `threshold` (None: reported only)."""
+
+    label: str
+    value: float | None
+    unit: str
+    op: str | None = None  # "<=", "<", ">="
+    threshold: float | None = None
+
+    def verdict(self) -> str:
+        """'met', 'missed by X (×R)', 'not measured' or 'reported'."""
+        if self.value is None:
+            return "not measured"
+        if self.op is None or self.threshold is None:
+            return "reported"
+        met = {
+            "<=": self.value <= self.threshold,
+            "<": self.value < self.threshold,
+            ">=": self.value >= self.threshold,
+        }[self.op]
+        if met:
+            return "met"
+        gap = self.value - self.threshold if self.op != ">=" else self.threshold - self.value
+        text = f"missed by {fmt(round(gap, 3))}{self.unit_suffix()}"
+        if self.threshold and self.value > 0:
+            times = self.value / self.threshold if self.op != ">=" else self.threshold / self.value
+            text += f" (× {fmt(round(times, 2))})"
+        return text
+
+    def unit_suffix(self) -> str:
+        return "" if self.unit in ("", "×") else f" {self.unit}"
+
+    def row(self) -> list[str]:
+        value = "-" if self.value is None else f"{fmt(self.value)}{self.unit_suffix()}"
+        if self.unit == "×" and self.value is not None:
+            value = f"× {fmt(self.value)}"
+        target = ""
+        if self.op and self.threshold is not None:
+            shown = f"× {fmt(self.threshold)}" if self.unit == "×" else f"{fmt(self.threshold)}{self.unit_suffix()}"
+            target = f"{self.op.replace('<=', '≤').replace('>=', '≥')} {shown}"
+        return [self.label, value, target, self.verdict()]
+
+
+def _get(doc: dict[str, Any] | None, path: str) -> Any:
+    cur: Any = doc
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def checks(docs: dict[str, dict[str, Any]]) -> list[Check]:
+    """The rows, from the results of each benchmark by name (run, workers, deployments, limits, cache)."""
+    run, workers = docs.get("run"), docs.get("workers")
+    s = (run or {}).get("scenarios", {})
+    lat = s.get("latency") or {}
+
+    def lat_side(name: str, key: str) -> Any:
+        return _get(lat, f"sides.{name}.added.{key}")
+
+    out = [
+        Check("features, uvicorn, 1 client: added p50", lat_side("features", "p50"), "ms", "<=", 0.35),
+        Check("features, uvicorn, 1 client: added p99", lat_side("features", "p99"), "ms", "<=", 0.8),
+        Check("features, uvicorn, 1 client: added p99.9", lat_side("features", "p999"), "ms", "<=", 2.0),
+        Check("features, daphne, 1 client: added p50", lat_side("daphne features", "p50"), "ms", "<=", 0.9),
+        Check(
+            "features, uvicorn 1 worker, 32 clients: req/s",
+            _get(s, "throughput.c32.sides.features.rps"),
+            "req/s",
+            ">=",
+            3000.0,
+        ),
+        Check(
+            "serve --workers 2 / --workers 1 at 128 clients",
+            _get(workers, "workers.c128.ratio"),
+            "×",
+            ">=",
+            1.5,
+        ),
+        Check("limits + budget check (alone)", _get(docs.get("limits"), "budgeted_added_us"), "µs", "<=", 20.0),
+        Check("deployment selection (alone)", _get(docs.get("deployments"), "worst_added_us"), "µs", "<=", 20.0),
+        Check("cache lookup miss, in memory (alone)", _get(docs.get("cache"), "miss_us"), "µs", "<=", 30.0),
+        Check("cache hit, Redis store: p50", _get(docs.get("cache"), "redis_hit_p50_us"), "µs"),
+        Check("/health p99 in the 429 storm, uvicorn", _get(s, "storm.health_p99_ms"), "ms", "<", 50.0),
+        Check("/health p99 in the 429 storm, daphne", _get(s, "storm.others.daphne.health_p99_ms"), "ms", "<", 50.0),
+        Check(
+            "RSS after six storms vs after the first",
+            _get(s, "storm.rss_growth_after_first_pct"),
+            "%",
+            "<=",
+            10.0,
+        ),
+        Check("streaming: added time to first byte p50", _get(s, "stream.added.ttfb_p50"), "ms", "<=", 0.4),
+    ]
+    peers = _get(s, "throughput.c32.peers") or {}
+    for name, entry in peers.items():
+        target = entry.get("target")
+        out.append(
+            Check(
+                f"Switchboard / {name} req/s at 32 clients",
+                entry.get("vs_peer"),
+                "×",
+                ">=" if target else None,
+                float(target) if target else None,
+            )
+        )
+    out.extend(_reported(lat, s, workers))
+    return out
+
+
+def _reported(lat: dict[str, Any], s: dict[str, Any], workers: dict[str, Any] | None) -> list[Check]:
+    """Rows without a target: the baselines and differences the targets are read against."""
+    out = [
+        Check("plain, uvicorn, 1 client: added p50", _get(lat, "added.p50"), "ms"),
+        Check("plain, uvicorn, 1 client: added p99", _get(lat, "added.p99"), "ms"),
+        Check("plain, daphne, 1 client: added p50", _get(lat, "sides.daphne.added.p50"), "ms"),
+        Check("plain, uvicorn, 32 clients: req/s", _get(s, "throughput.c32.gateway.rps"), "req/s"),
+        Check("plain, daphne, 32 clients: req/s", _get(s, "throughput.c32.sides.daphne.rps"), "req/s"),
+        Check("features, daphne, 32 clients: req/s", _get(s, "throughput.c32.sides.daphne features.rps"), "req/s"),
+    ]
+    daphne, uvicorn = _get(lat, "sides.daphne.added.p50"), _get(lat, "added.p50")
+    server_share = None if daphne is None or uvicorn is None else round(daphne - uvicorn, 3)
+    out.append(Check("daphne - uvicorn, plain: added p50 (the server's share)", server_share, "ms"))
+    for side in ("features", "daphne features"):
+        cost = feature_cost(lat, side) if lat else None
+        server = "uvicorn" if side == "features" else "daphne"
+        for key, label in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
+            out.append(Check(f"features - plain, {server}: {label}", cost[key] if cost else None, "ms"))
+    for level in ("c8", "c32", "c128"):
+        out.append(Check(f"--workers 2 / 1 at {level[1:]} clients", _get(workers, f"workers.{level}.ratio"), "×"))
+    return out
+
+
+def load(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """Every `<name>.json` of the run directory, by name (unreadable files are left out)."""
+    docs: dict[str, dict[str, Any]] = {}
+    if not run_dir.is_dir():
+        return docs
+    for path in sorted(run_dir.glob("*.json")):
+        try:
+            docs[path.stem] = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+    return docs
+
+
+def _wall_s(run_dir: Path) -> float | None:
+    """Seconds since make bench wrote `started` (epoch seconds) into the run directory."""
+    try:
+        return time.time() - float((run_dir / "started").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.summary", description=__doc__.split("\n")[0])
+    parser.add_argument("--run-dir", type=Path, default=Path(os.environ.get(RUN_DIR_ENV) or RESULTS / "run"))
+    parser.add_argument("--out", type=Path, default=SUMMARY_FILE)
+    args = parser.parse_args(argv)
+    docs = load(args.run_dir)
+    rows = checks(docs)
+    run = docs.get("run", {})
+    ran_on = _get(run, "meta.features_ran_on") or {}
+    out("")
+    out(f"Summary of this run ({', '.join(sorted(docs)) or 'no results'} from {args.run_dir}):")
+    if ran_on:
+        out(f"features ran on: {ran_on.get('database')}, {ran_on.get('redis')}; tracing off")
+    out(render([c.row() for c in rows], HEADER))
+    met = sum(c.verdict() == "met" for c in rows)
+    judged = sum(c.op is not None for c in rows)
+    out(f"{met} of {judged} targets met")
+    for note in run.get("notes", []):
+        out(f"note (bench.run): {note}")
+    wall = _wall_s(args.run_dir)
+    if wall is not None:
+        out(f"make bench wall time: {wall // 60:.0f} min {wall % 60:.0f} s")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_bytes(
+        orjson.dumps(
+            {
+                "run_dir": str(args.run_dir),
+                "features_ran_on": ran_on,
+                "rows": [asdict(c) | {"verdict": c.verdict()} for c in rows],
+            },
+            option=orjson.OPT_INDENT_2,
+        )
+    )
+    out(f"summary written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The summary of make bench: each target met, missed by how much, or not measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+
+from bench import report, summary
+from bench.summary import Check
+
+
+def test_a_ceiling_is_met_at_the_threshold_and_missed_by_the_excess_and_its_ratio() -> None:
+    assert Check("p50", 0.35, "ms", "<=", 0.35).verdict() == "met"
+    assert Check("p50", 0.5, "ms", "<=", 0.35).verdict() == "missed by 0.15 ms (× 1.43)"
+    assert Check("health", 50.0, "ms", "<", 50.0).verdict().startswith("missed by 0 ms")
+
+
+def test_a_floor_is_missed_by_the_shortfall_and_a_missing_figure_is_never_met() -> None:
+    assert Check("rps", 3100.0, "req/s", ">=", 3000.0).verdict() == "met"
+    assert Check("rps", 2000.0, "req/s", ">=", 3000.0).verdict() == "missed by 1 000 req/s (× 1.5)"
+    assert Check("w2/w1", 1.2, "×", ">=", 1.5).row() == ["w2/w1", "× 1.2", "≥ × 1.5", "missed by 0.3 (× 1.25)"]
+    assert Check("rps", None, "req/s", ">=", 3000.0).verdict() == "not measured"
+    assert Check("redis hit", 180.0, "µs").verdict() == "reported"
+
+
+RUN = {
+    "meta": {"features_ran_on": {"database": "PostgreSQL", "redis": "Redis"}},
+    "scenarios": {
+        "latency": {
+            "direct": {"p50": 0.3, "p99": 0.5, "p999": 1.0},
+            "added": {"p50": 0.5, "p99": 1.0, "p999": 2.0},
+            "sides": {
+                "daphne": {"server": "daphne", "added": {"p50": 1.3, "p99": 3.0, "p999": 5.0}},
+                "features": {"server": "uvicorn", "added": {"p50": 0.6, "p99": 1.5, "p999": 2.5}},
+                "daphne features": {"server": "daphne", "added": {"p50": 1.5, "p99": 3.2, "p999": 6.0}},
+            },
+        },
+        "throughput": {"c32": {"gateway": {"rps": 2000.0}, "sides": {"features": {"rps": 1800.0}}}},
+        "storm": {"health_p99_ms": 30.0, "others": {"daphne": {"health_p99_ms": 70.0}}},
+    },
+}
+
+
+def test_rows_read_each_benchmark_and_the_features_cost_is_against_the_same_server() -> None:
+    docs = {"run": RUN, "limits": {"budgeted_added_us": 12.0}, "workers": {"workers": {"c128": {"ratio": 1.1}}}}
+    by_label = {c.label: c for c in summary.checks(docs)}
+    assert by_label["features, uvicorn, 1 client: added p50"].verdict() == "missed by 0.25 ms (× 1.71)"
+    assert by_label["features, daphne, 1 client: added p50"].value == 1.5
+    assert by_label["limits + budget check (alone)"].verdict() == "met"
+    assert by_label["deployment selection (alone)"].verdict() == "not measured"  # its bench did not run
+    assert by_label["/health p99 in the 429 storm, uvicorn"].verdict() == "met"
+    assert by_label["/health p99 in the 429 storm, daphne"].verdict().startswith("missed by 20 ms")
+    assert by_label["serve --workers 2 / --workers 1 at 128 clients"].verdict().startswith("missed by 0.4")
+    # the features' own cost: features minus plain on the same server (uvicorn plain is the main gateway)
+    assert by_label["features - plain, uvicorn: p50"].value == 0.1
+    assert by_label["features - plain, daphne: p99.9"].value == 1.0
+    assert by_label["daphne - uvicorn, plain: added p50 (the server's share)"].value == 0.8
+    assert report.feature_cost(RUN["scenarios"]["latency"], "daphne features") == {"p50": 0.2, "p99": 0.2, "p999": 1.0}
+
+
+def test_main_prints_one_table_from_the_run_directory_and_writes_the_summary(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_bytes(orjson.dumps(RUN))
+    (run_dir / "broken.json").write_text("{not json")
+    lines: list[str] = []
+    out = tmp_path / "summary.json"
+    summary.main(["--run-dir", str(run_dir), "--out", str(out)], lines.append)
+    text = "\n".join(lines)
+    assert "features ran on: PostgreSQL, Redis" in text
+    assert "features, uvicorn, 1 client: added p50" in text and "missed by 0.25 ms" in text
+    written = orjson.loads(out.read_bytes())
+    verdicts = {r["label"]: r["verdict"] for r in written["rows"]}
+    assert verdicts["/health p99 in the 429 storm, uvicorn"] == "met"
+    assert verdicts["cache lookup miss, in memory (alone)"] == "not measured"
+
+
+def test_save_writes_into_the_run_directory_only_when_make_bench_set_one(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv(summary.RUN_DIR_ENV, raising=False)
+    assert summary.save("x", {"a": 1}) is None
+    monkeypatch.setenv(summary.RUN_DIR_ENV, str(tmp_path / "run"))
+    path = summary.save("cache", {"miss_us": 7.5})
+    assert path is not None and orjson.loads(path.read_bytes()) == {"miss_us": 7.5}
+    assert summary.load(tmp_path / "run") == {"cache": {"miss_us": 7.5}}
