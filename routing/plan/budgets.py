@@ -221,16 +221,19 @@ class Budgets:
         """
         now = self._clock()
         accounts: list[Account] = []
-        if agent_budget is not None:
-            account = self._account((AGENT, org, agent), agent_budget, now)
+        refused: Exhausted | None = None
+        for scope, key, budget in ((AGENT, (AGENT, org, agent), agent_budget), (ORG, (ORG, org), org_budget)):
+            if budget is None:
+                continue
+            account = self._account(key, budget, now)
             if account.left() < amount:
-                raise self._refuse(AGENT, account, amount, now)
+                # every short account asks the syncer at once: one round then leases for the agent
+                # and its org, not one round each (the request waits for a single round)
+                exhausted = self._refuse(scope, account, amount, now)
+                refused = refused or exhausted
             accounts.append(account)
-        if org_budget is not None:
-            account = self._account((ORG, org), org_budget, now)
-            if account.left() < amount:
-                raise self._refuse(ORG, account, amount, now)
-            accounts.append(account)
+        if refused is not None:
+            raise refused
         for account in accounts:
             account.take(amount)
         return Hold(accounts, amount)

@@ -107,6 +107,32 @@ async def test_spend_beyond_the_lease_is_owed_to_the_counter(cluster):
     assert await admit_budget(p2, org, budget, 0.3) is not None
 
 
+async def test_after_an_idle_give_back_one_round_leases_for_the_agent_and_its_org(cluster):
+    """Both budgets short at once: the first request after a quiet spell waits one round, not one per budget."""
+    clock, process = cluster
+    p = process()
+    org, budget = org_name(), (1000.0, "month")
+
+    async def admit():
+        try:
+            return p.budgets.admit(org, budget, "bot", budget, 0.01)
+        except Exhausted:
+            await p.sync_once()  # the one round the request path waits for
+        try:
+            return p.budgets.admit(org, budget, "bot", budget, 0.01)
+        except Exhausted:
+            return None
+
+    (await admit()).settle(0.01)
+    clock.now += 3  # idle: both leases are given back
+    await p.sync_once()
+    assert p.budgets.find(("agent", org, "bot")).lease == 0
+    assert p.budgets.find(("org", org)).lease == 0
+    hold = await admit()
+    assert hold is not None  # refused (402) when only the agent's lease came back from the round
+    hold.settle(0.01)
+
+
 async def test_a_cluster_rpm_bucket_holds_across_two_processes(cluster):
     _, process = cluster
     p1, p2 = process(), process()
