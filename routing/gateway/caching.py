@@ -42,14 +42,17 @@ async def serve(
     key = plan.key
     while True:
         result = MISS
+        claimed = False
         flight = coalescer.flight(key)
         if flight is None:
-            found = await store.get(key)
+            # the lookup takes the cluster-wide claim on a miss in the same round trip
+            found, claimed = await store.get_or_claim(key, deadline - _monotonic())
             if found is BYPASS:
                 result = BYPASSED
             elif found is not None:
                 return _served(ctx, found, links, HIT)
-            flight = coalescer.flight(key)  # one may have started while this one looked
+            flight = coalescer.flight(key)  # one may have started while this one looked (the claim,
+            # if this lookup took it, is the process's: that leader's store or release frees it)
         if flight is not None:
             waited = _monotonic()
             try:
@@ -66,7 +69,7 @@ async def serve(
         ctx.cache = result
         flight = coalescer.lead(key)
         try:
-            if result is MISS and not await store.claim(key, deadline - _monotonic()):
+            if result is MISS and not claimed and not store.holds(key):
                 # Another process is making this very call: its answer, once stored, is this one's.
                 waited = _monotonic()
                 shared = await store.wait_other(key, deadline - waited)

@@ -18,8 +18,10 @@ own deadline) for its answer. A leader's error answer is every follower's error
 (one call, one outcome); a leader that is cancelled (its client left) hands over:
 a follower calls itself.
 
-Across processes, the Redis store adds a short claim (`claim`: SET NX PX on a
-claim key, for the call's deadline): the process that takes it makes the call and
+Across processes, the Redis store adds a short claim (SET NX PX on a claim key, for
+the call's deadline), taken in the lookup's own round trip (`get_or_claim`: one
+script that GETs the entry and, on a miss, takes the claim, so a miss costs one
+round trip before the upstream call, not two): the process that takes it makes the call and
 deletes the claim once the answer is stored; a process that finds it taken polls
 (`wait_other`: one MGET of answer and claim every CLAIM_POLL_S) until the answer
 is there, and calls itself when the claim ends without one. Without Redis (or
@@ -51,6 +53,15 @@ COMPRESS_FROM = 1024  # bytes of answer; smaller ones are stored as they are
 BYPASS: Any = object()  # a lookup's "the store is unavailable" (Redis down)
 LOCK_PREFIX = "switchboard:cache-claim:"  # + the entry's key: "a process is making this call"
 CLAIM_POLL_S = 0.02  # how often a request waiting on another process's call looks for its answer
+
+# The lookup and, on a miss, the claim, in one round trip. KEYS entry, claim; ARGV claim ttl (ms).
+# -> {1, entry} on a hit, {0, 1} on a miss with the claim taken, {0, 0} when another process holds it.
+GET_OR_CLAIM_SCRIPT = """
+local v = redis.call('GET', KEYS[1])
+if v then return {1, v} end
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return {0, 1} end
+return {0, 0}
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +164,14 @@ class MemoryCache:
         """One process: the in-flight table is the only claim there is."""
         return True
 
+    async def get_or_claim(self, key: str, ttl_s: float) -> tuple[Entry | None, bool]:
+        """The entry, or None and True (this process's in-flight table is the only claim)."""
+        found = self.lookup(key)
+        return found, found is None
+
+    def holds(self, key: str) -> bool:
+        return True
+
     async def wait_other(self, key: str, timeout_s: float) -> Entry | None:
         return None
 
@@ -186,6 +205,7 @@ class RedisCache:
         self._redis_loop: asyncio.AbstractEventLoop | None = None
         self._writing: dict[str, Entry] = {}  # answers whose write is on its way: readable here already
         self._claims: set[str] = set()  # keys whose cluster-wide claim this process holds
+        self._get_or_claim: Any = None  # GET_OR_CLAIM_SCRIPT registered on the current client
         self._tasks: set[asyncio.Task[None]] = set()
         self._probe: asyncio.Task[None] | None = None
 
@@ -227,6 +247,41 @@ class RedisCache:
             log.warning("ignoring an unreadable response cache entry in Redis")
             return None
 
+    async def get_or_claim(self, key: str, ttl_s: float) -> tuple[Entry | None, bool]:
+        """(entry, False) on a hit; (None, True) on a miss with the cluster-wide claim taken by this call;
+        (None, False) on a miss whose call another process is making; (BYPASS, False) while Redis is
+        unavailable. One round trip (GET_OR_CLAIM_SCRIPT)."""
+        writing = self._writing.get(key)
+        if writing is not None:
+            return writing, False
+        if self.down:
+            return BYPASS, False
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                hit, value = await self._script()(keys=[key, LOCK_PREFIX + key], args=[max(1, int(ttl_s * 1000))])
+        except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
+            self._failed(exc)
+            return BYPASS, False
+        if not hit:
+            if value:
+                self._claims.add(key)
+            return None, bool(value)
+        try:
+            return decode_entry(value), False
+        except (ValueError, TypeError, zlib.error, orjson.JSONDecodeError):
+            log.warning("ignoring an unreadable response cache entry in Redis")
+            return None, await self.claim(key, ttl_s)
+
+    def holds(self, key: str) -> bool:
+        """This process holds the cluster-wide claim on `key` (taken by another of its requests' lookups)."""
+        return key in self._claims
+
+    def _script(self) -> Any:
+        client = self._client()
+        if self._get_or_claim is None or self._get_or_claim.registered_client is not client:
+            self._get_or_claim = client.register_script(GET_OR_CLAIM_SCRIPT)
+        return self._get_or_claim
+
     def put(self, key: str, entry: Entry, ttl_s: float) -> bool:
         """Write `entry` in the background; skipped while Redis is down, too big, or too many writes wait."""
         if self.down or entry.size > self.max_entry_bytes or len(self._tasks) >= MAX_PENDING_WRITES:
@@ -241,10 +296,12 @@ class RedisCache:
     async def _write(self, key: str, entry: Entry, ttl_s: float) -> None:
         try:
             async with asyncio.timeout(self.timeout_s * 5):  # off the request path: a little more patience
-                await self._client().set(key, encode_entry(entry), px=max(1, int(ttl_s * 1000)))
+                pipe = self._client().pipeline(transaction=False)
+                pipe.set(key, encode_entry(entry), px=max(1, int(ttl_s * 1000)))
                 if key in self._claims:  # stored: callers in other processes waiting on the claim read it
                     self._claims.discard(key)
-                    await self._client().delete(LOCK_PREFIX + key)
+                    pipe.delete(LOCK_PREFIX + key)
+                await pipe.execute()  # one round trip for both
         except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
             self._failed(exc)
         finally:

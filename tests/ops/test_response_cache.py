@@ -184,6 +184,25 @@ async def test_a_claim_across_processes_hands_the_stored_answer_to_the_other_and
 
 
 @pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
+async def test_a_lookup_takes_the_claim_on_a_miss_in_the_same_round_trip():
+    a, b = RedisCache(REDIS_URL, timeout_s=1.0), RedisCache(REDIS_URL, timeout_s=1.0)
+    key = f"switchboard:cache:test:{uuid.uuid4().hex}"
+    try:
+        assert await a.get_or_claim(key, 10) == (None, True)  # a miss: a makes the call
+        assert a.holds(key) and not b.holds(key)
+        assert await b.get_or_claim(key, 10) == (None, False)  # a miss whose call a is making
+        a.put(key, entry(), 10)
+        await a.drain()
+        assert await b.get_or_claim(key, 10) == (entry(), False)  # a hit takes no claim
+        assert not await b._client().exists("switchboard:cache-claim:" + key)  # freed with the store
+        assert not a.holds(key)
+        await a._client().delete(key)
+    finally:
+        await a._client().aclose()
+        await b._client().aclose()
+
+
+@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
 async def test_an_answer_too_big_to_store_frees_the_claim_so_nobody_waits_for_it():
     a, b = RedisCache(REDIS_URL, timeout_s=1.0, max_entry_bytes=1000), RedisCache(REDIS_URL, timeout_s=1.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
