@@ -397,7 +397,7 @@ class Syncer:
             live.set_degraded("redis", True, "limits")
             log.warning(
                 "shared limits: Redis unreachable (%s); each process enforces an even share (1/%d) of each "
-                "limit and budget until it is back",
+                "limit, budget and deployment capacity until it is back",
                 exc,
                 self.processes,
             )
