@@ -235,6 +235,10 @@ class Syncer:
 
     async def wait_round(self, timeout_s: float) -> bool:
         """Wake the syncer and wait for its next round to end; False if none ended within `timeout_s`."""
+        if not self.running:
+            # Spawned by the same request that got here (daphne sends no lifespan: the first request
+            # starts the background tasks): one loop turn lets the task begin.
+            await asyncio.sleep(0)
         if not self.running or self._round is None or self._wake is None:
             return False
         round_ = self._round

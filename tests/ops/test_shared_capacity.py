@@ -105,3 +105,20 @@ async def test_redis_down_each_process_enforces_an_even_share_then_shares_again(
     await p1.sync_once()
     assert not p1.degraded and live.degraded["redis"] is False
     assert bucket.divisor == 0  # a share of the cluster bucket again
+
+
+async def test_the_first_request_of_a_process_waits_for_the_round_of_a_task_not_yet_begun(cluster):
+    """daphne sends no lifespan: the first request spawns the syncer and reaches the executor before it runs."""
+    import asyncio
+
+    p = cluster()
+    (east,) = multi("solo", ("east",), rpm={"east": 10}).deployments
+    task = asyncio.get_running_loop().create_task(p.run())  # spawned, not begun
+    try:
+        assert p.balancer.room_s(east, 0) == SHORT
+        assert await p.balancer.lease(2.0)  # not refused for want of a running syncer
+        assert p.balancer.room_s(east, 0) == 0
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
