@@ -447,9 +447,12 @@ def install(syncer: Syncer | None) -> None:
 
 
 def wake() -> bool:
-    """Request path: a share was short; wake the syncer. False when none runs (limits are per process)."""
+    """Request path: a share was short; wake the syncer. False when none is installed (limits are per process).
+
+    An installed syncer whose task has not begun yet (the first request of a daphne process
+    spawns it) counts: `wait_round` lets it begin."""
     syncer = _syncer
-    if syncer is None or not syncer.running:
+    if syncer is None:
         return False
     syncer.starved()
     return True
