@@ -6,6 +6,11 @@ figures per deployment, keyed by the deployment's breaker key (provider, model[,
 requests in flight, an EWMA of time to first byte, and the rpm/tpm token buckets.
 Keys, not snapshot objects, so the figures survive configuration rebuilds.
 
+Capacity (docs/deployments.md#capacity) counts in routing.core.buckets's buckets, the
+type org and agent limits use: local `Bucket`s per process, or, once the composition
+root hands the balancer a lessor (`share`), `SharedBucket`s = this process's shares of
+cluster buckets, leased in the background; the request path never does I/O for them.
+
 Strategies, each over the *eligible* deployments only (not yet tried by this
 request and with capacity left; the executor then asks the breaker):
 
@@ -25,10 +30,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from routing.core.buckets import Bucket, Lessor, SharedBucket
+
 WEIGHTED, LEAST_BUSY, LATENCY = "weighted", "least_busy", "latency"
 EXPLORE = 0.05
 ALPHA = 0.3
-_PER_S = 1.0 / 60.0
+SHORT = -1.0  # room_s: only this process's share of the cluster bucket is short; a lease may bring it
+DEPLOYMENT = "deployment"  # first part of a capacity bucket's cluster name (the lessor's key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,30 +57,6 @@ class Target:
         return self.link.model.provider.name
 
 
-class _Bucket:
-    """A token bucket holding at most `capacity`, refilled at capacity per minute."""
-
-    __slots__ = ("capacity", "level", "stamp")
-
-    def __init__(self, capacity: int, now: float) -> None:
-        self.capacity = float(capacity)
-        self.level = self.capacity
-        self.stamp = now
-
-    def refill(self, now: float, capacity: int) -> float:
-        if capacity != self.capacity:
-            self.capacity = float(capacity)
-            self.level = min(self.level, self.capacity)
-        level = self.level + (now - self.stamp) * self.capacity * _PER_S
-        self.stamp = now
-        self.level = level if level < self.capacity else self.capacity
-        return self.level
-
-    def wait_s(self, amount: float) -> float:
-        need = min(amount, self.capacity) - self.level
-        return need / (self.capacity * _PER_S) if need > 0 else 0.0
-
-
 class Figures:
     """The live figures of one deployment in this process."""
 
@@ -81,8 +65,8 @@ class Figures:
     def __init__(self) -> None:
         self.in_flight = 0
         self.ewma_s: float | None = None  # time to first byte, seconds
-        self.rpm: _Bucket | None = None
-        self.tpm: _Bucket | None = None
+        self.rpm: Bucket | None = None
+        self.tpm: Bucket | None = None
         self.picked = 0
 
 
@@ -92,6 +76,16 @@ class Balancer:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._figures: dict[Any, Figures] = {}
+        self.lessor: Lessor | None = None  # keeps shared buckets' shares (None: capacity per process)
+
+    def share(self, lessor: Lessor) -> None:
+        """Count capacity in shares of cluster buckets that `lessor` keeps topped up (docs/limits.md#shared).
+
+        Buckets made before are dropped so every bucket from now on is a share.
+        """
+        self.lessor = lessor
+        for f in self._figures.values():
+            f.rpm = f.tpm = None
 
     def figures(self, key: Any) -> Figures:
         f = self._figures.get(key)
@@ -105,34 +99,72 @@ class Balancer:
     # capacity ----------------------------------------------------------------------
 
     def room_s(self, target: Target, tokens: int, now: float | None = None) -> float:
-        """0 when the deployment can take a request of `tokens` now, else seconds until it can."""
+        """0 when the deployment can take a request of `tokens` now, else seconds until it can.
+
+        `SHORT` (< 0) when only this process's share of a cluster bucket lacks it: the lessor is
+        told (an event set), and a later round may bring the share (`lease`).
+        """
         if target.rpm is None and target.tpm is None:
             return 0.0
         if now is None:
             now = self.clock()
         f = self.figures(target.key)
         wait = 0.0
+        short = False
         if target.rpm is not None:
-            if f.rpm is None:
-                f.rpm = _Bucket(target.rpm, now)
-            if f.rpm.refill(now, target.rpm) < 1.0:
-                wait = f.rpm.wait_s(1.0)
+            bucket = f.rpm
+            if bucket is None:
+                bucket = f.rpm = self._bucket(target.rpm, now)
+            if bucket.refill(now, target.rpm) < 1.0:
+                if bucket.short(1.0):
+                    short = True
+                else:
+                    wait = bucket.wait(1.0)
         if target.tpm is not None:
-            if f.tpm is None:
-                f.tpm = _Bucket(target.tpm, now)
+            bucket = f.tpm
+            if bucket is None:
+                bucket = f.tpm = self._bucket(target.tpm, now)
             amount = min(float(max(tokens, 0)), float(target.tpm))
-            if f.tpm.refill(now, target.tpm) < amount:
-                wait = max(wait, f.tpm.wait_s(amount))
-        return wait
+            if bucket.refill(now, target.tpm) < amount:
+                if bucket.short(amount):
+                    short = True
+                else:
+                    wait = max(wait, bucket.wait(amount))
+        if wait > 0:
+            return wait
+        if short:
+            lessor = self.lessor
+            if lessor is not None:
+                lessor.starved()
+            return SHORT
+        return 0.0
+
+    def _bucket(self, capacity: int, now: float) -> Bucket:
+        return (Bucket if self.lessor is None else SharedBucket)(capacity, now)
 
     def take(self, target: Target, tokens: int) -> None:
         """Count one request (and its estimated tokens) against the deployment's capacity."""
         f = self.figures(target.key)
         f.picked += 1
-        if f.rpm is not None:
+        if f.rpm is not None and target.rpm is not None:
             f.rpm.level -= 1.0
-        if f.tpm is not None:
+        if f.tpm is not None and target.tpm is not None:
             f.tpm.level -= min(float(max(tokens, 0)), f.tpm.capacity)
+
+    async def lease(self, timeout_s: float) -> bool:
+        """Request path, only when every deployment left is `SHORT`: wait (bounded) for one lessor round."""
+        lessor = self.lessor
+        return lessor is not None and timeout_s > 0 and await lessor.wait_round(timeout_s)
+
+    def buckets(self) -> list[tuple[tuple[str, ...], Bucket]]:
+        """Every capacity bucket with its cluster name ("deployment", *key, "requests" | "tokens") (the lessor)."""
+        out: list[tuple[tuple[str, ...], Bucket]] = []
+        for key, f in list(self._figures.items()):
+            if f.rpm is not None:
+                out.append(((DEPLOYMENT, *key, "requests"), f.rpm))
+            if f.tpm is not None:
+                out.append(((DEPLOYMENT, *key, "tokens"), f.tpm))
+        return out
 
     # live figures ------------------------------------------------------------------
 

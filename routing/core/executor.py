@@ -24,6 +24,7 @@ from routing.core import errors
 from routing.core.backoff import backoff_delay
 from routing.core.balance import Balancer, Target
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
+from routing.core.buckets import LEASE_WAIT_S
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
 from routing.core.resilience import LinkModel, Resilience
 from routing.core.retry_budget import RetryBudgets
@@ -32,6 +33,9 @@ T = TypeVar("T")
 
 # Hops the org may not use or that do not exist: skipped without becoming a fallback reason.
 SILENT_SKIPS = frozenset({"model_denied", "model_not_found"})
+# Retry-After when a deployment's share stayed short after a lease round (the cluster bucket
+# had room at the round before): about when the next rounds will have brought one.
+_SHORT_RETRY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +359,10 @@ class Executor:
         remaining retries, so a model makes `1 + max_retries` upstream calls at most, or
         one per deployment when it has more. Each deployment's breaker is charged once.
 
+        With capacity shared across processes (docs/deployments.md#capacity), a deployment
+        whose local share is short is passed over while another can serve; when none
+        can, the request waits (bounded) for one background lease round, once.
+
         Returns (Outcome, None) when the request ends here; (None, None) when tries
         failed (`walk.last_failure`); (None, "circuit_open" | "capacity") when nothing
         was tried because every deployment was open, or at capacity.
@@ -369,16 +377,26 @@ class Executor:
         open_wait: float | None = None
         full_wait: float | None = None
         failed = False
+        leased = False
         while left:
             now = self.clock()
             eligible = []
+            short = False
             for t in left:
                 wait = balancer.room_s(t, tokens, now)
-                if wait > 0:
+                if wait == 0:
+                    eligible.append(t)
+                elif wait > 0:
                     full_wait = wait if full_wait is None or wait < full_wait else full_wait
                 else:
-                    eligible.append(t)
+                    short = True
             if not eligible:
+                if short:
+                    if not leased:
+                        leased = True
+                        if await balancer.lease(min(LEASE_WAIT_S, deadline - now)):
+                            continue
+                    full_wait = _SHORT_RETRY_S if full_wait is None else min(full_wait, _SHORT_RETRY_S)
                 break
             target = balancer.pick(link.routing, eligible, self.rand)
             assert target is not None

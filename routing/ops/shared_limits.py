@@ -12,9 +12,11 @@ Two background tasks of the composition root; neither is on the request path.
   never grants past the budget), reserves from it locally, tells the counter what it
   spent beyond the lease, and gives back what it holds when idle. The request path
   never calls Redis: a request the local lease cannot cover wakes the syncer and
-  waits (bounded) for one round. Redis unreachable → each process carries on with an
-  even share of what was left (÷ the processes seen alive), says so once (log line,
-  `switchboard_degraded{component="redis"}`), and re-syncs by itself.
+  waits (bounded) for one round. Deployments' rpm/tpm capacity (routing.core.balance)
+  is leased the same way, from cluster token buckets of the same script. Redis
+  unreachable → each process carries on with an even share of what was left (÷ the
+  processes seen alive), says so once (log line, `switchboard_degraded{component="redis"}`),
+  and re-syncs by itself.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 from routing.config import live
 from routing.config.snapshot import Snapshot
+from routing.core.balance import Balancer
 from routing.ops import metrics
 from routing.plan.budgets import AGENT, ORG, Account, Budgets
 from routing.plan.limits import Limiter, SharedBucket
@@ -187,7 +190,8 @@ async def wait_loaded(timeout_s: float) -> bool:
 
 
 class Syncer:
-    """The background side of shared limits and budgets: one Redis round per interval for every active one."""
+    """The background side of shared limits, budgets and deployment capacity: one Redis round per interval
+    for every active one."""
 
     def __init__(
         self,
@@ -198,10 +202,12 @@ class Syncer:
         timeout_s: float = 0.5,
         clock: Callable[[], float] = time.time,
         namespace: str = "",
+        balancer: Balancer | None = None,
     ) -> None:
         self.prefix = f"{KEY_PREFIX}{namespace}:" if namespace else KEY_PREFIX
         self.budgets = budgets
         self.limiter = limiter
+        self.balancer = balancer  # deployments' rpm/tpm capacity (docs/deployments.md#capacity), same buckets
         self.redis_url = redis_url
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -219,6 +225,8 @@ class Syncer:
         budgets.shared = True
         budgets.starved = self.starved
         limiter.shared = True
+        if balancer is not None:
+            balancer.share(self)
 
     def starved(self, account: Account | None = None) -> None:
         """A request found its share too small (request path: only sets an event)."""
@@ -227,6 +235,10 @@ class Syncer:
 
     async def wait_round(self, timeout_s: float) -> bool:
         """Wake the syncer and wait for its next round to end; False if none ended within `timeout_s`."""
+        if not self.running:
+            # Spawned by the same request that got here (daphne sends no lifespan: the first request
+            # starts the background tasks): one loop turn lets the task begin.
+            await asyncio.sleep(0)
         if not self.running or self._round is None or self._wake is None:
             return False
         round_ = self._round
@@ -322,9 +334,12 @@ class Syncer:
             for a in self.budgets.accounts()
             if a.lease is not None and (a.lease or a.owed or now - a.used_at <= IDLE_S)
         ]
+        items = self.limiter.items()
+        if self.balancer is not None:
+            items += self.balancer.buckets()
         buckets = [
             (k, b)
-            for k, b in self.limiter.items()
+            for k, b in items
             if isinstance(b, SharedBucket) and (b.level or b.divisor or mono - b.used_at <= IDLE_S)
         ]
         if not accounts and not buckets and not self.degraded:
@@ -386,7 +401,7 @@ class Syncer:
             live.set_degraded("redis", True, "limits")
             log.warning(
                 "shared limits: Redis unreachable (%s); each process enforces an even share (1/%d) of each "
-                "limit and budget until it is back",
+                "limit, budget and deployment capacity until it is back",
                 exc,
                 self.processes,
             )
@@ -407,7 +422,7 @@ class Syncer:
 
 
 def bucket_key(key: tuple[str, ...], prefix: str = KEY_PREFIX) -> str:
-    """The Redis hash of one cluster bucket (org or agent, requests or tokens)."""
+    """The Redis hash of one cluster bucket (org, agent or deployment; requests or tokens)."""
     return f"{prefix}bucket:{'/'.join(key)}"
 
 
@@ -432,9 +447,12 @@ def install(syncer: Syncer | None) -> None:
 
 
 def wake() -> bool:
-    """Request path: a share was short; wake the syncer. False when none runs (limits are per process)."""
+    """Request path: a share was short; wake the syncer. False when none is installed (limits are per process).
+
+    An installed syncer whose task has not begun yet (the first request of a daphne process
+    spawns it) counts: `wait_round` lets it begin."""
     syncer = _syncer
-    if syncer is None or not syncer.running:
+    if syncer is None:
         return False
     syncer.starved()
     return True

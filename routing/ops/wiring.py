@@ -133,7 +133,8 @@ def start() -> Process:
 
 
 def _start_shared_limits(proc: Process) -> None:
-    """With REDIS_URL, limits and budgets are leased from cluster buckets and counters (docs/limits.md#shared)."""
+    """With REDIS_URL, limits, budgets and deployment capacity are leased from cluster buckets and counters
+    (docs/limits.md#shared)."""
     from django.conf import settings
 
     url = getattr(settings, "REDIS_URL", "")
@@ -146,6 +147,7 @@ def _start_shared_limits(proc: Process) -> None:
         interval_s=settings.SWITCHBOARD_LIMITS_SYNC_S,
         timeout_s=min(0.5, settings.SWITCHBOARD_SHARED_TIMEOUT_S),
         namespace=shared_limits.namespace(settings.DATABASES["default"]),
+        balancer=proc.executor.balancer,  # deployments' capacity, shared too (docs/deployments.md#capacity)
     )
     shared_limits.install(syncer)
     proc.tasks.append(_spawn("shared-limits", syncer.run))

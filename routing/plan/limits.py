@@ -11,8 +11,9 @@ Admission checks every bucket that applies before taking from any, so a refused
 request takes nothing. Tokens are reserved at admission (prompt estimate + the
 output allowance) and corrected once the real usage is known (`Ticket.settle`).
 
-Shared mode (docs/limits.md#shared): the buckets are `SharedBucket`s whose level is
-this process's share of a cluster-wide bucket, leased by a background task
+The buckets are routing.core.buckets's, the same type deployment capacity counts in.
+Shared mode (docs/limits.md#shared): they are `SharedBucket`s whose level is this
+process's share of a cluster-wide bucket, leased by a background task
 (routing.ops.shared_limits); they do not refill locally unless Redis is down.
 """
 
@@ -22,91 +23,10 @@ import math
 import time
 from collections.abc import Callable
 
+from routing.core.buckets import Bucket, SharedBucket
+
 REQUESTS, TOKENS = "requests", "tokens"
 ORG, AGENT = "org", "agent"
-_PER_S = 1.0 / 60.0
-
-
-class Bucket:
-    """A token bucket of `capacity`, refilled at capacity per minute, continuously."""
-
-    __slots__ = ("capacity", "rate", "level", "stamp")
-
-    def __init__(self, capacity: int, now: float) -> None:
-        self.capacity = float(capacity)
-        self.rate = capacity * _PER_S
-        self.level = self.capacity
-        self.stamp = now
-
-    def refill(self, now: float, capacity: int) -> float:
-        """Bring the level up to `now` (and to a changed `capacity`); returns the level."""
-        if capacity != self.capacity:
-            self.capacity = float(capacity)
-            self.rate = capacity * _PER_S
-        level = self.level + (now - self.stamp) * self.rate
-        self.stamp = now
-        if level > self.capacity:
-            level = self.capacity
-        self.level = level
-        return level
-
-    def wait(self, amount: float) -> float:
-        """Seconds until `amount` is available (after a refill); the whole refill time if it never fits."""
-        need = min(amount, self.capacity) - self.level
-        return need / self.rate if need > 0 else 0.0
-
-    def reset_s(self) -> float:
-        """Seconds until the bucket is full again (OpenAI's `x-ratelimit-reset-*`)."""
-        missing = self.capacity - self.level
-        return missing / self.rate if missing > 0 else 0.0
-
-    def remaining(self) -> float:
-        """What is left for the caller (the headers' `remaining`)."""
-        return self.level
-
-
-class SharedBucket(Bucket):
-    """This process's share of a cluster-wide bucket (docs/limits.md#shared).
-
-    `level` is the share: tokens leased from the cluster bucket and not yet used. It
-    is topped up and given back by the background syncer, never refilled here, except
-    while Redis is unreachable (`divisor` > 0): then it refills at rate ÷ divisor up to
-    capacity ÷ divisor, an even share of the limit per live process.
-    """
-
-    __slots__ = ("pool", "used_at", "need", "divisor")
-
-    def __init__(self, capacity: int, now: float) -> None:
-        super().__init__(capacity, now)
-        self.level = 0.0
-        self.pool = float(capacity)  # the cluster bucket's level as last seen (headers)
-        self.used_at = now
-        self.need = 0.0  # the largest amount refused for want of a share (the syncer's hint)
-        self.divisor = 0  # > 0 while Redis is unreachable: the processes sharing the limit
-
-    def refill(self, now: float, capacity: int) -> float:
-        if capacity != self.capacity:
-            self.capacity = float(capacity)
-            self.rate = capacity * _PER_S
-        self.used_at = now
-        if self.divisor:
-            share = self.capacity / self.divisor
-            if self.level < share:
-                level = self.level + (now - self.stamp) * self.rate / self.divisor
-                self.level = share if level > share else level
-        self.stamp = now
-        return self.level
-
-    def remaining(self) -> float:
-        return self.level + (0.0 if self.divisor else max(0.0, self.pool))
-
-    def wait(self, amount: float) -> float:
-        need = min(amount, self.capacity) - self.remaining()
-        return need / self.rate if need > 0 else 0.0
-
-    def reset_s(self) -> float:
-        missing = self.capacity - self.remaining()
-        return missing / self.rate if missing > 0 else 0.0
 
 
 class Refused(Exception):

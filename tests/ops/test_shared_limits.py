@@ -204,3 +204,27 @@ async def test_redis_down_each_process_carries_on_with_an_even_share_and_recover
     await p1.sync_once()
     counter = int(await live_redis.get(account_key(account, p1.prefix))) / 1e6
     assert 0.4 - 1e-6 <= counter <= 0.4 + 0.1 + 1e-6  # spend $0.4, and p2 may still hold its $0.1 lease
+
+
+async def test_the_first_limited_request_of_a_process_waits_for_a_syncer_not_yet_begun(cluster):
+    """daphne sends no lifespan: the first request spawns the syncer and is admitted before it runs."""
+    import asyncio
+
+    from routing.ops import shared_limits
+
+    _, process = cluster
+    p = process()
+    org, limits = org_name(), (10, None)
+    task = asyncio.get_running_loop().create_task(p.run())  # spawned, not begun
+    shared_limits.install(p)
+    try:
+        with pytest.raises(Refused):
+            p.limiter.admit(org, None, "bot", limits, lambda: 0)  # no share yet
+        assert shared_limits.wake()  # not refused for want of a running syncer
+        assert await shared_limits.wait_round(2.0)
+        p.limiter.admit(org, None, "bot", limits, lambda: 0)
+    finally:
+        shared_limits.install(None)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
