@@ -170,6 +170,7 @@ class Limiter:
             need = 1 if limit == REQUESTS else amount
             if bucket.level < need or need > bucket.capacity:
                 ticket.settled = True
+                _hint_short_shares(scopes, amount)
                 raise Refused(scope, limit, value, need, bucket.wait(need), ticket, bucket)
         for bucket in requests:
             bucket.level -= 1
@@ -195,3 +196,14 @@ class Limiter:
     def forget(self) -> None:
         """Drop every bucket (tests)."""
         self._buckets.clear()
+
+
+def _hint_short_shares(scopes: list[tuple[str, str, int, Bucket]], amount: int) -> None:
+    """Every leased share this request finds short tells the syncer what it needs, not only the
+    first: after an idle spell (all shares given back) one round then leases for the agent's and
+    the org's rpm and tpm at once, and the request that waits for that round is admitted."""
+    for _, limit, _, bucket in scopes:
+        if isinstance(bucket, SharedBucket) and not bucket.divisor:
+            need = 1 if limit == REQUESTS else amount
+            if bucket.level < need <= bucket.capacity and need > bucket.need:
+                bucket.need = need

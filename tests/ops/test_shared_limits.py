@@ -133,6 +133,29 @@ async def test_after_an_idle_give_back_one_round_leases_for_the_agent_and_its_or
     hold.settle(0.01)
 
 
+async def test_one_round_leases_every_short_share_a_request_needs(cluster):
+    """rpm and tpm both short (a first request, or after an idle give-back) and the request's tokens
+    above the usual 5 % share: the one round the request waits for leases what it needs on both."""
+    clock, process = cluster
+    p = process()
+    org, limits = org_name(), (100, 10_000)
+
+    async def admit():
+        try:
+            return p.limiter.admit(org, None, "bot", limits, lambda: 1_500)
+        except Refused:
+            await p.sync_once()  # the one round the request path waits for
+        try:
+            return p.limiter.admit(org, None, "bot", limits, lambda: 1_500)
+        except Refused:
+            return None
+
+    assert await admit() is not None  # 429 when only the rpm share was asked for what it needed
+    clock.now += 3
+    await p.sync_once()
+    assert await admit() is not None
+
+
 async def test_a_cluster_rpm_bucket_holds_across_two_processes(cluster):
     _, process = cluster
     p1, p2 = process(), process()
