@@ -41,6 +41,7 @@ class Pacer:
         "_gc_paused_at",
         "_gc_blocked",
         "_gc_watch",
+        "_loop",
     )
 
     def __init__(
@@ -60,9 +61,12 @@ class Pacer:
         self._gc_paused_at: float | None = None  # when this pacer paused the GC (a burst began)
         self._gc_blocked = False  # paused for max_gc_pause_s already: not again until the load drops
         self._gc_watch: asyncio.TimerHandle | None = None  # checks, while paused or blocked, whether it is calm
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop its callbacks are queued on
 
     def admit_now(self) -> bool:
         """True when the request may go on in this iteration (the common case); else await `wait()`."""
+        if self._loop is not asyncio.get_running_loop():
+            self._rebind()
         if self._used < self.per_tick and not self._waiters:
             self._used += 1
             if not self._scheduled:
@@ -97,6 +101,18 @@ class Pacer:
     def _schedule(self) -> None:
         self._scheduled = True
         asyncio.get_running_loop().call_soon(self._tick)
+
+    def _rebind(self) -> None:
+        """Another loop runs now (one per test; a server has one): what was queued on the old one never runs."""
+        self._loop = asyncio.get_running_loop()
+        self._used = 0
+        self._waiters.clear()
+        self._scheduled = False
+        self._gc_watch = None
+        self._gc_blocked = False
+        if self._gc_paused_at is not None:
+            self._gc_paused_at = None
+            gc.enable()
 
     def _tick(self) -> None:
         """A new iteration: admit the next `per_tick` waiters, and count again."""

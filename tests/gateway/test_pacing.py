@@ -125,3 +125,27 @@ async def test_a_burst_through_the_gateway_is_all_served_and_health_answers_mean
     assert health.status_code == 200
     assert [a.status_code for a in answers] == [200] * 30
     assert len({a.headers["x-request-id"] for a in answers}) == 30
+
+
+def test_a_pacer_left_mid_burst_on_a_closed_loop_works_on_the_next_one():
+    pacer = Pacer(2, lambda: 100)
+    order: list[int] = []
+
+    async def burst_then_leave() -> None:  # the loop ends with waiters, a tick and the GC pause pending
+        for i in range(6):
+            asyncio.get_running_loop().create_task(_through(pacer, i, order))
+        await asyncio.sleep(0)
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(burst_then_leave())
+    loop.close()
+    assert not gc.isenabled()
+
+    async def next_test() -> None:
+        assert pacer.admit_now(), "nothing of the closed loop's burst holds this request"
+        assert gc.isenabled(), "the closed loop's GC pause is over"
+        tasks = [asyncio.create_task(_through(pacer, i, order)) for i in range(10, 16)]
+        await asyncio.wait_for(asyncio.gather(*tasks), 2)
+
+    asyncio.run(next_test())
+    assert order[-6:] == list(range(10, 16))
