@@ -8,6 +8,10 @@ SWITCHBOARD_MAX_HEADER_BYTES / SWITCHBOARD_MAX_HEADERS it answers 431
 headers_too_large, stops parsing, discards (never buffers) what the client still
 sends for a moment so the answer is read, then closes the connection.
 
+It also hands each response cycle a transport that sends a response's head together
+with its body's first write (`_OneWrite`): uvicorn writes them separately, and on
+loopback each write is a send() that wakes the client; one answer, one send().
+
 Used with `uvicorn --http gateway_project.http_limits:LimitedHttpToolsProtocol`.
 """
 
@@ -43,6 +47,44 @@ def _limits() -> tuple[int, int]:
                 int(os.environ.get("SWITCHBOARD_MAX_HEADERS", 100)),
             )
     return _cached
+
+
+class _OneWrite:
+    """The response cycle's view of its transport: the response head is held until the
+    body's first write and sent with it (one send(), one segment). A head whose body does
+    not follow in the same loop pass (a stream still waiting) goes out at the next pass."""
+
+    __slots__ = ("_transport", "_loop", "_head")
+
+    def __init__(self, transport: Any, loop: Any) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._head: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            self._transport.write(head + data)
+        elif data[:5] == b"HTTP/" and data[9:12] != b"100" and data[-4:] == b"\r\n\r\n":
+            self._head = data  # a response head (never the interim 100 Continue the client waits for)
+            self._loop.call_soon(self._flush)
+        else:
+            self._transport.write(data)
+
+    def _flush(self) -> None:
+        head = self._head
+        if head is not None:
+            self._head = None
+            if not self._transport.is_closing():
+                self._transport.write(head)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
@@ -85,6 +127,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._head_bytes = 0
         super().on_headers_complete()
+        cycle = self.cycle
+        # HEAD answers have no body write to carry the head: left as uvicorn sends them
+        if cycle is not None and cycle.scope is self.scope and self.scope["method"] != "HEAD":
+            cycle.transport = _OneWrite(self.transport, self.loop)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

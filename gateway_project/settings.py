@@ -58,6 +58,9 @@ SWITCHBOARD_CLUSTER = env.str("SWITCHBOARD_CLUSTER", default="")
 # Gateway ----------------------------------------------------------------------
 # Request bodies over this many bytes get 413 request_too_large.
 SWITCHBOARD_MAX_BODY_BYTES = env.int("SWITCHBOARD_MAX_BODY_BYTES", default=10 * 1024 * 1024)
+# Requests that start their work per event-loop pass; a burst beyond waits for the next passes,
+# so /health and open sockets are served between (docs/performance.md#pacing). 0: no pacing.
+SWITCHBOARD_REQUESTS_PER_TICK = env.int("SWITCHBOARD_REQUESTS_PER_TICK", default=32)
 # /metrics is public unless this is false; then only staff sessions may read it.
 SWITCHBOARD_METRICS_PUBLIC = env.bool("SWITCHBOARD_METRICS_PUBLIC", default=True)
 # How often each process checks the configuration version (safety net for missed broadcasts).

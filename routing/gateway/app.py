@@ -22,6 +22,7 @@ from routing.config import live
 from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.gateway import caching, limiting, messages, request, shapes
+from routing.gateway.pacing import Pacer
 from routing.gateway.proxy import proxy_idempotent, proxy_once, proxy_stream
 from routing.gateway.wire import (
     JSON,
@@ -45,6 +46,13 @@ log = logging.getLogger("switchboard.requests")
 _HEALTH_BODY = b'{"status":"ok"}'
 _monotonic = time.monotonic
 _perf = time.perf_counter
+_pacer: Pacer | None = None
+
+
+def _make_pacer() -> Pacer:
+    global _pacer
+    _pacer = Pacer(settings.SWITCHBOARD_REQUESTS_PER_TICK, lambda: tally.in_flight)
+    return _pacer
 
 
 async def gateway_application(scope: Scope, receive: Receive, send: Send) -> None:
@@ -56,8 +64,10 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
     if path == "/health/providers":
         await send_response(send, 200, health_providers_payload(live.current()), [JSON, worker_header()])
         return
-
     started = _perf()
+    pacer = _pacer or _make_pacer()
+    if pacer.per_tick > 0 and not pacer.admit_now():  # a burst: the loop polls between (pacing.py)
+        await pacer.wait()
     auth = request_id = idempotency_key = x_api_key = cache_control = b""
     content_length = auth_headers = -1
     for name, value in scope["headers"]:
