@@ -34,13 +34,15 @@ async def config_listener() -> None:
 
 async def config_poller() -> None:
     """Safety net: compare the configuration version every SWITCHBOARD_CONFIG_POLL_S."""
-    loop = asyncio.get_running_loop()
+    from routing.ops.usage.writer import _DaemonWorker
+
     interval = settings.SWITCHBOARD_CONFIG_POLL_S
+    worker = _DaemonWorker("switchboard-config-poll")  # one thread, so one database connection kept
     failures = 0
     while True:
         await asyncio.sleep(interval)
         try:
-            version = await loop.run_in_executor(None, _read_version)
+            version = await asyncio.wrap_future(worker.submit(_read_version))
             failures = 0
         except Exception as exc:  # noqa: BLE001 - database down: keep serving the snapshot
             failures += 1
@@ -52,10 +54,13 @@ async def config_poller() -> None:
 
 
 def _read_version() -> int:
-    from django.db import close_old_connections
+    """The stored version, on the poll's own thread, which keeps its database connection between
+    polls: opening one twice a second was measurable CPU beside the serving loop
+    (docs/performance.md#profile). A failed read closes it, so the next poll reconnects."""
+    from django.db import connection
 
-    close_old_connections()
     try:
         return live.read_version()
-    finally:
-        close_old_connections()
+    except Exception:
+        connection.close()
+        raise
