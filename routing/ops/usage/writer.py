@@ -202,13 +202,38 @@ def to_values(row: Mapping[str, Any], converters: list[tuple[str, Callable[[Any]
     return tuple(convert(get(name)) for name, convert in converters)
 
 
-def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500) -> None:
+def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500, lines: list[bytes] | None = None) -> None:
     """Insert rows in one transaction; replays of committed rows are ignored (record_id unique).
+
+    On PostgreSQL one statement does it all (routing.ops.usage.pgbatch), from `lines`
+    (the rows' journal lines) when the caller has them; a batch that statement cannot
+    take exactly (a NUL, an odd value) is written by `db_insert_python`, as on SQLite.
+    Raises OperationalError/InterfaceError (and other DatabaseErrors) when the database
+    cannot take them, `_Poison` when it refuses their content.
+    """
+    from django.db import DatabaseError, InterfaceError, OperationalError, connections
+
+    global _aggregates_failing
+    connection = connections[using]
+    if rows and connection.vendor == "postgresql":
+        from routing.ops.usage import pgbatch
+
+        try:
+            if pgbatch.write(connection, using, rows, lines):
+                _aggregates_failing = False
+                return
+        except (OperationalError, InterfaceError):
+            raise  # unreachable: the caller keeps the rows
+        except DatabaseError:  # refused content, or only the aggregates failing: the Python path decides
+            pass
+    db_insert_python(rows, using=using, batch_size=batch_size)
+
+
+def db_insert_python(rows: list[Row], using: str = "default", batch_size: int = 500) -> None:
+    """`db_insert` converting each row in Python: SQLite, and batches the one-statement path refuses.
 
     Plain `executemany` rather than ORM objects: this runs on a thread beside the
     event loop, and every bit of Python work here is GIL time the loop waits for.
-    Raises OperationalError/InterfaceError (and other DatabaseErrors) when the database
-    cannot take them, `_Poison` when it refuses their content.
     """
     from django.db import DataError, IntegrityError, connections, transaction
 
