@@ -1,10 +1,12 @@
 """Usage rows into the database: conversion, the INSERT, and the writer's own thread.
 
-`db_insert` writes a batch with one `INSERT ... ON CONFLICT (record_id) DO NOTHING`
-per row in one transaction, so replaying rows that are already committed is
-harmless; the same transaction adds the batch's new rows to the per-key totals
-(routing.ops.usage.keys) and the hourly aggregates (routing.ops.usage.rollup). Text that PostgreSQL refuses (NUL, lone surrogates) is escaped, never
-dropped: see docs/usage-records.md#characters.
+`db_insert` writes a batch in one transaction with `ON CONFLICT (record_id) DO NOTHING`,
+so replaying rows that are already committed is harmless, and adds the batch's new
+rows to the per-key totals (routing.ops.usage.keys) and the hourly aggregates
+(routing.ops.usage.rollup). On PostgreSQL one statement does all of it in the database
+(routing.ops.usage.pgbatch); `db_insert_python` converts row by row here (SQLite, and a
+batch that statement refuses). Text that PostgreSQL refuses (NUL, lone surrogates) is
+escaped, never dropped: see docs/usage-records.md#batch and #characters.
 """
 
 from __future__ import annotations
