@@ -152,7 +152,9 @@ def edge_cases() -> list[dict]:
     return [
         {
             "request_id": "r" * 300,  # no record_id: made from request_id
-            "created_at": hour + 3600 - 1e-7,  # microseconds round up to the next hour; the rollup keeps this one
+            "created_at": math.nextafter(
+                hour + 3600, 0
+            ),  # microseconds round up to the next hour; the rollup keeps this one
             "org": "o" * 100,
             "agent": "a" * 100,
             "key_prefix": "k" * 40,
