@@ -17,6 +17,10 @@ fields strings or null, numbers numbers, created_at an epoch number, the trail a
 list of strings or lists of strings, ...). If one row has not, it writes nothing
 and says so; the caller then writes the batch the Python way, as it does when
 PostgreSQL refuses the JSON itself (a NUL: jsonb has no \\u0000).
+
+The aggregates count the rows `RETURNING` gives back: a record_id twice in one batch
+(the queue never makes such a batch) counts once, and a row another process inserts
+concurrently counts in that process only.
 """
 
 from __future__ import annotations
