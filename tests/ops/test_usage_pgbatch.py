@@ -290,3 +290,36 @@ def test_records_commit_when_only_the_aggregates_fail(db):
     records, keys, rolls = state(db)
     assert len(records) == 15 and rolls == []
     assert keys == []  # one savepoint for both aggregates, as on SQLite
+
+
+def test_two_writers_replaying_the_same_batches_at_once_count_each_record_once(db):
+    # Two processes' writers (here: threads, each with its own connection) write the same
+    # batches at the same time, as when both replay one spool: each record is stored and
+    # counted once (the aggregates count what the insert returned, not what was absent before).
+    import threading
+
+    batches = [realistic(80, seed=100 + n) for n in range(12)]
+    errors: list[BaseException] = []
+
+    def run(mine: list[list[dict]]) -> None:
+        try:
+            for rows in mine:
+                assert pgbatch.write(connections[db], db, rows, [dumps_line(dict(r)) for r in rows])
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+        finally:
+            connections[db].close()
+
+    threads = [threading.Thread(target=run, args=(batches,)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and not any(t.is_alive() for t in threads)
+    records, keys, rolls = state(db)
+    assert len(records) == 12 * 80
+    assert sum(k["requests"] for k in keys) == sum(1 for r in records if r["key_prefix"])
+    assert sum(r["requests"] for r in rolls if r["grouping"] == "all") == 12 * 80
+    assert sum(r["prompt_tokens"] for r in rolls if r["grouping"] == "full") == sum(
+        r["prompt_tokens"] or 0 for r in records
+    )

@@ -18,7 +18,9 @@ list of strings or lists of strings, ...). If one row has not, it writes nothing
 and says so; the caller then writes the batch the Python way, as it does when
 PostgreSQL refuses the JSON itself (a NUL: jsonb has no \\u0000).
 
-The aggregates count the rows `RETURNING` gives back: a record_id twice in one batch
+The upserts lock their rows in one order (ORDER BY), so two processes writing batches
+at once wait for each other instead of deadlocking. The aggregates count the rows
+`RETURNING` gives back: a record_id twice in one batch
 (the queue never makes such a batch) counts once, and a row another process inserts
 concurrently counts in that process only.
 """
@@ -202,7 +204,7 @@ WITH src AS (
   SELECT r.{q("key_prefix")}, r.{q("org")}, r.{q("agent")}, count(*),
     {half_even_8("coalesce(sum(r.cost_raw), 0)")}, max(r.{q("created_at")})
   FROM r WHERE r.{q("key_prefix")} <> ''
-  GROUP BY 1, 2, 3
+  GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
   ON CONFLICT ({q("key_prefix")}, {q("org")}, {q("agent")}) DO UPDATE SET
     {req} = {keys}.{req} + excluded.{req},
     {spend} = {keys}.{spend} + excluded.{spend},
@@ -214,7 +216,7 @@ WITH src AS (
   SELECT CASE GROUPING({dim_args}) {name_case} END, r.hour,
     {", ".join(f"coalesce(r.{q(d)}, '')" for d in dims)},
     {", ".join(numbers)}
-  FROM r GROUP BY GROUPING SETS ({sets})
+  FROM r GROUP BY GROUPING SETS ({sets}) ORDER BY 1, 2, 3, 4, 5, 6, 7
   ON CONFLICT ({", ".join(q(c) for c in roll_keys)}) DO UPDATE SET {roll_updates}
   RETURNING 1
 )
