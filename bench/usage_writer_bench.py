@@ -177,9 +177,13 @@ def _database() -> tuple[str, Any]:
         )
     base, _, name = url.rpartition("/")
     bench_db = f"{name}_usage_bench"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{bench_db}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{bench_db}"')
+    admin = f"{base}/postgres"  # create and drop from the maintenance database
+    try:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{bench_db}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{bench_db}"')
+    except psycopg.Error as exc:
+        raise SystemExit(f"usage_writer_bench needs a PostgreSQL server (DATABASE_URL=postgres://...): {exc}") from exc
     os.environ["DATABASE_URL"] = f"{base}/{bench_db}"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_project.settings")
     import django
@@ -193,7 +197,7 @@ def _database() -> tuple[str, Any]:
         from django.db import connections
 
         connections.close_all()
-        with psycopg.connect(url, autocommit=True) as conn:
+        with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{bench_db}" WITH (FORCE)')
 
     return "default", drop
