@@ -16,7 +16,9 @@ socket is not counted: psycopg releases the GIL there). Loop lag is what a reque
 feels: an asyncio loop on the main thread ticks every 1 ms meanwhile and records how
 late each tick fires; `idle` is the same loop with no drain, measured in the same run.
 The request log line formatting (`log_requests`, logger at INFO) is part of the drain
-and also shown alone. Ratios are python / statement, same run, medians.
+and also shown alone. GC is the time the garbage collector ran during the drain (any
+thread: it stops them all) and how many collections. Ratios are python / statement,
+same run, medians.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import gc
 import io
 import logging
 import os
@@ -120,10 +123,21 @@ async def measure(args: argparse.Namespace, alias: str) -> list[tuple[str, int, 
     results: dict[tuple[str, int], dict[str, list[float]]] = {}
     loop = asyncio.get_running_loop()
 
-    def drained(sink: UsageSink) -> tuple[float, float]:
+    gc_time = [0.0, 0]  # seconds spent in garbage collection, collections (any thread)
+    gc_started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+        else:
+            gc_time[0] += time.perf_counter() - gc_started[0]
+            gc_time[1] += 1
+
+    def drained(sink: UsageSink) -> tuple[float, float, float, int]:
+        gc_time[:] = [0.0, 0]
         t0, w0 = time.thread_time(), time.perf_counter()
         assert sink.drain()
-        return time.thread_time() - t0, time.perf_counter() - w0
+        return time.thread_time() - t0, time.perf_counter() - w0, gc_time[0], gc_time[1]
 
     def logged(rows: list[dict[str, Any]]) -> float:
         t0 = time.thread_time()
@@ -131,6 +145,7 @@ async def measure(args: argparse.Namespace, alias: str) -> list[tuple[str, int, 
         return time.thread_time() - t0
 
     worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="usage-writer")
+    gc.callbacks.append(on_gc)
     try:
         # idle loop lag, same run
         ticker.late, ticker.recording = [], True
@@ -139,24 +154,27 @@ async def measure(args: argparse.Namespace, alias: str) -> list[tuple[str, int, 
         idle = list(ticker.late)
         for size in args.sizes:
             for name in sinks:
-                results[(name, size)] = {"cpu": [], "wall": [], "lag_max": [], "lag_p99": [], "log": []}
+                results[(name, size)] = {k: [] for k in ("cpu", "wall", "lag_max", "lag_p99", "log", "gc_ms", "gcs")}
             for rep in range(args.repeat + 1):  # the first round warms connections and caches
                 for name, sink in sinks.items():
                     rows = records(size, rng)
                     for r in rows:
                         sink.record(r)
                     ticker.late, ticker.recording = [], True
-                    cpu, wall = await loop.run_in_executor(worker, drained, sink)
+                    cpu, wall, gc_s, gcs = await loop.run_in_executor(worker, drained, sink)
                     ticker.recording = False
                     if rep:
                         res = results[(name, size)]
                         res["cpu"].append(cpu * 1000)
                         res["wall"].append(wall * 1000)
                         res["lag_max"].append(max(ticker.late, default=0.0))
+                        res["gc_ms"].append(gc_s * 1000)
+                        res["gcs"].append(gcs)
                         res["lag_p99"].append(p99(ticker.late))
                         res["log"].append(await loop.run_in_executor(worker, logged, records(size, rng)) * 1000)
                     await asyncio.sleep(0.05)
     finally:
+        gc.callbacks.remove(on_gc)
         stop.set()
         await tick_task
         worker.shutdown()
@@ -239,14 +257,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  idle loop lag: max {idle['lag_max']:.2f} ms, p99 {idle['lag_p99']:.2f} ms")
     print(
         f"  {'rows':>5} {'path':10} {'CPU ms':>8} {'wall ms':>8} {'lag max':>8} {'lag p99':>8} {'log ms':>7}"
-        f" {'CPU/row µs':>10}"
+        f" {'CPU/row µs':>10} {'GC ms':>6} {'GCs':>4}"
     )
     for size in args.sizes:
         for name in ("python", "statement"):
             r = by[(name, size)]
             print(
                 f"  {size:5d} {name:10} {r['cpu']:8.2f} {r['wall']:8.2f} {r['lag_max']:8.2f} {r['lag_p99']:8.2f}"
-                f" {r['log']:7.2f} {r['cpu'] * 1000 / size:10.1f}"
+                f" {r['log']:7.2f} {r['cpu'] * 1000 / size:10.1f} {r['gc_ms']:6.2f} {r['gcs']:4.0f}"
             )
         old, new = by[("python", size)], by[("statement", size)]
         print(
