@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from routing.ops.usage import rollup
+from routing.ops.usage.bounds import MAX_JSON_ITEMS, MAX_TEXT, TRAIL_ITEM_VALUES, TRAIL_VALUE_CHARS
 
 _sql: dict[str, str] = {}
 
@@ -61,7 +62,6 @@ def _columns() -> list[tuple[str, str, str]]:
     from django.db import models
 
     from routing.models import UsageRecord
-    from routing.ops.usage.writer import MAX_JSON_ITEMS, MAX_TEXT
 
     out: list[tuple[str, str, str]] = []
     for f in UsageRecord._meta.concrete_fields:
@@ -111,20 +111,22 @@ def _columns() -> list[tuple[str, str, str]]:
             v = f"(j->>{k})::float8"
             out.append((f.column, v if f.null else f"coalesce({v}, 0)", f"{t} IN ('number', 'null')"))
         elif isinstance(f, models.JSONField):
-            # The trail: at most 32 items (nulls dropped), each a string or a list of at most 4 strings, cut to 200.
+            # The trail: at most 32 items (nulls dropped), each a string or a list of at most 4 strings, cut to 200
+            # (routing.ops.usage.bounds).
             items = f"jsonb_array_elements(j->{k}) WITH ORDINALITY AS x(it, o)"
             inner = "jsonb_array_elements(x.it) WITH ORDINALITY AS y(v, o2)"
             value = (
                 f"CASE WHEN {t} = 'array' THEN (SELECT coalesce(jsonb_agg(CASE WHEN jsonb_typeof(x.it) = 'array' "
-                f"THEN (SELECT coalesce(jsonb_agg(to_jsonb(left(y.v #>> '{{}}', 200)) ORDER BY y.o2), '[]'::jsonb) "
-                f"FROM {inner} WHERE y.o2 <= 4) ELSE to_jsonb(left(x.it #>> '{{}}', 200)) END ORDER BY x.o), "
+                f"THEN (SELECT coalesce(jsonb_agg(to_jsonb(left(y.v #>> '{{}}', {TRAIL_VALUE_CHARS})) ORDER BY y.o2), "
+                f"'[]'::jsonb) FROM {inner} WHERE y.o2 <= {TRAIL_ITEM_VALUES}) "
+                f"ELSE to_jsonb(left(x.it #>> '{{}}', {TRAIL_VALUE_CHARS})) END ORDER BY x.o), "
                 f"'[]'::jsonb) FROM {items} WHERE x.o <= {MAX_JSON_ITEMS} AND jsonb_typeof(x.it) <> 'null') "
                 "ELSE '[]'::jsonb END"
             )
             check = (
                 f"CASE WHEN {t} = 'array' THEN NOT EXISTS (SELECT 1 FROM {items} WHERE x.o <= {MAX_JSON_ITEMS} "
                 "AND NOT (jsonb_typeof(x.it) IN ('string', 'null') OR (jsonb_typeof(x.it) = 'array' AND NOT EXISTS "
-                f"(SELECT 1 FROM {inner} WHERE y.o2 <= 4 AND jsonb_typeof(y.v) <> 'string')))) ELSE true END"
+                f"(SELECT 1 FROM {inner} WHERE y.o2 <= {TRAIL_ITEM_VALUES} AND jsonb_typeof(y.v) <> 'string')))) ELSE true END"
             )
             out.append((f.column, value, check))
         else:

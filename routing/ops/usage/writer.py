@@ -21,7 +21,8 @@ from decimal import Decimal
 from typing import Any
 
 from routing.ops.usage import keys as key_usage
-from routing.ops.usage import rollup
+from routing.ops.usage import pgbatch, rollup
+from routing.ops.usage.bounds import MAX_JSON_ITEMS, MAX_TEXT, TRAIL_ITEM_VALUES, TRAIL_VALUE_CHARS
 
 log = logging.getLogger("switchboard.usage")
 
@@ -106,10 +107,6 @@ def _decimal(value: Any) -> Decimal | None:
     return Decimal(str(value)).quantize(Decimal("0.00000001"))
 
 
-MAX_TEXT = 1 << 20
-MAX_JSON_ITEMS = 32  # a trail is at most fallback_max_depth + 1 links; this only bounds a hostile row
-
-
 def _json(value: Any) -> list[Any]:
     """A list of short JSON values (the trail: [model id, outcome] pairs), text made PostgreSQL-safe."""
     if not isinstance(value, list | tuple):
@@ -117,9 +114,9 @@ def _json(value: Any) -> list[Any]:
     out: list[Any] = []
     for item in value[:MAX_JSON_ITEMS]:
         if isinstance(item, list | tuple):
-            out.append([pg_safe(str(v))[:200] for v in item[:4]])
+            out.append([pg_safe(str(v))[:TRAIL_VALUE_CHARS] for v in item[:TRAIL_ITEM_VALUES]])
         elif item is not None:
-            out.append(pg_safe(str(item))[:200])
+            out.append(pg_safe(str(item))[:TRAIL_VALUE_CHARS])
     return out
 
 
@@ -218,8 +215,6 @@ def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500, li
     global _aggregates_failing
     connection = connections[using]
     if rows and connection.vendor == "postgresql":
-        from routing.ops.usage import pgbatch
-
         try:
             if pgbatch.write(connection, using, rows, lines):
                 _aggregates_failing = False
