@@ -386,3 +386,21 @@ def test_a_long_outage_merges_small_journal_files_into_one_spool_file(tmp_path):
     spooled = [row["request_id"] for path in tmp_path.glob("spool-*.jsonl") for row in read_rows(path)]
     assert len(spooled) == len(set(spooled)) >= usage.queue.MAX_JOURNAL_FILES
     assert sink.backlog() == usage.queue.MAX_JOURNAL_FILES + 2
+
+
+def test_request_log_line_keeps_zero_and_false_and_leaves_out_none_and_empty():
+    from routing.ops.request_log import log_line
+
+    line = orjson.loads(
+        log_line(
+            {
+                "request_id": "r",
+                "attempts": 0,
+                "streamed": False,
+                "ttft_ms": None,
+                "error_code": "",
+                "latency_ms": 12.34567,
+            }
+        )
+    )
+    assert line == {"event": "request", "request_id": "r", "attempts": 0, "streamed": False, "latency_ms": 12.346}

@@ -86,7 +86,9 @@ class UsageSink:
         self._insert = insert
         self.pid = pid if pid is not None else os.getpid()
         self._pending: deque[Row] = deque()  # appended by the request path
+        self._pending_lines: deque[bytes] = deque()  # their journal lines, for the one-statement batch
         self._staged: list[Row] = []  # taken by the writer (and logged), not yet committed
+        self._staged_lines: list[bytes] | None = []  # their lines, or None when not all are known
         self._mem_lock = threading.Lock()  # guards _staged swaps; never held across I/O
         self._db_lock = threading.Lock()  # one drain at a time
         self._spool_lock = threading.Lock()
@@ -155,6 +157,7 @@ class UsageSink:
         line = dumps_line(row)
         with self._journal_lock:  # the journal file then holds exactly what _pending holds
             self._pending.append(row)
+            self._pending_lines.append(line)
             self._journal.append(line)
 
     def discard(self) -> int:
@@ -163,8 +166,10 @@ class UsageSink:
             dropped = len(self._pending) + len(self._staged)
             with self._journal_lock:
                 self._pending.clear()
+                self._pending_lines.clear()
                 fd, path = self._journal.rotate()
             self._staged.clear()
+            self._staged_lines = []
             files, self._journal_files = self._journal_files, []
         self._journal.seal(fd)
         self._remove([*files, *([path] if path else [])])
@@ -184,6 +189,7 @@ class UsageSink:
 
         The journal rotates in the same step, so the rotated file (kept in
         _journal_files until its rows are committed or spooled) holds exactly them.
+        Their journal lines go to _staged_lines when there is one for each of them.
         """
         taken: list[Row] = []
         pending = self._pending
@@ -193,7 +199,16 @@ class UsageSink:
                     taken.append(pending.popleft())
                 except IndexError:
                     break
+            lines = list(self._pending_lines)
+            self._pending_lines.clear()
             fd, path = self._journal.rotate() if taken else (None, None)
+        if not self._staged:
+            self._staged_lines = []
+        if self._staged_lines is not None:
+            if len(lines) == len(taken):  # journal on throughout (else rows queued without a line)
+                self._staged_lines.extend(lines)
+            else:
+                self._staged_lines = None
         if path is not None:
             self._journal_files.append(path)
             self._unsealed.append(fd)  # fsynced and closed by _seal() once _mem_lock is released
@@ -218,18 +233,18 @@ class UsageSink:
                 return
             self._journal.seal(fd)
 
-    def _do_insert(self, rows: list[Row]) -> None:
+    def _do_insert(self, rows: list[Row], lines: list[bytes] | None = None) -> None:
         if self._insert is not None:
             self._insert(rows)
         else:
-            db_insert(rows, using=self.using, batch_size=self.batch)
+            db_insert(rows, using=self.using, batch_size=self.batch, lines=lines)
 
-    def _write(self, rows: list[Row]) -> bool:
+    def _write(self, rows: list[Row], lines: list[bytes] | None = None) -> bool:
         """Commit rows; False when the database is unreachable (records kept by the caller)."""
         from django.db import DatabaseError
 
         try:
-            self._do_insert(rows)
+            self._do_insert(rows, lines)
         except _Poison:
             self._write_one_by_one(rows)
         except DatabaseError as exc:  # OperationalError, InterfaceError, missing table...
@@ -303,11 +318,12 @@ class UsageSink:
             self._staged.extend(self._take_pending())
             staged = self._staged
             todo = list(staged)
+            todo_lines = list(self._staged_lines) if self._staged_lines is not None else None
         self._seal()
         size = self.batch
         for i in range(0, len(todo), size):
             chunk = todo[i : i + size]
-            if not self._write(chunk):
+            if not self._write(chunk, todo_lines[i : i + size] if todo_lines is not None else None):
                 with self._mem_lock:
                     unsynced = [p for p in self._journal_files if p not in self._synced]
                     self._synced.update(unsynced)
@@ -317,6 +333,8 @@ class UsageSink:
                 if self._staged is not staged:  # spilled meanwhile: the spool file has them
                     return True
                 del staged[: len(chunk)]
+                if self._staged_lines is not None:
+                    del self._staged_lines[: len(chunk)]
                 done = [] if staged else self._journal_files
                 if not staged:
                     self._journal_files = []
@@ -334,6 +352,7 @@ class UsageSink:
         with self._mem_lock:
             rows = self._staged + self._take_pending()
             self._staged = []
+            self._staged_lines = []
             files, self._journal_files = self._journal_files, []
         self._seal()
         if not rows:
@@ -344,6 +363,7 @@ class UsageSink:
         except OSError:
             with self._mem_lock:  # disk failed too: keep them in memory rather than lose them
                 self._staged[:0] = rows
+                self._staged_lines = None
                 self._journal_files[:0] = files
             log.exception("cannot write usage spool file in %s; %d records stay in memory", self.spool_dir, len(rows))
             return 0

@@ -1,10 +1,12 @@
 """Usage rows into the database: conversion, the INSERT, and the writer's own thread.
 
-`db_insert` writes a batch with one `INSERT ... ON CONFLICT (record_id) DO NOTHING`
-per row in one transaction, so replaying rows that are already committed is
-harmless; the same transaction adds the batch's new rows to the per-key totals
-(routing.ops.usage.keys) and the hourly aggregates (routing.ops.usage.rollup). Text that PostgreSQL refuses (NUL, lone surrogates) is escaped, never
-dropped: see docs/usage-records.md#characters.
+`db_insert` writes a batch in one transaction with `ON CONFLICT (record_id) DO NOTHING`,
+so replaying rows that are already committed is harmless, and adds the batch's new
+rows to the per-key totals (routing.ops.usage.keys) and the hourly aggregates
+(routing.ops.usage.rollup). On PostgreSQL one statement does all of it in the database
+(routing.ops.usage.pgbatch); `db_insert_python` converts row by row here (SQLite, and a
+batch that statement refuses). Text that PostgreSQL refuses (NUL, lone surrogates) is
+escaped, never dropped: see docs/usage-records.md#batch and #characters.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from decimal import Decimal
 from typing import Any
 
 from routing.ops.usage import keys as key_usage
-from routing.ops.usage import rollup
+from routing.ops.usage import pgbatch, rollup
+from routing.ops.usage.bounds import MAX_JSON_ITEMS, MAX_TEXT, TRAIL_ITEM_VALUES, TRAIL_VALUE_CHARS
 
 log = logging.getLogger("switchboard.usage")
 
@@ -104,10 +107,6 @@ def _decimal(value: Any) -> Decimal | None:
     return Decimal(str(value)).quantize(Decimal("0.00000001"))
 
 
-MAX_TEXT = 1 << 20
-MAX_JSON_ITEMS = 32  # a trail is at most fallback_max_depth + 1 links; this only bounds a hostile row
-
-
 def _json(value: Any) -> list[Any]:
     """A list of short JSON values (the trail: [model id, outcome] pairs), text made PostgreSQL-safe."""
     if not isinstance(value, list | tuple):
@@ -115,9 +114,9 @@ def _json(value: Any) -> list[Any]:
     out: list[Any] = []
     for item in value[:MAX_JSON_ITEMS]:
         if isinstance(item, list | tuple):
-            out.append([pg_safe(str(v))[:200] for v in item[:4]])
+            out.append([pg_safe(str(v))[:TRAIL_VALUE_CHARS] for v in item[:TRAIL_ITEM_VALUES]])
         elif item is not None:
-            out.append(pg_safe(str(item))[:200])
+            out.append(pg_safe(str(item))[:TRAIL_VALUE_CHARS])
     return out
 
 
@@ -202,13 +201,36 @@ def to_values(row: Mapping[str, Any], converters: list[tuple[str, Callable[[Any]
     return tuple(convert(get(name)) for name, convert in converters)
 
 
-def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500) -> None:
+def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500, lines: list[bytes] | None = None) -> None:
     """Insert rows in one transaction; replays of committed rows are ignored (record_id unique).
+
+    On PostgreSQL one statement does it all (routing.ops.usage.pgbatch), from `lines`
+    (the rows' journal lines) when the caller has them; a batch that statement cannot
+    take exactly (a NUL, an odd value) is written by `db_insert_python`, as on SQLite.
+    Raises OperationalError/InterfaceError (and other DatabaseErrors) when the database
+    cannot take them, `_Poison` when it refuses their content.
+    """
+    from django.db import DatabaseError, InterfaceError, OperationalError, connections
+
+    global _aggregates_failing
+    connection = connections[using]
+    if rows and connection.vendor == "postgresql":
+        try:
+            if pgbatch.write(connection, using, rows, lines):
+                _aggregates_failing = False
+                return
+        except (OperationalError, InterfaceError):
+            raise  # unreachable: the caller keeps the rows
+        except DatabaseError:  # refused content, or only the aggregates failing: the Python path decides
+            pass
+    db_insert_python(rows, using=using, batch_size=batch_size)
+
+
+def db_insert_python(rows: list[Row], using: str = "default", batch_size: int = 500) -> None:
+    """`db_insert` converting each row in Python: SQLite, and batches the one-statement path refuses.
 
     Plain `executemany` rather than ORM objects: this runs on a thread beside the
     event loop, and every bit of Python work here is GIL time the loop waits for.
-    Raises OperationalError/InterfaceError (and other DatabaseErrors) when the database
-    cannot take them, `_Poison` when it refuses their content.
     """
     from django.db import DataError, IntegrityError, connections, transaction
 
