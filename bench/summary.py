@@ -93,7 +93,7 @@ def _get(doc: dict[str, Any] | None, path: str) -> Any:
 
 
 def checks(docs: dict[str, dict[str, Any]]) -> list[Check]:
-    """The rows, from the results of each benchmark by name (run, workers, deployments, limits, cache)."""
+    """The rows, from the results of each benchmark by name (run, workers, deployments, limits, cache, usage_writer)."""
     run, workers = docs.get("run"), docs.get("workers")
     s = (run or {}).get("scenarios", {})
     lat = s.get("latency") or {}
@@ -148,6 +148,7 @@ def checks(docs: dict[str, dict[str, Any]]) -> list[Check]:
             )
         )
     out.extend(_reported(lat, s, workers))
+    out.extend(_writer(docs))
     return out
 
 
@@ -172,6 +173,16 @@ def _reported(lat: dict[str, Any], s: dict[str, Any], workers: dict[str, Any] | 
     for level in ("c8", "c32", "c128"):
         out.append(Check(f"--workers 2 / 1 at {level[1:]} clients", _get(workers, f"workers.{level}.ratio"), "×"))
     return out
+
+
+def _writer(docs: dict[str, dict[str, Any]]) -> list[Check]:
+    """The usage writer's CPU per 500-row batch on PostgreSQL (an upper bound on its GIL hold)."""
+    w = docs.get("usage_writer")
+    return [
+        Check("usage writer CPU per 500 rows, Python path", _get(w, "500.python.cpu"), "ms"),
+        Check("usage writer CPU per 500 rows, one statement", _get(w, "500.statement.cpu"), "ms"),
+        Check("usage writer CPU, Python / one statement", _get(w, "500.cpu_ratio"), "×"),
+    ]
 
 
 def load(run_dir: Path) -> dict[str, dict[str, Any]]:

@@ -272,6 +272,16 @@ def main(argv: list[str] | None = None) -> int:
             f" {old['lag_max'] / max(new['lag_max'], 1e-6):7.1f}x {'':8} {'':7}   (python / statement)"
         )
     sys.stdout.flush()
+    from bench import summary
+
+    summary.save(
+        "usage_writer",
+        {
+            str(size): {name: by[(name, size)] for name in ("python", "statement")}
+            | {"cpu_ratio": round(by[("python", size)]["cpu"] / max(by[("statement", size)]["cpu"], 1e-6), 2)}
+            for size in args.sizes
+        },
+    )
     return 0
 
 
