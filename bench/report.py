@@ -49,7 +49,8 @@ def verdict(ok: bool | None) -> str:
     return "" if ok is None else ("ok" if ok else "MISS")
 
 
-def _get(d: dict[str, Any], path: str) -> Any:
+def dig(d: dict[str, Any] | None, path: str) -> Any:
+    """`d[a][b]...` for the dotted `path`, None where any part is missing."""
     cur: Any = d
     for part in path.split("."):
         if not isinstance(cur, dict) or part not in cur:
@@ -78,20 +79,8 @@ def rows(results: dict[str, Any]) -> list[Row]:
                     verdict(delta <= target) if target is not None else "",
                 ]
             )
-        out.extend(_side_latency_rows(lat))
-        for peer, stats in lat.get("peers", {}).items():
-            for key, label in (("p50", "p50"), ("p99", "p99")):
-                out.append(
-                    [
-                        "latency 1 client",
-                        f"{label} ms, {peer}",
-                        fmt(lat["direct"][key]),
-                        fmt(stats[key]),
-                        signed(stats["added"][key]),
-                        "",
-                        "",
-                    ]
-                )
+        out.extend(_latency_rows(lat, "sides", "", (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"))))
+        out.extend(_latency_rows(lat, "peers", "latency 1 client", (("p50", "p50"), ("p99", "p99"))))
     st = s.get("stream")
     if st:
         for kind, label in (("ttfb", "first byte"), ("ttlb", "last byte")):
@@ -295,13 +284,14 @@ def feature_cost(lat: dict[str, Any], side: str) -> dict[str, float] | None:
     return {k: round(features["added"][k] - base[k], 3) for k in ("p50", "p99", "p999")}
 
 
-def _side_latency_rows(lat: dict[str, Any]) -> list[Row]:
+def _latency_rows(lat: dict[str, Any], group: str, scenario: str, keys: Iterable[tuple[str, str]]) -> list[Row]:
+    """One row per percentile of every side (or peer) measured beside the gateway."""
     out: list[Row] = []
-    for side, stats in lat.get("sides", {}).items():
-        for key, label in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
+    for side, stats in lat.get(group, {}).items():
+        for key, label in keys:
             out.append(
                 [
-                    "",
+                    scenario,
                     f"{label} ms, {side}",
                     fmt(lat["direct"][key]),
                     fmt(stats[key]),

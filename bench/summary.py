@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from bench.report import dig as _get
 from bench.report import feature_cost, fmt, render
 
 RUN_DIR_ENV = "SWITCHBOARD_BENCH_RUN_DIR"
@@ -81,15 +82,6 @@ class Check:
             shown = f"× {fmt(self.threshold)}" if self.unit == "×" else f"{fmt(self.threshold)}{self.unit_suffix()}"
             target = f"{self.op.replace('<=', '≤').replace('>=', '≥')} {shown}"
         return [self.label, value, target, self.verdict()]
-
-
-def _get(doc: dict[str, Any] | None, path: str) -> Any:
-    cur: Any = doc
-    for part in path.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return None
-        cur = cur[part]
-    return cur
 
 
 def checks(docs: dict[str, dict[str, Any]]) -> list[Check]:

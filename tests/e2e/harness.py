@@ -223,6 +223,18 @@ class Gateway:
         wait_for_port(self.port, self.process)
         httpx.get(f"{self.url}/health", timeout=10).raise_for_status()
 
+    def second_process(self, env: dict[str, str]) -> Gateway:
+        """Another server process on this one's database and configuration (one cluster), serving, with its key."""
+        other = Gateway(
+            database_url=self.database_url,
+            config_yaml=self.config_yaml,
+            workdir=Path(tempfile.mkdtemp(prefix="switchboard-gw-b-")),
+            extra_env=env,
+        )
+        other.serve()
+        other.api_key = self.api_key
+        return other
+
     def logs(self) -> str:
         return (self.workdir / "server.log").read_text()
 

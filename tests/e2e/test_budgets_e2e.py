@@ -4,10 +4,8 @@ restart, and one budget shared by two processes through a real Redis (docs/limit
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
@@ -86,14 +84,7 @@ def two_processes(make_gateway, mock_upstream):
     text = config(mock_upstream, org, upstream)
     shared = {"REDIS_URL": REDIS_URL}
     a = make_gateway(text, org=org, agent="bot", env=shared)
-    b = Gateway(
-        database_url=a.database_url,
-        config_yaml=text,
-        workdir=Path(tempfile.mkdtemp(prefix="switchboard-gw-b-")),
-        extra_env=shared,
-    )
-    b.serve()
-    b.api_key = a.api_key
+    b = a.second_process(shared)
     yield a, b, upstream, org
     b.stop()
 

@@ -7,10 +7,8 @@ Redis cut (through a proxy), each process carries on with an even share (docs/li
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from urllib.parse import urlparse
 
 import openai
@@ -56,14 +54,7 @@ def start_two(
     text = CONFIG.format(mock=mock_upstream.url, east=east, west=west, rpm=rpm, agent=agent)
     shared = {"REDIS_URL": redis_url}
     a = make_gateway(text, env=shared)
-    b = Gateway(
-        database_url=a.database_url,
-        config_yaml=text,
-        workdir=Path(tempfile.mkdtemp(prefix="switchboard-gw-b-")),
-        extra_env=shared,
-    )
-    b.serve()
-    b.api_key = a.api_key
+    b = a.second_process(shared)
     return a, b, east, west
 
 

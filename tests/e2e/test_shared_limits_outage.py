@@ -5,10 +5,8 @@ share on local state; sharing comes back by itself."""
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
@@ -53,14 +51,7 @@ def behind_proxy(make_gateway, mock_upstream):
     text = CONFIG.format(mock=mock_upstream.url, org=org, upstream=upstream)
     env = {"REDIS_URL": url}
     a = make_gateway(text, org=org, agent="bot", env=env)
-    b = Gateway(
-        database_url=a.database_url,
-        config_yaml=text,
-        workdir=Path(tempfile.mkdtemp(prefix="switchboard-gw-b-")),
-        extra_env=env,
-    )
-    b.serve()
-    b.api_key = a.api_key
+    b = a.second_process(env)
     yield proxy, a, b, upstream
     b.stop()
     proxy.stop()
