@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from urllib.parse import urlparse
 
 from tests.e2e.harness import free_port
 
@@ -104,6 +105,17 @@ class TcpProxy:
                 self._links.discard(sink)
             _close(source)
             _close(sink)
+
+
+def redis_behind_proxy(redis_url: str) -> tuple[TcpProxy, str]:
+    """A proxy in front of the test Redis, and the REDIS_URL that goes through it (cut it for an outage)."""
+    if not redis_url:
+        import pytest
+
+        pytest.fail("set SWITCHBOARD_TEST_REDIS_URL (CI does): the outage test needs a real Redis")
+    target = urlparse(redis_url)
+    proxy = TcpProxy(target.port or 6379, target.hostname or "127.0.0.1")
+    return proxy, target._replace(netloc=f"127.0.0.1:{proxy.port}").geturl()
 
 
 def _close(sock: socket.socket) -> None:

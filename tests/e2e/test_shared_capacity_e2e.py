@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from urllib.parse import urlparse
 
 import openai
 import pytest
 
 from tests.e2e.harness import SLACK_S, Gateway
-from tests.e2e.tcp_proxy import TcpProxy
+from tests.e2e.tcp_proxy import redis_behind_proxy
 from tests.e2e.test_shared_limits_outage import degraded, gauge, wait_for
 
 # CI names a Redis in SWITCHBOARD_TEST_REDIS_URL for both passes.
@@ -108,11 +107,7 @@ OUTAGE_RPM = 20
 
 @pytest.fixture
 def behind_proxy(make_gateway, mock_upstream):
-    if not REDIS_URL:
-        pytest.fail("set SWITCHBOARD_TEST_REDIS_URL (CI does): the outage test needs a real Redis")
-    target = urlparse(REDIS_URL)
-    proxy = TcpProxy(target.port or 6379, target.hostname or "127.0.0.1")
-    url = target._replace(netloc=f"127.0.0.1:{proxy.port}").geturl()
+    proxy, url = redis_behind_proxy(REDIS_URL)
     # A generous agent limit too, so both processes' syncers have something to share whatever
     # the deployments do (the heartbeat count the even share divides by).
     agent = "\n        limits: {rpm: 6000}"

@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from urllib.parse import urlparse
 
 import httpx
 import pytest
 
 from tests.e2e.harness import SLACK_S, Gateway
-from tests.e2e.tcp_proxy import TcpProxy
+from tests.e2e.tcp_proxy import redis_behind_proxy
 
 REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
 
@@ -42,11 +41,7 @@ orgs:
 
 @pytest.fixture
 def behind_proxy(make_gateway, mock_upstream):
-    if not REDIS_URL:
-        pytest.fail("set SWITCHBOARD_TEST_REDIS_URL (CI does): the outage test needs a real Redis")
-    target = urlparse(REDIS_URL)
-    proxy = TcpProxy(target.port or 6379, target.hostname or "127.0.0.1")
-    url = target._replace(netloc=f"127.0.0.1:{proxy.port}").geturl()
+    proxy, url = redis_behind_proxy(REDIS_URL)
     org, upstream = f"o{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:6]}"
     text = CONFIG.format(mock=mock_upstream.url, org=org, upstream=upstream)
     env = {"REDIS_URL": url}
