@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -155,6 +157,23 @@ def manage(
             f"manage.py {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
         )
     return result
+
+
+@contextmanager
+def migrated_postgres(server_url: str, prefix: str) -> Iterator[str]:
+    """A new, migrated PostgreSQL database named `prefix_<random>` on `server_url`'s server; dropped afterwards."""
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = urlparse(server_url)._replace(path=f"/{name}").geturl()
+    try:
+        manage(["migrate", "-v0"], {"DATABASE_URL": url})
+        yield url
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @dataclass

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
-from tests.e2e.harness import Gateway, manage
+from tests.e2e.harness import Gateway, migrated_postgres
 from tests.e2e.tcp_proxy import TcpProxy
 from tests.e2e.test_usage_e2e import backlog, usage_rows, wait_for
 
@@ -43,21 +43,11 @@ COST = Decimal("0.007012")  # 12 prompt + 7 completion tokens at $1 / $1000 per 
 
 @pytest.fixture
 def fresh_postgres():
-    import psycopg
-
     base = os.environ.get("SWITCHBOARD_TEST_POSTGRES_URL", "")
     if not base:
         pytest.fail("set SWITCHBOARD_TEST_POSTGRES_URL (CI does): the outage needs a real PostgreSQL")
-    name = f"sb_e2e_budget_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = urlparse(base)._replace(path=f"/{name}").geturl()
-    try:
-        manage(["migrate", "-v0"], {"DATABASE_URL": url})
+    with migrated_postgres(base, "sb_e2e_budget") as url:
         yield url
-    finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def ask(gw: Gateway) -> httpx.Response:

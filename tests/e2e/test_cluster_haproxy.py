@@ -29,7 +29,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlparse
 
 import httpx
 import pytest
@@ -38,7 +37,7 @@ from gateway_project.cluster import haproxy_config
 from gateway_project.servers import command
 from policies.idempotency import IdempotencyStore
 from routing.ops.dashboard.processes import STALE_BEATS
-from tests.e2e.harness import ROOT, SERVER, SLACK_S, Gateway, free_port, manage, wait_for_port
+from tests.e2e.harness import ROOT, SERVER, SLACK_S, Gateway, free_port, manage, migrated_postgres, wait_for_port
 
 _db = os.environ.get("DATABASE_URL", "")
 POSTGRES_URL = (
@@ -217,18 +216,8 @@ class Cluster:
 @pytest.fixture(scope="module")
 def database_url() -> Iterator[str]:
     """A new, migrated PostgreSQL database shared by the replicas; dropped afterwards."""
-    import psycopg
-
-    name = f"sb_e2e_cluster_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = urlparse(POSTGRES_URL)._replace(path=f"/{name}").geturl()
-    try:
-        manage(["migrate", "-v0"], {"DATABASE_URL": url})
+    with migrated_postgres(POSTGRES_URL, "sb_e2e_cluster") as url:
         yield url
-    finally:
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="module")

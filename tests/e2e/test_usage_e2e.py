@@ -24,7 +24,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.harness import Gateway, manage
+from tests.e2e.harness import Gateway, migrated_postgres
 from tests.e2e.tcp_proxy import TcpProxy
 
 CONFIG = """
@@ -234,18 +234,8 @@ def postgres_url() -> str:
 @pytest.fixture
 def fresh_postgres(postgres_url: str):
     """A new, migrated PostgreSQL database of its own; dropped afterwards."""
-    import psycopg
-
-    name = f"sb_e2e_outage_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = urlparse(postgres_url)._replace(path=f"/{name}").geturl()
-    try:
-        manage(["migrate", "-v0"], {"DATABASE_URL": url})
+    with migrated_postgres(postgres_url, "sb_e2e_outage") as url:
         yield url
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_database_outage_loses_nothing_and_writes_each_record_once(fresh_postgres, mock_upstream):
