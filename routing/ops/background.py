@@ -34,10 +34,10 @@ async def config_listener() -> None:
 
 async def config_poller() -> None:
     """Safety net: compare the configuration version every SWITCHBOARD_CONFIG_POLL_S."""
-    from routing.ops.usage.writer import _DaemonWorker
+    from routing.ops.usage.writer import DaemonWorker
 
     interval = settings.SWITCHBOARD_CONFIG_POLL_S
-    worker = _DaemonWorker("switchboard-config-poll")  # one thread, so one database connection kept
+    worker = DaemonWorker("switchboard-config-poll")  # one thread, so one database connection kept
     failures = 0
     while True:
         await asyncio.sleep(interval)

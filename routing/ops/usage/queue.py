@@ -53,7 +53,7 @@ from routing.ops.usage.spool import (
     sync_files,
     unlink_quietly,
 )
-from routing.ops.usage.writer import _DaemonWorker, _Poison, db_insert
+from routing.ops.usage.writer import DaemonWorker, _Poison, db_insert
 
 log = logging.getLogger("switchboard.usage")
 
@@ -97,7 +97,7 @@ class UsageSink:
         self._seq = 0
         self.down_since: float | None = None  # wall time of the first failure of the current outage
         self.last_error: str = ""
-        self._worker: _DaemonWorker | None = None
+        self._worker: DaemonWorker | None = None
         self._closing = False
         self._journal = Journal(lambda: self.spool_dir, self.pid)
         self._journal_lock = threading.Lock()  # serialises journal appends and rotations (never held across fsync)
@@ -469,7 +469,7 @@ class UsageSink:
 
     def _submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
         if self._worker is None:
-            self._worker = _DaemonWorker("switchboard-usage-writer")
+            self._worker = DaemonWorker("switchboard-usage-writer")
         return self._worker.submit(fn)
 
     async def run_writer(self) -> None:

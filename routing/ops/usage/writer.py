@@ -281,7 +281,7 @@ def _fresh_rows(cursor: Any, connection: Any, rows: list[Row]) -> list[Row]:
     return key_usage.new_rows(cursor, connection.ops.quote_name, UsageRecord._meta.db_table, keyed)
 
 
-class _DaemonWorker:
+class DaemonWorker:
     """One daemon thread running submitted calls in order.
 
     A dedicated thread keeps one database connection for the writer, and being a
