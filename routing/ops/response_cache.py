@@ -25,7 +25,10 @@ round trip before the upstream call, not two): the process that takes it makes t
 deletes the claim once the answer is stored; a process that finds it taken polls
 (`wait_other`: one MGET of answer and claim every CLAIM_POLL_S) until the answer
 is there, and calls itself when the claim ends without one. Without Redis (or
-when it fails) every process calls on its own.
+when it fails) every process calls on its own. A claim carries its process's token:
+a lookup that timed out may still have taken one once Redis got to it, so the
+process frees those (only if still its own) before it uses Redis again, and no
+other process waits a whole request deadline for a call nobody is making.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable
@@ -54,13 +58,19 @@ BYPASS: Any = object()  # a lookup's "the store is unavailable" (Redis down)
 LOCK_PREFIX = "switchboard:cache-claim:"  # + the entry's key: "a process is making this call"
 CLAIM_POLL_S = 0.02  # how often a request waiting on another process's call looks for its answer
 
-# The lookup and, on a miss, the claim, in one round trip. KEYS entry, claim; ARGV claim ttl (ms).
-# -> {1, entry} on a hit, {0, 1} on a miss with the claim taken, {0, 0} when another process holds it.
+# The lookup and, on a miss, the claim, in one round trip. KEYS entry, claim; ARGV claim ttl (ms),
+# the claimant's token. -> {1, entry} on a hit, {0, 1} on a miss with the claim taken, {0, 0} when
+# another process holds it.
 GET_OR_CLAIM_SCRIPT = """
 local v = redis.call('GET', KEYS[1])
 if v then return {1, v} end
-if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return {0, 1} end
+if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[1]) then return {0, 1} end
 return {0, 0}
+"""
+# Free a claim only if it is still this process's (it may have expired and been taken by another).
+UNCLAIM_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 """
 
 
@@ -181,6 +191,9 @@ class MemoryCache:
     async def drain(self) -> None:
         return None
 
+    async def warm(self) -> None:
+        return None
+
 
 class RedisCache:
     """Entries in Redis with their TTL, failing open; see the module docstring."""
@@ -205,7 +218,9 @@ class RedisCache:
         self._redis_loop: asyncio.AbstractEventLoop | None = None
         self._writing: dict[str, Entry] = {}  # answers whose write is on its way: readable here already
         self._claims: set[str] = set()  # keys whose cluster-wide claim this process holds
-        self._get_or_claim: Any = None  # GET_OR_CLAIM_SCRIPT registered on the current client
+        self._unsure: set[str] = set()  # claims a failed lookup may have taken: freed on recovery
+        self._token = uuid.uuid4().hex.encode()  # this process's claims' value
+        self._scripts: dict[str, Any] = {}  # script text -> registered on the current client
         self._tasks: set[asyncio.Task[None]] = set()
         self._probe: asyncio.Task[None] | None = None
 
@@ -258,8 +273,11 @@ class RedisCache:
             return BYPASS, False
         try:
             async with asyncio.timeout(self.timeout_s):
-                hit, value = await self._script()(keys=[key, LOCK_PREFIX + key], args=[max(1, int(ttl_s * 1000))])
+                hit, value = await self._script(GET_OR_CLAIM_SCRIPT)(
+                    keys=[key, LOCK_PREFIX + key], args=[max(1, int(ttl_s * 1000)), self._token]
+                )
         except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
+            self._unsure.add(key)  # Redis may run it after this gave up: its claim is nobody's
             self._failed(exc)
             return BYPASS, False
         if not hit:
@@ -276,11 +294,12 @@ class RedisCache:
         """This process holds the cluster-wide claim on `key` (taken by another of its requests' lookups)."""
         return key in self._claims
 
-    def _script(self) -> Any:
+    def _script(self, text: str) -> Any:
         client = self._client()
-        if self._get_or_claim is None or self._get_or_claim.registered_client is not client:
-            self._get_or_claim = client.register_script(GET_OR_CLAIM_SCRIPT)
-        return self._get_or_claim
+        script = self._scripts.get(text)
+        if script is None or script.registered_client is not client:
+            script = self._scripts[text] = client.register_script(text)
+        return script
 
     def put(self, key: str, entry: Entry, ttl_s: float) -> bool:
         """Write `entry` in the background; skipped while Redis is down, too big, or too many writes wait."""
@@ -294,15 +313,18 @@ class RedisCache:
         return True
 
     async def _write(self, key: str, entry: Entry, ttl_s: float) -> None:
+        claimed = key in self._claims
         try:
             async with asyncio.timeout(self.timeout_s * 5):  # off the request path: a little more patience
                 pipe = self._client().pipeline(transaction=False)
                 pipe.set(key, encode_entry(entry), px=max(1, int(ttl_s * 1000)))
-                if key in self._claims:  # stored: callers in other processes waiting on the claim read it
+                if claimed:  # stored: callers in other processes waiting on the claim read it
                     self._claims.discard(key)
                     pipe.delete(LOCK_PREFIX + key)
                 await pipe.execute()  # one round trip for both
         except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
+            if claimed:
+                self._unsure.add(key)
             self._failed(exc)
         finally:
             if self._writing.get(key) is entry:
@@ -319,8 +341,9 @@ class RedisCache:
             return True
         try:
             async with asyncio.timeout(self.timeout_s):
-                taken = await self._client().set(LOCK_PREFIX + key, b"1", nx=True, px=max(1, int(ttl_s * 1000)))
+                taken = await self._client().set(LOCK_PREFIX + key, self._token, nx=True, px=max(1, int(ttl_s * 1000)))
         except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
+            self._unsure.add(key)
             self._failed(exc)
             return True
         if taken:
@@ -355,7 +378,8 @@ class RedisCache:
             return
         self._claims.discard(key)
         if self.down:
-            return  # it expires by itself
+            self._unsure.add(key)  # freed once Redis is back
+            return
         task = asyncio.get_running_loop().create_task(self._unclaim(key))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -363,8 +387,9 @@ class RedisCache:
     async def _unclaim(self, key: str) -> None:
         try:
             async with asyncio.timeout(self.timeout_s * 5):
-                await self._client().delete(LOCK_PREFIX + key)
+                await self._script(UNCLAIM_SCRIPT)(keys=[LOCK_PREFIX + key], args=[self._token])
         except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
+            self._unsure.add(key)
             self._failed(exc)
 
     def _failed(self, exc: BaseException) -> None:
@@ -387,6 +412,7 @@ class RedisCache:
             try:
                 async with asyncio.timeout(self.timeout_s * 5):
                     await self._client().ping()
+                    await self._free_unsure()
             except Exception:  # noqa: BLE001 - still down
                 continue
             self.down = False
@@ -394,6 +420,24 @@ class RedisCache:
             if self.on_degraded is not None:
                 self.on_degraded(False)
             return
+
+    async def _free_unsure(self) -> None:
+        """Free the claims failed lookups may have taken, unless a request of this process holds one now."""
+        unclaim = self._script(UNCLAIM_SCRIPT)
+        for key in list(self._unsure - self._claims):
+            await unclaim(keys=[LOCK_PREFIX + key], args=[self._token])
+            self._unsure.discard(key)
+        self._unsure.clear()
+
+    async def warm(self) -> None:
+        """Connect and load the scripts at boot, off the request path, so a process's first lookups are
+        one round trip each within their 100 ms bound rather than a connect and a script load too."""
+        try:
+            async with asyncio.timeout(max(1.0, self.timeout_s * 10)):
+                for text in (GET_OR_CLAIM_SCRIPT, UNCLAIM_SCRIPT):
+                    await self._script(text).registered_client.script_load(text)
+        except Exception as exc:  # noqa: BLE001 - the first lookup finds out and fails open
+            log.debug("response cache warm-up: %s", exc)
 
     async def drain(self) -> None:
         """Wait for pending writes (tests, the benchmark)."""

@@ -128,6 +128,8 @@ def start() -> Process:
             ("budget-spend", lambda: shared_limits.run_spend_loader(proc.budgets)),
         ):
             proc.tasks.append(_spawn(name, func))
+        if proc.cache is not None and proc.cache.name == "redis":
+            proc.tasks.append(_spawn("cache-warm-up", proc.cache.warm))
         _start_shared_limits(proc)
     return proc
 

@@ -288,6 +288,7 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a test may have paused it (SIGSTOP)
             self.process.terminate()
             self.process.wait(timeout=10)
         self.process = None

@@ -9,9 +9,7 @@ the test's own that is stopped under load and started again.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -24,7 +22,7 @@ import openai
 import pytest
 
 from routing.plan.cache_key import cache_key
-from tests.e2e.harness import SLACK_S, Gateway, free_port, wait_for_port
+from tests.e2e.harness import SLACK_S, Gateway, RedisServer
 from tests.e2e.test_metrics_e2e import scrape
 from tests.e2e.test_usage_e2e import usage_rows, wait_for
 
@@ -219,34 +217,9 @@ def _wait_for_key(key: str) -> None:
 # --- our own Redis, stopped under load ------------------------------------------------
 
 
-class OwnRedis:
-    """A redis-server of this test's own on a free port: stopping it touches nobody else."""
-
-    def __init__(self) -> None:
-        self.binary = shutil.which("redis-server")
-        assert self.binary, "redis-server is not installed (CI installs it)"
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen | None = None
-        self.start()
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"],
-            stdout=subprocess.DEVNULL,
-        )
-        wait_for_port(self.port, self.process)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)
-            self.process.terminate()
-            self.process.wait(timeout=10)
-
-
 @pytest.fixture
 def own_redis():
-    server = OwnRedis()
+    server = RedisServer()
     yield server
     server.stop()
 
@@ -282,21 +255,23 @@ def test_redis_stopped_under_load_every_request_is_served_then_the_cache_recover
     workers = [threading.Thread(target=load, args=(n,)) for n in range(4)]
     for w in workers:
         w.start()
-    deadline = time.monotonic() + 10 + SLACK_S
-    while len(statuses) < 20:  # the cache is in use before Redis goes away
-        assert time.monotonic() < deadline, "the load never got going"
-        time.sleep(0.01)
-    assert "hit" in results
-    own_redis.stop()
-    _wait_for_degraded(gw, 1)
-    seen = len(results)
-    deadline = time.monotonic() + 10 + SLACK_S
-    while results[seen:].count("bypass") < 20:  # served from the upstream while Redis is away
-        assert time.monotonic() < deadline, f"no bypass after Redis stopped: {set(results[seen:])}"
-        time.sleep(0.01)
-    stop.set()
-    for w in workers:
-        w.join(timeout=60)
+    try:
+        deadline = time.monotonic() + 10 + SLACK_S
+        while len(statuses) < 20:  # the cache is in use before Redis goes away
+            assert time.monotonic() < deadline, f"the load never got going: {results}"
+            time.sleep(0.01)
+        assert "hit" in results
+        own_redis.stop()
+        _wait_for_degraded(gw, 1)
+        seen = len(results)
+        deadline = time.monotonic() + 10 + SLACK_S
+        while results[seen:].count("bypass") < 20:  # served from the upstream while Redis is away
+            assert time.monotonic() < deadline, f"no bypass after Redis stopped: {set(results[seen:])}"
+            time.sleep(0.01)
+    finally:
+        stop.set()  # a failed wait above must not leave the load running into the next tests
+        for w in workers:
+            w.join(timeout=60)
     assert statuses and set(statuses) == {200}, f"{len(statuses)} requests: {sorted(set(statuses))}"
     said = [
         line

@@ -19,7 +19,7 @@ from routing.ops.response_cache import (
     decode_entry,
     encode_entry,
 )
-from tests.e2e.harness import free_port
+from tests.e2e.harness import RedisServer, free_port
 
 REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
 
@@ -216,3 +216,81 @@ async def test_an_answer_too_big_to_store_frees_the_claim_so_nobody_waits_for_it
         await a.drain()
         await a._client().aclose()
         await b._client().aclose()
+
+
+BUSY_SCRIPT = """
+local t = redis.call('TIME')
+local start = t[1] * 1000000 + t[2]
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > tonumber(ARGV[1])
+return 1
+"""
+
+
+@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
+async def test_a_lookup_that_timed_out_after_redis_took_its_claim_frees_that_claim_once_redis_is_back():
+    """A busy Redis runs the lookup after the gateway gave up on it (a loaded machine's CI did): the
+    claim it took then belongs to no request. Left alone it would make every other process wait for the
+    whole claim TTL (the request deadline) before calling; the owner frees it as soon as it sees Redis again."""
+    a = RedisCache(REDIS_URL, timeout_s=0.1, probe_every_s=2.0)
+    b = RedisCache(REDIS_URL, timeout_s=1.0)
+    busy = RedisCache(REDIS_URL, timeout_s=5.0)
+    key = f"switchboard:cache:test:{uuid.uuid4().hex}"
+    try:
+        warm = key + ":warm"
+        assert await a.get_or_claim(warm, 30) == (None, True)  # connected and the script loaded
+        a.release(warm)
+        await a.drain()
+        hog = asyncio.create_task(busy._client().eval(BUSY_SCRIPT, 0, 400_000))  # Redis busy for 0.4 s
+        await asyncio.sleep(0.05)
+        assert await a.get_or_claim(key, 30) == (BYPASS, False)  # gave up after 0.1 s...
+        assert await hog == 1
+        assert await b._client().exists("switchboard:cache-claim:" + key)  # ...but Redis took the claim
+        waited = asyncio.get_running_loop().time()
+        assert await b.wait_other(key, 20) is None  # the claim ends without an answer: b calls itself
+        assert asyncio.get_running_loop().time() - waited < 6  # within a's probe, not the claim's 30 s
+        assert not a.down
+        assert await b.get_or_claim(key, 30) == (None, True)
+        b.release(key)
+        await b.drain()
+    finally:
+        for cache in (a, b, busy):
+            await cache._client().aclose()
+
+
+@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
+async def test_a_claim_given_up_while_redis_was_away_is_freed_once_it_is_back():
+    a = RedisCache(REDIS_URL, timeout_s=0.1, probe_every_s=0.2)
+    b = RedisCache(REDIS_URL, timeout_s=1.0)
+    busy = RedisCache(REDIS_URL, timeout_s=5.0)
+    key = f"switchboard:cache:test:{uuid.uuid4().hex}"
+    try:
+        assert await a.get_or_claim(key, 30) == (None, True)  # a is making the call
+        hog = asyncio.create_task(busy._client().eval(BUSY_SCRIPT, 0, 300_000))
+        await asyncio.sleep(0.05)
+        assert await a.get(key + ":other") is BYPASS  # another lookup times out: a stops using Redis
+        a.release(key)  # the call failed meanwhile: nothing to unclaim with, yet
+        assert await hog == 1
+        assert await asyncio.wait_for(b.wait_other(key, 20), 6) is None  # freed when a saw Redis again
+        assert not a.down
+    finally:
+        for cache in (a, b, busy):
+            await cache._client().aclose()
+
+
+async def test_the_warm_up_loads_the_scripts_so_a_first_lookup_is_one_round_trip():
+    from routing.ops.response_cache import GET_OR_CLAIM_SCRIPT, UNCLAIM_SCRIPT
+
+    server = RedisServer()  # a fresh server: no script loaded yet
+    cache, other = RedisCache(server.url, timeout_s=1.0), RedisCache(server.url, timeout_s=1.0)
+    shas = [cache._script(text).sha for text in (GET_OR_CLAIM_SCRIPT, UNCLAIM_SCRIPT)]
+    try:
+        assert await other._client().script_exists(*shas) == [False, False]
+        await cache.warm()
+        assert await other._client().script_exists(*shas) == [True, True]
+        unreachable = RedisCache(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.05)
+        await unreachable.warm()  # says nothing, changes nothing: the first lookup finds out
+        assert not unreachable.down
+    finally:
+        await cache._client().aclose()
+        await other._client().aclose()
+        server.stop()
