@@ -424,10 +424,15 @@ class RedisCache:
     async def _free_unsure(self) -> None:
         """Free the claims failed lookups may have taken, unless a request of this process holds one now."""
         unclaim = self._script(UNCLAIM_SCRIPT)
-        for key in list(self._unsure - self._claims):
-            await unclaim(keys=[LOCK_PREFIX + key], args=[self._token])
-            self._unsure.discard(key)
-        self._unsure.clear()
+        while self._unsure:
+            key = self._unsure.pop()
+            if key in self._claims:
+                continue  # a request holds it again: its store or release frees it
+            try:
+                await unclaim(keys=[LOCK_PREFIX + key], args=[self._token])
+            except BaseException:
+                self._unsure.add(key)  # the next probe tries again
+                raise
 
     async def warm(self) -> None:
         """Connect and load the scripts at boot, off the request path, so a process's first lookups are
