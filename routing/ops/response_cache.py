@@ -25,8 +25,12 @@ round trip before the upstream call, not two): the process that takes it makes t
 deletes the claim once the answer is stored; a process that finds it taken polls
 (`wait_other`: one MGET of answer and claim every CLAIM_POLL_S) until the answer
 is there, and calls itself when the claim ends without one. Without Redis (or
-when it fails) every process calls on its own. A claim carries its process's token:
-a lookup that timed out may still have taken one once Redis got to it, so the
+when it fails) every process calls on its own. A claim carries its process's token,
+and a lookup that finds its own process's claim counts it as taken: two lookups of
+one process can come back in either order, and a process never waits on itself (its
+coalescer shares the call; waiting on Redis there would deadlock with a request
+already following it in memory). The token also serves the recovery:
+a lookup that timed out may still have taken a claim once Redis got to it, so the
 process frees those (only if still its own) before it uses Redis again, and no
 other process waits a whole request deadline for a call nobody is making.
 """
@@ -59,13 +63,23 @@ LOCK_PREFIX = "switchboard:cache-claim:"  # + the entry's key: "a process is mak
 CLAIM_POLL_S = 0.02  # how often a request waiting on another process's call looks for its answer
 
 # The lookup and, on a miss, the claim, in one round trip. KEYS entry, claim; ARGV claim ttl (ms),
-# the claimant's token. -> {1, entry} on a hit, {0, 1} on a miss with the claim taken, {0, 0} when
-# another process holds it.
+# the claimant's token. -> {1, entry} on a hit, {0, 1} on a miss with the claim this process's
+# (taken now, or already its own: a process never waits on itself, its coalescer shares the call),
+# {0, 0} when another process holds it.
 GET_OR_CLAIM_SCRIPT = """
 local v = redis.call('GET', KEYS[1])
 if v then return {1, v} end
-if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[1]) then return {0, 1} end
+if redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[1]) or redis.call('GET', KEYS[2]) == ARGV[2] then
+  return {0, 1}
+end
 return {0, 0}
+"""
+# The claim alone, with the same answer. KEYS claim; ARGV as above. -> 1 this process's, 0 another's.
+CLAIM_SCRIPT = """
+if redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[1]) or redis.call('GET', KEYS[1]) == ARGV[2] then
+  return 1
+end
+return 0
 """
 # Free a claim only if it is still this process's (it may have expired and been taken by another).
 UNCLAIM_SCRIPT = """
@@ -333,7 +347,8 @@ class RedisCache:
     # ------------------------------------------------------------------ coalescing across processes
 
     async def claim(self, key: str, ttl_s: float) -> bool:
-        """Take the cluster-wide claim on making this call (SET NX PX): False when another process holds it.
+        """Take the cluster-wide claim on making this call (SET NX PX, or this process's already):
+        False when another process holds it.
 
         Any Redis trouble answers True: without Redis each process makes its own call.
         """
@@ -341,7 +356,9 @@ class RedisCache:
             return True
         try:
             async with asyncio.timeout(self.timeout_s):
-                taken = await self._client().set(LOCK_PREFIX + key, self._token, nx=True, px=max(1, int(ttl_s * 1000)))
+                taken = await self._script(CLAIM_SCRIPT)(
+                    keys=[LOCK_PREFIX + key], args=[max(1, int(ttl_s * 1000)), self._token]
+                )
         except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
             self._unsure.add(key)
             self._failed(exc)
@@ -439,7 +456,7 @@ class RedisCache:
         one round trip each within their 100 ms bound rather than a connect and a script load too."""
         try:
             async with asyncio.timeout(max(1.0, self.timeout_s * 10)):
-                for text in (GET_OR_CLAIM_SCRIPT, UNCLAIM_SCRIPT):
+                for text in (GET_OR_CLAIM_SCRIPT, CLAIM_SCRIPT, UNCLAIM_SCRIPT):
                     await self._script(text).registered_client.script_load(text)
         except Exception as exc:  # noqa: BLE001 - the first lookup finds out and fails open
             log.debug("response cache warm-up: %s", exc)

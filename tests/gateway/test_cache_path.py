@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import os
 import uuid
 
 import httpx
@@ -17,10 +18,11 @@ import pytest
 from routing.config import live
 from routing.config.snapshot import build_snapshot
 from routing.ops import usage, wiring
-from routing.ops.response_cache import Coalescer, MemoryCache
+from routing.ops.response_cache import Coalescer, MemoryCache, RedisCache
 from tests.gateway.conftest import document, key_rows
 
 OTHER_KEY = "sb-other-org-key-987654321"
+REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
 
 
 @pytest.fixture
@@ -157,6 +159,62 @@ async def test_ten_identical_requests_in_flight_make_one_upstream_call(gateway, 
     assert len({a.content for a in answers}) == 1
     assert sorted(r["cached"] for r in cached) == [False] + [True] * 9
     assert len(wiring.process().coalescer) == 0
+
+
+class RepliesOutOfOrder(RedisCache):
+    """Two lookups on two connections: Redis runs the first one first, this process reads the second
+    one's reply first. Redis gave the first lookup the claim, but the process learns of it only after
+    the second lookup came back ("another holds it") and its request started to lead."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, timeout_s=1.0)
+        self.lookups = 0
+        self.first_ran, self.second_back = asyncio.Event(), asyncio.Event()
+
+    def _script(self, text: str):
+        script = super()._script(text)
+
+        async def call(**kwargs):
+            self.lookups += 1
+            if self.lookups == 1:
+                reply = await script(**kwargs)  # Redis ran it...
+                self.first_ran.set()
+                await self.second_back.wait()  # ...its reply is read after the second's
+                return reply
+            if self.lookups == 2:
+                await self.first_ran.wait()
+                try:
+                    return await script(**kwargs)
+                finally:
+                    self.second_back.set()
+            return await script(**kwargs)
+
+        return call
+
+
+@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
+async def test_two_lookups_whose_replies_cross_share_one_call_and_never_wait_on_their_own_claim(
+    gateway, upstream, cached, monkeypatch
+):
+    """CI caught it: the second request waited in Redis for the first's claim, the first followed the
+    second in memory, and both hung until their deadline."""
+    store = RepliesOutOfOrder(REDIS_URL)
+    monkeypatch.setattr(wiring.process(), "cache", store)
+    prompt = f"crossed {uuid.uuid4().hex}"
+    before = await calls(upstream, "ip-chat-b")
+    try:
+        answers = await asyncio.wait_for(
+            asyncio.gather(*(gateway.post("/v1/chat/completions", json=chat(prompt)) for _ in range(2))), 10
+        )
+        assert [a.status_code for a in answers] == [200, 200]
+        assert sorted(a.headers["x-switchboard-cache"] for a in answers) == ["hit", "miss"]
+        assert await calls(upstream, "ip-chat-b") == before + 1
+        await store.drain()
+        third = await gateway.post("/v1/chat/completions", json=chat(prompt))
+        assert third.headers["x-switchboard-cache"] == "hit"
+    finally:
+        await store.drain()
+        await store._client().aclose()
 
 
 async def test_a_failed_leader_gives_its_error_to_the_waiters_and_stores_nothing(gateway, upstream, cached):
