@@ -43,11 +43,13 @@ import time
 import uuid
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from routing.ops.redis_batch import Batcher
 
 log = logging.getLogger("switchboard.cache")
 
@@ -234,7 +236,8 @@ class RedisCache:
         self._claims: set[str] = set()  # keys whose cluster-wide claim this process holds
         self._unsure: set[str] = set()  # claims a failed lookup may have taken: freed on recovery
         self._token = uuid.uuid4().hex.encode()  # this process's claims' value
-        self._scripts: dict[str, Any] = {}  # script text -> registered on the current client
+        self._batch = Batcher(self._client)  # the commands of one loop pass go as one pipeline
+        self._writes: set[asyncio.Future[Any]] = set()  # stores on their way (bounded: MAX_PENDING_WRITES)
         self._tasks: set[asyncio.Task[None]] = set()
         self._probe: asyncio.Task[None] | None = None
 
@@ -264,7 +267,7 @@ class RedisCache:
             return BYPASS
         try:
             async with asyncio.timeout(self.timeout_s):
-                value = await self._client().get(key)
+                value = await self._run("GET", key)
         except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
             self._failed(exc)
             return BYPASS
@@ -287,8 +290,8 @@ class RedisCache:
             return BYPASS, False
         try:
             async with asyncio.timeout(self.timeout_s):
-                hit, value = await self._script(GET_OR_CLAIM_SCRIPT)(
-                    keys=[key, LOCK_PREFIX + key], args=[max(1, int(ttl_s * 1000)), self._token]
+                hit, value = await self._run(
+                    "EVAL", GET_OR_CLAIM_SCRIPT, 2, key, LOCK_PREFIX + key, max(1, int(ttl_s * 1000)), self._token
                 )
         except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
             self._unsure.add(key)  # Redis may run it after this gave up: its claim is nobody's
@@ -308,41 +311,40 @@ class RedisCache:
         """This process holds the cluster-wide claim on `key` (taken by another of its requests' lookups)."""
         return key in self._claims
 
-    def _script(self, text: str) -> Any:
-        client = self._client()
-        script = self._scripts.get(text)
-        if script is None or script.registered_client is not client:
-            script = self._scripts[text] = client.register_script(text)
-        return script
+    def _run(self, *command: Any) -> Awaitable[Any]:
+        """One Redis command whose reply a request awaits (routing/ops/redis_batch.py)."""
+        return self._batch.run(*command)
 
     def put(self, key: str, entry: Entry, ttl_s: float) -> bool:
         """Write `entry` in the background; skipped while Redis is down, too big, or too many writes wait."""
-        if self.down or entry.size > self.max_entry_bytes or len(self._tasks) >= MAX_PENDING_WRITES:
+        if self.down or entry.size > self.max_entry_bytes or len(self._writes) >= MAX_PENDING_WRITES:
             self.release(key)  # nobody elsewhere should wait for an answer that is not coming
             return False
         self._writing[key] = entry
-        task = asyncio.get_running_loop().create_task(self._write(key, entry, ttl_s))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        claimed = key in self._claims
+        stored = self._batch.call("SET", key, encode_entry(entry), "PX", max(1, int(ttl_s * 1000)))
+        freed = None
+        if claimed:  # stored, then freed in the same pipeline: callers elsewhere waiting on it read it
+            self._claims.discard(key)
+            freed = self._batch.call("DEL", LOCK_PREFIX + key)
+        last = freed or stored
+        self._writes.add(last)
+        last.add_done_callback(lambda _: self._written(key, entry, stored, freed))
         return True
 
-    async def _write(self, key: str, entry: Entry, ttl_s: float) -> None:
-        claimed = key in self._claims
-        try:
-            async with asyncio.timeout(self.timeout_s * 5):  # off the request path: a little more patience
-                pipe = self._client().pipeline(transaction=False)
-                pipe.set(key, encode_entry(entry), px=max(1, int(ttl_s * 1000)))
-                if claimed:  # stored: callers in other processes waiting on the claim read it
-                    self._claims.discard(key)
-                    pipe.delete(LOCK_PREFIX + key)
-                await pipe.execute()  # one round trip for both
-        except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
-            if claimed:
-                self._unsure.add(key)
-            self._failed(exc)
-        finally:
-            if self._writing.get(key) is entry:
-                del self._writing[key]
+    def _written(self, key: str, entry: Entry, *replies: asyncio.Future[Any] | None) -> None:
+        failure = None
+        for reply in replies:
+            if reply is not None:
+                self._writes.discard(reply)
+                exc = None if reply.cancelled() else reply.exception()  # retrieved: never "unretrieved"
+                failure = failure or exc
+        if self._writing.get(key) is entry:
+            del self._writing[key]
+        if failure is not None:
+            if replies[1] is not None:
+                self._unsure.add(key)  # the claim may still be there
+            self._failed(failure)
 
     # ------------------------------------------------------------------ coalescing across processes
 
@@ -356,8 +358,8 @@ class RedisCache:
             return True
         try:
             async with asyncio.timeout(self.timeout_s):
-                taken = await self._script(CLAIM_SCRIPT)(
-                    keys=[LOCK_PREFIX + key], args=[max(1, int(ttl_s * 1000)), self._token]
+                taken = await self._run(
+                    "EVAL", CLAIM_SCRIPT, 1, LOCK_PREFIX + key, max(1, int(ttl_s * 1000)), self._token
                 )
         except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
             self._unsure.add(key)
@@ -371,12 +373,11 @@ class RedisCache:
         """The answer another process is making, polled until it is stored; None when its claim ends
         without one (it failed, or died and the claim expired), when Redis fails, or after `timeout_s`."""
         deadline = time.monotonic() + timeout_s
-        client = self._client()
         while time.monotonic() < deadline and not self.down:
             await asyncio.sleep(CLAIM_POLL_S)
             try:
                 async with asyncio.timeout(self.timeout_s):
-                    value, claimed = await client.mget(key, LOCK_PREFIX + key)
+                    value, claimed = await self._run("MGET", key, LOCK_PREFIX + key)
             except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
                 self._failed(exc)
                 return None
@@ -404,7 +405,7 @@ class RedisCache:
     async def _unclaim(self, key: str) -> None:
         try:
             async with asyncio.timeout(self.timeout_s * 5):
-                await self._script(UNCLAIM_SCRIPT)(keys=[LOCK_PREFIX + key], args=[self._token])
+                await self._run("EVAL", UNCLAIM_SCRIPT, 1, LOCK_PREFIX + key, self._token)
         except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
             self._unsure.add(key)
             self._failed(exc)
@@ -440,31 +441,30 @@ class RedisCache:
 
     async def _free_unsure(self) -> None:
         """Free the claims failed lookups may have taken, unless a request of this process holds one now."""
-        unclaim = self._script(UNCLAIM_SCRIPT)
         while self._unsure:
             key = self._unsure.pop()
             if key in self._claims:
                 continue  # a request holds it again: its store or release frees it
             try:
-                await unclaim(keys=[LOCK_PREFIX + key], args=[self._token])
+                await self._run("EVAL", UNCLAIM_SCRIPT, 1, LOCK_PREFIX + key, self._token)
             except BaseException:
                 self._unsure.add(key)  # the next probe tries again
                 raise
 
     async def warm(self) -> None:
-        """Connect and load the scripts at boot, off the request path, so a process's first lookups are
-        one round trip each within their 100 ms bound rather than a connect and a script load too."""
+        """Connect at boot, off the request path, so a process's first lookup is one round trip within
+        its 100 ms bound rather than a connect too."""
         try:
             async with asyncio.timeout(max(1.0, self.timeout_s * 10)):
-                for text in (GET_OR_CLAIM_SCRIPT, CLAIM_SCRIPT, UNCLAIM_SCRIPT):
-                    await self._script(text).registered_client.script_load(text)
+                await self._client().ping()
         except Exception as exc:  # noqa: BLE001 - the first lookup finds out and fails open
             log.debug("response cache warm-up: %s", exc)
 
     async def drain(self) -> None:
         """Wait for pending writes (tests, the benchmark)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        while self._tasks or self._writes:
+            await asyncio.gather(*self._tasks, *self._writes, return_exceptions=True)
+            await self._batch.drain()
 
 
 class Flight:

@@ -277,16 +277,13 @@ async def test_a_claim_given_up_while_redis_was_away_is_freed_once_it_is_back():
             await cache._client().aclose()
 
 
-async def test_the_warm_up_loads_the_scripts_so_a_first_lookup_is_one_round_trip():
-    from routing.ops.response_cache import CLAIM_SCRIPT, GET_OR_CLAIM_SCRIPT, UNCLAIM_SCRIPT
-
-    server = RedisServer()  # a fresh server: no script loaded yet
+async def test_the_warm_up_connects_so_a_first_lookup_is_one_round_trip():
+    server = RedisServer()  # a fresh server: only the connections of this test
     cache, other = RedisCache(server.url, timeout_s=1.0), RedisCache(server.url, timeout_s=1.0)
-    shas = [cache._script(text).sha for text in (GET_OR_CLAIM_SCRIPT, CLAIM_SCRIPT, UNCLAIM_SCRIPT)]
     try:
-        assert await other._client().script_exists(*shas) == [False] * 3
+        assert len(await other._client().client_list()) == 1  # the asking one
         await cache.warm()
-        assert await other._client().script_exists(*shas) == [True] * 3
+        assert len(await other._client().client_list()) == 2  # the cache's, open and pooled
         unreachable = RedisCache(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.05)
         await unreachable.warm()  # says nothing, changes nothing: the first lookup finds out
         assert not unreachable.down
@@ -294,3 +291,42 @@ async def test_the_warm_up_loads_the_scripts_so_a_first_lookup_is_one_round_trip
         await cache._client().aclose()
         await other._client().aclose()
         server.stop()
+
+
+@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
+async def test_lookups_behind_one_on_its_way_and_the_stores_go_to_redis_as_one_pipeline_each_with_its_answer():
+    a, b = RedisCache(REDIS_URL, timeout_s=1.0), RedisCache(REDIS_URL, timeout_s=1.0)
+    keys = [f"switchboard:cache:test:{uuid.uuid4().hex}" for _ in range(20)]
+    try:
+        for key in keys[:10]:
+            a.put(key, entry(key.encode()), 30)
+        await a.drain()
+        sent: list[int] = []
+        pipeline = a._redis.pipeline
+
+        def counting_pipeline(*args, **kwargs):
+            pipe = pipeline(*args, **kwargs)
+            execute = pipe.execute
+
+            async def counted(**kw):
+                sent.append(len(pipe.command_stack))
+                return await execute(**kw)
+
+            pipe.execute = counted
+            return pipe
+
+        a._redis.pipeline = counting_pipeline
+        found = await asyncio.gather(*(a.get_or_claim(key, 30) for key in keys))
+        assert sent == [19]  # the first went at once, on its own; the nineteen behind it in one round trip
+        assert found[:10] == [(entry(key.encode()), False) for key in keys[:10]]
+        assert found[10:] == [(None, True)] * 10  # each miss took its own claim
+        assert await b.get_or_claim(keys[15], 30) == (None, False)
+        for key in keys[10:]:
+            a.put(key, entry(b"late"), 30)  # stores and claims' deletions: one pipeline
+        await a.drain()
+        assert sent == [19, 20]
+        assert await b.get_or_claim(keys[15], 30) == (entry(b"late"), False)
+        await b._client().delete(*keys)
+    finally:
+        await a._client().aclose()
+        await b._client().aclose()
