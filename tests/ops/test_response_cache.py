@@ -240,8 +240,9 @@ async def test_a_lookup_that_timed_out_after_redis_took_its_claim_frees_that_cla
         assert await a.get_or_claim(warm, 30) == (None, True)  # connected and the script loaded
         a.release(warm)
         await a.drain()
-        hog = asyncio.create_task(busy._client().eval(BUSY_SCRIPT, 0, 400_000))  # Redis busy for 0.4 s
-        await asyncio.sleep(0.05)
+        await busy._client().ping()  # connected: its script is one write
+        hog = asyncio.create_task(busy._client().eval(BUSY_SCRIPT, 0, 600_000))  # Redis busy for 0.6 s
+        await asyncio.sleep(0.15)  # it has begun
         assert await a.get_or_claim(key, 30) == (BYPASS, False)  # gave up after 0.1 s...
         assert await hog == 1
         assert await b._client().exists("switchboard:cache-claim:" + key)  # ...but Redis took the claim
@@ -265,8 +266,9 @@ async def test_a_claim_given_up_while_redis_was_away_is_freed_once_it_is_back():
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
     try:
         assert await a.get_or_claim(key, 30) == (None, True)  # a is making the call
-        hog = asyncio.create_task(busy._client().eval(BUSY_SCRIPT, 0, 300_000))
-        await asyncio.sleep(0.05)
+        await busy._client().ping()
+        hog = asyncio.create_task(busy._client().eval(BUSY_SCRIPT, 0, 600_000))
+        await asyncio.sleep(0.15)
         assert await a.get(key + ":other") is BYPASS  # another lookup times out: a stops using Redis
         a.release(key)  # the call failed meanwhile: nothing to unclaim with, yet
         assert await hog == 1
