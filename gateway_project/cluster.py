@@ -100,14 +100,25 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def wait_until(check: object, timeout_s: float, what: str, process: subprocess.Popen | None = None) -> None:
+def wait_until(
+    check: object, timeout_s: float, what: str, process: subprocess.Popen | None = None, log: str | None = None
+) -> None:
+    """Poll `check` until it holds; stop at once if `process` exits, saying why with the end of its `log`."""
     deadline = time.monotonic() + timeout_s
     while not check():  # type: ignore[operator]
         if process is not None and process.poll() is not None:
-            raise SystemExit(f"{what}: the process exited with {process.returncode} (see {STATE_DIR})")
+            raise SystemExit(f"{what}: the process exited with {process.returncode} (see {STATE_DIR}){_tail(log)}")
         if time.monotonic() > deadline:
-            raise SystemExit(f"{what} did not happen within {timeout_s:.0f} s (logs in {STATE_DIR})")
+            raise SystemExit(f"{what} did not happen within {timeout_s:.0f} s (logs in {STATE_DIR}){_tail(log)}")
         time.sleep(0.2)
+
+
+def _tail(log: str | None, lines: int = 15) -> str:
+    """The last lines of a log in var/cluster/, to print with a failure (nothing if there is none)."""
+    if log is None or not (STATE_DIR / log).exists():
+        return ""
+    text = (STATE_DIR / log).read_text(errors="replace").splitlines()[-lines:]
+    return f"\nthe end of {log}:\n" + "\n".join(f"  {line}" for line in text)
 
 
 def healthy(port: int) -> bool:
@@ -215,7 +226,7 @@ def up(port: int, replicas: int, workers: int, server: str, mock_port: int, stat
         key = next(line.split("=", 1)[1] for line in out.splitlines() if line.strip().startswith("export KEY="))
         mock = spawn([sys.executable, "-m", "providers.mock.upstream", "--port", str(mock_port)], "mock.log")
         state["pids"]["mock"] = mock.pid
-        wait_until(lambda: port_open(mock_port), 15, "the mock upstream listening", mock)
+        wait_until(lambda: port_open(mock_port), 15, "the mock upstream listening", mock, "mock.log")
         import httpx
 
         httpx.post(  # "flaky" always fails upstream, as in `make demo`
@@ -224,20 +235,22 @@ def up(port: int, replicas: int, workers: int, server: str, mock_port: int, stat
             timeout=5,
         )
         serve_env = {k: v for k, v in env.items() if k != "DEMO_ADMIN_PASSWORD"}
+        procs: dict[str, subprocess.Popen] = {}
         for name, backend_port in backends:
             argv = [sys.executable, "manage.py", "serve", "--server", server, "--workers", str(workers)]
             replica_env = {**serve_env, "SWITCHBOARD_REPLICA": name}
-            proc = spawn([*argv, "--host", "127.0.0.1", "--port", str(backend_port)], f"{name}.log", replica_env)
-            state["replicas"][name] = {"pid": proc.pid, "port": backend_port}
+            procs[name] = spawn([*argv, "--host", "127.0.0.1", "--port", str(backend_port)], f"{name}.log", replica_env)
+            state["replicas"][name] = {"pid": procs[name].pid, "port": backend_port}
             _save(state)
         for name, backend_port in backends:
-            wait_until(lambda p=backend_port: healthy(p), 60, f"{name} healthy on :{backend_port}")
+            what = f"{name} healthy on :{backend_port}"
+            wait_until(lambda p=backend_port: healthy(p), 60, what, procs[name], f"{name}.log")
         config = STATE_DIR / "haproxy.cfg"
         config.write_text(haproxy_config(port, backends, stats_port))
         lb = spawn([haproxy, "-db", "-f", str(config)], "haproxy.log")
         state["pids"]["haproxy"] = lb.pid
         _save(state)
-        wait_until(lambda: healthy(port), 20, f"HAProxy answering on :{port}", lb)
+        wait_until(lambda: healthy(port), 20, f"HAProxy answering on :{port}", lb, "haproxy.log")
     except BaseException:
         _save(state)
         down()

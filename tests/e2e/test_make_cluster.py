@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import httpx
 import pytest
 
 from gateway_project.cluster import running
-from tests.e2e.harness import ROOT, SERVER, free_port
+from tests.e2e.harness import ROOT, SERVER
 
 _db = os.environ.get("DATABASE_URL", "")
 POSTGRES_URL = (
@@ -52,9 +53,9 @@ def test_cluster_up_prints_a_working_key_and_down_stops_everything():
     }
     for name in ("DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR"):
         env.pop(name, None)  # the cluster names its own
-    port = free_port()
+    port = _port_block(5)  # HAProxy, the two replicas after it, the mock, the stats page
     args = ["--port", str(port), "--replicas", "2", "--workers", "1", "--server", SERVER]
-    args += ["--mock-port", str(free_port()), "--stats-port", str(free_port())]
+    args += ["--mock-port", str(port + 3), "--stats-port", str(port + 4)]
 
     def cluster(*verb: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -68,12 +69,6 @@ def test_cluster_up_prints_a_working_key_and_down_stops_everything():
 
     up = None
     try:
-        # Replica ports follow HAProxy's: make sure they are free too (bounded retries).
-        for _ in range(20):
-            if all(_free(port + i) for i in range(3)):
-                break
-            port = free_port()
-            args[1] = str(port)
         up = cluster("up", *args)
         assert up.returncode == 0, up.stdout + up.stderr
         key = next(line.split("=", 1)[1] for line in up.stdout.splitlines() if "export KEY=" in line)
@@ -107,8 +102,30 @@ def test_cluster_up_prints_a_working_key_and_down_stops_everything():
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
-def _free(port: int) -> bool:
+def _port_block(size: int) -> int:
+    """The first of `size` free consecutive ports below the kernel's ephemeral range.
+
+    Replica ports follow HAProxy's (port + 1, + 2), and the cluster binds them seconds
+    after this check, once it has migrated and imported over many connections. Inside the
+    ephemeral range any of those can take one as its source port, and a port in use as a
+    source port cannot be bound for listening (EADDRINUSE). CI once saw a replica not
+    come up within 60 s; its log was not kept, and this is the race that can do it.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(100):  # bounded
+        first = rng.randrange(max(1024, low - 12_000), low - size)
+        if all(_bindable(first + i) for i in range(size)):
+            return first
+    raise AssertionError(f"no {size} free consecutive ports below {low}")
+
+
+def _bindable(port: int) -> bool:
     import socket
 
     with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) != 0
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
