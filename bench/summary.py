@@ -85,7 +85,8 @@ class Check:
 
 
 def checks(docs: dict[str, dict[str, Any]]) -> list[Check]:
-    """The rows, from the results of each benchmark by name (run, workers, deployments, limits, cache, usage_writer)."""
+    """The rows, from the results of each benchmark by name (run, workers, deployments, limits, cache, usage_writer,
+    fieldfuzz)."""
     run, workers = docs.get("run"), docs.get("workers")
     s = (run or {}).get("scenarios", {})
     lat = s.get("latency") or {}
@@ -141,6 +142,18 @@ def checks(docs: dict[str, dict[str, Any]]) -> list[Check]:
         )
     out.extend(_reported(lat, s, workers))
     out.extend(_writer(docs))
+    out.extend(_fieldfuzz(docs.get("fieldfuzz")))
+    return out
+
+
+def _fieldfuzz(result: dict[str, Any] | None) -> list[Check]:
+    """The field-path fuzzer's full run (docs/testing.md#field-fuzzer): no 5xx on either server."""
+    out = []
+    for server in ("uvicorn", "daphne"):
+        run = (result or {}).get(server) or {}
+        bad = None if not run else run["failures"] + run["tracebacks"] + (0 if run["alive"] else 1)
+        out.append(Check(f"field-path fuzzer, {server}: cases", run.get("cases"), "", ">=", 18000.0))
+        out.append(Check(f"field-path fuzzer, {server}: 5xx, no answer or traceback", bad, "", "<=", 0.0))
     return out
 
 

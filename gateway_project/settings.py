@@ -63,6 +63,8 @@ SWITCHBOARD_MAX_BODY_BYTES = env.int("SWITCHBOARD_MAX_BODY_BYTES", default=10 * 
 SWITCHBOARD_REQUESTS_PER_TICK = env.int("SWITCHBOARD_REQUESTS_PER_TICK", default=32)
 # /metrics is public unless this is false; then only staff sessions may read it.
 SWITCHBOARD_METRICS_PUBLIC = env.bool("SWITCHBOARD_METRICS_PUBLIC", default=True)
+# Organisation names in /metrics labels (org=, "<model>@<org>"); off: a keyed hash instead (docs/security.md#metrics).
+SWITCHBOARD_METRICS_ORG_NAMES = env.bool("SWITCHBOARD_METRICS_ORG_NAMES", default=False)
 # How often each process checks the configuration version (safety net for missed broadcasts).
 SWITCHBOARD_CONFIG_POLL_S = env.float("SWITCHBOARD_CONFIG_POLL_S", default=0.5)
 # Background health probes of providers; off unless enabled here or per provider.

@@ -355,5 +355,16 @@ def health_providers_payload(snapshot: Snapshot) -> bytes:
                 {"name": name, "status": UNKNOWN, "latency_ms": None, "checked_at": None, "detail": "not probed yet"}
             )
         else:
-            out.append(result.as_dict())
+            entry = result.as_dict()
+            entry["detail"] = public_detail(result.detail, snapshot.providers[name])
+            out.append(entry)
     return orjson.dumps({"providers": out})
+
+
+def public_detail(detail: str, provider: ProviderSpec) -> str:
+    """A probe's detail for /health/providers, which needs no login: the provider's URL left out.
+
+    The dashboard (operators) shows the detail as probed, URL included (docs/security.md#urls).
+    """
+    url = redact_url(health_url(provider))
+    return detail.replace(url, "its health URL") if url else detail

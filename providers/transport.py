@@ -16,6 +16,10 @@ the disconnect at once (docs/resilience.md#r7).
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import socket
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -24,6 +28,10 @@ import aiohttp
 from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec
 from routing.core.errors import FailureKind, UpstreamFailure
+
+log = logging.getLogger("switchboard.upstream")
+# Seconds between two "could not reach" log lines of one provider: an outage fails every request.
+CONNECT_LOG_EVERY_S = 10.0
 
 POOL_LIMIT = 512  # total connections per session; far above what 2 cores can drive
 KEEPALIVE_S = 30.0
@@ -193,9 +201,10 @@ class Transport:
                 "check that the upstream is reachable or raise connect_timeout_ms",
             ) from exc
         except (aiohttp.ClientError, OSError) as exc:
+            _log_unreachable(provider.name, url, exc)
             raise UpstreamFailure(
                 FailureKind.CONNECT_ERROR,
-                f"could not reach provider {provider.name!r} at {redact_url(url)}: {_describe(exc)}",
+                f"could not reach provider {provider.name!r}: {client_reason(exc)}; retry later",
             ) from exc
         return UpstreamResponse(resp)
 
@@ -232,11 +241,46 @@ class Transport:
 
 
 def _describe(exc: BaseException) -> str:
+    """The whole story, addresses included: for operators' logs only."""
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "the server closed the connection before answering"
     if isinstance(exc, aiohttp.ClientConnectorError):
         return str(exc.os_error) or repr(exc)
     return str(exc) or repr(exc)
+
+
+def client_reason(exc: BaseException) -> str:
+    """Why a connection failed, in words that carry no URL, host or address.
+
+    The message reaches API clients, who must learn that the provider failed but not
+    where it lives (docs/security.md#urls); the address goes to the log (`_log_unreachable`).
+    """
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection before answering"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return "the TLS handshake failed"
+    cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if isinstance(cause, socket.gaierror):
+        return "its host name could not be resolved"
+    if isinstance(cause, OSError) and cause.errno:
+        return os.strerror(cause.errno).lower()  # "connection refused", "no route to host"
+    if isinstance(exc, aiohttp.ClientConnectionError):
+        return "the connection failed"
+    return f"the connection failed ({type(exc).__name__})"
+
+
+_unreachable_logged: dict[str, float] = {}
+
+
+def _log_unreachable(name: str, url: str, exc: BaseException) -> None:
+    """One warning per provider per CONNECT_LOG_EVERY_S, with the (redacted) URL, for operators."""
+    now = time.monotonic()
+    if now - _unreachable_logged.get(name, -CONNECT_LOG_EVERY_S) < CONNECT_LOG_EVERY_S:
+        return
+    if len(_unreachable_logged) > 1024:
+        _unreachable_logged.clear()
+    _unreachable_logged[name] = now
+    log.warning("could not reach provider %r at %s: %s", name, redact_url(url), _describe(exc))
 
 
 transport = Transport()

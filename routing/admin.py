@@ -24,6 +24,7 @@ from routing.config.schema import RESILIENCE
 from routing.config.store import errors_for_edit, in_scope
 from routing.config.validation import ConfigError, add_form_validators
 from routing.models import BreakerAction, BreakerOverride, ConfigRevision, ResilienceSettings, UsageRecord
+from routing.ops import bodies
 from routing.ops.admin_base import ReadOnlyAdmin
 from routing.ops.admin_history import ConfigRevisionAdmin
 
@@ -258,6 +259,26 @@ class UsageRecordAdmin(ReadOnlyAdmin):
     list_filter = ["org", "model_used", "fallback_reason", "status", "cached", "created_at"]
     search_fields = ["request_id", "org", "agent", "model_used", "key_prefix"]
     date_hierarchy = "created_at"
+
+    # Bodies only for superusers (docs/security.md#bodies): left out of the page's form,
+    # replaced by a note, and no changelist lookup on them (`?request_body__contains=`
+    # would answer yes/no questions about their text).
+    def get_exclude(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
+        excluded = list(super().get_exclude(request, obj) or ())
+        return excluded if bodies.visible_to(request.user) else [*excluded, *bodies.FIELDS]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if bodies.visible_to(request.user) else [*fields, "bodies_note"]
+
+    @admin.display(description="Request and response bodies")
+    def bodies_note(self, obj: UsageRecord) -> str:
+        return bodies.HIDDEN_NOTE if obj.request_body or obj.response_body else "not stored"
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        if lookup.split("__", 1)[0] in bodies.FIELDS and not (request and bodies.visible_to(request.user)):
+            return False
+        return super().lookup_allowed(lookup, value, request)
 
 
 @admin.register(BreakerAction)

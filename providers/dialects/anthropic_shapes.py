@@ -570,6 +570,10 @@ def _turn(msg: Any, param: str) -> list[dict[str, Any]]:
         if not isinstance(block, dict):
             raise invalid_request(f"{p} must be a content block object", p)
         kind = block.get("type")
+        if not isinstance(kind, str):  # a list or object here is not a block type (and is unhashable)
+            raise invalid_request(
+                f"{p}.type must be a string: text, image, tool_use, tool_result or thinking", f"{p}.type"
+            )
         if kind == "text":
             parts.append({"type": "text", "text": _string(block.get("text"), f"{p}.text")})
         elif kind == "image" and role == "user":

@@ -169,7 +169,7 @@ async def _handle(
     kind = ctx.endpoint
     shape = None
     if kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat
-        body, shape, kind = messages.chat_body(kind, body), messages.Shape(body, scope), "chat"
+        body, shape, kind = messages.chat_body(kind, body, raw), messages.Shape(body, scope), "chat"
     shapes.check(kind, body, raw)
 
     agent = key.agent

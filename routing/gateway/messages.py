@@ -29,7 +29,7 @@ from providers.dialects.anthropic_shapes import (
 from providers.dialects.base import load_json
 from routing.core.errors import GatewayError
 from routing.core.executor import Link
-from routing.gateway import messages_shapes
+from routing.gateway import messages_shapes, shapes
 from routing.gateway.wire import JSON, Scope, Send, answer_headers, send_response
 from routing.ops.accounting import Context
 from routing.plan import preflight
@@ -45,9 +45,13 @@ def credential(auth: bytes, x_api_key: bytes) -> bytes:
     return b"Bearer " + x_api_key.strip()
 
 
-def chat_body(endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
-    """The internal chat body for an Anthropic request; 400 naming the field when it is malformed."""
+def chat_body(endpoint: str, body: dict[str, Any], raw: bytes) -> dict[str, Any]:
+    """The internal chat body for an Anthropic request; 400 naming the field when it is malformed.
+
+    The depth check comes first: the translation encodes tool inputs itself.
+    """
     messages_shapes.check(body, count_tokens=endpoint == "count_tokens")
+    shapes.check_depth_of(body, raw)
     return chat_request(body)
 
 

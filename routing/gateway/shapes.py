@@ -395,6 +395,15 @@ def check(kind: str, body: dict[str, Any], raw: bytes) -> None:
             raise _field_error(str(exc)) from None
         if shape.extra is not None:
             shape.extra(value)
+    check_depth_of(body, raw)
+
+
+def check_depth_of(body: dict[str, Any], raw: bytes) -> None:
+    """`check_depth` for a body of `raw` bytes, skipped when it is too short to be that deep.
+
+    A translated endpoint (the Anthropic Messages API) calls it before its translation,
+    which encodes parts of the body (tool inputs) itself.
+    """
     if len(raw) > _SHALLOW_BYTES:
         check_depth(body)
 
@@ -457,4 +466,4 @@ def _field_error(text: str) -> errors.GatewayError:
     return errors.invalid_field(param or None, detail[:1].lower() + detail[1:])
 
 
-__all__ = ["MAX_DEPTH", "SHAPES", "Shape", "check", "check_depth", "register"]
+__all__ = ["MAX_DEPTH", "SHAPES", "Shape", "check", "check_depth", "check_depth_of", "register"]

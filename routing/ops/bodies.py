@@ -20,6 +20,20 @@ _SECRET_VALUE = re.compile(
 )
 
 
+# The UsageRecord fields that hold bodies.
+FIELDS = ("request_body", "response_body")
+HIDDEN_NOTE = "stored, shown to superusers only"
+
+
+def visible_to(user: object) -> bool:
+    """Whether `user` may read stored bodies: active superusers only, on every page (docs/security.md#bodies).
+
+    A body may hold anything a client sent (prompts, personal data), so staff who may
+    read usage records (the Operators group) see only that bodies are stored.
+    """
+    return bool(getattr(user, "is_active", False) and getattr(user, "is_superuser", False))
+
+
 def wanted(org: object) -> bool:
     """Whether this request's bodies are kept: the org opted in, or the global setting is on."""
     return bool(getattr(org, "log_bodies", False) or settings.SWITCHBOARD_LOG_BODIES)

@@ -9,16 +9,21 @@ and an increment.
 Breaker keys of BYO credentials are exported with the model label
 "<model>@<org>" (`BreakerKey.label`): each such breaker is separate (docs/resilience.md#r5) and an
 operator needs to see which org's link is open; their number is bounded by the
-configured credentials.
+configured credentials. /metrics is often public, and org names are tenant names, so
+every org label is `org_label(name)`: a keyed hash unless the operator turned
+SWITCHBOARD_METRICS_ORG_NAMES on (docs/security.md#metrics).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import os
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from prometheus_client import Counter, Gauge, Histogram
 
 from routing.core.breaker import BreakerKey
@@ -209,10 +214,21 @@ class MetricsObserver:
         child.inc()
 
 
+def org_label(org: str) -> str:
+    """An organisation as a metric label: its name when SWITCHBOARD_METRICS_ORG_NAMES is on, else
+    "org-" and 12 hex digits of HMAC-SHA256(SECRET_KEY, name): stable across the processes and
+    restarts of one deployment, and not reversible from a list of likely names without the key."""
+    if settings.SWITCHBOARD_METRICS_ORG_NAMES:
+        return org
+    digest = hmac.new(settings.SECRET_KEY.encode(), org.encode(), hashlib.sha256).hexdigest()
+    return f"org-{digest[:12]}"
+
+
 def link_labels(key: tuple[str, ...]) -> tuple[str, str]:
-    """(provider, model label) of a breaker key; BYO keys label the model "<model>@<org>"."""
+    """(provider, model label) of a breaker key; BYO keys label the model "<model>@<org label>"."""
     key = BreakerKey.of(key)
-    return key.provider, key.label
+    org = key.org
+    return key.provider, key.model if org is None else f"{key.model}@{org_label(org)}"
 
 
 def set_circuit(key: tuple[str, ...], state: int) -> None:
@@ -232,7 +248,7 @@ def on_org_breaker_change(key: tuple[str, ...], org: str, old: Any, new: Any) ->
     """Org-view listener: a series per (link, org) whose view ever left closed; bounded by the
     configured orgs and links."""
     provider, model = link_labels(key)
-    CIRCUIT_ORG_STATE.labels(provider, model, org).set(int(new))
+    CIRCUIT_ORG_STATE.labels(provider, model, org_label(org)).set(int(new))
 
 
 def refresh_circuits(snapshot: Any, views: list[Any]) -> None:
@@ -249,7 +265,7 @@ def refresh_circuits(snapshot: Any, views: list[Any]) -> None:
             key = BreakerKey.of(view.key)
         except ValueError:
             continue
-        labels = (key.provider, key.label)
+        labels = link_labels(key)
         if key.org is None and labels not in wanted:
             continue  # a breaker of a link no longer configured
         state = 1 if getattr(view, "forced_reason", None) else int(view.state)

@@ -83,3 +83,16 @@ def test_save_writes_into_the_run_directory_only_when_make_bench_set_one(tmp_pat
     path = summary.save("cache", {"miss_us": 7.5})
     assert path is not None and orjson.loads(path.read_bytes()) == {"miss_us": 7.5}
     assert summary.load(tmp_path / "run") == {"cache": {"miss_us": 7.5}}
+
+
+def test_the_field_path_fuzzer_rows_need_enough_cases_and_no_5xx_on_each_server() -> None:
+    fuzzed = {
+        "uvicorn": {"cases": 54095, "failures": 0, "tracebacks": 0, "alive": True},
+        "daphne": {"cases": 54095, "failures": 2, "tracebacks": 2, "alive": True},
+    }
+    by_label = {c.label: c for c in summary.checks({"fieldfuzz": fuzzed})}
+    assert by_label["field-path fuzzer, uvicorn: cases"].verdict() == "met"
+    assert by_label["field-path fuzzer, uvicorn: 5xx, no answer or traceback"].verdict() == "met"
+    assert by_label["field-path fuzzer, daphne: 5xx, no answer or traceback"].verdict().startswith("missed by 4")
+    missing = {c.label: c for c in summary.checks({})}
+    assert missing["field-path fuzzer, daphne: cases"].verdict() == "not measured"

@@ -311,12 +311,34 @@ def test_max_completion_tokens_over_the_limit_moves_to_a_fallback_that_can(http,
     assert mock_upstream.count("up-edge-capped-fb") == 0
 
 
-def test_the_fuzzer_gets_no_500_from_a_real_server(make_gateway, mock_upstream):
+@pytest.fixture(scope="module")
+def fuzz_gw(make_gateway, mock_upstream):
+    from bench import fuzz
+
+    return make_gateway(fuzz.CONFIG.format(mock=mock_upstream.url), org=fuzz.ORG, agent=fuzz.AGENT)
+
+
+def test_the_fuzzer_gets_no_500_from_a_real_server(fuzz_gw):
     """bench/fuzz.py, bounded, against this run's server: bad JSON, wrong types, depth, odd paths and headers."""
     from bench import fuzz
 
-    gw = make_gateway(fuzz.CONFIG.format(mock=mock_upstream.url), org=fuzz.ORG, agent=fuzz.AGENT)
     lines: list[str] = []
-    failures = fuzz.fuzz(gw.url, gw.api_key, 400, seed=7, timeout=2.0, log=lines.append)
+    failures = fuzz.fuzz(fuzz_gw.url, fuzz_gw.api_key, 400, seed=7, timeout=2.0, log=lines.append)
     assert failures == 0, "\n".join(lines)
-    assert "Traceback" not in gw.logs()
+    assert "Traceback" not in fuzz_gw.logs()
+
+
+def test_the_field_path_fuzzer_gets_no_5xx_from_a_real_server(fuzz_gw):
+    """bench/fieldfuzz.py, a seeded sample of 400 of its ~54 000 cases (the full run is a step of make bench).
+
+    Seed 1 includes Anthropic content blocks whose `type` is a list or an object, which
+    answered 500 before (docs/testing.md#field-fuzzer).
+    """
+    from bench import fieldfuzz
+
+    lines: list[str] = []
+    result = fieldfuzz.run(
+        fuzz_gw.url, fuzz_gw.api_key, fieldfuzz.sample(400, seed=1), timeout=10.0, workers=2, log=lines.append
+    )
+    assert result["cases"] == 400 and result["failures"] == 0 and result["alive"], "\n".join(lines)
+    assert "Traceback" not in fuzz_gw.logs()

@@ -429,6 +429,8 @@ FUZZ = [
     ({"messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]}, "messages[0].content[0].text"),
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": "x"}]}]}, "messages[0].content[0].source"),
     ({"messages": [{"role": "user", "content": [{"type": "video"}]}]}, "messages[0].content[0].type"),
+    ({"messages": [{"role": "user", "content": [{"type": ["text"], "text": "x"}]}]}, "messages[0].content[0].type"),
+    ({"messages": [{"role": "user", "content": [{"type": {"a": 5}}]}]}, "messages[0].content[0].type"),
     (
         {"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": []}]}]},
         "input",
@@ -485,6 +487,30 @@ def test_count_tokens_checks_its_body_too(gw):
         timeout=20,
     )
     assert answer.status_code == 400 and "messages[0].content" in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("endpoint", ["/v1/messages", "/v1/messages/count_tokens"])
+def test_a_tool_input_nested_too_deep_is_a_400_naming_the_field(gw, endpoint):
+    """The translation encodes tool inputs itself, so the depth check must come before it."""
+    deep = orjson.loads('{"a":' * 300 + "1" + "}" * 300)
+    use = {"type": "tool_use", "id": "t1", "name": "f", "input": deep}
+    turns = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": "y"},
+    ]
+    body = {"model": "m-openai", "max_tokens": 5, "messages": turns}
+    answer = httpx.post(f"{gw.url}{endpoint}", json=body, headers={"x-api-key": gw.api_key}, timeout=20)
+    assert answer.status_code == 400, answer.text
+    assert "nested more than 254 levels" in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("block_type", [["text"], {"a": 5}])
+def test_count_tokens_names_a_block_type_that_is_not_a_string(gw, block_type):
+    body = {"model": "m-openai", "messages": [{"role": "user", "content": [{"type": block_type, "text": "x"}]}]}
+    answer = httpx.post(f"{gw.url}/v1/messages/count_tokens", json=body, headers={"x-api-key": gw.api_key}, timeout=20)
+    assert answer.status_code == 400, answer.text
+    assert "messages[0].content[0].type" in answer.json()["error"]["message"]
 
 
 def test_an_idempotency_key_replays_the_anthropic_answer(gw, mock_upstream):

@@ -151,7 +151,10 @@ def test_circuit_state_goes_from_closed_to_open(gw, http, mock_upstream):
     assert [chat(http, "m-brk").status_code for _ in range(2)] == [502, 502]  # threshold: two failed requests
     # one org's failures open only its own view of the link (docs/resilience.md#org-views)
     assert [s.value for s in scrape(gw).find("switchboard_circuit_state", **link)] == [0]
-    assert [s.value for s in scrape(gw).find("switchboard_circuit_org_state", org="acme", **link)] == [1]
+    views = scrape(gw).find("switchboard_circuit_org_state", **link)
+    assert [s.value for s in views] == [1]
+    # by default the org is a keyed hash: /metrics is public and org names are tenant names
+    assert views[0].labels["org"].startswith("org-") and "acme" not in httpx.get(f"{gw.url}/metrics").text
     assert chat(http, "m-brk").json()["error"]["code"] == "circuit_open"
     refused = {"endpoint": "chat", "model": "m-brk", "model_used": "m-brk", "status": "503"}
     assert scrape(gw).value("switchboard_requests_total", **refused) == 1

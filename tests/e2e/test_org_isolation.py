@@ -42,7 +42,8 @@ UPSTREAM = "up-iso"
 
 @pytest.fixture(scope="module")
 def gw(make_gateway, mock_upstream):
-    return make_gateway(CONFIG.format(mock=mock_upstream.url))
+    # org names in /metrics labels, which the operator turns on (docs/security.md#metrics)
+    return make_gateway(CONFIG.format(mock=mock_upstream.url), env={"SWITCHBOARD_METRICS_ORG_NAMES": "true"})
 
 
 @pytest.fixture(scope="module")

@@ -97,6 +97,21 @@ async def test_probe_statuses(snapshot, upstream, closed_port):
     assert refused.status == "down" and refused.latency_ms is None and "cannot reach" in refused.detail
 
 
+async def test_the_public_payload_says_what_failed_without_the_providers_url(snapshot, upstream, closed_port):
+    from dataclasses import replace
+
+    dead = _spec(snapshot, "op-b", f"http://127.0.0.1:{closed_port}/v1")
+    broken = _spec(snapshot, "op-a", upstream, "/broken")
+    snap = replace(snapshot, providers={"op-a": broken, "op-b": dead})
+    await health.probe_all(snap, timeout_s=2)
+    assert f"127.0.0.1:{closed_port}" in health.results["op-b"].detail  # the dashboard's copy: for operators
+    text = health.health_providers_payload(snap).decode()
+    assert str(closed_port) not in text and upstream not in text and "http" not in text
+    rows = {row["name"]: row for row in orjson.loads(text)["providers"]}
+    assert rows["op-b"]["status"] == "down" and rows["op-b"]["detail"].startswith("cannot reach its health URL")
+    assert rows["op-a"]["detail"] == "HTTP 503 from its health URL"
+
+
 async def test_probe_all_records_results_metrics_and_dashboard_event(snapshot, upstream, closed_port, fresh_layer):
     from dataclasses import replace
 

@@ -47,11 +47,38 @@ def test_circuit_state_follows_the_breaker(client, snapshot):
 
 
 @pytest.mark.django_db
-def test_byo_breaker_is_labelled_with_the_org(client, snapshot):
+def test_byo_breaker_is_labelled_with_the_orgs_hash_by_default(client, snapshot):
     registry.record_failure(("op-a", "op-chat", "org:acme"), probe=False, threshold=1, cooldown_s=60)
+    response = client.get("/metrics")
+    assert "acme" not in response.content.decode()  # a tenant name, on a page that is public by default
     values = scrape(client)
-    assert circuit(values, "op-a", "op-chat@acme") == 1
+    hashed = metrics.org_label("acme")
+    assert hashed.startswith("org-") and len(hashed) == 16
+    assert circuit(values, "op-a", f"op-chat@{hashed}") == 1
     assert circuit(values, "op-a", "op-chat") == 0
+
+
+@pytest.mark.django_db
+def test_byo_breaker_is_labelled_with_the_org_when_the_operator_turns_names_on(client, snapshot, settings):
+    settings.SWITCHBOARD_METRICS_ORG_NAMES = True
+    registry.record_failure(("op-a", "op-chat", "org:acme"), probe=False, threshold=1, cooldown_s=60)
+    assert circuit(scrape(client), "op-a", "op-chat@acme") == 1
+
+
+def test_the_org_label_is_a_keyed_hash_stable_for_one_secret_key(settings):
+    first = metrics.org_label("acme")
+    assert first == metrics.org_label("acme") != metrics.org_label("beta")
+    settings.SECRET_KEY = "another-deployment-key"
+    assert metrics.org_label("acme") != first  # not a plain hash anyone can recompute from a list of names
+
+
+@pytest.mark.parametrize("names", [False, True])
+def test_an_orgs_view_of_a_link_is_labelled_by_the_setting(snapshot, settings, names):
+    settings.SWITCHBOARD_METRICS_ORG_NAMES = names
+    metrics.on_org_breaker_change(("op-b", "op-chat-b"), "zeta-corp", 0, 1)
+    org = "zeta-corp" if names else metrics.org_label("zeta-corp")
+    assert org.startswith("org-") != names
+    assert metrics.CIRCUIT_ORG_STATE.labels("op-b", "op-chat-b", org)._value.get() == 1
 
 
 def test_breaker_listener_sets_the_gauge_immediately(snapshot):

@@ -142,6 +142,8 @@ def test_tool_choices_translate(choice, expected):
             "messages[0].content[0].type",
         ),
         ({"messages": [{"role": "user", "content": [{"type": "tool_use"}]}]}, "messages[0].content[0].type"),
+        ({"messages": [{"role": "user", "content": [{"type": ["text"]}]}]}, "messages[0].content[0].type"),
+        ({"messages": [{"role": "assistant", "content": [{"type": {"a": 5}}]}]}, "messages[0].content[0].type"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file"}}]}]},
             "messages[0].content[0].source",

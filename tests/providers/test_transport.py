@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from providers.mock.upstream import blackhole, start_mock, state_of
-from providers.transport import Transport, UpstreamResponse
+from providers.transport import Transport, UpstreamResponse, client_reason
 from providers.transport import transport as singleton
 from routing.core.errors import FailureKind, UpstreamFailure
 from tests.providers.conftest import provider
@@ -74,6 +74,35 @@ async def test_refused_connection_is_connect_error(transport):
         await transport.send(prov, "POST", f"http://127.0.0.1:{port}/v1/chat/completions", dict(JSON), CHAT, 2.0)
     assert info.value.kind is FailureKind.CONNECT_ERROR
     assert info.value.is_retryable
+
+
+async def test_a_refused_connection_names_the_provider_never_its_address(transport, caplog):
+    """The message reaches API clients (docs/security.md#urls); the address goes to the log only."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    prov = provider("hidden-prov", base_url=f"http://127.0.0.1:{port}/v1")
+    with caplog.at_level("WARNING", logger="switchboard.upstream"):
+        with pytest.raises(UpstreamFailure) as info:
+            await transport.send(prov, "POST", f"http://127.0.0.1:{port}/v1/chat/completions", dict(JSON), CHAT, 2.0)
+    message = info.value.message
+    assert "'hidden-prov'" in message and "connection refused" in message
+    assert "127.0.0.1" not in message and str(port) not in message and "http" not in message
+    assert f"http://127.0.0.1:{port}/v1/chat/completions" in caplog.text  # operators still see where
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (socket.gaierror(-2, "Name or service not known: internal-llm.corp"), "its host name could not be resolved"),
+        (OSError(113, "Connect call failed ('10.1.2.3', 8000)"), "no route to host"),
+        (ConnectionResetError(104, "reset by 10.1.2.3"), "connection reset by peer"),
+        (OSError("Multiple exceptions: [Errno 111] Connect call failed ('10.1.2.3', 80)"), "the connection failed"),
+    ],
+)
+def test_connection_failures_are_described_without_addresses(exc, reason):
+    assert client_reason(exc).startswith(reason) and "10.1.2.3" not in client_reason(exc)
 
 
 async def test_server_closing_before_answering_is_connect_error(transport):

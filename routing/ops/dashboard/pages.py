@@ -19,6 +19,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidde
 from django.shortcuts import render
 
 from routing.config import live
+from routing.ops import bodies
 from routing.ops.usage import analytics, browse
 
 VIEW_USAGE = "routing.view_usagerecord"
@@ -132,6 +133,6 @@ def request_detail(request: HttpRequest, record_id: str) -> HttpResponse:
             "record": record,
             "trail": browse.trail(record, live.current()),
             # bodies (docs/operations.md#bodies) may hold anything a client sent: superusers only
-            "show_bodies": request.user.is_superuser,
+            "show_bodies": bodies.visible_to(request.user),
         },
     )
