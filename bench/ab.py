@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ class Side:
     proc: procs.Proc | None = None
     url: str = ""
     key: str = ""
+    env: dict[str, str] = field(default_factory=dict)
 
     def manage(self, args: list[str], env: dict[str, str]) -> str:
         full = {**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings", **env}
@@ -88,9 +89,8 @@ def checkout(rev: str, label: str, work: Path) -> Side:
     archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
     python = sys.executable
-    mine = (ROOT / "requirements.txt").read_bytes()
-    theirs = (root / "requirements.txt").read_bytes() if (root / "requirements.txt").exists() else b""
-    if theirs != mine:
+    theirs = (root / "requirements.txt").read_text() if (root / "requirements.txt").exists() else ""
+    if not satisfied(theirs):
         venv = work / f"{label}-venv"
         print(f"bench-ab: {label} ({commit[:10]}) pins other requirements: building its virtualenv in {venv}")
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -101,6 +101,26 @@ def checkout(rev: str, label: str, work: Path) -> Side:
         )
         python = str(venv / "bin" / "python")
     return Side(label=label, root=root, python=python, commit=commit)
+
+
+def satisfied(requirements: str) -> bool:
+    """True when every `name==version` pin of `requirements` is installed here at that version
+    (then this interpreter runs that revision exactly as its own virtualenv would)."""
+    from importlib import metadata
+
+    for line in requirements.splitlines():
+        spec = line.split("#", 1)[0].strip()
+        if not spec:
+            continue
+        if "==" not in spec:
+            return False
+        name, version = (part.strip() for part in spec.split("==", 1))
+        try:
+            if metadata.version(name.split("[", 1)[0]) != version:
+                return False
+        except metadata.PackageNotFoundError:
+            return False
+    return True
 
 
 def working_tree() -> Side:
@@ -127,6 +147,7 @@ def start(side: Side, how: str, mock_url: str, profile: str, work: Path) -> None
         "SECRET_KEY": os.urandom(24).hex(),
         "DJANGO_SETTINGS_MODULE": "gateway_project.settings",
     }
+    side.env = env
     side.manage(["migrate", "-v0"], env)
     yaml_path = work / f"{side.label}.yaml"
     yaml_path.write_text(config.features_yaml(mock_url) if profile == "features" else config.config_yaml(mock_url))
@@ -147,6 +168,38 @@ def model(profile: str) -> str:
 
 def body(profile: str) -> str:
     return config.chat_body(model(profile), vary=profile == "features")
+
+
+def calls_rounds(sides: list[Side], args: argparse.Namespace, work: Path) -> dict[str, dict[str, list[float]]]:
+    """Per round and side: Python calls and CPU µs per request, in process (bench/callcount.py),
+    each side on a copy of its own database so its server is not disturbed."""
+    script = ROOT / "bench" / "callcount.py"
+    out: dict[str, dict[str, list[float]]] = {s.label: {"calls": [], "cpu": []} for s in sides}
+    for r in range(args.rounds):
+        for s in sides if r % 2 == 0 else list(reversed(sides)):
+            db = work / f"{s.label}-calls.sqlite3"
+            shutil.copy(work / f"{s.label}.sqlite3", db)
+            env = {
+                **os.environ,
+                **s.env,
+                "DATABASE_URL": f"sqlite:///{db}",
+                "SWITCHBOARD_USAGE_SPOOL_DIR": str(work / f"{s.label}-calls-spool"),
+                "SWITCHBOARD_BENCH_KEY": s.key,
+            }
+            done = subprocess.run(
+                [s.python, str(script), "--json", "--model", model(args.profile)],
+                cwd=s.root, env=env, capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            if done.returncode != 0:
+                raise RuntimeError(f"call count of {s.label} failed:\n{done.stderr[-3000:]}")
+            row = orjson.loads(done.stdout.strip().splitlines()[-1])
+            out[s.label]["calls"].append(row["calls_per_request"])
+            out[s.label]["cpu"].append(row["cpu_us"])
+        print(
+            f"calls round {r + 1}/{args.rounds}: "
+            + ", ".join(f"{k} {v['calls'][-1]:.0f} calls, {v['cpu'][-1]:.0f} µs CPU" for k, v in out.items())
+        )
+    return out
 
 
 def latency_rounds(sides: list[Side], mock_url: str, args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
@@ -227,9 +280,19 @@ def running(sides: list[Side], args: argparse.Namespace, work: Path) -> Iterator
         mock.stop()
 
 
-def figures(lat: dict[str, dict[str, list[float]]], rps: dict[str, list[float]]) -> list[ab_verdict.Figure]:
+def figures(
+    lat: dict[str, dict[str, list[float]]],
+    rps: dict[str, list[float]],
+    calls: dict[str, dict[str, list[float]]] | None = None,
+) -> list[ab_verdict.Figure]:
     low, high = ab_verdict.LOWER_IS_BETTER, ab_verdict.HIGHER_IS_BETTER
-    out = [
+    out = []
+    if calls:
+        out.append(ab_verdict.compare("Python calls per request", calls["base"]["calls"], calls["head"]["calls"], low))
+        out.append(
+            ab_verdict.compare("CPU µs per request, in process", calls["base"]["cpu"], calls["head"]["cpu"], low)
+        )
+    out += [
         ab_verdict.compare("added p50 (ms), 1 client", lat["base"]["p50"], lat["head"]["p50"], low),
         ab_verdict.compare("added p99 (ms), 1 client", lat["base"]["p99"], lat["head"]["p99"], low),
     ]
@@ -255,6 +318,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="serve both with their own `manage.py serve` (auto: when both have it) or one plain uvicorn line",
     )
     p.add_argument("--no-throughput", action="store_true", help="latency only (wrk not needed)")
+    p.add_argument("--no-calls", action="store_true", help="skip the in-process call count (bench/callcount.py)")
     return p.parse_args(argv)
 
 
@@ -273,11 +337,12 @@ def main(argv: list[str] | None = None) -> int:
         sides = [base, head]
         print(f"bench-ab: base {base.commit[:12]}, head {head.commit[:12]}, profile {args.profile}, {args.command}")
         with running(sides, args, work) as mock_url:
+            calls = None if args.no_calls else calls_rounds(sides, args, work)
             lat = latency_rounds(sides, mock_url, args)
             rps = {} if args.no_throughput else throughput_rounds(sides, args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = figures(lat, rps)
+    result = figures(lat, rps, calls)
     print()
     print(ab_verdict.table(result, base.commit[:10], head.commit[:10]))
     load = os.getloadavg()

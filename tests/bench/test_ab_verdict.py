@@ -94,3 +94,13 @@ def test_the_runner_builds_latency_and_throughput_figures_from_rounds():
 def test_fewer_rounds_than_asked_for_are_reported_as_not_measured():
     lat = {"base": {"p50": [0.8], "p99": [2.0]}, "head": {"p50": [0.1], "p99": [0.5]}}
     assert {f.verdict for f in ab.figures(lat, {})} == {NOT_MEASURED}
+
+
+def test_a_base_whose_pins_are_all_installed_shares_this_interpreter():
+    from importlib import metadata
+
+    pin = f"orjson=={metadata.version('orjson')}"
+    assert ab.satisfied(f"# runtime\n{pin}  # fast JSON\n\n")
+    assert not ab.satisfied("orjson==0.0.1")
+    assert not ab.satisfied("surely-not-installed-package==1.0")
+    assert not ab.satisfied("orjson>=3")  # not a pin: build its own virtualenv
