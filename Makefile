@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench bench-compare bench-workers cluster cluster-down mutation clean
+.PHONY: demo test lint bench bench-ab bench-compare bench-workers cluster cluster-down mutation clean
 
 $(BIN)/.installed: requirements.txt
 	$(PY) -m venv $(VENV)
@@ -43,6 +43,15 @@ bench: $(BIN)/.installed
 	-$(BIN)/python -m bench.usage_writer_bench
 	-$(BIN)/python -m bench.fieldfuzz --server both
 	$(BIN)/python -m bench.summary
+
+# Same-run A/B (docs/performance.md#ab): BASE=<rev> and the working tree (or HEAD=<rev>) served
+# side by side, 1-client latency and wrk throughput interleaved, medians over ROUNDS rounds.
+# AB_ARGS passes more options, e.g. AB_ARGS="--profile features".
+ROUNDS ?= 3
+bench-ab: $(BIN)/.installed
+	@test -n "$(BASE)" || (echo "usage: make bench-ab BASE=<commit or branch> [HEAD=<rev>] [ROUNDS=3] [AB_ARGS=...]" && exit 2)
+	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
+	$(BIN)/python -m bench.ab --base $(BASE) $(if $(HEAD),--head $(HEAD)) --rounds $(ROUNDS) $(AB_ARGS)
 
 bench-compare: $(BIN)/.installed
 	$(BIN)/python -m bench.compare

@@ -75,13 +75,15 @@ def rss_kb(pid: int) -> int:
 class Proc:
     """A child process in its own session, its output in a log file."""
 
-    def __init__(self, name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None, cwd: Path = ROOT
+    ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log: IO[bytes] = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.popen = subprocess.Popen(
             argv,
-            cwd=ROOT,
+            cwd=cwd,
             env={**os.environ, **(env or {})},
             stdout=self._log,
             stderr=subprocess.STDOUT,
