@@ -178,9 +178,27 @@ def test_rollback_deletes_what_was_created_since_and_warns_about_agents_with_key
     import_document(doc)
     ApiKey.objects.create(agent=Agent.objects.get(org__name="beta"), key_hash="k" * 64, prefix="sb-beta")
     dry = history.rollback(1, author="alice", dry_run=True)
-    assert dry.warnings == ["removes agent(s) beta/bot and their 1 active API key(s)"]
-    history.rollback(1, author="alice")
+    assert dry.warnings == ["removes agent(s) beta/bot and their 1 active API key(s)"] and dry.removed_keys == 1
+    with pytest.raises(history.KeysWouldBeRemoved, match="removes agent\\(s\\) beta/bot and their 1 active API key"):
+        history.rollback(1, author="alice")  # not without the operator's confirmation
+    assert Org.objects.filter(name="beta").exists() and ApiKey.objects.count() == 1 and versions() == [1, 2]
+    history.rollback(1, author="alice", force=True)
     assert not Org.objects.filter(name="beta").exists() and not ApiKey.objects.exists()
+
+
+def test_config_rollback_removing_live_keys_needs_force():
+    import_document(copy.deepcopy(VALID))
+    doc = copy.deepcopy(VALID)
+    doc["orgs"].append({"name": "beta", "agents": [{"name": "bot"}]})
+    import_document(doc)
+    ApiKey.objects.create(agent=Agent.objects.get(org__name="beta"), key_hash="k" * 64, prefix="sb-beta")
+    with pytest.raises(CommandError) as refused:
+        run("config_rollback", "1")
+    assert "removes agent(s) beta/bot and their 1 active API key(s)" in str(refused.value)
+    assert "Run it again with --force" in str(refused.value)
+    assert ApiKey.objects.count() == 1 and versions() == [1, 2]
+    assert "Rolled back to version 1: recorded as version 3" in run("config_rollback", "1", "--force")
+    assert not ApiKey.objects.exists()
 
 
 def test_a_version_that_no_longer_validates_is_refused_with_every_error_and_changes_nothing(settings):
