@@ -183,7 +183,7 @@ def test_process_list_endpoint_is_staff_only_like_the_dashboard(client, snapshot
     assert response.status_code == 200 and response["Content-Type"] == "application/json"
     data = response.json()
     assert data["alive"] == 1 and data["processes"][0]["pid"] == os.getpid()
-    assert data["processes"][0]["version"] == 7  # the snapshot fixture's version
+    assert data["processes"][0]["version"] == 7  # the snapshot fixture's configuration version (not its reload 3)
     html = client.get("/dashboard/").content.decode()
     assert 'id="process-list" data-url="/dashboard/processes/"' in html
 
