@@ -78,8 +78,10 @@ def _answers(port: int, key: str) -> tuple:
     )
 
 
-def test_a_second_demo_while_one_runs_exits_1_and_the_first_keeps_serving_the_same(tmp_path):
-    env = _demo_env(tmp_path)
+def test_a_second_demo_while_one_runs_exits_1_and_the_first_keeps_serving_the_same(tmp_path, databases):
+    # A migrated copy when the e2e databases are SQLite (the demo starts sooner); the demo's own SQLite file otherwise.
+    database = Path(databases.new().removeprefix("sqlite:///")) if not databases.postgres else tmp_path / "demo.sqlite3"
+    env = {**_demo_env(tmp_path), "DATABASE_URL": f"sqlite:///{database}"}
     port, mock_port = free_port(), free_port()
     log = open(tmp_path / "first.log", "w")  # noqa: SIM115
     first = subprocess.Popen(
@@ -92,7 +94,7 @@ def test_a_second_demo_while_one_runs_exits_1_and_the_first_keeps_serving_the_sa
     try:
         wait_for_port(port, first, timeout=120)
         key = re.search(r"API key\s+(sb-\S+)", (tmp_path / "first.log").read_text()).group(1)
-        before, state = _answers(port, key), _state(tmp_path / "demo.sqlite3")
+        before, state = _answers(port, key), _state(database)
 
         def second(*ports: int) -> subprocess.CompletedProcess:
             argv = [sys.executable, "manage.py", "demo", "--port", str(ports[0]), "--mock-port", str(ports[1])]
@@ -105,7 +107,7 @@ def test_a_second_demo_while_one_runs_exits_1_and_the_first_keeps_serving_the_sa
             assert f"gateway on http://127.0.0.1:{port}" in again.stderr and "nothing was changed" in again.stderr
             assert "API key" not in again.stdout
         assert first.poll() is None
-        assert _state(tmp_path / "demo.sqlite3") == state
+        assert _state(database) == state
         assert _answers(port, key) == before
 
         # Another database but the running demo's port: refused before anything is touched.
