@@ -12,8 +12,9 @@ $(BIN)/.installed: requirements.txt
 	touch $@
 
 # Gateway on embedded defaults: SQLite, in-memory channel layer, demo config, mock upstream.
+# `make demo PORT=8080 MOCK_PORT=9002` picks other ports; a second demo while one runs exits 1.
 demo: $(BIN)/.installed
-	$(BIN)/python manage.py demo
+	$(BIN)/python manage.py demo --port $(or $(PORT),8000) --mock-port $(or $(MOCK_PORT),9001)
 
 # The whole test suite (SQLite by default; DATABASE_URL / REDIS_URL switch to PostgreSQL / Redis).
 test: $(BIN)/.installed
@@ -62,10 +63,12 @@ bench-workers: $(BIN)/.installed
 	$(BIN)/python -m bench.workers_bench $(if $(REDIS_URL),--redis $(REDIS_URL))
 
 # PostgreSQL + Redis (reused if running) + 3 replicas (serve --workers 2) behind HAProxy (docs/scale-out.md#cluster).
+# Ports: PORT (HAProxy, default 8100; the replicas take the next ones), MOCK_PORT (9101), STATS_PORT (8199).
 REPLICAS ?= 3
 WORKERS ?= 2
 cluster: $(BIN)/.installed
-	$(BIN)/python -m gateway_project.cluster up --replicas $(REPLICAS) --workers $(WORKERS)
+	$(BIN)/python -m gateway_project.cluster up --replicas $(REPLICAS) --workers $(WORKERS) \
+		--port $(or $(PORT),8100) --mock-port $(or $(MOCK_PORT),9101) --stats-port $(or $(STATS_PORT),8199)
 
 cluster-down: $(BIN)/.installed
 	$(BIN)/python -m gateway_project.cluster down

@@ -205,7 +205,10 @@ def up(port: int, replicas: int, workers: int, server: str, mock_port: int, stat
     backends = [(f"replica{i + 1}", port + 1 + i) for i in range(replicas)]
     for p in [port, mock_port, stats_port, *(bp for _, bp in backends)]:
         if port_open(p):
-            raise SystemExit(f"port {p} is in use; choose another --port / --mock-port")
+            raise SystemExit(
+                f"port {p} is in use; nothing was started. Choose other ports: make cluster PORT=<port> "
+                "(HAProxy; the replicas take the next ones) MOCK_PORT=<port> STATS_PORT=<port>"
+            )
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     state: dict = {"pids": {}, "replicas": {}}
     try:

@@ -133,14 +133,14 @@ class UsageRecord(models.Model):
         return f"{self.request_id} {self.endpoint} {self.status}"
 
 
-ROLLUP_LATENCY_BUCKETS = 28  # routing.ops.usage.rollup.LATENCY_BUCKETS
+ROLLUP_LATENCY_BUCKETS = 40  # routing.ops.usage.rollup.LATENCY_BUCKETS
 
 
 class UsageRollup(models.Model):
     """Usage per hour and grouping, kept by the usage writer (routing.ops.usage.rollup; docs/operations.md#analytics).
 
     `grouping` says which dimensions a row keeps ("all", "org", "key", "model", "full");
-    the others are stored empty. lat_00..lat_27 are a latency histogram.
+    the others are stored empty. lat_00..lat_39 are a latency histogram.
     """
 
     grouping = models.CharField(max_length=8)

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import services
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _spool_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -44,3 +46,23 @@ def _close_stray_test_database_sessions(django_db_setup, django_db_blocker) -> I
                     " WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 )
         connection.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL server for tests that need a real one: the environment's, else a throwaway
+    one started here for the session; skipped with the reason when neither can be had."""
+    url, server = services.postgres_server()
+    yield url
+    if server is not None:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A Redis for tests that need a real one: the environment's, else a throwaway redis-server
+    for the session; skipped with the reason when neither can be had."""
+    url, server = services.redis_server()
+    yield url
+    if server is not None:
+        server.stop()

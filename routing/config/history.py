@@ -21,6 +21,20 @@ class HistoryError(Exception):
     """A history request that cannot be answered or a rollback that was refused (nothing changed)."""
 
 
+class KeysWouldBeRemoved(HistoryError):
+    """A rollback that would delete agents whose API keys are live, asked without `force`.
+
+    Clients using those keys would start getting 401s: the operator confirms it (the
+    admin's confirmation box, `config_rollback --force`); nothing was changed."""
+
+    def __init__(self, version: int, agents: list[str], keys: int) -> None:
+        self.version, self.agents, self.keys = version, agents, keys
+        super().__init__(
+            f"rolling back to version {version} removes agent(s) {', '.join(agents)} and their {keys} active "
+            "API key(s), which then stop working; nothing was changed"
+        )
+
+
 @dataclass(frozen=True)
 class Revision:
     """One recorded version as the commands and the admin show it."""
@@ -111,6 +125,7 @@ class RollbackResult:
     warnings: list[str]
     dry_run: bool
     version: int | None = None  # the revision the rollback recorded (None: dry run or nothing to do)
+    removed_keys: int = 0  # active API keys of the agents it removes: needs the operator's confirmation
 
     def diff_lines(self) -> list[str]:
         return render(self.changes)
@@ -140,10 +155,10 @@ def _stored_key_problems(target: dict[str, Any], current: dict[str, Any]) -> lis
     return problems
 
 
-def _warnings(target: dict[str, Any], current: dict[str, Any]) -> list[str]:
+def _removed_agents(target: dict[str, Any], current: dict[str, Any]) -> tuple[list[str], int]:
+    """The agents ("org/agent") that restoring `target` deletes, and their active API keys."""
     from policies.models import ApiKey
 
-    out = []
     kept = {o.get("name"): {a.get("name") for a in o.get("agents", [])} for o in target.get("orgs", [])}
     doomed = [
         (o.get("name"), a.get("name"))
@@ -151,13 +166,17 @@ def _warnings(target: dict[str, Any], current: dict[str, Any]) -> list[str]:
         for a in o.get("agents", [])
         if a.get("name") not in kept.get(o.get("name"), set())
     ]
-    if doomed:
-        keys = sum(
-            ApiKey.objects.filter(agent__org__name=org, agent__name=agent, revoked=False).count()
-            for org, agent in doomed
-        )
-        names = ", ".join(f"{org}/{agent}" for org, agent in doomed)
-        out.append(f"removes agent(s) {names} and their {keys} active API key(s)")
+    keys = sum(
+        ApiKey.objects.filter(agent__org__name=org, agent__name=agent, revoked=False).count() for org, agent in doomed
+    )
+    return [f"{org}/{agent}" for org, agent in doomed], keys
+
+
+def _warnings(target: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    out = []
+    agents, keys = _removed_agents(target, current)
+    if agents:
+        out.append(f"removes agent(s) {', '.join(agents)} and their {keys} active API key(s)")
     stored = [p.get("name") for p in current.get("providers", []) if p.get("api_key")]
     listed = {p.get("name") for p in target.get("providers", []) if p.get("api_key")}
     for name in stored:
@@ -166,11 +185,15 @@ def _warnings(target: dict[str, Any], current: dict[str, Any]) -> list[str]:
     return out
 
 
-def rollback(version: int, *, author: str, source: str = "rollback", dry_run: bool = False) -> RollbackResult:
+def rollback(
+    version: int, *, author: str, source: str = "rollback", dry_run: bool = False, force: bool = False
+) -> RollbackResult:
     """Make the configuration what it was at `version`, through the import's validation, as a new version.
 
     The whole document is applied (as `import_config --prune`): objects created since
-    are deleted, including agents and their API keys (listed in the warnings). A
+    are deleted, including agents and their API keys (listed in the warnings). Deleting
+    agents with active keys needs `force` (the operator's confirmation), else
+    KeysWouldBeRemoved and nothing changes; a dry run reports them in `removed_keys`. A
     version that no longer validates (a fallback to a model removed from the code, an
     environment variable no longer allowed, a stored key no longer held) is refused
     with every error and changes nothing.
@@ -187,7 +210,10 @@ def rollback(version: int, *, author: str, source: str = "rollback", dry_run: bo
         )
     changes = diff_documents(current, target)
     warnings = _warnings(target, current)
-    result = RollbackResult(version, changes, warnings, dry_run)
+    agents, keys = _removed_agents(target, current)
+    if keys and not (force or dry_run):
+        raise KeysWouldBeRemoved(version, agents, keys)
+    result = RollbackResult(version, changes, warnings, dry_run, removed_keys=keys)
     try:
         with change(author=author, source=source, note=f"rollback to v{version}") as scope:
             import_document(target, prune=True, dry_run=dry_run)

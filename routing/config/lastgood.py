@@ -37,12 +37,14 @@ def save(
     key_rows: list[Mapping[str, Any]],
     version: int,
     stored_keys: Mapping[tuple[str, ...], str] | None = None,
+    config_version: int = 0,
 ) -> None:
     """Write the file atomically; a disk failure is logged, never raised (serving goes on)."""
     target = path()
     tmp = target.with_name(f"{FILE_NAME}.{os.getpid()}.tmp")
     payload = {
         "version": version,
+        "config_version": config_version,
         "document": document,
         "key_rows": key_rows,
         "stored_keys": stored_keys_to_json(stored_keys or {}),  # ciphertexts, as the database holds them
@@ -63,8 +65,9 @@ def save(
             pass
 
 
-def load() -> tuple[dict[str, Any], list[dict[str, Any]], int, dict[tuple[str, ...], str]] | None:
-    """(document, key_rows, version, stored keys) of the file, or None when there is none or it is unreadable."""
+def load() -> tuple[dict[str, Any], list[dict[str, Any]], int, dict[tuple[str, ...], str], int] | None:
+    """(document, key_rows, version, stored keys, configuration version) of the file, or None when there is
+    none or it is unreadable."""
     target = path()
     try:
         payload = orjson.loads(target.read_bytes())
@@ -80,4 +83,5 @@ def load() -> tuple[dict[str, Any], list[dict[str, Any]], int, dict[tuple[str, .
         list(payload.get("key_rows") or []),
         int(payload.get("version") or 0),
         stored_keys_from_json(payload.get("stored_keys")),
+        int(payload.get("config_version") or 0),
     )

@@ -74,6 +74,13 @@ def read_version() -> int:
     return int(row or 0)
 
 
+def read_config_version() -> int:
+    """The newest recorded configuration version (docs/config-history.md#numbers), 0 when none is."""
+    from routing.models import ConfigRevision
+
+    return int(ConfigRevision.objects.order_by("-version").values_list("version", flat=True).first() or 0)
+
+
 def load_from_db() -> tuple[Snapshot | None, list, int]:
     """Read and validate the configuration; return (snapshot, [], version) or (None, errors, version)."""
     from routing.config.document import document_from_db, gc_paused, key_rows_from_db
@@ -84,14 +91,17 @@ def load_from_db() -> tuple[Snapshot | None, list, int]:
 
     with gc_paused():  # see gc_paused: a large rebuild is otherwise a third collector
         version = read_version()
+        config_version = read_config_version()
         document = document_from_db()
         errors = validate_document(document)
         if errors:
             return None, errors, version
         key_rows, stored = key_rows_from_db(), stored_keys_from_db()
-        snapshot = build_snapshot(document, key_rows, os.environ, version=version, stored_keys=stored)
+        snapshot = build_snapshot(
+            document, key_rows, os.environ, version=version, stored_keys=stored, config_version=config_version
+        )
         snapshot = dataclasses.replace(snapshot, overrides=read_overrides())
-    lastgood.save(document, key_rows, version, stored)
+    lastgood.save(document, key_rows, version, stored, config_version)
     return snapshot, [], version
 
 
@@ -104,14 +114,14 @@ def rebuild_from_db(reason: str = "") -> bool:
         if snapshot is None:
             rejected_version = version
             last_error = "; ".join(f"{e.path}: {e.message}" for e in errors)
-            log.error("configuration rejected, still serving version %s: %s", _current.version, last_error)
+            log.error("configuration rejected, still serving version %s: %s", _current.config_version, last_error)
             return False
         last_error = rejected_version = None
         swap(snapshot)
         if degraded.get("database"):
-            log.warning("database reachable again: serving its configuration version %s", snapshot.version)
+            log.warning("database reachable again: serving its configuration version %s", snapshot.config_version)
             set_degraded("database", False)
-        log.info("configuration version %s loaded%s", snapshot.version, f" ({reason})" if reason else "")
+        log.info("configuration version %s loaded%s", snapshot.config_version, f" ({reason})" if reason else "")
         return True
 
 
@@ -206,7 +216,7 @@ def _boot_from_last_good(db_error: Exception) -> Snapshot:
             f"{describe(db_error)} There is no last good configuration at {lastgood.path()} to serve instead "
             "either (it is written by every successful start)."
         ) from db_error
-    document, key_rows, version, stored = saved
+    document, key_rows, version, stored, config_version = saved
     errors = validate_document(document)
     if errors:
         lines = "\n".join(f"  {e.path}: {e.message}" for e in errors)
@@ -214,12 +224,14 @@ def _boot_from_last_good(db_error: Exception) -> Snapshot:
             f"Cannot read the configuration from the database ({db_error}) and the last good configuration "
             f"at {lastgood.path()} no longer validates:\n{lines}"
         )
-    snapshot = build_snapshot(document, key_rows, os.environ, version=version, stored_keys=stored)
+    snapshot = build_snapshot(
+        document, key_rows, os.environ, version=version, stored_keys=stored, config_version=config_version
+    )
     swap(snapshot)
     log.warning(
         "database unreachable at boot (%s): serving the last good configuration version %s from %s until it answers",
         db_error,
-        version,
+        config_version,
         lastgood.path(),
     )
     set_degraded("database", True)

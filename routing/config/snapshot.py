@@ -127,7 +127,7 @@ class Snapshot:
     it dies with the snapshot, so a rebuild invalidates it for free.
     """
 
-    version: int
+    version: int  # the reload counter (ConfigVersion): what processes compare to know they must rebuild
     resilience: Resilience
     providers: Mapping[str, ProviderSpec]
     models: Mapping[str, ModelSpec]
@@ -136,6 +136,9 @@ class Snapshot:
     keys: Mapping[str, KeySpec]  # sha256 hex -> key
     # Operators' persisted breaker controls (routing.config.overrides.Override), read with the document.
     overrides: tuple[Any, ...] = ()
+    # The configuration version an operator sees everywhere (history, dashboard, logs): the newest
+    # recorded version (ConfigRevision) of the document this snapshot serves; 0 when none is recorded.
+    config_version: int = 0
     cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def resolve(self, name: str) -> ModelSpec | None:
@@ -240,6 +243,7 @@ def build_snapshot(
     environ: Mapping[str, str],
     version: int = 0,
     stored_keys: Mapping[tuple[str, ...], str] | None = None,
+    config_version: int = 0,
 ) -> Snapshot:
     """Build the frozen snapshot. The document must already be valid (routing.config.validation)."""
     res = build_resilience(document.get("resilience"))
@@ -381,6 +385,7 @@ def build_snapshot(
     _patterns.keep(regex)
     return Snapshot(
         version=version,
+        config_version=config_version,
         resilience=res,
         providers=providers,
         models=models,

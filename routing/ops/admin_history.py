@@ -98,8 +98,12 @@ class ConfigRevisionAdmin(ReadOnlyAdmin):
         revision = get_object_or_404(ConfigRevision.objects.defer("document"), pk=pk)
         author = request.user.get_username()
         if request.method == "POST":
+            confirmed = request.POST.get("remove_keys") == "yes"  # the confirmation box, when keys would go
             try:
-                result = history.rollback(revision.version, author=author)
+                result = history.rollback(revision.version, author=author, force=confirmed)
+            except history.KeysWouldBeRemoved as exc:
+                messages.error(request, f"{exc}. Tick the confirmation box to roll back anyway.")
+                return HttpResponseRedirect(request.path)
             except history.HistoryError as exc:
                 messages.error(request, str(exc))
                 return HttpResponseRedirect(request.path)
@@ -113,10 +117,10 @@ class ConfigRevisionAdmin(ReadOnlyAdmin):
                 "serving processes reload it now.",
             )
             return HttpResponseRedirect(reverse("admin:routing_configrevision_change", args=[new.pk]))
-        error, rows, warnings = None, [], []
+        error, rows, warnings, removed_keys = None, [], [], 0
         try:
             result = history.rollback(revision.version, author=author, dry_run=True)
-            rows, warnings = diff_rows(result.changes), result.warnings
+            rows, warnings, removed_keys = diff_rows(result.changes), result.warnings, result.removed_keys
         except history.HistoryError as exc:
             error = str(exc)
         context = {
@@ -126,6 +130,7 @@ class ConfigRevisionAdmin(ReadOnlyAdmin):
             "revision": revision,
             "rows": rows,
             "warnings": warnings,
+            "removed_keys": removed_keys,
             "error": error,
         }
         return TemplateResponse(request, "admin/routing/configrevision/rollback.html", context)

@@ -47,6 +47,6 @@ def explain_route_view(request: HttpRequest) -> HttpResponse:
         "title": "Explain a route",
         "form": form,
         "result": result,
-        "snapshot_version": snapshot.version,
+        "snapshot_version": snapshot.config_version,
     }
     return TemplateResponse(request, "admin/routing/explain_route.html", context)

@@ -52,7 +52,22 @@ REFUSED = "you may view the dashboard but not act on breakers: ask for the routi
 
 
 class ControlError(ValueError):
-    """An operator control that cannot be applied (the message says why)."""
+    """An operator control that cannot be applied (the message says why).
+
+    `page_hint` / `cli_hint`: what to do next, in the words of where the control came from
+    (a page whose list may be stale is reloaded; a command names the command that lists
+    what exists): `for_page()` and `for_cli()` add them.
+    """
+
+    def __init__(self, message: str, page_hint: str = "", cli_hint: str = "") -> None:
+        super().__init__(message)
+        self.page_hint, self.cli_hint = page_hint, cli_hint
+
+    def for_page(self) -> str:
+        return f"{self}; {self.page_hint}" if self.page_hint else str(self)
+
+    def for_cli(self) -> str:
+        return f"{self}; {self.cli_hint}" if self.cli_hint else str(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +134,11 @@ def parse(content: dict[str, Any], snapshot: Snapshot | None = None) -> Control:
     if model is None or (
         model.provider.name != key.provider and all(d.provider.name != key.provider for d in model.deployments)
     ):  # a one-provider model's link, or one of its deployments (docs/deployments.md)
-        raise ControlError(f"no configured link {key.provider}/{key.model}; reload the page")
+        raise ControlError(
+            f"no configured link {key.provider}/{key.model}",
+            page_hint="reload the page",
+            cli_hint="manage.py export_config lists the models and the providers that serve them",
+        )
     if key.org is not None and key.org not in snapshot.orgs:
         raise ControlError(f"no organisation for breaker key {key.wire()[2]!r}")
     reason = str(content.get("reason") or "").strip()[:500]

@@ -11,8 +11,21 @@
                    p50: "#1a7f37", p95: "#bf8700", cost: "#0969da", prompt: "#0969da", completion: "#8250df" };
   const fmtTime = data.step_s >= 86400 ? "{YYYY}-{MM}-{DD}" : "{HH}:{mm}";
 
+  // Points a line cannot draw: a value whose neighbours are gaps (a week whose traffic all fell in
+  // one hour has one latency value, and a line needs two). Drawn as dots even when points are off.
+  function isolated(u, seriesIdx, show) {
+    if (show) return null; // every point is drawn anyway
+    const ys = u.data[seriesIdx];
+    const out = [];
+    for (let i = 0; i < ys.length; i++) {
+      if (ys[i] != null && (i === 0 || ys[i - 1] == null) && (i === ys.length - 1 || ys[i + 1] == null)) out.push(i);
+    }
+    return out.length ? out : null;
+  }
+
   function series(label, color, opts) {
-    return Object.assign({ label: label, stroke: color, width: 2, points: { show: x.length <= 60 } }, opts || {});
+    const points = { show: x.length <= 60, filter: isolated, size: 6 };
+    return Object.assign({ label: label, stroke: color, width: 2, points: points }, opts || {});
   }
 
   // Axis labels that stay readable for tiny spends (0.0004) and big counts (12k) alike.

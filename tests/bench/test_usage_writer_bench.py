@@ -9,16 +9,11 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlparse
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_both_paths_are_measured_and_compared() -> None:
-    base = os.environ.get("SWITCHBOARD_TEST_POSTGRES_URL", "")
-    if not base:
-        pytest.skip("usage writer bench NOT tested: set SWITCHBOARD_TEST_POSTGRES_URL (CI always sets it)")
-    url = urlparse(base)._replace(path=f"/sbtest_{uuid.uuid4().hex[:8]}").geturl()  # its own throwaway database
+def test_both_paths_are_measured_and_compared(postgres_url: str) -> None:
+    url = urlparse(postgres_url)._replace(path=f"/sbtest_{uuid.uuid4().hex[:8]}").geturl()  # its own throwaway database
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "gateway_project.settings"}
     out = subprocess.run(
         [sys.executable, "-m", "bench.usage_writer_bench", "--sizes", "30", "--repeat", "1"],

@@ -178,9 +178,27 @@ def test_rollback_deletes_what_was_created_since_and_warns_about_agents_with_key
     import_document(doc)
     ApiKey.objects.create(agent=Agent.objects.get(org__name="beta"), key_hash="k" * 64, prefix="sb-beta")
     dry = history.rollback(1, author="alice", dry_run=True)
-    assert dry.warnings == ["removes agent(s) beta/bot and their 1 active API key(s)"]
-    history.rollback(1, author="alice")
+    assert dry.warnings == ["removes agent(s) beta/bot and their 1 active API key(s)"] and dry.removed_keys == 1
+    with pytest.raises(history.KeysWouldBeRemoved, match="removes agent\\(s\\) beta/bot and their 1 active API key"):
+        history.rollback(1, author="alice")  # not without the operator's confirmation
+    assert Org.objects.filter(name="beta").exists() and ApiKey.objects.count() == 1 and versions() == [1, 2]
+    history.rollback(1, author="alice", force=True)
     assert not Org.objects.filter(name="beta").exists() and not ApiKey.objects.exists()
+
+
+def test_config_rollback_removing_live_keys_needs_force():
+    import_document(copy.deepcopy(VALID))
+    doc = copy.deepcopy(VALID)
+    doc["orgs"].append({"name": "beta", "agents": [{"name": "bot"}]})
+    import_document(doc)
+    ApiKey.objects.create(agent=Agent.objects.get(org__name="beta"), key_hash="k" * 64, prefix="sb-beta")
+    with pytest.raises(CommandError) as refused:
+        run("config_rollback", "1")
+    assert "removes agent(s) beta/bot and their 1 active API key(s)" in str(refused.value)
+    assert "Run it again with --force" in str(refused.value)
+    assert ApiKey.objects.count() == 1 and versions() == [1, 2]
+    assert "Rolled back to version 1: recorded as version 3" in run("config_rollback", "1", "--force")
+    assert not ApiKey.objects.exists()
 
 
 def test_a_version_that_no_longer_validates_is_refused_with_every_error_and_changes_nothing(settings):
@@ -263,3 +281,33 @@ def test_config_rollback_command_refusal_is_a_command_error_naming_the_problem(s
         run("config_rollback", "1")
     with pytest.raises(CommandError, match="nothing has been recorded yet|the recorded versions are 1..2"):
         run("config_rollback", "99")
+
+
+# --------------------------------------------------------------------------- one version number
+
+
+def test_every_place_shows_the_history_version_not_the_reload_counter(client, django_user_model, caplog):
+    """An API key created and a breaker forced open bump the reload counter, not the configuration:
+    the history, the serving snapshot (dashboard, process list, explain page) and the log say one number."""
+    from routing.config import live
+    from routing.ops.dashboard import processes
+
+    v1_v2()
+    agent = Agent.objects.get(org__name="acme", name="support-bot")
+    for n in range(3):
+        ApiKey.objects.create(agent=agent, key_hash=f"{n}" * 64, prefix=f"sb-{n}")
+    write_override(BreakerKey("local-a", "chat-a"), "force_open", "ops", "", None)
+    previous = live.current()
+    try:
+        with caplog.at_level("INFO", logger="switchboard.config"):
+            assert live.rebuild_from_db("test")
+        snapshot = live.current()
+        assert versions()[-1] == 2 and snapshot.config_version == 2
+        assert snapshot.version > 2  # the reload counter went on counting
+        assert "configuration version 2 loaded (test)" in caplog.text
+        assert processes.Heart(None, 0.0).record(1.0, [])["version"] == 2
+        client.force_login(django_user_model.objects.create_superuser("v-root", password="pw-v-123"))
+        page = client.get("/admin/explain-route/").content.decode()
+        assert "(version 2)" in page and f"(version {snapshot.version})" not in page
+    finally:
+        live.swap(previous)

@@ -275,7 +275,12 @@ class RedisServer:
 
     def __init__(self) -> None:
         self.binary = shutil.which("redis-server")
-        assert self.binary, "redis-server is not installed (CI installs it)"
+        if not self.binary:
+            import pytest
+
+            from tests.services import REDIS_MISSING
+
+            pytest.skip(REDIS_MISSING)
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen | None = None

@@ -4,7 +4,6 @@ exactly once by a restarted process."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 import uuid
 from decimal import Decimal
@@ -42,11 +41,8 @@ COST = Decimal("0.007012")  # 12 prompt + 7 completion tokens at $1 / $1000 per 
 
 
 @pytest.fixture
-def fresh_postgres():
-    base = os.environ.get("SWITCHBOARD_TEST_POSTGRES_URL", "")
-    if not base:
-        pytest.fail("set SWITCHBOARD_TEST_POSTGRES_URL (CI does): the outage needs a real PostgreSQL")
-    with migrated_postgres(base, "sb_e2e_budget") as url:
+def fresh_postgres(postgres_url):
+    with migrated_postgres(postgres_url, "sb_e2e_budget") as url:
         yield url
 
 

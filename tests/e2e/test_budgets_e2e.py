@@ -3,7 +3,6 @@ restart, and one budget shared by two processes through a real Redis (docs/limit
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
@@ -11,9 +10,6 @@ import httpx
 import pytest
 
 from tests.e2e.harness import SLACK_S, Gateway
-
-# CI names a Redis in SWITCHBOARD_TEST_REDIS_URL for both passes.
-REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
 
 # $1 / $1000 per million prompt / completion tokens. The mock answers 12 + 7 tokens: $0.007012 a request;
 # with max_tokens 10 the worst case is $0.010003 (its prompt estimate is 3 tokens).
@@ -77,12 +73,10 @@ def test_a_budget_admits_what_fits_then_402_and_a_restart_keeps_the_spend(make_g
 
 
 @pytest.fixture
-def two_processes(make_gateway, mock_upstream):
-    if not REDIS_URL:
-        pytest.fail("set SWITCHBOARD_TEST_REDIS_URL (CI does): shared budgets need a real Redis")
+def two_processes(make_gateway, mock_upstream, redis_url):
     org, upstream = f"s{uuid.uuid4().hex[:8]}", f"bud-{uuid.uuid4().hex[:6]}"
     text = config(mock_upstream, org, upstream)
-    shared = {"REDIS_URL": REDIS_URL}
+    shared = {"REDIS_URL": redis_url}
     a = make_gateway(text, org=org, agent="bot", env=shared)
     b = a.second_process(shared)
     yield a, b, upstream, org

@@ -8,7 +8,6 @@ the test's own that is stopped under load and started again.
 
 from __future__ import annotations
 
-import os
 import signal
 import tempfile
 import threading
@@ -142,28 +141,22 @@ def test_ten_identical_concurrent_requests_make_one_upstream_call(gw, mock_upstr
 
 # --- Redis shared by two processes ---------------------------------------------------
 
-REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
-
-
-needs_redis = pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
-
 
 @pytest.fixture(scope="module")
-def two_processes(make_gateway, mock_upstream):
+def two_processes(make_gateway, mock_upstream, redis_url):
     config = CONFIG.format(mock=mock_upstream.url)
-    a = make_gateway(config, env={"REDIS_URL": REDIS_URL})
+    a = make_gateway(config, env={"REDIS_URL": redis_url})
     b = Gateway(
         database_url=a.database_url,
         config_yaml=config,
         workdir=Path(tempfile.mkdtemp(prefix="switchboard-gw-b-")),
-        extra_env={"REDIS_URL": REDIS_URL},
+        extra_env={"REDIS_URL": redis_url},
     )
     b.start()
     yield a, b
     b.stop()
 
 
-@needs_redis
 def test_an_answer_stored_by_one_process_is_a_hit_on_another(two_processes, mock_upstream):
     a, b = two_processes
     prompt = unique("shared")
@@ -171,14 +164,13 @@ def test_an_answer_stored_by_one_process_is_a_hit_on_another(two_processes, mock
     before = mock_upstream.count("cache-x-chat")
     first = httpx.post(f"{a.url}/v1/chat/completions", json=body, headers=_auth(a), timeout=20)
     assert first.headers["x-switchboard-cache"] == "miss"
-    _wait_for_key(cache_key("chat", "acme", "cached-chat", "cache-x-chat", body))
+    _wait_for_key(a.env["REDIS_URL"], cache_key("chat", "acme", "cached-chat", "cache-x-chat", body))
     second = httpx.post(f"{b.url}/v1/chat/completions", json=body, headers=_auth(b), timeout=20)
     assert second.headers["x-switchboard-cache"] == "hit"
     assert second.content == first.content
     assert mock_upstream.count("cache-x-chat") == before + 1
 
 
-@needs_redis
 def test_identical_requests_in_flight_on_two_processes_make_one_upstream_call(two_processes, mock_upstream):
     a, b = two_processes
     mock_upstream.script("cache-x-slow", [{"delay_ms": 1500}])
@@ -200,11 +192,11 @@ def _auth(gw: Gateway) -> dict[str, str]:
     return {"Authorization": f"Bearer {gw.api_key}"}
 
 
-def _wait_for_key(key: str) -> None:
+def _wait_for_key(redis_url: str, key: str) -> None:
     """A writes the answer to Redis just after answering (off the request path); wait for it."""
     import redis
 
-    r = redis.Redis.from_url(REDIS_URL)
+    r = redis.Redis.from_url(redis_url)
     try:
         deadline = time.monotonic() + 1.0 + SLACK_S
         while not r.exists(key):

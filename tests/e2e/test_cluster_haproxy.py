@@ -12,8 +12,8 @@ balancer:
 - a replica killed with SIGKILL: HAProxy routes around it (0 failed requests) and the
   dashboard's process list marks it stale; restarted, it is back in rotation and listed.
 
-Needs PostgreSQL and Redis: DATABASE_URL / REDIS_URL, or SWITCHBOARD_TEST_POSTGRES_URL /
-SWITCHBOARD_TEST_REDIS_URL, which CI sets in both passes (the test makes its own database).
+Needs PostgreSQL and Redis: the postgres_url / redis_url fixtures (the environment's servers,
+else throwaway ones; the test makes its own database) and haproxy.
 HAProxy comes from Debian (`apt-get install haproxy`; .ci/run installs it).
 """
 
@@ -39,18 +39,9 @@ from policies.idempotency import IdempotencyStore
 from routing.ops.dashboard.processes import STALE_BEATS
 from tests.e2e.harness import ROOT, SERVER, SLACK_S, Gateway, free_port, manage, migrated_postgres, wait_for_port
 
-_db = os.environ.get("DATABASE_URL", "")
-POSTGRES_URL = (
-    _db if _db.startswith(("postgres://", "postgresql://")) else os.environ.get("SWITCHBOARD_TEST_POSTGRES_URL", "")
-)
-REDIS_URL = os.environ.get("REDIS_URL") or os.environ.get("SWITCHBOARD_TEST_REDIS_URL", "")
 HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
 
-pytestmark = pytest.mark.skipif(
-    not (POSTGRES_URL and REDIS_URL and HAPROXY),
-    reason="cluster NOT tested: needs PostgreSQL + Redis (SWITCHBOARD_TEST_POSTGRES_URL / SWITCHBOARD_TEST_REDIS_URL, "
-    "CI sets them) and haproxy (apt-get install haproxy)",
-)
+pytestmark = pytest.mark.skipif(not HAPROXY, reason="cluster NOT tested: needs haproxy (apt-get install haproxy)")
 
 HEARTBEAT_S = 0.2
 REPLICAS = ("replica1", "replica2", "replica3")
@@ -125,10 +116,10 @@ class Replica:
 
 
 class Cluster:
-    def __init__(self, database_url: str, mock_url: str) -> None:
+    def __init__(self, database_url: str, mock_url: str, redis_url: str) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="switchboard-cluster-"))
         env = {
-            "REDIS_URL": REDIS_URL,
+            "REDIS_URL": redis_url,
             "SWITCHBOARD_HEARTBEAT_S": str(HEARTBEAT_S),
             "SECRET_KEY": "cluster-e2e-" + uuid.uuid4().hex,  # one key: a session works on every replica
         }
@@ -214,15 +205,15 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def database_url() -> Iterator[str]:
+def database_url(postgres_url) -> Iterator[str]:
     """A new, migrated PostgreSQL database shared by the replicas; dropped afterwards."""
-    with migrated_postgres(POSTGRES_URL, "sb_e2e_cluster") as url:
+    with migrated_postgres(postgres_url, "sb_e2e_cluster") as url:
         yield url
 
 
 @pytest.fixture(scope="module")
-def cluster(database_url, mock_upstream) -> Iterator[Cluster]:
-    started = Cluster(database_url, mock_upstream.url)
+def cluster(database_url, mock_upstream, redis_url) -> Iterator[Cluster]:
+    started = Cluster(database_url, mock_upstream.url, redis_url)
     yield started
     started.stop()
 
@@ -289,7 +280,7 @@ def test_an_idempotent_request_is_replayed_by_another_replica(cluster, mock_upst
         served_by = first.headers["x-switchboard-replica"]
         import redis
 
-        shared = redis.Redis.from_url(REDIS_URL)
+        shared = redis.Redis.from_url(cluster.gw.env["REDIS_URL"])
         try:  # the answer reaches Redis just after it was sent (off the request path)
             name = IdempotencyStore()._redis_key(("acme", key))
             wait_for(lambda: shared.exists(name), 1 + SLACK_S, "the answer shared through Redis")

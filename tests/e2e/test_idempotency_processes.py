@@ -2,13 +2,12 @@
 
 A request with an Idempotency-Key served by process A is replayed by process B (the
 same answer, byte for byte, marked as a replay) with no second upstream call. Needs
-a Redis (REDIS_URL, or SWITCHBOARD_TEST_REDIS_URL as CI sets in both passes); without
-one each process only knows its own answers, so the test is skipped with a reason.
+a Redis (the redis_url fixture: the environment's, else a throwaway redis-server; without
+one each process would only know its own answers).
 """
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 import uuid
@@ -19,15 +18,6 @@ import pytest
 
 from policies.idempotency import IdempotencyStore
 from tests.e2e.harness import SLACK_S, Gateway
-
-# CI starts Redis for both passes and names it in SWITCHBOARD_TEST_REDIS_URL, so the
-# embedded-defaults pass (no REDIS_URL for the rest of the suite) still runs this test.
-REDIS_URL = os.environ.get("REDIS_URL") or os.environ.get("SWITCHBOARD_TEST_REDIS_URL", "")
-
-pytestmark = pytest.mark.skipif(
-    not REDIS_URL,
-    reason="idempotency across processes NOT tested: set REDIS_URL or SWITCHBOARD_TEST_REDIS_URL (CI sets it)",
-)
 
 CONFIG = """
 resilience:
@@ -49,9 +39,9 @@ orgs:
 
 
 @pytest.fixture(scope="module")
-def two_processes(make_gateway, mock_upstream):
+def two_processes(make_gateway, mock_upstream, redis_url):
     config = CONFIG.format(mock=mock_upstream.url)
-    shared = {"REDIS_URL": REDIS_URL}  # both servers share answers through this Redis
+    shared = {"REDIS_URL": redis_url}  # both servers share answers through this Redis
     a = make_gateway(config, env=shared)
     b = Gateway(
         database_url=a.database_url,
@@ -73,12 +63,12 @@ def _post(gw: Gateway, idempotency_key: str, content: str) -> httpx.Response:
     )
 
 
-def _wait_until_shared(idempotency_key: str) -> None:
+def _wait_until_shared(redis_url: str, idempotency_key: str) -> None:
     """A writes the answer to Redis just after answering (off the request path); wait for it."""
     import redis
 
     name = IdempotencyStore()._redis_key(("acme", idempotency_key))
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(redis_url)
     try:
         deadline = time.monotonic() + 1.0 + SLACK_S
         while not client.exists(name):
@@ -96,7 +86,7 @@ def test_a_duplicate_sent_to_another_process_replays_the_first_answer(two_proces
     first = _post(a, key, "only once, please")
     assert first.status_code == 200, first.text
     assert "idempotent-replayed" not in first.headers
-    _wait_until_shared(key)
+    _wait_until_shared(a.env["REDIS_URL"], key)
     duplicate = _post(b, key, "only once, please")
     assert duplicate.status_code == 200, duplicate.text
     assert duplicate.headers["idempotent-replayed"] == "true"
@@ -108,7 +98,7 @@ def test_a_different_body_under_the_same_key_is_refused_by_the_other_process(two
     a, b = two_processes
     key = f"idem-{uuid.uuid4().hex}"
     assert _post(a, key, "first body").status_code == 200
-    _wait_until_shared(key)
+    _wait_until_shared(a.env["REDIS_URL"], key)
     before = mock_upstream.count("idem-x-chat")
     conflict = _post(b, key, "another body")
     assert conflict.status_code == 409

@@ -3,7 +3,7 @@
 `up` on the running PostgreSQL and Redis (its own database and db index, as on a
 machine where they already run), two replicas behind HAProxy on free ports: the key
 it prints works through the balancer and both replicas answer; `down` stops every
-process it started. Needs PostgreSQL + Redis + haproxy like test_cluster_haproxy.py.
+process it started. Needs PostgreSQL + Redis (the fixtures) + haproxy like test_cluster_haproxy.py.
 """
 
 from __future__ import annotations
@@ -25,28 +25,19 @@ import pytest
 from gateway_project.cluster import running
 from tests.e2e.harness import ROOT, SERVER
 
-_db = os.environ.get("DATABASE_URL", "")
-POSTGRES_URL = (
-    _db if _db.startswith(("postgres://", "postgresql://")) else os.environ.get("SWITCHBOARD_TEST_POSTGRES_URL", "")
-)
-REDIS_URL = os.environ.get("REDIS_URL") or os.environ.get("SWITCHBOARD_TEST_REDIS_URL", "")
 HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
 
-pytestmark = pytest.mark.skipif(
-    not (POSTGRES_URL and REDIS_URL and HAPROXY),
-    reason="make cluster NOT tested: needs PostgreSQL + Redis (SWITCHBOARD_TEST_POSTGRES_URL / "
-    "SWITCHBOARD_TEST_REDIS_URL, CI sets them) and haproxy (apt-get install haproxy)",
-)
+pytestmark = pytest.mark.skipif(not HAPROXY, reason="make cluster NOT tested: needs haproxy (apt-get install haproxy)")
 
 
-def test_cluster_up_prints_a_working_key_and_down_stops_everything():
-    redis = urlparse(REDIS_URL)
+def test_cluster_up_prints_a_working_key_and_down_stops_everything(postgres_url, redis_url):
+    redis = urlparse(redis_url)
     state_dir = Path(tempfile.mkdtemp(prefix="switchboard-make-cluster-"))
     database = f"sb_e2e_mkcluster_{uuid.uuid4().hex[:8]}"
     env = {
         **os.environ,
         "CLUSTER_STATE_DIR": str(state_dir),
-        "CLUSTER_PG_URL": POSTGRES_URL,
+        "CLUSTER_PG_URL": postgres_url,
         "CLUSTER_PG_DATABASE": database,
         "CLUSTER_REDIS_PORT": str(redis.port or 6379),
         "CLUSTER_REDIS_DB": (redis.path or "/0").lstrip("/") or "0",
@@ -97,7 +88,7 @@ def test_cluster_up_prints_a_working_key_and_down_stops_everything():
             assert not (state_dir / "state.json").exists()
         import psycopg
 
-        with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         shutil.rmtree(state_dir, ignore_errors=True)
 

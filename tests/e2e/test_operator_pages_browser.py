@@ -216,6 +216,32 @@ def test_analytics_draws_the_requests_and_filters_change_the_charts(gw, traffic,
     assert sum(int(line.split(",")[1]) for line in csv_text.splitlines()[1:]) == traffic["served_by_main"]
 
 
+def painted(page, chart: str, rgb: tuple[int, int, int]) -> int:
+    """Pixels of the chart's canvas in a series' colour (a line or a dot drawn in it)."""
+    return page.evaluate(
+        """([chart, rgb]) => {
+            const c = document.querySelector(`#chart-${chart} canvas`);
+            const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+            let n = 0;
+            for (let i = 0; i < d.length; i += 4) {
+                if (d[i + 3] > 200 && Math.abs(d[i] - rgb[0]) + Math.abs(d[i + 1] - rgb[1]) + Math.abs(d[i + 2] - rgb[2]) < 60) n++;
+            }
+            return n;
+        }""",
+        [chart, list(rgb)],
+    )
+
+
+def test_a_week_whose_traffic_fell_in_one_hour_still_draws_its_latency(gw, traffic, page):
+    """168 hourly buckets, one with requests: one p50 value, which no line joins; a dot shows it."""
+    open_until(
+        page, f"{gw.url}/dashboard/analytics/?range=week", "(document.getElementById('t-errors').textContent | 0) >= 1"
+    )
+    values = page.evaluate("window.switchboardCharts.latency.data[1].filter(v => v != null)")
+    assert values and values[0] > 0  # one hour (two if the run crossed an hour)
+    assert painted(page, "latency", (0x1A, 0x7F, 0x37)) > 0  # the p50 colour
+
+
 def test_staff_without_the_usage_permission_gets_403(gw, browser, watcher_session):
     ctx = browser.new_context(viewport=VIEWPORT)
     try:

@@ -6,7 +6,6 @@ Redis cut (through a proxy), each process carries on with an even share (docs/li
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
@@ -17,8 +16,6 @@ from tests.e2e.harness import SLACK_S, Gateway
 from tests.e2e.tcp_proxy import redis_behind_proxy
 from tests.e2e.test_shared_limits_outage import degraded, gauge, wait_for
 
-# CI names a Redis in SWITCHBOARD_TEST_REDIS_URL for both passes.
-REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
 RPM = 10
 
 CONFIG = """
@@ -70,10 +67,8 @@ def serve(c: openai.OpenAI) -> str:
 
 
 @pytest.fixture
-def two_processes(make_gateway, mock_upstream):
-    if not REDIS_URL:
-        pytest.fail("set SWITCHBOARD_TEST_REDIS_URL (CI does): shared capacity needs a real Redis")
-    a, b, east, west = start_two(make_gateway, mock_upstream, RPM, REDIS_URL)
+def two_processes(make_gateway, mock_upstream, redis_url):
+    a, b, east, west = start_two(make_gateway, mock_upstream, RPM, redis_url)
     yield a, b, east, west
     b.stop()
 
@@ -106,8 +101,8 @@ OUTAGE_RPM = 20
 
 
 @pytest.fixture
-def behind_proxy(make_gateway, mock_upstream):
-    proxy, url = redis_behind_proxy(REDIS_URL)
+def behind_proxy(make_gateway, mock_upstream, redis_url):
+    proxy, url = redis_behind_proxy(redis_url)
     # A generous agent limit too, so both processes' syncers have something to share whatever
     # the deployments do (the heartbeat count the even share divides by).
     agent = "\n        limits: {rpm: 6000}"

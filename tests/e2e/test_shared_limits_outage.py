@@ -4,7 +4,6 @@ share on local state; sharing comes back by itself."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
@@ -13,8 +12,6 @@ import pytest
 
 from tests.e2e.harness import SLACK_S, Gateway
 from tests.e2e.tcp_proxy import redis_behind_proxy
-
-REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
 
 CONFIG = """
 resilience:
@@ -40,8 +37,8 @@ orgs:
 
 
 @pytest.fixture
-def behind_proxy(make_gateway, mock_upstream):
-    proxy, url = redis_behind_proxy(REDIS_URL)
+def behind_proxy(make_gateway, mock_upstream, redis_url):
+    proxy, url = redis_behind_proxy(redis_url)
     org, upstream = f"o{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:6]}"
     text = CONFIG.format(mock=mock_upstream.url, org=org, upstream=upstream)
     env = {"REDIS_URL": url}

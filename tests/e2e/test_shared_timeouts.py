@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.harness import free_port, manage, wait_for_port
+from tests.services import REDIS_MISSING
 
 CONFIG = """
 providers:
@@ -32,7 +33,8 @@ models:
 @pytest.fixture
 def own_redis():
     binary = shutil.which("redis-server")
-    assert binary, "redis-server is not installed (CI installs it)"
+    if not binary:
+        pytest.skip(REDIS_MISSING)
     port = free_port()
     process = subprocess.Popen(
         [binary, "--port", str(port), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"],

@@ -9,7 +9,6 @@ each exactly once); none lost when the server is stopped with SIGTERM.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
 import tempfile
@@ -220,15 +219,6 @@ def test_success_fallback_error_and_stream_each_leave_one_exact_record(make_gate
 
 
 # --------------------------------------------------------------------------- outage
-
-
-@pytest.fixture
-def postgres_url() -> str:
-    url = os.environ.get("SWITCHBOARD_TEST_POSTGRES_URL", "")
-    if not url:
-        # listed in the summary (addopts has -rfEs): a run without it has not tested the outage
-        pytest.skip("PostgreSQL outage NOT tested: set SWITCHBOARD_TEST_POSTGRES_URL (CI always sets it)")
-    return url
 
 
 @pytest.fixture

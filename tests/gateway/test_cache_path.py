@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
-import os
 import uuid
 
 import httpx
@@ -22,7 +21,6 @@ from routing.ops.response_cache import Coalescer, MemoryCache, RedisCache
 from tests.gateway.conftest import document, key_rows
 
 OTHER_KEY = "sb-other-org-key-987654321"
-REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
 
 
 @pytest.fixture
@@ -192,13 +190,12 @@ class RepliesOutOfOrder(RedisCache):
         return await reply
 
 
-@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
 async def test_two_lookups_whose_replies_cross_share_one_call_and_never_wait_on_their_own_claim(
-    gateway, upstream, cached, monkeypatch
+    redis_url, gateway, upstream, cached, monkeypatch
 ):
     """CI caught it: the second request waited in Redis for the first's claim, the first followed the
     second in memory, and both hung until their deadline."""
-    store = RepliesOutOfOrder(REDIS_URL)
+    store = RepliesOutOfOrder(redis_url)
     monkeypatch.setattr(wiring.process(), "cache", store)
     prompt = f"crossed {uuid.uuid4().hex}"
     before = await calls(upstream, "ip-chat-b")

@@ -38,7 +38,7 @@ DOCUMENT = {
 def snapshot():
     """Install a two-link snapshot as the live one; restore the previous one after."""
     previous = live.current()
-    snap = build_snapshot(DOCUMENT, [], os.environ, version=7)
+    snap = build_snapshot(DOCUMENT, [], os.environ, version=3, config_version=7)
     live.swap(snap)
     for key in (("op-a", "op-chat"), ("op-b", "op-chat-b"), ("op-a", "op-chat", "org:acme")):
         registry.reset(key)

@@ -130,3 +130,23 @@ def test_the_action_is_offered_only_with_the_rollback_permission(client, django_
     assert "roll_back_to_selected" not in text(client.get(changelist))
     staff(client, django_user_model, "roller2", "view_configrevision", "rollback_config")
     assert "roll_back_to_selected" in text(client.get(changelist))
+
+
+def test_a_rollback_that_removes_live_keys_needs_the_confirmation_box(root):
+    from policies.models import Agent, ApiKey
+
+    import_document(copy.deepcopy(VALID))
+    doc = copy.deepcopy(VALID)
+    doc["orgs"].append({"name": "beta", "agents": [{"name": "bot"}]})
+    import_document(doc)
+    ApiKey.objects.create(agent=Agent.objects.get(org__name="beta"), key_hash="k" * 64, prefix="sb-beta")
+    url = reverse("admin:routing_configrevision_rollback", args=[ConfigRevision.objects.get(version=1).pk])
+    confirm = text(root.get(url))
+    assert 'id="rollback-remove-keys"' in confirm and "their 1 active API key(s) stop working" in confirm
+    refused = text(root.post(url, follow=True))  # the button without the box
+    assert (
+        "removes agent(s) beta/bot and their 1 active API key(s)" in refused and "Tick the confirmation box" in refused
+    )
+    assert ApiKey.objects.count() == 1 and ConfigRevision.objects.count() == 2
+    assert root.post(url, {"remove_keys": "yes"}).status_code == 302
+    assert not ApiKey.objects.exists() and ConfigRevision.objects.count() == 3

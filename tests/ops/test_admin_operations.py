@@ -38,7 +38,7 @@ DOC = {
 @pytest.fixture
 def served():
     previous = live.current()
-    live.swap(build_snapshot(DOC, [], {}, version=42))
+    live.swap(build_snapshot(DOC, [], {}, version=99, config_version=42))
     yield live.current()
     live.swap(previous)
 
@@ -57,7 +57,7 @@ def test_explain_route_page_shows_the_policy_and_each_link_kept_or_skipped(staff
     )
     assert response.status_code == 200
     html = response.content.decode()
-    assert "version 42" in html
+    assert "(version 42)" in html and "(version 99)" not in html  # the configuration version, not the reload counter
     assert 'data-model="adm-a" data-kept="false"' in html  # 500 tokens > its 50-token window
     assert "skipped: context_length" in html
     assert 'data-model="vendor/x" data-kept="false"' in html and "skipped: model_denied" in html

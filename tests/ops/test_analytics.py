@@ -350,3 +350,43 @@ def test_stored_bodies_are_shown_to_superusers_only(client, snapshot, staff_user
     client.force_login(django_user_model.objects.create_superuser("root", "r@example.com", "pw-root-123"))
     html = client.get(f"/dashboard/requests/{record.record_id}/").content.decode()
     assert 'id="request-body"' in html and "pelican" in html and "&quot;r1&quot;" in html
+
+
+# --------------------------------------------------------------------------- figures against known records
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("range_name", ["hour", "day"])
+def test_an_embedding_without_a_completion_count_adds_its_prompt_tokens(range_name):
+    rec(1, endpoint="embeddings", model_used="op-embed", prompt_tokens=8, completion_tokens=None, cost="0.001")
+    rec(1, prompt_tokens=10, completion_tokens=5, cost="0.002")
+    data = analytics.build(view(range=range_name))
+    assert data["totals"]["prompt_tokens"] == 18 and data["totals"]["completion_tokens"] == 5
+    tokens = {row["model_used"]: row["tokens"] for row in data["top"]["models"]}
+    assert tokens == {"op-embed": 8, "op-chat": 15}
+    assert [row["tokens"] for row in data["top"]["orgs"]] == [23]
+    assert [row["tokens"] for row in data["top"]["keys"]] == [23]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("range_name", ["hour", "day", "week", "month"])
+def test_millisecond_requests_read_as_milliseconds_at_every_granularity(range_name):
+    for ms in (0.8, 0.9, 1.0, 1.1, 1.3) * 3:
+        rec(3, latency_ms=ms)
+    for _ in range(5):
+        rec(3, latency_ms=40.0)  # the slow quarter: the p95
+    data = analytics.build(view(range=range_name))
+    p50 = [v for v in data["p50"] if v is not None]
+    p95 = [v for v in data["p95"] if v is not None]
+    assert len(p50) == 1 and len(p95) == 1
+    # exact: 1.1 and 40 ms; from the histogram within one of its buckets (a factor sqrt 2)
+    assert 1.1 / 1.42 <= p50[0] <= 1.1 * 1.42, p50
+    assert 40 / 1.42 <= p95[0] <= 40 * 1.42, p95
+
+
+def test_histogram_buckets_agree_with_the_bounds_at_the_bounds():
+    for i, bound in enumerate(rollup.LATENCY_BOUNDS_MS):
+        assert rollup.latency_bucket(bound) == i + 1  # a bound belongs to the bucket it opens
+        assert rollup.latency_bucket(bound * 0.999) == i
+    assert rollup.latency_bucket(0.0) == 0 and rollup.latency_bucket(10**9) == rollup.LATENCY_BUCKETS - 1
+    assert rollup.LATENCY_BOUNDS_MS[0] == 0.25 and rollup.LATENCY_BOUNDS_MS[-1] == pytest.approx(131072.0)

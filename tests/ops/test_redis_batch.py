@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 
 import pytest
@@ -14,12 +13,9 @@ from redis.exceptions import ResponseError
 from routing.ops.redis_batch import Batcher
 from tests.e2e.harness import free_port
 
-REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
 
-
-@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
-async def test_each_command_gets_its_own_reply_or_its_own_error_and_a_caller_that_left_is_skipped():
-    client = aioredis.Redis.from_url(REDIS_URL)
+async def test_each_command_gets_its_own_reply_or_its_own_error_and_a_caller_that_left_is_skipped(redis_url):
+    client = aioredis.Redis.from_url(redis_url)
     batch = Batcher(lambda: client)
     key = f"switchboard:test:batch:{uuid.uuid4().hex}"
     try:

@@ -21,8 +21,6 @@ from routing.ops.response_cache import (
 )
 from tests.e2e.harness import RedisServer, free_port
 
-REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
-
 
 class Clock:
     def __init__(self) -> None:
@@ -134,9 +132,8 @@ async def test_an_unreachable_redis_is_a_bypass_once_said_and_not_asked_again():
             cache._probe.cancel()
 
 
-@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
-async def test_redis_stores_and_reads_back_and_the_answer_is_readable_while_it_is_written():
-    cache = RedisCache(REDIS_URL, timeout_s=1.0)
+async def test_redis_stores_and_reads_back_and_the_answer_is_readable_while_it_is_written(redis_url):
+    cache = RedisCache(redis_url, timeout_s=1.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
     try:
         assert await cache.get(key) is None
@@ -144,7 +141,7 @@ async def test_redis_stores_and_reads_back_and_the_answer_is_readable_while_it_i
         assert cache.put(key, big, 5)
         assert await cache.get(key) == big  # in flight: answered from the write buffer
         await cache.drain()
-        other = RedisCache(REDIS_URL, timeout_s=1.0)  # another process's view
+        other = RedisCache(redis_url, timeout_s=1.0)  # another process's view
         assert await other.get(key) == big
         ttl_ms = await other._client().pttl(key)
         assert 0 < ttl_ms <= 5000
@@ -154,9 +151,8 @@ async def test_redis_stores_and_reads_back_and_the_answer_is_readable_while_it_i
         await cache._client().aclose()
 
 
-@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
-async def test_a_claim_across_processes_hands_the_stored_answer_to_the_other_and_a_release_frees_it():
-    a, b = RedisCache(REDIS_URL, timeout_s=1.0), RedisCache(REDIS_URL, timeout_s=1.0)
+async def test_a_claim_across_processes_hands_the_stored_answer_to_the_other_and_a_release_frees_it(redis_url):
+    a, b = RedisCache(redis_url, timeout_s=1.0), RedisCache(redis_url, timeout_s=1.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
     try:
         assert await a.claim(key, 10)
@@ -183,9 +179,8 @@ async def test_a_claim_across_processes_hands_the_stored_answer_to_the_other_and
         await b._client().aclose()
 
 
-@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
-async def test_a_lookup_takes_the_claim_on_a_miss_in_the_same_round_trip():
-    a, b = RedisCache(REDIS_URL, timeout_s=1.0), RedisCache(REDIS_URL, timeout_s=1.0)
+async def test_a_lookup_takes_the_claim_on_a_miss_in_the_same_round_trip(redis_url):
+    a, b = RedisCache(redis_url, timeout_s=1.0), RedisCache(redis_url, timeout_s=1.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
     try:
         assert await a.get_or_claim(key, 10) == (None, True)  # a miss: a makes the call
@@ -202,9 +197,8 @@ async def test_a_lookup_takes_the_claim_on_a_miss_in_the_same_round_trip():
         await b._client().aclose()
 
 
-@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
-async def test_an_answer_too_big_to_store_frees_the_claim_so_nobody_waits_for_it():
-    a, b = RedisCache(REDIS_URL, timeout_s=1.0, max_entry_bytes=1000), RedisCache(REDIS_URL, timeout_s=1.0)
+async def test_an_answer_too_big_to_store_frees_the_claim_so_nobody_waits_for_it(redis_url):
+    a, b = RedisCache(redis_url, timeout_s=1.0, max_entry_bytes=1000), RedisCache(redis_url, timeout_s=1.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
     try:
         assert await a.claim(key, 30)
@@ -226,14 +220,13 @@ return 1
 """
 
 
-@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
-async def test_a_lookup_that_timed_out_after_redis_took_its_claim_frees_that_claim_once_redis_is_back():
+async def test_a_lookup_that_timed_out_after_redis_took_its_claim_frees_that_claim_once_redis_is_back(redis_url):
     """A busy Redis runs the lookup after the gateway gave up on it (a loaded machine's CI did): the
     claim it took then belongs to no request. Left alone it would make every other process wait for the
     whole claim TTL (the request deadline) before calling; the owner frees it as soon as it sees Redis again."""
-    a = RedisCache(REDIS_URL, timeout_s=0.1, probe_every_s=2.0)
-    b = RedisCache(REDIS_URL, timeout_s=1.0)
-    busy = RedisCache(REDIS_URL, timeout_s=5.0)
+    a = RedisCache(redis_url, timeout_s=0.1, probe_every_s=2.0)
+    b = RedisCache(redis_url, timeout_s=1.0)
+    busy = RedisCache(redis_url, timeout_s=5.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
     try:
         warm = key + ":warm"
@@ -258,11 +251,10 @@ async def test_a_lookup_that_timed_out_after_redis_took_its_claim_frees_that_cla
             await cache._client().aclose()
 
 
-@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
-async def test_a_claim_given_up_while_redis_was_away_is_freed_once_it_is_back():
-    a = RedisCache(REDIS_URL, timeout_s=0.1, probe_every_s=0.2)
-    b = RedisCache(REDIS_URL, timeout_s=1.0)
-    busy = RedisCache(REDIS_URL, timeout_s=5.0)
+async def test_a_claim_given_up_while_redis_was_away_is_freed_once_it_is_back(redis_url):
+    a = RedisCache(redis_url, timeout_s=0.1, probe_every_s=0.2)
+    b = RedisCache(redis_url, timeout_s=1.0)
+    busy = RedisCache(redis_url, timeout_s=5.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
     try:
         assert await a.get_or_claim(key, 30) == (None, True)  # a is making the call
@@ -295,9 +287,8 @@ async def test_the_warm_up_connects_so_a_first_lookup_is_one_round_trip():
         server.stop()
 
 
-@pytest.mark.skipif(not REDIS_URL, reason="needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
-async def test_lookups_behind_one_on_its_way_and_the_stores_go_to_redis_as_one_pipeline_each_with_its_answer():
-    a, b = RedisCache(REDIS_URL, timeout_s=1.0), RedisCache(REDIS_URL, timeout_s=1.0)
+async def test_lookups_behind_one_on_its_way_and_the_stores_go_to_redis_as_one_pipeline_each_with_its_answer(redis_url):
+    a, b = RedisCache(redis_url, timeout_s=1.0), RedisCache(redis_url, timeout_s=1.0)
     keys = [f"switchboard:cache:test:{uuid.uuid4().hex}" for _ in range(20)]
     try:
         for key in keys[:10]:

@@ -5,7 +5,6 @@ rounds driven by hand (`sync_once`, what the background task runs every interval
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
@@ -19,20 +18,14 @@ from routing.plan.limits import Limiter
 from tests.core.deployments_fakes import multi
 from tests.e2e.harness import free_port
 
-REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
-
-pytestmark = pytest.mark.skipif(
-    not REDIS_URL, reason="shared capacity needs a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)"
-)
-
 
 @pytest.fixture
-async def cluster():
+async def cluster(redis_url):
     made: list[Syncer] = []
     namespace = f"t{uuid.uuid4().hex[:10]}"  # this test's own cluster buckets
 
     def process() -> Syncer:
-        syncer = Syncer(Budgets(), Limiter(), REDIS_URL, namespace=namespace, balancer=Balancer())
+        syncer = Syncer(Budgets(), Limiter(), redis_url, namespace=namespace, balancer=Balancer())
         syncer.connect()
         made.append(syncer)
         return syncer

@@ -6,7 +6,6 @@ Each process is its own Budgets + Limiter + Syncer; the rounds are driven by han
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
@@ -16,12 +15,6 @@ from routing.ops.shared_limits import Syncer, account_key
 from routing.plan.budgets import Budgets, Exhausted
 from routing.plan.limits import Limiter, Refused
 from tests.e2e.harness import free_port
-
-REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
-
-pytestmark = pytest.mark.skipif(
-    not REDIS_URL, reason="shared limits need a Redis: set SWITCHBOARD_TEST_REDIS_URL (CI sets it)"
-)
 
 
 class Clock:
@@ -33,12 +26,12 @@ class Clock:
 
 
 @pytest.fixture
-async def cluster():
+async def cluster(redis_url):
     clock = Clock()
     made: list[Syncer] = []
 
     def process() -> Syncer:
-        syncer = Syncer(Budgets(clock), Limiter(), REDIS_URL, clock=clock)
+        syncer = Syncer(Budgets(clock), Limiter(), redis_url, clock=clock)
         syncer.connect()
         made.append(syncer)
         return syncer

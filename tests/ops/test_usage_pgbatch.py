@@ -1,14 +1,12 @@
 """The one-statement PostgreSQL batch (routing.ops.usage.pgbatch) stores what the Python path stores.
 
-Runs against a real PostgreSQL database of its own (SWITCHBOARD_TEST_POSTGRES_URL, which CI
-always sets; DATABASE_URL when that is PostgreSQL), in both test modes: on SQLite runs too,
-since the fast path exists only on PostgreSQL.
+Runs against a real PostgreSQL database of its own (on the postgres_url fixture's server), in
+both test modes: on SQLite runs too, since the fast path exists only on PostgreSQL.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import random
 import uuid
 from collections.abc import Iterator
@@ -27,23 +25,13 @@ ALIAS = "usage_pgbatch"
 T0 = datetime(2026, 6, 1, 11, 0, tzinfo=UTC).timestamp()
 
 
-def _base_url() -> str:
-    url = os.environ.get("SWITCHBOARD_TEST_POSTGRES_URL", "")
-    if not url and os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
-        url = os.environ["DATABASE_URL"]
-    return url
-
-
 @pytest.fixture(scope="module")
-def pg(django_db_blocker) -> Iterator[str]:
+def pg(django_db_blocker, postgres_url) -> Iterator[str]:
     """A migrated PostgreSQL database of its own, as connection alias ALIAS; dropped afterwards."""
     import psycopg
     from django.core.management import call_command
 
-    base = _base_url()
-    if not base:
-        # listed in the summary (addopts has -rfEs); CI always sets the variable
-        pytest.skip("PostgreSQL batch NOT tested: set SWITCHBOARD_TEST_POSTGRES_URL (CI always sets it)")
+    base = postgres_url
     name = f"sb_pgbatch_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')

@@ -48,7 +48,9 @@ class Command(BaseCommand):
                 snapshot=snapshot,
                 here=False,  # this process serves nothing: the serving processes apply it
             )
-        except (live.InvalidConfiguration, controls.ControlError) as exc:
+        except controls.ControlError as exc:
+            raise CommandError(exc.for_cli(), returncode=2) from None
+        except live.InvalidConfiguration as exc:
             raise CommandError(str(exc), returncode=2) from None
         except DatabaseError as exc:
             raise CommandError(f"could not store the control in the database: {exc}", returncode=1) from None

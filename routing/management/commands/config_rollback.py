@@ -1,4 +1,4 @@
-"""`manage.py config_rollback VERSION [--dry-run]` (docs/commands.md#config_rollback)."""
+"""`manage.py config_rollback VERSION [--dry-run] [--force]` (docs/commands.md#config_rollback)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,20 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("version", type=int, help="The version to restore (see config_history).")
         parser.add_argument("--dry-run", action="store_true", help="Validate and print the changes; save nothing.")
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="Roll back even when it removes agents whose API keys are active (those keys stop working).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         version = options["version"]
         try:
-            result = history.rollback(version, author=recorder.command_author(), dry_run=options["dry_run"])
+            result = history.rollback(
+                version, author=recorder.command_author(), dry_run=options["dry_run"], force=options["force"]
+            )
+        except history.KeysWouldBeRemoved as exc:
+            raise CommandError(f"{exc}. Run it again with --force to roll back anyway.") from exc
         except history.HistoryError as exc:
             raise CommandError(str(exc)) from exc
         for line in result.diff_lines():

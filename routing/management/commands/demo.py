@@ -3,10 +3,18 @@
 Migrates the SQLite database, starts the mock upstream on 127.0.0.1:9001, loads
 the demo configuration, creates an admin user and an API key, prints both, and
 serves the gateway on 127.0.0.1:8000 (uvicorn by default, `--server daphne` for daphne).
+
+Safe to run twice (docs/commands.md#demo): before touching anything it takes the
+demo lock of its database (var/demo-<database>.lock, held while it runs) and checks
+that both ports are free; when a demo already runs it says so and exits 1, leaving
+that demo's database, admin password and configuration as they were.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import os
 import secrets
 import signal
@@ -15,12 +23,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from gateway_project.servers import DEFAULT, SERVERS, command
 
@@ -46,12 +54,70 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _port_busy(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def lock_path() -> Path:
+    """The demo lock of this process's database: two demos on one database would fight over it."""
+    db = settings.DATABASES["default"]
+    identity = f"{db['ENGINE']}|{db.get('HOST', '')}|{db.get('PORT', '')}|{db['NAME']}"
+    return Path(settings.VAR_DIR) / f"demo-{hashlib.sha256(identity.encode()).hexdigest()[:12]}.lock"
+
+
+def take_lock(port: int, mock_port: int) -> IO[str]:
+    """Hold the database's demo lock for this process's life (the kernel drops it when the process
+    ends, however it ends); CommandError naming the running demo when another one holds it."""
+    path = lock_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")  # noqa: SIM115 - held until the process exits
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        try:
+            other = json.loads(handle.read() or "{}")
+        except ValueError:
+            other = {}
+        handle.close()
+        where = f" (pid {other.get('pid')}, gateway on http://127.0.0.1:{other.get('port')})" if other else ""
+        raise CommandError(
+            f"a demo is already running on this database{where}; nothing was changed. Use that one, "
+            "or stop it (Ctrl-C in its terminal) and run make demo again."
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(json.dumps({"pid": os.getpid(), "port": port, "mock_port": mock_port}))
+    handle.flush()
+    return handle
+
+
+def check_ports(port: int, mock_port: int) -> None:
+    """Both ports free, or a CommandError that says which is taken and how to choose others."""
+    for value in (port, mock_port):
+        if not 1 <= value <= 65535:
+            raise CommandError(f"port {value} is not a TCP port: choose one in 1..65535")
+    if port == mock_port:
+        raise CommandError(f"the gateway and the mock upstream cannot share port {port}; choose another MOCK_PORT=")
+    for name, value, variable in (("gateway", port, "PORT"), ("mock upstream", mock_port, "MOCK_PORT")):
+        if _port_busy(value):
+            raise CommandError(
+                f"port {value} (the {name}'s) is in use on 127.0.0.1, by a running demo or another program; "
+                f"nothing was changed. Stop it, or choose another port: make demo {variable}=<port> "
+                f"(manage.py demo --{'port' if variable == 'PORT' else 'mock-port'} <port>)."
+            )
+
+
 class Command(BaseCommand):
     help = "Run the gateway with a demo configuration against a local mock upstream."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--port", type=int, default=8000)
-        parser.add_argument("--mock-port", type=int, default=9001)
+        parser.add_argument("--port", type=int, default=8000, help="The gateway's port (default: %(default)s).")
+        parser.add_argument(
+            "--mock-port", type=int, default=9001, help="The mock upstream's port (default: %(default)s)."
+        )
         parser.add_argument("--no-serve", action="store_true", help="Set up and print credentials, but do not serve.")
         parser.add_argument("--server", choices=SERVERS, default=DEFAULT, help="ASGI server (default: %(default)s).")
 
@@ -61,6 +127,9 @@ class Command(BaseCommand):
         from policies.models import Agent
         from routing.config.store import import_document, load_yaml
 
+        # Before anything is touched: a running demo keeps its database, password and configuration.
+        self._lock = take_lock(options["port"], options["mock_port"])
+        check_ports(options["port"], options["mock_port"])
         call_command("migrate", verbosity=0)
         mock = self._start_mock(options["mock_port"])
         os.environ.setdefault("SWITCHBOARD_UPSTREAM_DEMO", "demo-upstream-key")
@@ -109,12 +178,15 @@ Try (the README's examples use $KEY):
         server = subprocess.Popen(command(options["server"], "127.0.0.1", options["port"]))
         signal.signal(signal.SIGTERM, _interrupt)  # stop the server and the mock on SIGTERM too
         try:
-            server.wait()
+            code = server.wait()
         except KeyboardInterrupt:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=15)
+            code = 0
         finally:
             mock.terminate()
+        if code != 0:  # e.g. the port was taken between the check and the bind
+            raise CommandError(f"the gateway server exited with status {code} (see its output above)")
 
     def _start_mock(self, port: int) -> subprocess.Popen:
         process = subprocess.Popen(

@@ -81,7 +81,8 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
         try:
             control = controls.parse(content)
         except controls.ControlError as exc:
-            await self.send_json({"type": "ack", "ok": False, "action": content.get("action"), "message": str(exc)})
+            message = exc.for_page()
+            await self.send_json({"type": "ack", "ok": False, "action": content.get("action"), "message": message})
             return
         await controls.perform(user.get_username(), control)
         link = control.key.link

@@ -145,7 +145,7 @@ class Heart:
             "started_at": self.started_at,
             "at": now,
             "interval_s": interval_s(),
-            "version": live.current().version,
+            "version": live.current().config_version,  # the configuration version (docs/config-history.md#numbers)
             "in_flight": tally.in_flight,
             "served": served,
             "rps": round(rps, 2),

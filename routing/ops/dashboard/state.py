@@ -70,7 +70,7 @@ def build_state() -> dict[str, Any]:
         "type": "state",
         "process": feed.PROCESS_ID,
         "at": time.time(),
-        "version": snapshot.version,
+        "version": snapshot.config_version,
         "links": links,
         "providers": providers,
         "models": model_stats(),

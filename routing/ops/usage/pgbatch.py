@@ -144,10 +144,8 @@ def statement(quote: Any) -> str:
     names = [c for c, _, _ in cols]
     conv = ",\n    ".join(f"{v} AS {q(c)}" for c, v, _ in cols)
     shape = " AND ".join(f"({check})" for _, _, check in cols)
-    lat = (
-        "CASE WHEN c.lat_ms < 16 THEN 0 ELSE least("
-        f"{rollup.LATENCY_BUCKETS - 1}, trunc(ln(c.lat_ms / 16::float8) / ln(sqrt(2::float8)))::int + 1) END"
-    )
+    # width_bucket counts the bounds at or below the value: rollup.latency_bucket's bisect, exactly.
+    lat = f"width_bucket(c.lat_ms, ARRAY[{', '.join(repr(b) for b in rollup.LATENCY_BOUNDS_MS)}]::float8[])"
     # Raw values the aggregates use (the Python path sums the record's own numbers, not the column's).
     raw = (
         "CASE WHEN jsonb_typeof(j->'cost') IN ('number', 'string') THEN (j->>'cost')::numeric END AS cost_raw, "

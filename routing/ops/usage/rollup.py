@@ -14,6 +14,7 @@ rows inserted behind the writer's back): `manage.py usage_rollup`.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -31,8 +32,10 @@ GROUPINGS: dict[str, tuple[str, ...]] = {
     "full": DIMENSIONS,
 }
 # Latency histogram: bucket i holds latencies below LATENCY_BOUNDS_MS[i] (and at or above the
-# previous bound); the last bucket everything from 131 s. Bounds grow by sqrt(2) from 16 ms.
-LATENCY_BOUNDS_MS: tuple[float, ...] = tuple(16 * math.sqrt(2) ** k for k in range(27))
+# previous bound); the last bucket everything from 131 s. Bounds grow by sqrt(2) from 0.25 ms, so
+# a gateway answering in about a millisecond (a cache hit, the mock) reads as that, not as the
+# 13.5 ms a first bound of 16 ms made of it (migration 0011 moved the old counts up 12 buckets).
+LATENCY_BOUNDS_MS: tuple[float, ...] = tuple(0.25 * math.sqrt(2) ** k for k in range(39))
 LATENCY_BUCKETS = len(LATENCY_BOUNDS_MS) + 1
 LAT_FIELDS = tuple(f"lat_{i:02d}" for i in range(LATENCY_BUCKETS))
 COUNTERS = ("requests", "errors", "client_errors", "fallbacks", "prompt_tokens", "completion_tokens", "cost")
@@ -64,16 +67,17 @@ def grouping_for(columns: Iterable[str]) -> str:
 
 
 def latency_bucket(ms: float) -> int:
-    if ms < LATENCY_BOUNDS_MS[0]:
-        return 0
-    return min(LATENCY_BUCKETS - 1, int(math.log(ms / 16.0, math.sqrt(2))) + 1)
+    """The bucket of `ms`: how many bounds are at or below it (the same comparisons as `rebuild`'s
+    filters and PostgreSQL's width_bucket in the one-statement batch, so all three agree at a bound)."""
+    return bisect_right(LATENCY_BOUNDS_MS, ms)
 
 
 def hist_percentile(hist: Sequence[int], p: float) -> float | None:
     """The p-quantile of a latency histogram, like `percentile_cont` would give on the raw values.
 
     The value at 0-based position p * (n - 1), each bucket's values taken as spread evenly
-    (geometrically) across it: within one bucket (a factor sqrt 2) of the exact answer.
+    (geometrically) across it: within one bucket (a factor sqrt 2) of the exact answer; the
+    first bucket (below 0.25 ms) linearly from 0.
     """
     total = sum(hist)
     if total <= 0:
@@ -82,9 +86,11 @@ def hist_percentile(hist: Sequence[int], p: float) -> float | None:
     seen = 0
     for i, n in enumerate(hist):
         if n and pos < seen + n:
-            lo = LATENCY_BOUNDS_MS[i - 1] if i > 0 else LATENCY_BOUNDS_MS[0] / math.sqrt(2)
-            hi = LATENCY_BOUNDS_MS[i] if i < len(LATENCY_BOUNDS_MS) else lo * math.sqrt(2)
             frac = min(1.0, (pos - seen + 0.5) / n)
+            if i == 0:
+                return LATENCY_BOUNDS_MS[0] * frac
+            lo = LATENCY_BOUNDS_MS[i - 1]
+            hi = LATENCY_BOUNDS_MS[i] if i < len(LATENCY_BOUNDS_MS) else lo * math.sqrt(2)
             return lo * (hi / lo) ** frac
         seen += n
     return LATENCY_BOUNDS_MS[-1]
