@@ -5,6 +5,7 @@ The page itself, a streamed chat through a real gateway, is tests/e2e/test_scree
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -112,3 +113,15 @@ def test_records_of_other_keys_need_the_usage_permission(client, keymaker, agent
     client.force_login(keymaker)
     _record("other-1", "sb-other00")
     assert client.get("/dashboard/playground/record/other-1/").status_code == 403
+
+
+def test_minting_a_key_needs_the_csrf_token_of_the_page(keymaker, agent):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(keymaker)
+    assert client.post("/dashboard/playground/key/", {"agent": agent.pk}).status_code == 403
+    page = client.get("/dashboard/playground/").content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    answer = client.post("/dashboard/playground/key/", {"agent": agent.pk}, headers={"X-CSRFToken": token})
+    assert answer.status_code == 200 and ApiKey.objects.count() == 1
