@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 
+import httpx
 import pytest
 
 from tests.e2e.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS
@@ -186,3 +187,19 @@ def test_the_playground_streams_a_chat_through_the_gateway_and_shows_cost_header
     trail = page.locator("#pg-trail li")
     assert trail.count() == 1 and trail.first.get_attribute("data-served") == "true"
     assert "pg-chat (mock)" in trail.first.text_content()
+
+
+@pytest.mark.parametrize(
+    "path", ["/dashboard/", "/dashboard/analytics/", "/dashboard/requests/", "/dashboard/usage/", "/dashboard/limits/"]
+)
+def test_dashboard_pages_fit_1280_px_and_show_amounts_in_usd(page, gw, path):
+    for _ in range(2):  # a record to list (and to price) on every page
+        httpx.post(
+            f"{gw.url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {gw.api_key}", "X-Request-Id": "fit-a-rather-long-client-request-id"},
+            json={"model": "pg-chat", "messages": [{"role": "user", "content": "hi"}]},
+        ).raise_for_status()
+    login(page, gw, path)
+    assert overflow(page) <= 0, f"{path} is wider than 1280 px"
+    if path != "/dashboard/":
+        assert "(USD)" in page.text_content("main")
