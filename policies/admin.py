@@ -7,6 +7,7 @@ page the save redirects to, and never again; only the prefix is displayed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
@@ -22,14 +23,16 @@ from django.utils.html import format_html
 
 from policies.keys import create_api_key, revoke_keys
 from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
-from routing.admin import BLANK_NULL_JSON, DocumentCheckedForm, DocumentCheckedFormSet, edited_copy
+from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, edited_copy
 from routing.config.document import child_item
 from routing.config.schema import AGENT, CREDENTIAL, ORG, POLICY
 from routing.config.store import find_org
 from routing.config.validation import add_form_validators
 from routing.ops.admin_keys import StoredKeyForm
 from routing.ops.dashboard.limits import budget_summary
+from routing.ops.limit_fields import StructuredLimitsMixin
 from routing.ops.model_choices import ChainField, ModelIdSelect, model_choices_view
+from routing.ops.money import usd
 
 Edit = Callable[[dict[str, Any]], None]
 
@@ -58,7 +61,7 @@ def _old_org_name(pk: int | None) -> str | None:
 # Organisations and their inlines ---------------------------------------------------
 
 
-class OrgForm(DocumentCheckedForm):
+class OrgForm(StructuredLimitsMixin, DocumentCheckedForm):
     skip_keys = ("agents", "policies", "credentials")  # validated by the inline formsets
 
     class Meta:
@@ -129,10 +132,16 @@ def default_model_widget() -> ModelIdSelect:
     return ModelIdSelect(aliases=True, placeholder="none: requests must name a model")
 
 
+class AgentInlineForm(StructuredLimitsMixin, forms.ModelForm):
+    class Meta:
+        model = Agent
+        fields = "__all__"
+
+
 class AgentInline(OrgChildInline):
     model = Agent
+    form = AgentInlineForm
     formset = AgentFormSet
-    formfield_overrides = BLANK_NULL_JSON
     fields = ["name", "default_model", "limits", "budget"]
     extra = 0
 
@@ -173,7 +182,6 @@ class CredentialInline(OrgChildInline):
 @admin.register(Org)
 class OrgAdmin(admin.ModelAdmin):
     form = OrgForm
-    formfield_overrides = BLANK_NULL_JSON
     inlines = [AgentInline, PolicyInline, CredentialInline]
     list_display = ["name", "default_action", "agent_count", "policy_count"]
     list_filter = ["default_action"]
@@ -253,7 +261,7 @@ class OrgChildForm(DocumentCheckedForm):
         return edit, f"orgs[{org.name}].{self.kind}[{label}]"
 
 
-class AgentForm(OrgChildForm):
+class AgentForm(StructuredLimitsMixin, OrgChildForm):
     kind = "agents"
 
     class Meta:
@@ -282,7 +290,6 @@ class CredentialForm(StoredKeyForm, OrgChildForm):
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     form = AgentForm
-    formfield_overrides = BLANK_NULL_JSON
     autocomplete_fields = ["org"]
     list_display = ["name", "org", "default_model", "active_keys"]
     list_filter = ["org"]
@@ -327,6 +334,11 @@ class OrgCredentialAdmin(admin.ModelAdmin):
 # API keys ---------------------------------------------------------------------------
 
 
+def short_time(at: datetime | None, missing: str) -> str:
+    """`2026-12-02 03:56` in UTC: a third of the width of the admin's default date format."""
+    return missing if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+
+
 NEW_KEY_SESSION = "switchboard_new_api_key"  # {"pk": ..., "plaintext": ...}, removed when shown
 
 
@@ -355,13 +367,13 @@ class ApiKeyAdmin(admin.ModelAdmin):
     a reload (or the back button) shows "not shown again" and never creates another key.
     """
 
+    # Fits 1280 px beside the filters: the agent column reads org/agent, dates are short (UTC).
     list_display = [
         "prefix_display",
         "agent",
-        "org",
         "label",
-        "created_at",
-        "expires_at",
+        "created",
+        "expires",
         "status",
         "last_used",
         "requests",
@@ -412,27 +424,29 @@ class ApiKeyAdmin(admin.ModelAdmin):
         """Each key with its usage totals (routing.KeyUsage, kept by the usage writer): one query for the list."""
         return key_usage_annotated(super().get_queryset(request))
 
-    @admin.display(description="last used", ordering="usage_last_used_at")
-    def last_used(self, obj: ApiKey) -> Any:
-        at = getattr(obj, "usage_last_used_at", None)
-        return at if at is not None else "never"
+    @admin.display(description="last used (UTC)", ordering="usage_last_used_at")
+    def last_used(self, obj: ApiKey) -> str:
+        return short_time(getattr(obj, "usage_last_used_at", None), "never")
+
+    @admin.display(description="created (UTC)", ordering="created_at")
+    def created(self, obj: ApiKey) -> str:
+        return short_time(obj.created_at, "–")
+
+    @admin.display(description="expires (UTC)", ordering="expires_at")
+    def expires(self, obj: ApiKey) -> str:
+        return short_time(obj.expires_at, "never")
 
     @admin.display(description="requests", ordering="usage_requests")
     def requests(self, obj: ApiKey) -> int:
         return getattr(obj, "usage_requests", None) or 0
 
-    @admin.display(description="spend", ordering="usage_spend")
+    @admin.display(description="spend (USD)", ordering="usage_spend")
     def spend(self, obj: ApiKey) -> str:
-        value = getattr(obj, "usage_spend", None)
-        return f"{value:.4f}" if value is not None else "0"
+        return usd(getattr(obj, "usage_spend", None) or 0)
 
     @admin.display(description="key", ordering="prefix")
     def prefix_display(self, obj: ApiKey) -> str:
         return f"{obj.prefix}…"
-
-    @admin.display(description="org", ordering="agent__org__name")
-    def org(self, obj: ApiKey) -> str:
-        return obj.agent.org.name
 
     @admin.display(description="status")
     def status(self, obj: ApiKey) -> str:

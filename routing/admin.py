@@ -15,7 +15,6 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.db import models
 from django.forms.models import BaseInlineFormSet, construct_instance
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -147,17 +146,6 @@ class GuardedDeleteMixin:
             perms_needed,
             [*protected, *(f"This deletion would break {e.path}: {e.message}" for e in breaks)],
         )
-
-
-class BlankNullJSONField(forms.JSONField):
-    """A JSON box that shows an unset value as empty, not as the literal `null`; empty means unset."""
-
-    def prepare_value(self, value: Any) -> Any:
-        return "" if value is None else super().prepare_value(value)
-
-
-# For admin classes whose only JSON columns are optional settings (an org's or agent's limits).
-BLANK_NULL_JSON = {models.JSONField: {"form_class": BlankNullJSONField}}
 
 
 def checkbox_choices(values: Sequence[str]) -> forms.MultipleChoiceField:

@@ -33,7 +33,17 @@ FLOORS: list[tuple[str, list[str]]] = [
     ),
     ("plan", ["routing.plan", "policies.decision", "policies.idempotency"]),
     ("upstream", ["providers.dialects", "providers.transport", "providers.mock"]),
-    ("ops", ["routing.ops", "providers.health", "routing.admin", "providers.admin", "policies.admin"]),
+    (
+        "ops",
+        [
+            "routing.ops",
+            "routing.templatetags",
+            "providers.health",
+            "routing.admin",
+            "providers.admin",
+            "policies.admin",
+        ],
+    ),
     ("gateway", ["routing.gateway"]),
     (
         "entry",

@@ -21,7 +21,7 @@ from providers.health import health_providers_payload
 from routing.config import live
 from routing.core import errors
 from routing.core.errors import GatewayError
-from routing.gateway import caching, limiting, messages, request, shapes
+from routing.gateway import caching, limiting, messages, openapi, request, shapes
 from routing.gateway.pacing import Pacer
 from routing.gateway.proxy import proxy_idempotent, proxy_once, proxy_stream
 from routing.gateway.wire import (
@@ -63,6 +63,9 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
         return
     if path == "/health/providers":
         await send_response(send, 200, health_providers_payload(live.current()), [JSON, worker_header()])
+        return
+    if path == openapi.PATH:  # the API's own description, no key needed (docs/api.md#openapi)
+        await send_response(send, 200, openapi.body(), [JSON, (b"access-control-allow-origin", b"*")])
         return
     started = _perf()
     pacer = _pacer or _make_pacer()

@@ -68,7 +68,7 @@
     series("p50", COLORS.p50, { spanGaps: false }),
     series("p95", COLORS.p95, { spanGaps: false }),
   ], [data.p50, data.p95], "ms");
-  make("chart-cost", [series("spend", COLORS.cost, { fill: "rgba(9,105,218,0.12)" })], [data.cost], "spend");
+  make("chart-cost", [series("spend (USD)", COLORS.cost, { fill: "rgba(9,105,218,0.12)" })], [data.cost], "US$");
   make("chart-tokens", [
     series("prompt", COLORS.prompt),
     series("completion", COLORS.completion),

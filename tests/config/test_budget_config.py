@@ -61,11 +61,11 @@ def test_invalid_budgets_refuse_the_whole_import(valid_doc):
 def test_admin_saves_org_and_agent_budgets(admin_client_, imported):
     url = reverse("admin:policies_org_change", args=[Org.objects.get().pk])
     page = admin_client_.get(url)
-    assert 'name="budget"' in text(page) and 'name="agents-0-budget"' in text(page)
+    assert 'name="budget_usd"' in text(page) and 'name="agents-0-budget_period"' in text(page)
     assert "Models without prices cost 0" in text(page)
     data = page_data(page)
-    data["budget"] = '{"usd": 50, "period": "total"}'
-    data["agents-0-budget"] = '{"usd": 1, "period": "day"}'
+    data["budget_usd"], data["budget_period"] = "50", "total"
+    data["agents-0-budget_usd"], data["agents-0-budget_period"] = "1", "day"
     response = admin_client_.post(url, data)
     assert response.status_code == 302, text(response)[:2000]
     org = export_document()["orgs"][0]
@@ -73,7 +73,7 @@ def test_admin_saves_org_and_agent_budgets(admin_client_, imported):
     assert org["agents"][0]["budget"] == {"usd": 1, "period": "day"}
 
     data = page_data(admin_client_.get(url))
-    data["budget"] = ""
+    data["budget_usd"] = ""
     assert admin_client_.post(url, data).status_code == 302
     assert "budget" not in export_document()["orgs"][0]
 
@@ -81,7 +81,7 @@ def test_admin_saves_org_and_agent_budgets(admin_client_, imported):
 def test_admin_agent_page_saves_a_budget(admin_client_, imported):
     url = reverse("admin:policies_agent_change", args=[Agent.objects.get().pk])
     data = page_data(admin_client_.get(url))
-    data["budget"] = '{"usd": 3, "period": "month"}'
+    data["budget_usd"], data["budget_period"] = "3", "month"
     assert admin_client_.post(url, data).status_code == 302
     assert Agent.objects.get().budget == {"usd": 3, "period": "month"}
 

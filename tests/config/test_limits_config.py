@@ -72,10 +72,10 @@ def test_invalid_limits_refuse_the_whole_import(valid_doc):
 def test_admin_saves_org_and_agent_limits(admin_client_, imported):
     url = reverse("admin:policies_org_change", args=[Org.objects.get().pk])
     page = admin_client_.get(url)
-    assert 'name="limits"' in text(page) and 'name="agents-0-limits"' in text(page)
+    assert 'name="limits_rpm"' in text(page) and 'name="agents-0-limits_tpm"' in text(page)
     data = page_data(page)
-    data["limits"] = '{"tpm": 5000}'
-    data["agents-0-limits"] = '{"rpm": 30, "tpm": 1000}'
+    data["limits_tpm"] = "5000"
+    data["agents-0-limits_rpm"], data["agents-0-limits_tpm"] = "30", "1000"
     response = admin_client_.post(url, data)
     assert response.status_code == 302, text(response)[:2000]
     org = export_document()["orgs"][0]
@@ -83,7 +83,7 @@ def test_admin_saves_org_and_agent_limits(admin_client_, imported):
     assert org["agents"][0]["limits"] == {"rpm": 30, "tpm": 1000}
 
     data = page_data(admin_client_.get(url))
-    data["limits"] = ""
+    data["limits_tpm"] = ""
     assert admin_client_.post(url, data).status_code == 302
     assert "limits" not in export_document()["orgs"][0]
 
@@ -91,6 +91,38 @@ def test_admin_saves_org_and_agent_limits(admin_client_, imported):
 def test_admin_agent_page_saves_limits(admin_client_, imported):
     url = reverse("admin:policies_agent_change", args=[Agent.objects.get().pk])
     data = page_data(admin_client_.get(url))
-    data["limits"] = '{"rpm": 10}'
+    data["limits_rpm"] = "10"
     assert admin_client_.post(url, data).status_code == 302
     assert Agent.objects.get().limits == {"rpm": 10}
+
+
+def test_admin_budget_fields_save_a_budget_and_a_blank_amount_removes_it(admin_client_, imported):
+    url = reverse("admin:policies_org_change", args=[Org.objects.get().pk])
+    page = text(admin_client_.get(url))
+    assert 'name="budget_usd"' in page and '<option value="month" selected>month</option>' in page
+    data = page_data(admin_client_.get(url))
+    data["budget_usd"], data["budget_period"] = "2.5", "day"
+    data["agents-0-budget_usd"], data["agents-0-budget_period"] = "1", "total"
+    assert admin_client_.post(url, data).status_code == 302
+    org = export_document()["orgs"][0]
+    assert org["budget"] == {"usd": 2.5, "period": "day"} and org["agents"][0]["budget"] == {
+        "usd": 1,
+        "period": "total",
+    }
+    page = text(admin_client_.get(url))
+    assert 'name="budget_usd" value="2.5"' in page and '<option value="day" selected>day</option>' in page
+
+    data = page_data(admin_client_.get(url))
+    data["budget_usd"] = ""
+    assert admin_client_.post(url, data).status_code == 302
+    assert "budget" not in export_document()["orgs"][0]
+
+
+def test_a_bad_limit_is_shown_on_its_field_with_the_validation_message(admin_client_, imported):
+    url = reverse("admin:policies_org_change", args=[Org.objects.get().pk])
+    data = page_data(admin_client_.get(url))
+    data["limits_rpm"] = "0"
+    page = text(admin_client_.post(url, data))
+    row = page[page.index('class="form-row errors field-limits') :]
+    row = row[: row.index('name="limits_rpm"')]
+    assert "rpm of org 'acme' must be a positive whole number of requests per minute, got 0" in row

@@ -72,9 +72,9 @@ def test_key_list_shows_last_used_requests_and_spend(client, django_user_model):
     html = client.get("/admin/policies/apikey/").content.decode()
     rows = {label: tr for tr in html.split("<tr")[1:] for label in ("used-key", "idle-key") if label in tr}
     assert '<td class="field-requests">42</td>' in rows["used-key"]
-    assert '<td class="field-spend">1.5000</td>' in rows["used-key"]
-    assert "May 4, 2026" in rows["used-key"]
+    assert '<td class="field-spend">$1.5000</td>' in rows["used-key"]
+    assert '<td class="field-last_used">2026-05-04 03:02</td>' in rows["used-key"]
     assert '<td class="field-last_used">never</td>' in rows["idle-key"]
     assert '<td class="field-requests">0</td>' in rows["idle-key"]
     page = client.get(f"/admin/policies/apikey/{used.pk}/change/").content.decode()
-    assert "42" in page and "1.5000" in page
+    assert "42" in page and "$1.5000" in page

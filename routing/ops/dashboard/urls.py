@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from routing.ops.dashboard import limits, pages, processes, views
+from routing.ops.dashboard import limits, pages, playground, processes, views
 
 app_name = "dashboard"
 
@@ -14,4 +14,7 @@ urlpatterns = [
     path("requests/<str:record_id>/", pages.request_detail, name="request"),
     path("processes/", processes.view, name="processes"),
     path("limits/", limits.limits_view, name="limits"),
+    path("playground/", playground.page, name="playground"),
+    path("playground/key/", playground.key, name="playground-key"),
+    path("playground/record/<str:request_id>/", playground.record, name="playground-record"),
 ]
