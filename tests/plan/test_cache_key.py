@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+import msgspec
 import pytest
 
+from routing.gateway.shapes import ChatRequest, EmbeddingsRequest, RerankRequest
 from routing.plan.cache_key import cache_key, canonical_body, directives, plan
 
 BODY = {
@@ -54,6 +59,46 @@ def test_fields_that_never_change_the_answer_are_left_out(field, value):
 )
 def test_fields_that_change_the_answer_change_the_key(field, value):
     assert key({**BODY, field: value}) != key(BODY)
+
+
+# docs/cache.md#key: the only request fields that never change the key.
+DOCUMENTED_IGNORED = {
+    "model",
+    "stream",
+    "stream_options",
+    "user",
+    "safety_identifier",
+    "metadata",
+    "store",
+    "prompt_cache_key",
+}
+# The cacheable endpoints, the request shape each validates against, and a smallest valid body.
+SHAPES = [
+    ("chat", ChatRequest, BODY),
+    ("embeddings", EmbeddingsRequest, {"model": "embed-a", "input": "hi"}),
+    ("rerank", RerankRequest, {"model": "rerank-a", "query": "q", "documents": ["a", "b"]}),
+]
+WALK = [(endpoint, f.encode_name) for endpoint, shape, _ in SHAPES for f in msgspec.structs.fields(shape)]
+
+
+@pytest.mark.parametrize(("endpoint", "field"), WALK, ids=[f"{e}.{f}" for e, f in WALK])
+def test_every_request_field_changes_the_key_unless_documented_as_ignored(endpoint, field):
+    """Walks every field of the chat, embeddings and rerank request shapes (routing/gateway/shapes.py),
+    so a field added to the shapes or to the ignore list without the docs fails here."""
+    base = next(body for e, _, body in SHAPES if e == endpoint)
+    keys = {
+        key({**base, field: value}, endpoint=endpoint) for value in ("value-a", "value-b", 7, {"nested": [1]}, None)
+    }
+    if field in DOCUMENTED_IGNORED:
+        assert keys == {key(base, endpoint=endpoint)}, f"{field} is documented as not changing the key"
+    else:
+        assert len(keys) == 5 and key(base, endpoint=endpoint) not in keys, f"{field} must change the cache key"
+
+
+def test_the_ignored_fields_are_the_ones_the_docs_list():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cache.md").read_text()
+    sentence = text[text.index("without the fields that never change an") : text.index("Everything else counts")]
+    assert set(re.findall(r"`([a-z_]+)`", sentence)) == DOCUMENTED_IGNORED
 
 
 def test_org_model_upstream_and_endpoint_are_part_of_the_key():
