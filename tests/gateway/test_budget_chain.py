@@ -1,0 +1,80 @@
+"""A budget reservation prices the dearest link of the chain, not the first (docs/limits.md#reservation).
+
+The primary here is cheap and down; its fallback costs 10× as much and answers. If only
+the primary were priced, concurrent requests would each reserve a tenth of what they
+spend and together overshoot the budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+import pytest
+
+from routing.config import live
+from routing.config.snapshot import build_snapshot
+from routing.gateway.limiting import worst_cost
+from routing.ops import usage, wiring
+from routing.plan import chain, preflight
+from tests.gateway.conftest import document, key_rows
+
+CHEAP = {"input_price_per_mtok": 0.1, "output_price_per_mtok": 100.0}
+DEAR = {"input_price_per_mtok": 1.0, "output_price_per_mtok": 1000.0}  # 10× CHEAP
+BUDGET_USD = 0.03
+# The mock answers 12 prompt + 7 completion tokens: what one answer of the fallback costs.
+DEAR_ANSWER = (12 * 1.0 + 7 * 1000.0) / 1e6
+
+
+@pytest.fixture
+def chained(gateway, upstream, monkeypatch):
+    """cheap-chat (a dead provider) falls back to chat-b (the mock, 10× the prices); the agent has a budget."""
+    monkeypatch.setattr(usage, "record", lambda **row: None)
+    wiring.process().budgets.forget()
+    doc = copy.deepcopy(document(upstream))
+    doc["providers"].append({"name": "dead", "base_url": "http://127.0.0.1:9/v1"})
+    doc["models"].append(
+        {
+            "id": "cheap-chat",
+            "provider": "dead",
+            "upstream_model": "x",
+            "capabilities": ["chat"],
+            "fallbacks": ["chat-b"],
+            **CHEAP,
+        }
+    )
+    next(m for m in doc["models"] if m["id"] == "chat-b").update(DEAR)
+    doc["orgs"][0]["agents"][0]["budget"] = {"usd": BUDGET_USD, "period": "day"}
+    live.swap(build_snapshot(doc, key_rows(), {}, version=2))
+    yield live.current()
+    wiring.process().budgets.forget()
+
+
+def body(max_tokens: int = 10) -> dict:
+    return {"model": "cheap-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens}
+
+
+def test_the_worst_case_is_the_dearest_link_of_the_chain(chained):
+    snap = chained
+    org = snap.orgs["acme"]
+    model = snap.resolve("cheap-chat")
+    req = preflight.requirements("chat", body())
+    links = preflight.apply(chain.build_chain(snap, org, model, "cheap-chat"), req)
+    assert [link.model.id for link in links] == ["cheap-chat", "chat-b"]
+    dear_only = preflight.apply(chain.build_chain(snap, org, snap.resolve("chat-b"), "chat-b"), req)
+    assert worst_cost(links, req) == pytest.approx(worst_cost(dear_only, req))
+    assert worst_cost(links, req) > 9 * worst_cost(links[:1], req)
+
+
+async def test_concurrent_requests_falling_back_to_a_dearer_link_never_overshoot_the_budget(gateway, chained):
+    statuses = [
+        r.status_code
+        for r in await asyncio.gather(*(gateway.post("/v1/chat/completions", json=body()) for _ in range(8)))
+    ]
+    account = wiring.process().budgets.find(("agent", "acme", "bot"))
+    served = statuses.count(200)
+    assert set(statuses) <= {200, 402} and served >= 1, statuses
+    # Each answer costs DEAR_ANSWER, less than its reservation: the spend never passes the budget.
+    assert account.spend() == pytest.approx(served * DEAR_ANSWER)
+    assert account.spend() <= BUDGET_USD, f"{served} answers spent ${account.spend():.4f} of a ${BUDGET_USD} budget"
+    assert account.reserved == 0
