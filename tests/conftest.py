@@ -44,3 +44,16 @@ def _close_stray_test_database_sessions(django_db_setup, django_db_blocker) -> I
                     " WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 )
         connection.close()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reverse",
+        action="store_true",
+        help="run the collected tests in reverse order (with -p no:randomly): finds tests that pass only after others",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--reverse"):
+        items.reverse()
