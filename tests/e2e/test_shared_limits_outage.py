@@ -49,6 +49,7 @@ def behind_proxy(make_gateway, mock_upstream):
     b = a.second_process(env)
     yield proxy, a, b, upstream
     b.stop()
+    a.stop()  # left running, its rounds would go on failing against the stopped proxy under the next test
     proxy.stop()
 
 
@@ -123,6 +124,7 @@ def redis_to_stop(make_gateway, mock_upstream):
     b = a.second_process(env)
     yield server, a, b
     b.stop()
+    a.stop()
     server.stop()
 
 
