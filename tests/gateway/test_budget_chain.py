@@ -78,3 +78,26 @@ async def test_concurrent_requests_falling_back_to_a_dearer_link_never_overshoot
     assert account.spend() == pytest.approx(served * DEAR_ANSWER)
     assert account.spend() <= BUDGET_USD, f"{served} answers spent ${account.spend():.4f} of a ${BUDGET_USD} budget"
     assert account.reserved == 0
+
+
+# Found by mutation testing (make mutation): the parts of the worst case the chain test leaves out.
+def _one_link(snap, model_id: str, body: dict, kind: str = "chat"):
+    req = preflight.requirements(kind, body)
+    model = snap.resolve(model_id)
+    return preflight.apply(chain.build_chain(snap, snap.orgs["acme"], model, model_id), req)[:1], req
+
+
+def test_the_worst_case_prices_the_prompt_and_falls_back_to_the_models_output_limit(chained):
+    import dataclasses
+
+    snap = chained
+    long_prompt = {"model": "chat-b", "messages": [{"role": "user", "content": "word " * 4000}], "max_tokens": 1}
+    links, req = _one_link(snap, "chat-b", long_prompt)
+    assert req.estimated_tokens > 1000
+    # The prompt at $1/M and one output token at $1000/M: the prompt is most of it.
+    assert worst_cost(links, req) == pytest.approx((req.estimated_tokens * 1.0 + 1000.0) / 1e6)
+    # No max_tokens: the model's max_output_tokens, else 1024.
+    links, req = _one_link(snap, "chat-b", {"model": "chat-b", "messages": [{"role": "user", "content": "hi"}]})
+    assert worst_cost(links, req) == pytest.approx((req.estimated_tokens + 1024 * 1000.0) / 1e6)
+    capped = dataclasses.replace(links[0], model=dataclasses.replace(links[0].model, max_output_tokens=10))
+    assert worst_cost([capped], req) == pytest.approx((req.estimated_tokens + 10 * 1000.0) / 1e6)

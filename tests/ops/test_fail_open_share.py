@@ -74,3 +74,33 @@ def test_n_processes_without_redis_admit_at_most_the_limit_over_a_window(clock, 
     context = f"{n} processes, rpm {rpm}, {clock.now - start:.0f} s: {admitted} admitted of {asked}"
     assert admitted <= allowed + n, f"over the limit: {context}, at most {allowed:.0f} allowed"
     assert admitted >= allowed - 2 * n, f"shares too small: {context}, {allowed:.0f} allowed"
+
+
+def admitted(limiter: Limiter, rpm: int, asked: int) -> int:
+    n = 0
+    for _ in range(asked):
+        try:
+            limiter.admit("acme", None, "bot", (rpm, None), lambda: 0)
+        except Refused:
+            continue
+        n += 1
+    return n
+
+
+def test_an_idle_process_without_redis_holds_no_more_than_its_share(clock):
+    """Found by mutation testing: the share's cap is what bounds a burst after an idle spell."""
+    (one, _, _) = cluster_in_outage(clock, 3, 60)
+    assert admitted(one, 60, 100) == 20  # the full share: 60 ÷ 3
+    clock.now += 600.0  # ten idle minutes refill it, but only up to the share
+    assert admitted(one, 60, 100) == 20
+    clock.now += 3.0  # then 1 request every 3 s: rate 1 a second ÷ 3
+    assert admitted(one, 60, 100) == 1
+
+
+def test_a_limit_changed_during_the_outage_changes_the_share_and_its_rate(clock):
+    (one, _) = cluster_in_outage(clock, 2, 60)
+    assert admitted(one, 60, 100) == 30
+    clock.now += 600.0
+    assert admitted(one, 120, 100) == 60  # the new limit's share: 120 ÷ 2
+    clock.now += 1.0
+    assert admitted(one, 120, 100) == 1  # its rate: 2 a second ÷ 2

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from routing.gateway.shapes import ChatRequest, EmbeddingsRequest, RerankRequest
-from routing.plan.cache_key import cache_key, canonical_body, directives, plan
+from routing.plan.cache_key import Plan, cache_key, canonical_body, directives, plan
 
 BODY = {
     "model": "fast",
@@ -122,6 +122,10 @@ def test_canonical_body_is_sorted_json_without_the_model():
         (b"max-age=0, no-store", (False, False)),
         (b"no-cache, no-store", (False, False)),
         (b"max-age=60", (True, True)),
+        # found by mutation testing: no spaces after commas, a directive with an argument
+        (b"max-age=0,no-store", (False, False)),
+        (b'no-cache="set-cookie"', (False, True)),
+        (b'no-cache="a=b", max-age=5', (False, True)),
     ],
 )
 def test_cache_control_directives(header, expected):
@@ -144,8 +148,11 @@ def test_a_model_without_a_ttl_has_no_plan():
     "over", [{"stream": True}, {"idempotent": True}, {"endpoint": "responses"}, {"endpoint": "messages"}]
 )
 def test_what_is_not_cacheable_bypasses(over):
-    p = plan(**args(**over))
-    assert p is not None and p.key == "" and not p.read and not p.store
+    assert plan(**args(**over)) == Plan("", 60, False, False)
+
+
+def test_no_store_neither_reads_nor_stores():
+    assert plan(**args(cache_control=b"no-store")) == Plan("", 60, False, False)
 
 
 def test_cacheable_requests_read_and_store_under_their_key():
