@@ -101,3 +101,11 @@ def test_the_worst_case_prices_the_prompt_and_falls_back_to_the_models_output_li
     assert worst_cost(links, req) == pytest.approx((req.estimated_tokens + 1024 * 1000.0) / 1e6)
     capped = dataclasses.replace(links[0], model=dataclasses.replace(links[0].model, max_output_tokens=10))
     assert worst_cost([capped], req) == pytest.approx((req.estimated_tokens + 10 * 1000.0) / 1e6)
+
+
+def test_an_embeddings_worst_case_is_its_input_alone(chained):
+    import dataclasses
+
+    links, req = _one_link(chained, "embed-a", {"model": "embed-a", "input": "word " * 100}, kind="embeddings")
+    priced = dataclasses.replace(links[0], model=dataclasses.replace(links[0].model, **DEAR))
+    assert worst_cost([priced], req) == pytest.approx(req.estimated_tokens * 1.0 / 1e6)  # no output tokens
