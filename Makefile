@@ -73,7 +73,8 @@ cluster: $(BIN)/.installed
 cluster-down: $(BIN)/.installed
 	$(BIN)/python -m gateway_project.cluster down
 
-# Mutation testing of the pure core with the fast unit tests (docs/testing.md); not part of `make test`.
+# Mutation testing of the core, limits, budgets, cache key, breaker sync, shared limits and usage
+# journal with their fast tests (docs/testing.md; Redis via SWITCHBOARD_TEST_REDIS_URL); not part of `make test`.
 # Incremental: mutants/ keeps results between runs; `rm -rf mutants` starts over.
 mutation: $(BIN)/.installed
 	$(BIN)/pip install --quiet -r requirements-mutation.txt

@@ -66,3 +66,16 @@ def redis_url() -> Iterator[str]:
     yield url
     if server is not None:
         server.stop()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--reverse",
+        action="store_true",
+        help="run the collected tests in reverse order (with -p no:randomly): finds tests that pass only after others",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--reverse"):
+        items.reverse()

@@ -343,24 +343,28 @@ class BreakerSync:
 
     async def _write(self, client: Any) -> None:
         assert self._wake is not None
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns when its awaitable ends in the
+        # same loop pass as a cancellation, losing the cancellation (the session's teardown then hangs).
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), PING_S)
+                async with asyncio.timeout(PING_S):
+                    await self._wake.wait()
             except TimeoutError:
-                await asyncio.wait_for(client.ping(), self.timeout_s)
+                async with asyncio.timeout(self.timeout_s):
+                    await client.ping()
             self._wake.clear()
             while self.releases:
                 key = self.releases.popleft()
-                await asyncio.wait_for(
-                    client.eval(_RELEASE, 1, lease_key(key, self.cluster), self.origin), self.timeout_s
-                )
+                async with asyncio.timeout(self.timeout_s):
+                    await client.eval(_RELEASE, 1, lease_key(key, self.cluster), self.origin)
             while self.wanted:
                 key, cooldown = next(iter(self.wanted.items()))
                 await self._take_lease(client, key, cooldown)
                 self.wanted.pop(key, None)
             while self.outbox:
                 t = self.outbox[0]
-                await asyncio.wait_for(client.publish(self.channel, encode(t)), self.timeout_s)
+                async with asyncio.timeout(self.timeout_s):
+                    await client.publish(self.channel, encode(t))
                 self.outbox.popleft()
                 self.published += 1
 

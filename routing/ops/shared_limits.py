@@ -165,8 +165,9 @@ async def run_spend_loader(budgets: Budgets, again_after_s: float = 30.0) -> Non
         _load_done.set()
         _load_done = asyncio.Event()
         _load_wanted.clear()
-        try:
-            await asyncio.wait_for(_load_wanted.wait(), min(5.0, 0.5 * 2**failures) if failures else 1.0)
+        try:  # asyncio.timeout, not wait_for: see Syncer.run
+            async with asyncio.timeout(min(5.0, 0.5 * 2**failures) if failures else 1.0):
+                await _load_wanted.wait()
         except TimeoutError:
             pass
 
@@ -179,8 +180,9 @@ async def wait_loaded(timeout_s: float) -> bool:
         return False
     done = _load_done
     _load_wanted.set()
-    try:
-        await asyncio.wait_for(done.wait(), timeout_s)
+    try:  # asyncio.timeout, not wait_for: see Syncer.run
+        async with asyncio.timeout(timeout_s):
+            await done.wait()
     except TimeoutError:
         pass
     return True
@@ -243,8 +245,9 @@ class Syncer:
             return False
         round_ = self._round
         self._wake.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(round_), timeout_s)
+        try:  # asyncio.timeout, not wait_for: see Syncer.run
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(round_)
         except TimeoutError:
             return False
         return True
@@ -271,8 +274,11 @@ class Syncer:
         self.running = True
         try:
             while True:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns when its awaitable ends
+                # in the same loop pass as a cancellation, losing the cancellation (the task never stops).
                 try:
-                    await asyncio.wait_for(self._wake.wait(), self.interval_s)
+                    async with asyncio.timeout(self.interval_s):
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
                 self._wake.clear()

@@ -57,6 +57,7 @@ def _factories() -> list[tuple[str, Any]]:
         (name, fn)
         for name, fn in inspect.getmembers(errors, inspect.isfunction)
         if not name.startswith("_")
+        and "__mutmut_" not in name  # `make mutation`'s copies of each function (docs/testing.md)
         and fn.__module__ == errors.__name__
         and fn.__annotations__.get("return") == "GatewayError"
     ]

@@ -229,18 +229,30 @@ class Gateway:
         self.serve()
 
     def serve(self, argv: list[str] | None = None) -> None:
-        """Start the server process on a free port: `argv` (given the port), default SERVER's command."""
-        self.port = free_port()
-        self.log = open(self.workdir / "server.log", "w")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            argv + ["--port", str(self.port)] if argv else command(self.server, "127.0.0.1", self.port),
-            cwd=ROOT,
-            env={**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings", **self.env},
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        wait_for_port(self.port, self.process)
-        httpx.get(f"{self.url}/health", timeout=10).raise_for_status()
+        """Start the server process on a free port: `argv` (given the port), default SERVER's command.
+
+        A port found free may be taken by another process (other test runs share the machine)
+        before the server binds it: then something else answers on it and this server exits.
+        The server is ours when /health names its pid (single-process commands) and it still
+        runs; otherwise it is started again on another port."""
+        for attempt in range(3):
+            self.port = free_port()
+            self.log = open(self.workdir / "server.log", "w")  # noqa: SIM115
+            self.process = subprocess.Popen(
+                argv + ["--port", str(self.port)] if argv else command(self.server, "127.0.0.1", self.port),
+                cwd=ROOT,
+                env={**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings", **self.env},
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+            )
+            wait_for_port(self.port, self.process)
+            health = httpx.get(f"{self.url}/health", timeout=10)
+            health.raise_for_status()
+            answered_by = health.headers.get("x-switchboard-worker")
+            if self.process.poll() is None and (argv or answered_by == str(self.process.pid)):
+                return
+            self.stop()
+            assert attempt < 2, f"port {self.port}: another process answered ({answered_by}), not {self.process.pid}"
 
     def second_process(self, env: dict[str, str]) -> Gateway:
         """Another server process on this one's database and configuration (one cluster), serving, with its key."""

@@ -71,6 +71,7 @@ def two_processes(make_gateway, mock_upstream, redis_url):
     a, b, east, west = start_two(make_gateway, mock_upstream, RPM, redis_url)
     yield a, b, east, west
     b.stop()
+    a.stop()  # not left running (until the module's end) under the next test
 
 
 def test_a_deployment_rpm_holds_across_two_processes_and_the_other_serves_the_rest(two_processes, mock_upstream):
@@ -93,7 +94,10 @@ def test_a_deployment_rpm_holds_across_two_processes_and_the_other_serves_the_re
     # the cluster bucket's 10 plus what refills meanwhile (one per 6 s), less at most the one-request
     # share each process may still hold unused (docs/limits.md#shared, error bounds).
     refill = int(elapsed * RPM / 60) + 1
-    assert RPM - 2 <= served_east <= RPM + refill, (served_east, served_west, elapsed)
+    # A round slower than the Redis timeout on a loaded machine fails open (docs/limits.md#fail-open),
+    # with other bounds: the processes' logs say so when the count is off.
+    said = [line for gw in (a, b) for line in gw.logs().splitlines() if line.startswith("shared limits:")]
+    assert RPM - 2 <= served_east <= RPM + refill, (served_east, served_west, elapsed, said)
     assert elapsed < 60 + SLACK_S  # the bound above is for well under a minute
 
 
@@ -109,6 +113,7 @@ def behind_proxy(make_gateway, mock_upstream, redis_url):
     a, b, east, west = start_two(make_gateway, mock_upstream, OUTAGE_RPM, url, agent)
     yield proxy, a, b, east, west
     b.stop()
+    a.stop()  # left running, its rounds would go on failing against the stopped proxy under the next test
     proxy.stop()
 
 

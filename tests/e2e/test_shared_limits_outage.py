@@ -46,6 +46,7 @@ def behind_proxy(make_gateway, mock_upstream, redis_url):
     b = a.second_process(env)
     yield proxy, a, b, upstream
     b.stop()
+    a.stop()  # left running, its rounds would go on failing against the stopped proxy under the next test
     proxy.stop()
 
 
@@ -101,3 +102,51 @@ def test_redis_cut_under_load_fails_nothing_and_each_process_enforces_its_share(
     wait_for(lambda: degraded(a) == 0, 5 + SLACK_S, "A to share its limits through Redis again")
     assert "shared limits: Redis reachable again" in a.logs()
     assert ask(b) in (200, 429)
+
+
+RPM = 10  # across the cluster; each process's outage share: a bucket of 5 that refills at 5 a minute
+ASKED = 3 * RPM  # more than the limit allows: both shares run out
+
+
+@pytest.fixture
+def redis_to_stop(make_gateway, mock_upstream):
+    """Two servers sharing limits through a redis-server of this test's own, which the test stops."""
+    from tests.e2e.harness import RedisServer
+
+    server = RedisServer()
+    org, upstream = f"o{uuid.uuid4().hex[:8]}", f"out-{uuid.uuid4().hex[:6]}"
+    text = CONFIG.format(mock=mock_upstream.url, org=org, upstream=upstream).replace("rpm: 40", f"rpm: {RPM}")
+    env = {"REDIS_URL": server.url}
+    a = make_gateway(text, org=org, agent="bot", env=env)
+    b = a.second_process(env)
+    yield server, a, b
+    b.stop()
+    a.stop()
+    server.stop()
+
+
+def test_with_redis_stopped_two_processes_together_admit_at_most_the_limit(redis_to_stop):
+    """The property over many processes and windows is tests/ops/test_fail_open_share.py; this is the real thing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    server, a, b = redis_to_stop
+    # Both take a share and run their rounds (heartbeats) before Redis goes: each then divides by 2.
+    assert [ask(gw) for gw in (a, b)] == [200, 200]
+    for gw in (a, b):
+        wait_for(lambda gw=gw: gauge(gw, "switchboard_limit_processes") == 2, 5 + SLACK_S, "both processes seen")
+
+    server.stop()
+    started = time.monotonic()
+    with ThreadPoolExecutor(2) as pool:  # a client on each process
+        results = list(pool.map(lambda gw: [ask(gw) for _ in range(ASKED // 2)], (a, b)))
+    elapsed = time.monotonic() - started
+    statuses = [s for r in results for s in r]
+    assert set(statuses) <= {200, 429}, statuses  # never a failure because Redis is down
+    served = statuses.count(200)
+    # The outage shares start full (the limit's burst, split, whatever was used before) and refill
+    # at the limit's rate, split: together the limit, and its refill over the outage.
+    allowed = RPM + RPM * elapsed / 60
+    assert served <= allowed + 1, f"{served} served by both processes in {elapsed:.1f} s: at most {allowed:.0f}"
+    assert served >= RPM - 1, f"only {served} served in {elapsed:.1f} s: the outage shares are {RPM // 2} each"
+    assert 429 in results[0] and 429 in results[1]  # each process enforces its share on local state
+    assert degraded(a) == 1 and degraded(b) == 1

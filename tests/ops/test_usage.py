@@ -404,3 +404,34 @@ def test_request_log_line_keeps_zero_and_false_and_leaves_out_none_and_empty():
         )
     )
     assert line == {"event": "request", "request_id": "r", "attempts": 0, "streamed": False, "latency_ms": 12.346}
+
+
+def test_the_journal_sync_fsyncs_the_file_that_holds_the_records(tmp_path, monkeypatch):
+    """The power-loss bound (SWITCHBOARD_USAGE_FSYNC_S, docs/usage-records.md) rests on this fsync."""
+    import os
+
+    real_fsync = os.fsync
+    synced: list[tuple[int, int, int]] = []  # (device, inode, size) of the file at each fsync
+
+    def spy(fd: int) -> None:
+        st = os.fstat(fd)
+        synced.append((st.st_dev, st.st_ino, st.st_size))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    sink = UsageSink(spool_dir=tmp_path, pid=dead_pid(), fsync_s=0)
+    sink.record(rec(1))
+    sink.record(rec(2))
+    (journal,) = tmp_path.glob("wal-*.jsonl")
+    st = journal.stat()
+    sink.sync_journal()
+    # The journal itself, holding both records when it was synced.
+    assert synced == [(st.st_dev, st.st_ino, st.st_size)], "the usage journal was not fsynced"
+    assert [row["request_id"] for row in read_rows(journal)] == ["req-1", "req-2"]
+
+    synced.clear()
+    sink.sync_journal()  # nothing written since the last sync: nothing to fsync
+    assert synced == []
+    sink.record(rec(3))
+    sink.sync_journal()
+    assert [(dev, ino) for dev, ino, _ in synced] == [(st.st_dev, st.st_ino)]

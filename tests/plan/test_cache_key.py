@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+import msgspec
 import pytest
 
-from routing.plan.cache_key import cache_key, canonical_body, directives, plan
+from routing.gateway.shapes import ChatRequest, EmbeddingsRequest, RerankRequest
+from routing.plan.cache_key import Plan, cache_key, canonical_body, directives, plan
 
 BODY = {
     "model": "fast",
@@ -56,6 +61,46 @@ def test_fields_that_change_the_answer_change_the_key(field, value):
     assert key({**BODY, field: value}) != key(BODY)
 
 
+# docs/cache.md#key: the only request fields that never change the key.
+DOCUMENTED_IGNORED = {
+    "model",
+    "stream",
+    "stream_options",
+    "user",
+    "safety_identifier",
+    "metadata",
+    "store",
+    "prompt_cache_key",
+}
+# The cacheable endpoints, the request shape each validates against, and a smallest valid body.
+SHAPES = [
+    ("chat", ChatRequest, BODY),
+    ("embeddings", EmbeddingsRequest, {"model": "embed-a", "input": "hi"}),
+    ("rerank", RerankRequest, {"model": "rerank-a", "query": "q", "documents": ["a", "b"]}),
+]
+WALK = [(endpoint, f.encode_name) for endpoint, shape, _ in SHAPES for f in msgspec.structs.fields(shape)]
+
+
+@pytest.mark.parametrize(("endpoint", "field"), WALK, ids=[f"{e}.{f}" for e, f in WALK])
+def test_every_request_field_changes_the_key_unless_documented_as_ignored(endpoint, field):
+    """Walks every field of the chat, embeddings and rerank request shapes (routing/gateway/shapes.py),
+    so a field added to the shapes or to the ignore list without the docs fails here."""
+    base = next(body for e, _, body in SHAPES if e == endpoint)
+    keys = {
+        key({**base, field: value}, endpoint=endpoint) for value in ("value-a", "value-b", 7, {"nested": [1]}, None)
+    }
+    if field in DOCUMENTED_IGNORED:
+        assert keys == {key(base, endpoint=endpoint)}, f"{field} is documented as not changing the key"
+    else:
+        assert len(keys) == 5 and key(base, endpoint=endpoint) not in keys, f"{field} must change the cache key"
+
+
+def test_the_ignored_fields_are_the_ones_the_docs_list():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cache.md").read_text()
+    sentence = text[text.index("without the fields that never change an") : text.index("Everything else counts")]
+    assert set(re.findall(r"`([a-z_]+)`", sentence)) == DOCUMENTED_IGNORED
+
+
 def test_org_model_upstream_and_endpoint_are_part_of_the_key():
     base = key(BODY)
     assert key(BODY, org="globex") != base
@@ -77,6 +122,10 @@ def test_canonical_body_is_sorted_json_without_the_model():
         (b"max-age=0, no-store", (False, False)),
         (b"no-cache, no-store", (False, False)),
         (b"max-age=60", (True, True)),
+        # found by mutation testing: no spaces after commas, a directive with an argument
+        (b"max-age=0,no-store", (False, False)),
+        (b'no-cache="set-cookie"', (False, True)),
+        (b'no-cache="a=b", max-age=5', (False, True)),
     ],
 )
 def test_cache_control_directives(header, expected):
@@ -99,8 +148,11 @@ def test_a_model_without_a_ttl_has_no_plan():
     "over", [{"stream": True}, {"idempotent": True}, {"endpoint": "responses"}, {"endpoint": "messages"}]
 )
 def test_what_is_not_cacheable_bypasses(over):
-    p = plan(**args(**over))
-    assert p is not None and p.key == "" and not p.read and not p.store
+    assert plan(**args(**over)) == Plan("", 60, False, False)
+
+
+def test_no_store_neither_reads_nor_stores():
+    assert plan(**args(cache_control=b"no-store")) == Plan("", 60, False, False)
 
 
 def test_cacheable_requests_read_and_store_under_their_key():
