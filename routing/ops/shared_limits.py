@@ -11,8 +11,8 @@ Two background tasks of the composition root; neither is on the request path.
   out to processes. Each process leases a small share ahead of use (a Lua script that
   never grants past the budget), reserves from it locally, tells the counter what it
   spent beyond the lease, and gives back what it holds when idle. The request path
-  never calls Redis: a request the local lease cannot cover wakes the syncer and
-  waits (bounded) for one round. Deployments' rpm/tpm capacity (routing.core.balance)
+  never calls Redis: a request the local lease cannot cover adds what it needs to the
+  next round's ask, wakes the syncer and waits (bounded) for the rounds that lease it. Deployments' rpm/tpm capacity (routing.core.balance)
   is leased the same way, from cluster token buckets of the same script. Redis
   unreachable → each process carries on with an even share of what was left (÷ the
   processes seen alive), says so once (log line, `switchboard_degraded{component="redis"}`),
