@@ -98,11 +98,12 @@ class Balancer:
 
     # capacity ----------------------------------------------------------------------
 
-    def room_s(self, target: Target, tokens: int, now: float | None = None) -> float:
+    def room_s(self, target: Target, tokens: int, now: float | None = None, hint: bool = True) -> float:
         """0 when the deployment can take a request of `tokens` now, else seconds until it can.
 
-        `SHORT` (< 0) when only this process's share of a cluster bucket lacks it: the lessor is
-        told (an event set), and a later round may bring the share (`lease`).
+        `SHORT` (< 0) when only this process's share of a cluster bucket lacks it: with `hint`, the
+        amount is added to what the lessor's next round asks for and the lessor is told (an event
+        set), and a later round may bring the share (`lease`). Without, a question only.
         """
         if target.rpm is None and target.tpm is None:
             return 0.0
@@ -110,14 +111,15 @@ class Balancer:
             now = self.clock()
         f = self.figures(target.key)
         wait = 0.0
-        short = False
+        short_rpm = short_tpm = False
+        amount = 0.0
         if target.rpm is not None:
             bucket = f.rpm
             if bucket is None:
                 bucket = f.rpm = self._bucket(target.rpm, now)
             if bucket.refill(now, target.rpm) < 1.0:
-                if bucket.short(1.0):
-                    short = True
+                if bucket.may_lease(1.0):
+                    short_rpm = True
                 else:
                     wait = bucket.wait(1.0)
         if target.tpm is not None:
@@ -126,15 +128,19 @@ class Balancer:
                 bucket = f.tpm = self._bucket(target.tpm, now)
             amount = min(float(max(tokens, 0)), float(target.tpm))
             if bucket.refill(now, target.tpm) < amount:
-                if bucket.short(amount):
-                    short = True
+                if bucket.may_lease(amount):
+                    short_tpm = True
                 else:
                     wait = max(wait, bucket.wait(amount))
         if wait > 0:
             return wait
-        if short:
+        if short_rpm or short_tpm:
             lessor = self.lessor
-            if lessor is not None:
+            if hint and lessor is not None:
+                if short_rpm and f.rpm is not None:
+                    f.rpm.short(1.0)
+                if short_tpm and f.tpm is not None:
+                    f.tpm.short(amount)
                 lessor.starved()
             return SHORT
         return 0.0

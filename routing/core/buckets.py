@@ -14,8 +14,10 @@ docs/deployments.md#capacity) both count in these.
   as an even share of the limit.
 
 A request a share cannot cover while the cluster bucket may still have room (`short`)
-tells the lessor (`Lessor.starved`, an event set, no I/O) and may wait for one of its
-rounds (`Lessor.wait_round`, bounded by `LEASE_WAIT_S`).
+adds what it needs to the share's `need` (the waiters' summed need, which the lessor's next
+round asks the cluster bucket for, in one batched round), tells the lessor (`Lessor.starved`,
+an event set, no I/O) and waits for its rounds (`Lessor.wait_round`), as many as it takes
+within `LEASE_WAIT_S`: it is refused only once a round has seen the cluster bucket lack it.
 """
 
 from __future__ import annotations
@@ -67,8 +69,12 @@ class Bucket:
         """What is left for the caller (the headers' `remaining`)."""
         return self.level
 
-    def short(self, amount: float) -> bool:
+    def may_lease(self, amount: float) -> bool:
         """True when only this process's share lacks `amount` and a lease may bring it (never for a local bucket)."""
+        return False
+
+    def short(self, amount: float) -> bool:
+        """`may_lease`, noting `amount` for the lessor (never for a local bucket)."""
         return False
 
 
@@ -79,16 +85,22 @@ class SharedBucket(Bucket):
     is topped up and given back by the background lessor, never refilled here, except
     while Redis is unreachable (`divisor` > 0): then it refills at rate ÷ divisor up to
     capacity ÷ divisor, an even share of the limit per live process.
+
+    `pool` is the cluster bucket's level as the lessor's last round left it (at `pool_at`),
+    refilled here at the bucket's rate for the headers and the short-or-empty decision,
+    until the next round says what it really is.
     """
 
-    __slots__ = ("pool", "used_at", "need", "divisor")
+    __slots__ = ("pool", "pool_at", "used_at", "need", "peak", "divisor")
 
     def __init__(self, capacity: int, now: float) -> None:
         super().__init__(capacity, now)
         self.level = 0.0
-        self.pool = float(capacity)  # the cluster bucket's level as last seen (headers)
+        self.pool = float(capacity)  # the cluster bucket's level as last seen (a new one is full)
+        self.pool_at = now
         self.used_at = now
-        self.need = 0.0  # the largest amount refused for want of a share (the lessor's hint)
+        self.need = 0.0  # the summed amounts of the requests waiting for the next round (the lessor's ask)
+        self.peak = 1.0  # the largest amount one request needed: a share ahead of use holds one
         self.divisor = 0  # > 0 while Redis is unreachable: the processes sharing the limit
 
     def refill(self, now: float, capacity: int) -> float:
@@ -104,8 +116,16 @@ class SharedBucket(Bucket):
         self.stamp = now
         return self.level
 
+    def cluster_level(self) -> float:
+        """The cluster bucket's level as of the last refill: the last round's figure, refilled since."""
+        since = self.stamp - self.pool_at
+        pool = self.pool + since * self.rate if since > 0 else self.pool
+        if pool > self.capacity:
+            return self.capacity
+        return pool if pool > 0 else 0.0
+
     def remaining(self) -> float:
-        return self.level + (0.0 if self.divisor else max(0.0, self.pool))
+        return self.level if self.divisor else self.level + self.cluster_level()
 
     def wait(self, amount: float) -> float:
         need = min(amount, self.capacity) - self.remaining()
@@ -115,13 +135,17 @@ class SharedBucket(Bucket):
         missing = self.capacity - self.remaining()
         return missing / self.rate if missing > 0 else 0.0
 
+    def may_lease(self, amount: float) -> bool:
+        """The share lacks `amount` but the cluster bucket had it (as last seen) and Redis answers."""
+        return not self.divisor and self.level < amount <= self.capacity and self.wait(amount) <= 0
+
     def short(self, amount: float) -> bool:
-        """The share lacks `amount`, the cluster bucket had it at the last round, and Redis answers:
-        records the amount for the lessor's next round (its `need` hint)."""
-        if self.divisor or self.level >= amount or amount > self.capacity or self.wait(amount) > 0:
+        """`may_lease`, and then the amount is added to what the lessor's next round asks for."""
+        if not self.may_lease(amount):
             return False
-        if amount > self.need:
-            self.need = amount
+        self.need += amount
+        if amount > self.peak:
+            self.peak = amount
         return True
 
 
@@ -132,4 +156,5 @@ class Lessor(Protocol):
         """A share was short: run a round soon (request path: sets an event, no I/O)."""
 
     async def wait_round(self, timeout_s: float) -> bool:
-        """Wait for the next round to end; False when none ended within `timeout_s` (or none runs)."""
+        """Wait for the next round to end (one that plans after this call); False when none ended
+        within `timeout_s` (or none runs)."""

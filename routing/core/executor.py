@@ -377,7 +377,7 @@ class Executor:
         open_wait: float | None = None
         full_wait: float | None = None
         failed = False
-        leased = False
+        lease_until: float | None = None  # waiting for lease rounds (only while every deployment left is SHORT)
         while left:
             now = self.clock()
             eligible = []
@@ -392,10 +392,11 @@ class Executor:
                     short = True
             if not eligible:
                 if short:
-                    if not leased:
-                        leased = True
-                        if await balancer.lease(min(LEASE_WAIT_S, deadline - now)):
-                            continue
+                    # rounds until one sees the cluster bucket lack it (then not SHORT), within LEASE_WAIT_S
+                    if lease_until is None:
+                        lease_until = min(now + LEASE_WAIT_S, deadline)
+                    if now < lease_until and await balancer.lease(lease_until - now):
+                        continue
                     full_wait = _SHORT_RETRY_S if full_wait is None else min(full_wait, _SHORT_RETRY_S)
                 break
             target = balancer.pick(link.routing, eligible, self.rand)
@@ -407,7 +408,9 @@ class Executor:
                 continue
             balancer.take(target, tokens)
             others = any(
-                t is not target and breakers.state(t.key) is State.CLOSED and balancer.room_s(t, tokens, now) == 0
+                t is not target
+                and breakers.state(t.key) is State.CLOSED
+                and balancer.room_s(t, tokens, now, hint=False) == 0
                 for t in left
             )
             walk.last = target.link

@@ -7,6 +7,7 @@ whose org and agent have no limits and no budget costs two attribute tests each.
 
 from __future__ import annotations
 
+import time
 from typing import NoReturn
 
 from routing.config.snapshot import AgentSpec, ModelSpec
@@ -15,7 +16,7 @@ from routing.core.executor import Link
 from routing.ops import metrics, shared_limits
 from routing.ops.accounting import Context
 from routing.plan.budgets import Budgets, Exhausted, Hold, request_cost
-from routing.plan.limits import Limiter, Refused, SharedBucket, Ticket
+from routing.plan.limits import Limiter, Refused, Ticket
 from routing.plan.preflight import Requirements
 
 # Output allowance when neither the request (max_tokens / max_completion_tokens) nor
@@ -43,12 +44,8 @@ def admit(limiter: Limiter, ctx: Context, agent: AgentSpec, model: ModelSpec, re
     try:
         ticket = limiter.admit(org.name, org.limits, agent.name, agent.limits, tokens)
     except Refused as refused:
-        bucket = refused.bucket
-        if isinstance(bucket, SharedBucket) and not bucket.divisor and refused.amount <= bucket.capacity:
-            if shared_limits.wake():
-                if refused.amount > bucket.need:
-                    bucket.need = refused.amount
-                raise LeaseNeeded() from None
+        if refused.short and shared_limits.wake():
+            raise LeaseNeeded() from None
         _refuse(refused, ctx, agent)
     ctx.ratelimit = ticket
     return ticket
@@ -57,17 +54,38 @@ def admit(limiter: Limiter, ctx: Context, agent: AgentSpec, model: ModelSpec, re
 async def admit_after_lease(
     limiter: Limiter, ctx: Context, agent: AgentSpec, model: ModelSpec, req: Requirements
 ) -> Ticket | None:
-    """The local share was short: wait (at most LEASE_WAIT_S) for one syncer round, then admit or refuse."""
-    await shared_limits.wait_round(LEASE_WAIT_S)
+    """The local share was short: wait for the syncer's rounds, each of which asks the cluster buckets for
+    what every waiting request needs, until this one is admitted, or a round saw a cluster bucket lack it
+    (429), or LEASE_WAIT_S passed without one (a slow Redis; 429 too), docs/limits.md#shared."""
     org = agent.org
-    try:
-        ticket = limiter.admit(
-            org.name, org.limits, agent.name, agent.limits, lambda: req.estimated_tokens + _output_allowance(model, req)
-        )
-    except Refused as refused:
-        _refuse(refused, ctx, agent)
-    ctx.ratelimit = ticket
-    return ticket
+    deadline = time.monotonic() + LEASE_WAIT_S
+    confirmed = False
+    while True:
+        left = deadline - time.monotonic()
+        rounded = left > 0 and await shared_limits.wait_round(left)
+        try:
+            ticket = limiter.admit(
+                org.name,
+                org.limits,
+                agent.name,
+                agent.limits,
+                lambda: req.estimated_tokens + _output_allowance(model, req),
+            )
+        except Refused as refused:
+            if rounded and refused.short:
+                continue  # its share was taken by others meanwhile; the cluster bucket still has room
+            if rounded and refused.lacking and not confirmed:
+                # The cluster bucket lacked it. Other processes give back what they hold beyond their
+                # waiters (refunds, a share ahead of use near the end) at their next round: ask once
+                # more in a round that begins after theirs.
+                confirmed = True
+                await shared_limits.after_others_rounds(deadline)
+                for bucket, amount in refused.lacking:
+                    bucket.need += amount
+                continue
+            _refuse(refused, ctx, agent)
+        ctx.ratelimit = ticket
+        return ticket
 
 
 def _refuse(refused: Refused, ctx: Context, agent: AgentSpec) -> NoReturn:
@@ -133,7 +151,8 @@ async def reserve(budgets: Budgets, agent: AgentSpec, links: list[Link], req: Re
     """Reserve the worst-case cost on the caller's budgets, or raise 402 `budget_exceeded` (nothing sent upstream).
 
     Call only when the agent or its org has a budget. With shared budgets, a request the
-    local lease cannot cover waits (at most LEASE_WAIT_S) for the background to lease more.
+    local lease cannot cover waits for the background's rounds (each leases what every waiting
+    request needs) until it fits, or a round saw the cluster counter lack it, or LEASE_WAIT_S passed.
     """
     org = agent.org
     loaded = budgets.loaded
@@ -149,7 +168,18 @@ async def reserve(budgets: Budgets, agent: AgentSpec, links: list[Link], req: Re
         return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount)
     except Exhausted as exhausted:
         refused = exhausted
-    if refused.account.lease is not None and await shared_limits.wait_for_lease(refused.account, LEASE_WAIT_S):
+    deadline = time.monotonic() + LEASE_WAIT_S
+    rounded = confirmed = False
+    while refused.short or (rounded and refused.lacking and not confirmed):
+        if not refused.short:  # a round saw the counter lack it: once more after the others' rounds
+            confirmed = True  # (what they hold beyond their waiters goes back then), as for rate limits
+            await shared_limits.after_others_rounds(deadline)
+            for account in refused.lacking:
+                account.need += amount
+        left = deadline - time.monotonic()
+        if left <= 0 or not await shared_limits.wait_for_lease(refused.account, left):
+            break
+        rounded = True
         try:
             return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount)
         except Exhausted as exhausted:

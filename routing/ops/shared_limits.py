@@ -11,8 +11,8 @@ Two background tasks of the composition root; neither is on the request path.
   out to processes. Each process leases a small share ahead of use (a Lua script that
   never grants past the budget), reserves from it locally, tells the counter what it
   spent beyond the lease, and gives back what it holds when idle. The request path
-  never calls Redis: a request the local lease cannot cover wakes the syncer and
-  waits (bounded) for one round. Deployments' rpm/tpm capacity (routing.core.balance)
+  never calls Redis: a request the local lease cannot cover adds what it needs to the
+  next round's ask, wakes the syncer and waits (bounded) for the rounds that lease it. Deployments' rpm/tpm capacity (routing.core.balance)
   is leased the same way, from cluster token buckets of the same script. Redis
   unreachable → each process carries on with an even share of what was left (÷ the
   processes seen alive), says so once (log line, `switchboard_degraded{component="redis"}`),
@@ -273,6 +273,7 @@ class Syncer:
         self.connect()
         self.running = True
         try:
+            await self.hello()
             while True:
                 # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns when its awaitable ends
                 # in the same loop pass as a cancellation, losing the cancellation (the task never stops).
@@ -292,42 +293,69 @@ class Syncer:
             self.running = False
             await self.close()
 
-    # planning: what to ask of each counter and bucket; give-backs leave the share at once
+    async def hello(self) -> None:
+        """Connect and count the processes before any request needs a share: the first round of a burst
+        then finds a connection open (a connect under the burst's load may time out and fail open) and
+        an outage share ÷ the processes really there, not ÷ 1. A failure here is the first round's to
+        notice."""
+        now = self.clock()
+        processes = self.prefix + "processes"
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.zadd(processes, {self.id: now})
+            pipe.zremrangebyscore(processes, 0, now - PROCESS_TTL_S)
+            pipe.zcard(processes)
+            results = await asyncio.wait_for(pipe.execute(), self.timeout_s * 2)
+        except Exception:  # noqa: BLE001 - Redis down at boot: the rounds fail open and say so
+            return
+        self.processes = max(1, int(results[2]))
+        metrics.LIMIT_PROCESSES.set(self.processes)
+
+    # planning: what to ask of each counter and bucket; give-backs leave the share at once. A round asks
+    # for the summed need of the requests waiting for it (taken here: requests that come to wait while
+    # the round is under way ask the next one), and only for that: in a burst, what one process leases
+    # ahead would be refused to the waiters of another. Without waiters it keeps a share ahead of use,
+    # so the fast path admits without a round, unless the allowance is near its end (less than a share
+    # per process left in the cluster): then it gives the share back, so a request refused elsewhere
+    # finds nothing idle here after this process's next round (docs/limits.md#shared).
 
     def _plan_account(self, account: Account, now: float) -> tuple[int, int, int]:
         """(want, owed, seed) in µUSD for one budget."""
         lease = account.lease or 0.0
-        if now - account.used_at > IDLE_S:
-            target = 0.0
-        else:
-            target = min(account.usd, max(account.usd * LEASE_FRACTION, account.need, account.peak))
-        want = 0.0
-        if lease < target:
-            want = target - lease
-        elif lease > 2 * target or (target == 0 and lease > 0):
-            want = target - lease
-            account.lease = lease + want
+        need, account.need = account.need, 0.0
+        target = 0.0
+        if not need and now - account.used_at <= IDLE_S:
+            share = min(account.usd, max(account.usd * LEASE_FRACTION, account.peak))
+            rest = account.usd if account.cluster is None else account.usd - account.cluster + lease
+            if rest >= self.processes * share:
+                target = share
+        want = round((target + need - lease) * _MICRO, 3)
+        micro = math.ceil(want) if want > 0 else round(want)  # asks never short of a request
+        if micro < 0:
+            account.lease = lease + micro / _MICRO  # give back what is held beyond the share and the waiters
         seed = account.base + account.spent + account.reserved
-        return int(want * _MICRO), int(account.owed * _MICRO), int(seed * _MICRO)
+        return micro, int(account.owed * _MICRO), int(seed * _MICRO)
 
     def _plan_bucket(self, bucket: SharedBucket, now: float) -> tuple[float, float]:
         """(want, owed) tokens for one bucket."""
         if bucket.divisor:  # on a local share (Redis was down): ask for a fresh share, owe nothing
+            bucket.need = 0.0
             return float(min(bucket.capacity, max(1.0, math.ceil(bucket.capacity * LEASE_FRACTION)))), 0.0
         owed = 0.0
         if bucket.level < 0:  # charged beyond the share (a tpm correction): owed to the cluster bucket
             owed, bucket.level = -bucket.level, 0.0
         level = bucket.level
-        if now - bucket.used_at > IDLE_S:
-            target = 0.0
-        else:
-            target = min(bucket.capacity, max(1.0, math.ceil(bucket.capacity * LEASE_FRACTION), bucket.need))
-        want = 0.0
-        if level < target:
-            want = float(math.ceil(target - level))
-        elif level > 2 * target or (target == 0 and level > 0):
-            want = target - level
-            bucket.level = level + want
+        need, bucket.need = bucket.need, 0.0
+        target = 0.0
+        if not need and now - bucket.used_at <= IDLE_S:
+            share = min(bucket.capacity, max(1.0, math.ceil(bucket.capacity * LEASE_FRACTION), bucket.peak))
+            if bucket.cluster_level() + level >= self.processes * share:
+                target = share
+        want = target + need - level
+        if want > 0:
+            want = float(math.ceil(want))
+        elif want < 0:
+            bucket.level = level + want  # give back what is held beyond the share and the waiters
         return want, owed
 
     async def sync_once(self) -> None:
@@ -385,7 +413,6 @@ class Syncer:
             if int(grant) > 0:
                 account.lease = (account.lease or 0.0) + int(grant) / _MICRO
             account.cluster = int(counter) / _MICRO
-            account.need = 0.0
         for (bucket, _want, _owed), (grant, pool) in zip(bucket_plans, rest[len(account_plans) :], strict=True):
             granted = max(0.0, float(grant))
             if bucket.divisor:  # back from a local share: what it held was never the cluster's
@@ -393,7 +420,7 @@ class Syncer:
             else:
                 bucket.level += granted
             bucket.pool = float(pool)
-            bucket.need = 0.0
+            bucket.pool_at = mono
         if self.degraded:
             self.degraded = False
             self._outage.clear()
@@ -470,10 +497,21 @@ async def wait_round(timeout_s: float) -> bool:
     return syncer is not None and await syncer.wait_round(timeout_s)
 
 
+async def after_others_rounds(deadline: float) -> None:
+    """Request path, only for a request a round refused: sleep 1.5 sync intervals (bounded by the
+    monotonic `deadline`), by when every other active process has planned a round since."""
+    syncer = _syncer
+    if syncer is None:
+        return
+    delay = min(time.monotonic() + 1.5 * syncer.interval_s, deadline) - time.monotonic()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
 async def wait_for_lease(account: Account, timeout_s: float) -> bool:
-    """Request path, only when a shared budget's lease is too small: True when a round gave it more."""
+    """Request path, only when a shared budget's lease is too small: True when a round ended (its lease
+    may have grown: admit again); False when none can help (on an outage share) or none ended in time."""
     syncer = _syncer
     if syncer is not None and syncer.degraded and account.key in syncer._outage:
         return False  # on its outage share already: no round can give it more until Redis is back
-    before = account.left()
-    return await wait_round(timeout_s) and account.left() > before
+    return await wait_round(timeout_s)

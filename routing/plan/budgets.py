@@ -83,7 +83,7 @@ class Account:
         self.owed = 0.0  # shared mode: spend beyond the lease, or of a fail-open share, not yet counted
         self.cluster: float | None = None  # shared mode: the cluster counter as last seen (spend + leases out)
         self.used_at = now
-        self.need = 0.0  # shared mode: the largest worst case refused for want of a lease (the syncer's hint)
+        self.need = 0.0  # shared mode: the summed worst cases waiting for a lease (the syncer's next ask)
         self.peak = 0.0  # the largest worst case reserved: a lease holds at least one such request
 
     def spend(self) -> float:
@@ -97,6 +97,14 @@ class Account:
         if self.lease is not None:
             return self.lease
         return self.usd - self.base - self.spent - self.reserved
+
+    def may_lease(self, amount: float) -> bool:
+        """Shared mode: the lease lacks `amount` but the cluster counter, as last seen, could grant the rest."""
+        if self.lease is None or amount > self.usd:
+            return False
+        if self.cluster is None:  # no round yet this period: the counter may have it
+            return True
+        return self.lease + self.usd - self.cluster - self.owed >= amount
 
     def roll(self, usd: float, period: str, now: float, base: Callable[[tuple[str, ...], float], float]) -> None:
         """Follow a changed amount or period, and start a new period when the current one is over."""
@@ -136,8 +144,12 @@ class Account:
 class Exhausted(Exception):
     """Admission refused: the account that cannot take `amount`, and when it resets."""
 
-    def __init__(self, scope: str, account: Account, amount: float, resets_in_s: float | None) -> None:
+    def __init__(
+        self, scope: str, account: Account, amount: float, resets_in_s: float | None, short: bool = False
+    ) -> None:
         super().__init__(f"{scope} budget {account.usd}")
+        self.short = short  # only leases lacked it; the cluster counters may grant it (wait for a round)
+        self.lacking: list[Account] = []  # shared accounts whose lease lacks it (a round may confirm the no)
         self.scope = scope
         self.account = account
         self.amount = amount
@@ -200,12 +212,21 @@ class Budgets:
         account.used_at = now
         return account
 
-    def _refuse(self, scope: str, account: Account, amount: float, now: float) -> Exhausted:
-        if account.lease is not None and self.starved is not None:
-            if amount > account.need:
-                account.need = amount
-            self.starved(account)
-        return Exhausted(scope, account, amount, account.resets_in(now))
+    def _refuse(self, short: list[tuple[str, Account]], amount: float, now: float) -> Exhausted:
+        """The first account that cannot take `amount`, not even with a lease; else (only leases are
+        short) a `short` refusal, each short account having added `amount` to the syncer's next ask
+        (one round then leases for the agent and its org at once)."""
+        for scope, account in short:
+            if not account.may_lease(amount):
+                refused = Exhausted(scope, account, amount, account.resets_in(now))
+                refused.lacking = [a for _, a in short if a.lease is not None and amount <= a.usd]
+                return refused
+        for _, account in short:
+            account.need += amount
+            if self.starved is not None:
+                self.starved(account)
+        scope, account = short[0]
+        return Exhausted(scope, account, amount, account.resets_in(now), short=self.starved is not None)
 
     def admit(
         self,
@@ -221,19 +242,17 @@ class Budgets:
         """
         now = self._clock()
         accounts: list[Account] = []
-        refused: Exhausted | None = None
+        short: list[tuple[str, Account]] | None = None
         for scope, key, budget in ((AGENT, (AGENT, org, agent), agent_budget), (ORG, (ORG, org), org_budget)):
             if budget is None:
                 continue
             account = self._account(key, budget, now)
             if account.left() < amount:
-                # every short account asks the syncer at once: one round then leases for the agent
-                # and its org, not one round each (the request waits for a single round)
-                exhausted = self._refuse(scope, account, amount, now)
-                refused = refused or exhausted
+                short = short or []
+                short.append((scope, account))
             accounts.append(account)
-        if refused is not None:
-            raise refused
+        if short is not None:
+            raise self._refuse(short, amount, now)
         for account in accounts:
             account.take(amount)
         return Hold(accounts, amount)

@@ -41,6 +41,7 @@ class Refused(Exception):
         retry_after_s: float,
         ticket: Ticket,
         bucket: Bucket | None = None,
+        short: bool = False,
     ) -> None:
         super().__init__(f"{scope} {limit} limit {value}")
         self.scope = scope
@@ -50,6 +51,12 @@ class Refused(Exception):
         self.retry_after_s = retry_after_s
         self.ticket = ticket
         self.bucket = bucket  # the bucket that refused
+        # Only leased shares lacked it, and the cluster buckets had room when last seen: the request
+        # may wait for the lessor's rounds (its amounts are in their `need`), docs/limits.md#shared.
+        self.short = short
+        # Shared buckets that lack it even with their cluster bucket as last seen, with the amounts: a
+        # request refused after a round may ask once more, after the others' rounds (admit_after_lease).
+        self.lacking: list[tuple[SharedBucket, float]] = []
 
 
 class Ticket:
@@ -166,12 +173,11 @@ class Limiter:
                 scopes.append((scope, TOKENS, tpm, bucket))
         amount = tokens() if token_buckets else 0
         ticket = Ticket(requests, token_buckets, amount)
-        for scope, limit, value, bucket in scopes:
+        for _, limit, _, bucket in scopes:
             need = 1 if limit == REQUESTS else amount
             if bucket.level < need or need > bucket.capacity:
                 ticket.settled = True
-                _hint_short_shares(scopes, amount)
-                raise Refused(scope, limit, value, need, bucket.wait(need), ticket, bucket)
+                raise _refusal(scopes, amount, ticket)
         for bucket in requests:
             bucket.level -= 1
         for bucket in token_buckets:
@@ -198,12 +204,29 @@ class Limiter:
         self._buckets.clear()
 
 
-def _hint_short_shares(scopes: list[tuple[str, str, int, Bucket]], amount: int) -> None:
-    """Every leased share this request finds short tells the syncer what it needs, not only the
-    first: after an idle spell (all shares given back) one round then leases for the agent's and
-    the org's rpm and tpm at once, and the request that waits for that round is admitted."""
+def _refusal(scopes: list[tuple[str, str, int, Bucket]], amount: int, ticket: Ticket) -> Refused:
+    """Why a request is refused: the first bucket that cannot take it, not even with a lease from
+    its cluster bucket; else (only leased shares are short) a `short` refusal, each short share
+    having added this request's amount to what the lessor's next round asks for (so one round
+    leases for every waiter, on the agent's and the org's rpm and tpm at once)."""
+    short: tuple[str, str, int, int, Bucket] | None = None
+    for scope, limit, value, bucket in scopes:
+        need = 1 if limit == REQUESTS else amount
+        if bucket.level >= need and need <= bucket.capacity:
+            continue
+        if not bucket.may_lease(need):
+            refused = Refused(scope, limit, value, need, bucket.wait(need), ticket, bucket)
+            for _, kind, _, other in scopes:
+                amount_of = 1 if kind == REQUESTS else amount
+                if isinstance(other, SharedBucket) and not other.divisor and other.level < amount_of <= other.capacity:
+                    refused.lacking.append((other, amount_of))
+            return refused
+        if short is None:
+            short = (scope, limit, value, need, bucket)
+    assert short is not None
     for _, limit, _, bucket in scopes:
-        if isinstance(bucket, SharedBucket) and not bucket.divisor:
-            need = 1 if limit == REQUESTS else amount
-            if bucket.level < need <= bucket.capacity and need > bucket.need:
-                bucket.need = need
+        need = 1 if limit == REQUESTS else amount
+        if bucket.level < need:
+            bucket.short(need)
+    scope, limit, value, need, bucket = short
+    return Refused(scope, limit, value, need, bucket.wait(need), ticket, bucket, short=True)

@@ -223,3 +223,25 @@ async def test_no_round_within_the_wait_refuses_with_a_short_retry_after() -> No
     assert out.error is not None and out.error.code == "upstream_rate_limited"
     assert out.error.headers["Retry-After"] == "1"
     assert p.calls == [] and len(p.lessor.waits) == 1
+
+
+async def test_a_short_deployment_waits_for_rounds_while_the_cluster_bucket_has_room() -> None:
+    """Its first round's grant went to other waiters of the process (the cluster bucket still has room):
+    it asks again in the next round instead of a 429 (docs/limits.md#shared)."""
+    clock = FakeClock()
+    p = Process(clock, FakeCluster())
+    lk = multi("solo", ("east",), rpm={"east": 60})
+    rounds = 0
+
+    async def stolen_then_granted(timeout_s: float) -> bool:
+        nonlocal rounds
+        rounds += 1
+        if rounds > 1:
+            p.lessor.round()
+        return True  # the first round ended, but what it leased was taken by others
+
+    p.lessor.wait_round = stolen_then_granted
+    out = await p.run(lk)
+    assert out.error is None and out.result == "east"
+    assert rounds == 2 and p.calls == ["east"]
+    assert p.balancer.peek(lk.deployments[0].key).rpm.need == 0.0  # the second round took its need

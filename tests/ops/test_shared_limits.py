@@ -89,14 +89,15 @@ async def test_spend_beyond_the_lease_is_owed_to_the_counter(cluster):
     p1, p2 = process(), process()
     org, budget = org_name(), (1.0, "month")
     hold = await admit_budget(p1, org, budget, 0.1)
-    hold.settle(0.5)  # the estimate was far short: $0.4 beyond the lease
     account = p1.budgets.find(("agent", org, "bot"))
+    assert account.lease == 0  # the round it waited for leased what it waited for, nothing ahead
+    hold.settle(0.5)  # the estimate was far short: $0.4 beyond the lease
     assert account.owed == pytest.approx(0.4)
     await p1.sync_once()
     assert account.owed == 0
     assert account.cluster >= 0.5
-    # p2 sees what is left: $1 - $0.5 spent - p1's new lease.
-    assert await admit_budget(p2, org, budget, 0.45) is None
+    # p2 sees what is left: $1 - $0.5 spent (- what p1 leases ahead, if it still does so near the end).
+    assert await admit_budget(p2, org, budget, 0.55) is None
     assert await admit_budget(p2, org, budget, 0.3) is not None
 
 
@@ -239,6 +240,58 @@ async def test_the_first_limited_request_of_a_process_waits_for_a_syncer_not_yet
         assert shared_limits.wake()  # not refused for want of a running syncer
         assert await shared_limits.wait_round(2.0)
         p.limiter.admit(org, None, "bot", limits, lambda: 0)
+    finally:
+        shared_limits.install(None)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_a_burst_of_waiters_is_admitted_up_to_the_cluster_bucket_by_the_request_path(cluster):
+    """The request path's own admission (routing.gateway.limiting) with the syncer's task running on a
+    real Redis: 30 concurrent requests on rpm 60 are all admitted; of 100 more, the 30 left are, and the
+    rest get 429 `rate_limited` with the cluster bucket's Retry-After."""
+    import asyncio
+
+    from routing.config.snapshot import build_snapshot
+    from routing.core.errors import GatewayError
+    from routing.gateway import limiting
+    from routing.ops import shared_limits
+    from routing.ops.accounting import Context
+    from routing.plan import preflight
+
+    _, process = cluster
+    p = process()
+    org = org_name()
+    doc = {
+        "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
+        "models": [{"id": "m", "provider": "p", "upstream_model": "m", "capabilities": ["chat"]}],
+        "orgs": [{"name": org, "limits": {"rpm": 60}, "agents": [{"name": "bot"}]}],
+    }
+    snap = build_snapshot(doc, [{"key_hash": "k", "prefix": "k", "org": org, "agent": "bot"}], {})
+    agent, model = snap.keys["k"].agent, snap.models["m"]
+    req = preflight.requirements("chat", {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+
+    async def one() -> int | float:
+        ctx = Context("r", 0.0, "chat")
+        try:
+            try:
+                limiting.admit(p.limiter, ctx, agent, model, req)
+            except limiting.LeaseNeeded:
+                await limiting.admit_after_lease(p.limiter, ctx, agent, model, req)
+        except GatewayError as error:
+            assert error.code == "rate_limited"
+            return float(dict(error.headers)["Retry-After"])
+        return 200
+
+    task = asyncio.get_running_loop().create_task(p.run())
+    shared_limits.install(p)
+    try:
+        first = await asyncio.gather(*(one() for _ in range(30)))
+        assert first == [200] * 30  # before: a few (its round asked for the largest need, one request)
+        second = await asyncio.gather(*(one() for _ in range(100)))
+        assert 30 <= second.count(200) <= 31  # what was left, and what refilled meanwhile
+        assert {w for w in second if w != 200} == {1.0}  # one request a second comes back
     finally:
         shared_limits.install(None)
         task.cancel()
