@@ -38,7 +38,7 @@ async def cluster():
     made: list[Syncer] = []
 
     def process() -> Syncer:
-        syncer = Syncer(Budgets(clock), Limiter(), REDIS_URL, clock=clock)
+        syncer = Syncer(Budgets(clock), Limiter(), REDIS_URL, clock=clock, seed_wait_s=0)
         syncer.connect()
         made.append(syncer)
         return syncer
