@@ -512,7 +512,8 @@ class Syncer:
                 continue
             account.owed = account.lease + account.reserved + max(0.0, account.spent - account.synced)
             account.synced = account.spent
-            account.cluster = None
+            # `cluster` stays as last seen: were Redis to go away before the next round, the fail-open
+            # share is of what that view left, not of the (low) spend this process alone knows
         self._outage.clear()
         self.epoch = marker
         self.reseeding = False
