@@ -98,6 +98,19 @@ return {tostring(grant), tostring(lvl)}
 BUCKET_TTL_S = 120  # a bucket untouched this long is full again: its key may go
 SEED_LOCK_S = 15  # one process rebuilds the counters of an empty Redis; another takes over after this
 
+# The end of a rebuild: only while the lock is still ours and no marker appeared meanwhile (a rebuild
+# over live counters would drop what was settled while it read), set every counter and the new marker.
+# KEYS[1] lock, KEYS[2] marker, KEYS[3..] counters; ARGV owner, marker, then (µUSD, ttl) per counter
+REBUILD_SCRIPT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+for i = 3, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[2 * i - 3], 'EX', ARGV[2 * i - 2])
+end
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('DEL', KEYS[1])
+return 1
+"""
+
 
 # ---------------------------------------------------------------- spend at boot
 
@@ -291,6 +304,7 @@ class Syncer:
         self._redis: Any = None
         self._lease: Any = None
         self._take: Any = None
+        self._rebuild: Any = None
         self._outage: set[tuple[str, ...]] = set()  # accounts given their outage share
         # The cluster's seed marker this process's counters belong to (docs/limits.md#reseed): None
         # until the first round; a different marker (or none) means Redis lost the counters.
@@ -335,6 +349,7 @@ class Syncer:
         )
         self._lease = self._redis.register_script(LEASE_SCRIPT)
         self._take = self._redis.register_script(BUCKET_SCRIPT)
+        self._rebuild = self._redis.register_script(REBUILD_SCRIPT)
 
     async def close(self) -> None:
         if self._redis is not None:
@@ -486,6 +501,7 @@ class Syncer:
             live.set_degraded("redis", False, "limits")  # the aggregate component of docs/metrics.md
             log.warning("shared limits: Redis reachable again; limits and budgets are shared across processes again")
         if marker is not None and marker == self.epoch:
+            self.reseeding = False
             return False
         self.reseeding = True
         if marker is None:  # Redis lost the counters (restarted empty, flushed) or never had them
@@ -525,10 +541,13 @@ class Syncer:
         other processes queued to be written (their writers flush every SWITCHBOARD_USAGE_FLUSH_S),
         writes its own, then reads the period's spend of every process's records. Meanwhile no
         lease is granted: each process spends at most the allowance it holds (docs/limits.md#reseed)."""
-        lock = self.prefix + "seeding"
+        lock, marker = self.prefix + "seeding", self.prefix + "epoch"
         try:
             if not await self._redis.set(lock, self.id, nx=True, ex=SEED_LOCK_S):
                 return  # another process is rebuilding them
+            if await self._redis.exists(marker):  # rebuilt meanwhile (this round's view was older)
+                await self._redis.delete(lock)
+                return
             wait = self.seed_wait_s
             if wait is None:
                 from django.conf import settings
@@ -545,15 +564,14 @@ class Syncer:
             except Exception as exc:  # noqa: BLE001 - the database is down too: this process's last view
                 spend = self._own_view(now)
                 source = f"this process's last view (the usage records could not be read: {exc})"
-            pipe = self._redis.pipeline(transaction=True)
+            keys, args = [lock, marker], [self.id, uuid.uuid4().hex]
             for key, (_usd, period) in wanted.items():
                 start, end = period_bounds(period, now)
                 ttl = int(end - now + 86400) if end is not None else 400 * 86400
-                value = int(spend.get((key, start), 0.0) * _MICRO)
-                pipe.set(f"{self.prefix}budget:{int(start)}:{'/'.join(key)}", value, ex=max(ttl, 60))
-            pipe.set(self.prefix + "epoch", uuid.uuid4().hex)
-            pipe.delete(lock)
-            await pipe.execute()
+                keys.append(f"{self.prefix}budget:{int(start)}:{'/'.join(key)}")
+                args += [int(spend.get((key, start), 0.0) * _MICRO), max(ttl, 60)]
+            if not await self._rebuild(keys=keys, args=args):
+                return  # the lock expired and another process rebuilt them: its counters stand
             log.warning(
                 "shared limits: Redis had no budget counters (restarted empty or flushed); %d rebuilt from %s",
                 len(wanted),

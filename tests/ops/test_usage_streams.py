@@ -68,3 +68,16 @@ def test_a_rewritten_streams_file_keeps_the_open_streams_and_reuses_slots_from_z
     rows = {r["record_id"]: r for r in interrupted_rows(files)}
     assert sorted(rows) == ["b" * 32, "c" * 32]
     assert rows["b" * 32]["completion_tokens"] == 0 and rows["c" * 32]["completion_tokens"] == 1
+
+
+def test_a_clean_shutdown_removes_the_streams_files_unless_a_stream_is_still_open(tmp_path):
+    sink = UsageSink(spool_dir=tmp_path, insert=lambda rows: None)
+    first = sink.streams.open(committed(0, "d" * 32), (1.0, 1.0))
+    sink.streams.close(first)
+    sink.shutdown(timeout_s=1)
+    assert list(tmp_path.glob("streams-*")) == []
+
+    other = UsageSink(spool_dir=tmp_path, insert=lambda rows: None)
+    other.streams.open(committed(1, "e" * 32), (1.0, 1.0))
+    other.shutdown(timeout_s=1)
+    assert len(list(tmp_path.glob("streams-*"))) == 2  # its record is written by the next process

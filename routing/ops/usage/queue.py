@@ -520,6 +520,7 @@ class UsageSink:
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Flush to the database if it answers within timeout_s, else spool what is left."""
+        self.streams.remove_if_idle()  # streams still open keep their files: the next process records them
         if not self._pending and not self._staged and not self._spooled:
             try:
                 if not self._own_spool_files():

@@ -152,6 +152,29 @@ class StreamJournal:
         except OSError:
             pass  # replayed as interrupted; the settled record has the same record_id and is older
 
+    def remove_if_idle(self) -> None:
+        """At a clean shutdown with no stream open: this process's files have nothing to replay."""
+        with self._lock:
+            if self._open or self._fd is None:
+                return
+            os.close(self._fd)
+            self._fd = None
+            if self._counters is not None:
+                self._counters.release()
+                self._counters = None
+            if self._map is not None:
+                try:
+                    self._map.close()
+                except BufferError:  # a view of it still referenced: the process exit unmaps it
+                    pass
+                self._map = None
+            directory = self._directory()
+            for path in (directory / f"{PREFIX}{self.stem}-{self._seq}.jsonl", directory / f"{PREFIX}{self.stem}.bin"):
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
+
     def sync(self) -> None:
         """Writer thread, every SWITCHBOARD_USAGE_FSYNC_S: the power-loss bound of the streams files."""
         with self._lock:
