@@ -2,10 +2,11 @@
 
 Two background tasks of the composition root; neither is on the request path.
 
-- `run_spend_loader`: at boot, one aggregate query of the usage records per period in
-  use (day, month, total) gives every budget its spend so far, so a restart does not
-  reset a budget (docs/limits.md#durable). It runs again when a new period comes into
-  use and once more a little later, for records a previous process left in the spool.
+- `run_spend_loader`: every new budget account (a process's first requests, a budget
+  added or changed live, a new period) gets its period's spend from one aggregate query
+  of every process's usage records, so neither a restart nor a live change forgets spend
+  (docs/limits.md#durable); once more a little after boot, for records a previous
+  process left in the spool.
 - `Syncer.run` (with REDIS_URL): **cluster leases** (docs/limits.md#shared). Every budget
   has a counter in Redis per period = the cluster's settled spend + the allowance leased
   out to processes. Each process leases a small share ahead of use (a Lua script that
@@ -16,7 +17,9 @@ Two background tasks of the composition root; neither is on the request path.
   is leased the same way, from cluster token buckets of the same script. Redis
   unreachable → each process carries on with an even share of what was left (÷ the
   processes seen alive), says so once (log line, `switchboard_degraded{component="redis"}`),
-  and re-syncs by itself.
+  and re-syncs by itself. A Redis that lost its data (no seed marker) gets every budget
+  counter rebuilt from the usage records before any lease is granted again
+  (docs/limits.md#reseed).
 """
 
 from __future__ import annotations
@@ -113,18 +116,6 @@ return 1
 
 
 # ---------------------------------------------------------------- spend at boot
-
-
-def periods_in_use(snapshot: Snapshot) -> set[str]:
-    """The budget periods some org or agent of `snapshot` has."""
-    periods: set[str] = set()
-    for org in snapshot.orgs.values():
-        if org.budget is not None:
-            periods.add(org.budget[1])
-    for key in snapshot.keys.values():
-        if key.agent.budget is not None:
-            periods.add(key.agent.budget[1])
-    return periods
 
 
 def budgeted(snapshot: Snapshot) -> dict[tuple[str, ...], tuple[float, str]]:
