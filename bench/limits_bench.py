@@ -93,7 +93,6 @@ def main() -> None:
 
     limiter = Limiter(clock)
     budgets = Budgets(wall_clock)
-    budgets.loaded.update(("day", "month"))  # the boot-time spend query has answered
     limited_agent, free, paying = snap.keys["k1"].agent, snap.keys["k2"].agent, snap.keys["k3"].agent
     links = chain.build_chain(snap, paying.org, model, "m")
 

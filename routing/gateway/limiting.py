@@ -7,6 +7,7 @@ whose org and agent have no limits and no budget costs two attribute tests each.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import NoReturn
 
@@ -15,7 +16,7 @@ from routing.core import errors
 from routing.core.executor import Link
 from routing.ops import metrics, shared_limits
 from routing.ops.accounting import Context
-from routing.plan.budgets import Budgets, Exhausted, Hold, request_cost
+from routing.plan.budgets import NEW, Account, Budgets, Exhausted, Hold, Unloaded, request_cost
 from routing.plan.limits import Limiter, Refused, Ticket
 from routing.plan.preflight import Requirements
 
@@ -142,8 +143,8 @@ def worst_cost(links: list[Link], req: Requirements) -> float:
 # can take (each bounded by twice the syncer's Redis timeout), so a slow or dead Redis ends
 # in the fail-open share, not in a refusal.
 LEASE_WAIT_S = 2.5
-# How long the first budgeted requests of a process wait for the spend before boot (the usage
-# records' aggregate, read in the background); after that they go on with what is known.
+# How long the first request of a new budget account waits for its period's spend (the usage
+# records' aggregate, read in the background); after that it goes on with what is known.
 LOAD_WAIT_S = 2.0
 
 
@@ -155,19 +156,24 @@ async def reserve(budgets: Budgets, agent: AgentSpec, links: list[Link], req: Re
     request needs) until it fits, or a round saw the cluster counter lack it, or LEASE_WAIT_S passed.
     """
     org = agent.org
-    loaded = budgets.loaded
-    if (agent.budget is not None and agent.budget[1] not in loaded) or (
-        org.budget is not None and org.budget[1] not in loaded
-    ):  # once in a process's life per period: its spend before boot (docs/limits.md#durable)
-        await shared_limits.wait_loaded(LOAD_WAIT_S)
-        for budget in (agent.budget, org.budget):
-            if budget is not None:
-                loaded.add(budget[1])  # loaded, or the database is slow: go on with what is known
     amount = worst_cost(links, req)
     try:
         return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount)
+    except Unloaded as unloaded:  # once per new account: its period's spend (docs/limits.md#durable)
+        await _wait_loaded(unloaded.accounts)
     except Exhausted as exhausted:
-        refused = exhausted
+        return await _after_refusal(budgets, agent, amount, exhausted)
+    try:
+        return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount)
+    except Exhausted as exhausted:
+        return await _after_refusal(budgets, agent, amount, exhausted)
+
+
+async def _after_refusal(budgets: Budgets, agent: AgentSpec, amount: float, refused: Exhausted) -> Hold:
+    """Only a lease was short: wait for the background's rounds (each leases what every waiting
+    request needs) until it fits, or a round saw the cluster counter lack it (then once more after
+    the other processes' rounds), or LEASE_WAIT_S passed; else 402."""
+    org = agent.org
     deadline = time.monotonic() + LEASE_WAIT_S
     rounded = confirmed = False
     while refused.short or (rounded and refused.lacking and not confirmed):
@@ -196,6 +202,17 @@ async def reserve(budgets: Budgets, agent: AgentSpec, links: list[Link], req: Re
         account.period,
         refused.resets_in_s,
     ) from None
+
+
+async def _wait_loaded(accounts: list[Account]) -> None:
+    """Wait (at most LOAD_WAIT_S) for the spend loader to read these accounts; then go on with what is known."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + LOAD_WAIT_S
+    while any(a.state == NEW for a in accounts) and loop.time() < end:
+        if not await shared_limits.wait_loaded(end - loop.time()):
+            break
+    for account in accounts:
+        account.waited = True
 
 
 def settle_budget(hold: Hold, ctx: Context) -> None:

@@ -22,7 +22,7 @@ from routing.core.errors import FailureKind, UpstreamFailure, failure_from_respo
 from routing.core.executor import Executor, Link, Settlement
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
-from routing.ops.accounting import Context
+from routing.ops.accounting import Context, journal_stream
 from routing.ops.tracing import RequestTrace
 
 _monotonic = time.monotonic
@@ -194,9 +194,13 @@ async def proxy_stream(
     ctx.status = 200
     ctx.ttft_s = _perf() - ctx.started
     tap: Tap = UsageTap(strip=not client_asked) if shape is None else shape.tap(outcome.link, not client_asked)
+    journal_stream(ctx)  # journaled from its first frame: a crash leaves it recorded (docs/usage-records.md#streams)
+    journaled = ctx.journaled
     try:
         await send({"type": "http.response.start", "status": 200, "headers": answer_headers(ctx, list(SSE_HEADERS))})
         async for chunk in committed.relay():
+            if journaled is not None:
+                journaled.relayed(chunk)  # counted before it is sent
             out = tap.feed(chunk)
             if out:
                 await send({"type": "http.response.body", "body": out, "more_body": True})

@@ -13,6 +13,7 @@ from typing import Any
 from routing.config.snapshot import KeySpec
 from routing.core.executor import Outcome
 from routing.ops import metrics, usage
+from routing.ops.usage.streams import INTERRUPTED
 
 _perf = time.perf_counter
 
@@ -43,6 +44,7 @@ class Context:
         "trace",
         "request_body",
         "response_body",
+        "journaled",
     )
 
     def __init__(self, request_id: str, started: float, endpoint: str) -> None:
@@ -68,6 +70,7 @@ class Context:
         self.trace: Any = None  # a routing.ops.tracing.RequestTrace when tracing is on (docs/tracing.md)
         self.request_body: str | None = None  # only for orgs with log_bodies (routing.ops.bodies)
         self.response_body: str | None = None
+        self.journaled: Any = None  # a committed stream's routing.ops.usage.streams.OpenStream
 
 
 def finish(ctx: Context) -> None:
@@ -80,16 +83,58 @@ def finish(ctx: Context) -> None:
     upstream_s = outcome.upstream_s if outcome is not None else 0.0
     # A stream's gateway time ends when it commits; the rest is the upstream talking.
     busy = ctx.ttft_s if ctx.ttft_s is not None else elapsed
-    model_used = model.id if model is not None else ""
     metrics.observe_request(
-        ctx.endpoint, ctx.resolved or ctx.requested, model_used, ctx.status, busy - upstream_s, fallback_reason, elapsed
+        ctx.endpoint,
+        ctx.resolved or ctx.requested,
+        model.id if model is not None else "",
+        ctx.status,
+        busy - upstream_s,
+        fallback_reason,
+        elapsed,
     )
-    cached = ctx.cache == "hit" or (ctx.cache == "coalesced" and ctx.status == 200)
     if ctx.cache:
         metrics.cache_result(ctx.resolved, ctx.cache)
+    journaled = ctx.journaled
+    if journaled is None:
+        usage.record(**_row(ctx, elapsed))
+        return
+    usage.record(**_row(ctx, elapsed, journaled.record_id))  # the settle replaces the commit's entry
+    usage.sink.streams.close(journaled)
+
+
+def journal_stream(ctx: Context) -> None:
+    """A stream committed: journal its record now, as a crash would leave it (docs/usage-records.md#streams).
+
+    Never raises; without a journal the stream is recorded when it ends, as any request."""
+    sink = usage.sink
+    outcome = ctx.outcome
+    link = outcome.link if outcome is not None else None
+    if not sink.journal_enabled or link is None:
+        return
+    try:
+        req = ctx.requirements
+        ctx.prompt_tokens = req.estimated_tokens if req is not None else None
+        ctx.completion_tokens, ctx.tokens_estimated, ctx.error_code = 0, True, INTERRUPTED
+        row = _row(ctx, _perf() - ctx.started)
+        model = link.model
+        ctx.journaled = sink.streams.open(row, (model.input_price_per_mtok, model.output_price_per_mtok))
+    except Exception:  # noqa: BLE001 - the stream goes on; its record is written when it ends
+        ctx.journaled = None
+    finally:
+        ctx.prompt_tokens = ctx.completion_tokens = None
+        ctx.tokens_estimated, ctx.error_code = False, ""
+
+
+def _row(ctx: Context, elapsed: float, record_id: str | None = None) -> dict[str, Any]:
+    """The usage record of `ctx` as it stands."""
+    outcome = ctx.outcome
+    link = outcome.link if outcome is not None else None
+    model = link.model if link is not None else None
+    fallback_reason = outcome.fallback_reason if outcome is not None and outcome.error is None else None
+    cached = ctx.cache == "hit" or (ctx.cache == "coalesced" and ctx.status == 200)
     key = ctx.key
-    usage.record(
-        record_id=uuid.uuid4().hex,
+    return dict(
+        record_id=record_id or uuid.uuid4().hex,
         request_id=ctx.request_id,
         org=key.agent.org.name if key is not None else "",
         agent=key.agent.name if key is not None else "",
@@ -97,7 +142,7 @@ def finish(ctx: Context) -> None:
         endpoint=ctx.endpoint,
         requested_model=ctx.requested,
         resolved_model=ctx.resolved,
-        model_used=model_used,
+        model_used=model.id if model is not None else "",
         provider=model.provider.name if model is not None else "",
         fallback_reason=fallback_reason or "",
         attempts=outcome.attempts if outcome is not None else 0,

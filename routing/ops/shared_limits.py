@@ -2,10 +2,11 @@
 
 Two background tasks of the composition root; neither is on the request path.
 
-- `run_spend_loader`: at boot, one aggregate query of the usage records per period in
-  use (day, month, total) gives every budget its spend so far, so a restart does not
-  reset a budget (docs/limits.md#durable). It runs again when a new period comes into
-  use and once more a little later, for records a previous process left in the spool.
+- `run_spend_loader`: every new budget account (a process's first requests, a budget
+  added or changed live, a new period) gets its period's spend from one aggregate query
+  of every process's usage records, so neither a restart nor a live change forgets spend
+  (docs/limits.md#durable); once more a little after boot, for records a previous
+  process left in the spool.
 - `Syncer.run` (with REDIS_URL): **cluster leases** (docs/limits.md#shared). Every budget
   has a counter in Redis per period = the cluster's settled spend + the allowance leased
   out to processes. Each process leases a small share ahead of use (a Lua script that
@@ -16,7 +17,9 @@ Two background tasks of the composition root; neither is on the request path.
   is leased the same way, from cluster token buckets of the same script. Redis
   unreachable → each process carries on with an even share of what was left (÷ the
   processes seen alive), says so once (log line, `switchboard_degraded{component="redis"}`),
-  and re-syncs by itself.
+  and re-syncs by itself. A Redis that lost its data (no seed marker) gets every budget
+  counter rebuilt from the usage records before any lease is granted again
+  (docs/limits.md#reseed).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from routing.config import live
 from routing.config.snapshot import Snapshot
 from routing.core.balance import Balancer
 from routing.ops import metrics
-from routing.plan.budgets import AGENT, ORG, Account, Budgets
+from routing.plan.budgets import AGENT, FAILED, LOADED, NEW, ORG, Account, Budgets, period_bounds
 from routing.plan.limits import Limiter, SharedBucket
 
 log = logging.getLogger("switchboard")
@@ -47,10 +50,16 @@ PROCESS_TTL_S = 10.0  # a process not heard from this long no longer counts for 
 KEY_PREFIX = "switchboard:limits:"  # + the cluster's namespace (one per database: Syncer.namespace)
 
 # The lease: add what the process owes (spent beyond its lease, or an outage share), then
-# grant up to `want` without passing the limit (want < 0 gives back). Seeded when absent.
-# KEYS[1] counter; ARGV limit, want, owed, seed, ttl (all µUSD, ttl s) -> {grant, counter}
+# grant up to `want` without passing the limit (want < 0 gives back). Seeded when absent; with
+# `floor` set, raised to at least the seed (an account read again from the records). Nothing
+# happens while the cluster's seed marker is not the epoch the process synced with: Redis lost
+# the counters and they are being rebuilt from the usage records (Syncer._reseed) -> {-1, -1}.
+# KEYS[1] counter, KEYS[2] seed marker; ARGV limit, want, owed, seed, ttl, epoch, floor
+# (amounts µUSD, ttl s) -> {grant, counter}
 LEASE_SCRIPT = """
+if redis.call('GET', KEYS[2]) ~= ARGV[6] then return {-1, -1} end
 local cur = tonumber(redis.call('GET', KEYS[1]) or ARGV[4])
+if ARGV[7] == '1' then cur = math.max(cur, tonumber(ARGV[4])) end
 local limit = tonumber(ARGV[1])
 local want = tonumber(ARGV[2])
 cur = cur + tonumber(ARGV[3])
@@ -90,25 +99,41 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return {tostring(grant), tostring(lvl)}
 """
 BUCKET_TTL_S = 120  # a bucket untouched this long is full again: its key may go
+SEED_LOCK_S = 15  # one process rebuilds the counters of an empty Redis; another takes over after this
+
+# The end of a rebuild: only while the lock is still ours and no marker appeared meanwhile (a rebuild
+# over live counters would drop what was settled while it read), set every counter and the new marker.
+# KEYS[1] lock, KEYS[2] marker, KEYS[3..] counters; ARGV owner, marker, then (µUSD, ttl) per counter
+REBUILD_SCRIPT = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+for i = 3, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[2 * i - 3], 'EX', ARGV[2 * i - 2])
+end
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('DEL', KEYS[1])
+return 1
+"""
 
 
 # ---------------------------------------------------------------- spend at boot
 
 
-def periods_in_use(snapshot: Snapshot) -> set[str]:
-    """The budget periods some org or agent of `snapshot` has."""
-    periods: set[str] = set()
+def budgeted(snapshot: Snapshot) -> dict[tuple[str, ...], tuple[float, str]]:
+    """Every budget of `snapshot`: account key -> (usd, period)."""
+    out: dict[tuple[str, ...], tuple[float, str]] = {}
     for org in snapshot.orgs.values():
         if org.budget is not None:
-            periods.add(org.budget[1])
+            out[(ORG, org.name)] = org.budget
     for key in snapshot.keys.values():
-        if key.agent.budget is not None:
-            periods.add(key.agent.budget[1])
-    return periods
+        agent = key.agent
+        if agent.budget is not None:
+            out[(AGENT, agent.org.name, agent.name)] = agent.budget
+    return out
 
 
-def query_spend(starts: Iterable[float], until: float) -> dict[tuple[tuple[str, ...], float], float]:
-    """Spend (USD) of the usage records from each period start up to `until`, per agent and per org."""
+def query_spend(starts: Iterable[float], until: float | None = None) -> dict[tuple[tuple[str, ...], float], float]:
+    """Spend (USD) of the usage records from each period start (up to `until`, else all written so far),
+    per agent and per org: every process's records, the cluster's truth (docs/limits.md#durable)."""
     from django.db import close_old_connections
     from django.db.models import Sum
 
@@ -118,7 +143,9 @@ def query_spend(starts: Iterable[float], until: float) -> dict[tuple[tuple[str, 
     close_old_connections()
     try:
         for start in set(starts):
-            rows = UsageRecord.objects.filter(cost__isnull=False, created_at__lt=datetime.fromtimestamp(until, UTC))
+            rows = UsageRecord.objects.filter(cost__isnull=False)
+            if until is not None:
+                rows = rows.filter(created_at__lt=datetime.fromtimestamp(until, UTC))
             if start > 0:
                 rows = rows.filter(created_at__gte=datetime.fromtimestamp(start, UTC))
             for row in rows.values("org", "agent").annotate(total=Sum("cost")).order_by():
@@ -131,37 +158,80 @@ def query_spend(starts: Iterable[float], until: float) -> dict[tuple[tuple[str, 
     return out
 
 
-_load_wanted: asyncio.Event | None = None  # a request waits for the spend of a period not yet loaded
+def read_spend(starts: Iterable[float], flush: Callable[[], Any] | None) -> dict[tuple[tuple[str, ...], float], float]:
+    """Off the loop: write this process's queued usage records first, then read the spend, so a record
+    settled before the read is in the sum or (settled meanwhile) in the account's own `spent`."""
+    if flush is not None:
+        try:
+            flush()
+        except Exception:  # noqa: BLE001 - the database is down: the query below says so
+            pass
+    return query_spend(starts)
+
+
+_load_wanted: asyncio.Event | None = None  # a request waits for the spend of a new account
 _load_done: asyncio.Event | None = None
 
 
-async def run_spend_loader(budgets: Budgets, again_after_s: float = 30.0) -> None:
-    """Load the budgets' spend before boot (off the request path); again for new periods and once later."""
+def _wanted() -> None:
+    if _load_wanted is not None:
+        _load_wanted.set()
+
+
+async def load_accounts(
+    budgets: Budgets, accounts: list[Account], flush: Callable[[], Any] | None
+) -> dict[tuple[tuple[str, ...], float], float]:
+    """Give `accounts` their period's spend from the usage records (every process's, written up to now).
+
+    What an account settled before the read is in the sum; what it settles during it stays in `spent`
+    (counted twice only if also written before the read ends: a conservative error of one flush)."""
+    loop = asyncio.get_running_loop()
+    marks = [(a, a.start, a.spent) for a in accounts]
+    spend = await loop.run_in_executor(None, read_spend, {a.start for a in accounts}, flush)
+    for account, start, spent in marks:
+        if account.start != start:  # the period rolled meanwhile: read again
+            continue
+        if account.state != NEW or account.waited:
+            account.floor = account.lease is not None  # the cluster counter may lag it: see Syncer
+        account.base = spend.get((account.key, start), 0.0)
+        account.spent -= spent
+        account.synced -= spent
+        account.state = LOADED
+    return spend
+
+
+async def run_spend_loader(
+    budgets: Budgets, again_after_s: float = 30.0, flush: Callable[[], Any] | None = None
+) -> None:
+    """Read the spend of every new account (a process's first requests, a budget added or changed
+    live, a new period) off the request path; again once a while later, for records a previous
+    process left in its spool and that this one replays (docs/limits.md#durable)."""
     global _load_wanted, _load_done
     loop = asyncio.get_running_loop()
     _load_wanted, _load_done = asyncio.Event(), asyncio.Event()
-    ok: set[str] = set()
+    budgets.loading = True
+    budgets.wanted = _wanted
     failures = 0
     again_at = loop.time() + again_after_s
     while True:
-        periods = periods_in_use(live.current()) | budgets.loaded
-        if periods and (not periods <= ok or failures or (again_at and loop.time() >= again_at)):
-            if loop.time() >= again_at:
-                again_at = 0.0
+        again = bool(again_at) and loop.time() >= again_at
+        todo = [a for a in budgets.accounts() if again or a.state != LOADED]
+        if todo:
             try:
-                starts = budgets.period_starts(periods).values()
-                spend = await loop.run_in_executor(None, query_spend, starts, budgets.booted)
+                await load_accounts(budgets, todo, flush)
             except Exception as exc:  # noqa: BLE001 - database down: budgets count this process's spend only
+                for account in todo:
+                    if account.state == NEW:
+                        account.state = FAILED
                 failures += 1
                 if failures == 1:
                     log.warning("could not read the budgets' spend from the usage records (%s); retrying", exc)
             else:
-                budgets.load(spend)
-                ok = periods
                 if failures:
                     log.warning("budgets' spend read from the usage records after %d failed tries", failures)
                 failures = 0
-            budgets.loaded |= periods  # looked up, or tried: requests no longer wait for it
+                if again:
+                    again_at = 0.0
         _load_done.set()
         _load_done = asyncio.Event()
         _load_wanted.clear()
@@ -173,9 +243,11 @@ async def run_spend_loader(budgets: Budgets, again_after_s: float = 30.0) -> Non
 
 
 async def wait_loaded(timeout_s: float) -> bool:
-    """Request path, once per period in a process's life: wait (bounded) for the loader's next pass.
+    """Request path, once per new account: wait (bounded) for the loader's next pass.
 
     False when no loader runs in this process (tests of the request path alone)."""
+    if _load_wanted is None or _load_done is None:
+        await asyncio.sleep(0)  # spawned by this very request (daphne): one loop turn lets it begin
     if _load_wanted is None or _load_done is None:
         return False
     done = _load_done
@@ -205,6 +277,8 @@ class Syncer:
         clock: Callable[[], float] = time.time,
         namespace: str = "",
         balancer: Balancer | None = None,
+        flush: Callable[[], Any] | None = None,
+        seed_wait_s: float | None = None,
     ) -> None:
         self.prefix = f"{KEY_PREFIX}{namespace}:" if namespace else KEY_PREFIX
         self.budgets = budgets
@@ -223,7 +297,15 @@ class Syncer:
         self._redis: Any = None
         self._lease: Any = None
         self._take: Any = None
+        self._rebuild: Any = None
         self._outage: set[tuple[str, ...]] = set()  # accounts given their outage share
+        # The cluster's seed marker this process's counters belong to (docs/limits.md#reseed): None
+        # until the first round; a different marker (or none) means Redis lost the counters.
+        self.epoch: str | None = None
+        self.reseeding = False  # the marker is not ours: no lease is granted until it is
+        self.flush = flush  # writes this process's queued usage records (before the spend is read)
+        self.seed_wait_s = seed_wait_s  # how long a reseed waits for the records other processes queued
+        self._seeder: asyncio.Task | None = None
         budgets.shared = True
         budgets.starved = self.starved
         limiter.shared = True
@@ -261,6 +343,7 @@ class Syncer:
         )
         self._lease = self._redis.register_script(LEASE_SCRIPT)
         self._take = self._redis.register_script(BUCKET_SCRIPT)
+        self._rebuild = self._redis.register_script(REBUILD_SCRIPT)
 
     async def close(self) -> None:
         if self._redis is not None:
@@ -359,7 +442,13 @@ class Syncer:
         return want, owed
 
     async def sync_once(self) -> None:
-        """One round: heartbeat, then lease / settle / give back for every shared budget and bucket."""
+        """One round: heartbeat, then lease / settle / give back for every shared budget and bucket.
+
+        A round that finds a new seed marker takes it (`_adopt`) and runs once more at once."""
+        if await self._sync_round():
+            await self._sync_round(budgets_only=True)  # the buckets had theirs: asking again would give back
+
+    async def _sync_round(self, budgets_only: bool = False) -> bool:
         now = self.clock()
         mono = time.monotonic()
         # Idle ones holding nothing and owing nothing cost no Redis call (removed limits, quiet callers).
@@ -374,11 +463,11 @@ class Syncer:
         buckets = [
             (k, b)
             for k, b in items
-            if isinstance(b, SharedBucket) and (b.level or b.divisor or mono - b.used_at <= IDLE_S)
+            if isinstance(b, SharedBucket) and (b.level or b.divisor or mono - b.used_at <= IDLE_S) and not budgets_only
         ]
         if not accounts and not buckets and not self.degraded:
-            return  # nothing to share now: no Redis traffic (while degraded, the heartbeat tells when it is back)
-        account_plans = [(a, a.start, *self._plan_account(a, now)) for a in accounts]
+            return False  # nothing to share now: no Redis traffic (while degraded, the heartbeat tells when it is back)
+        account_plans = [(a, a.start, *self._plan_account(a, now)) for a in accounts if a.state != NEW]
         bucket_plans = [(b, *self._plan_bucket(b, mono)) for _, b in buckets]
         try:
             pipe = self._redis.pipeline(transaction=False)
@@ -386,10 +475,12 @@ class Syncer:
             pipe.zadd(processes, {self.id: now})
             pipe.zremrangebyscore(processes, 0, now - PROCESS_TTL_S)
             pipe.zcard(processes)
+            pipe.get(self.prefix + "epoch")
             for account, _start, want, owed, seed in account_plans:
                 ttl = int((account.end - now) + 86400) if account.end is not None else 400 * 86400
-                args = [int(account.usd * _MICRO), want, owed, seed, max(ttl, 60)]
-                await self._lease(keys=[account_key(account, self.prefix)], args=args, client=pipe)
+                args = [int(account.usd * _MICRO), want, owed, seed, max(ttl, 60), self.epoch or "", int(account.floor)]
+                keys = [account_key(account, self.prefix), self.prefix + "epoch"]
+                await self._lease(keys=keys, args=args, client=pipe)
             for (key, bucket), (_, want, owed) in zip(buckets, bucket_plans, strict=True):
                 args = [repr(bucket.capacity), repr(want), repr(owed), BUCKET_TTL_S]
                 await self._take(keys=[bucket_key(key, self.prefix)], args=args, client=pipe)
@@ -402,13 +493,20 @@ class Syncer:
                 if not bucket.divisor:
                     bucket.level += (-want if want < 0 else 0.0) - owed
             self._fail_open(accounts, [b for _, b in buckets], exc)
-            return
+            return False
         self.processes = max(1, int(results[2]))
         metrics.LIMIT_PROCESSES.set(self.processes)
-        rest = results[3:]
-        for (account, start, _want, owed, _), (grant, counter) in zip(account_plans, rest, strict=False):
+        marker = results[3].decode() if results[3] else None
+        rest = results[4:]
+        for (account, start, want, owed, _), (grant, counter) in zip(account_plans, rest, strict=False):
+            if int(counter) == -1:  # the counters are being rebuilt: nothing happened, the give-back neither
+                if want < 0 and account.start == start:
+                    account.lease = (account.lease or 0.0) - want / _MICRO
+                continue
             if account.start != start:  # the period rolled meanwhile: that counter is the old period's
                 continue
+            account.floor = False
+            account.synced = account.spent
             account.owed -= owed / _MICRO
             if int(grant) > 0:
                 account.lease = (account.lease or 0.0) + int(grant) / _MICRO
@@ -426,6 +524,102 @@ class Syncer:
             self._outage.clear()
             live.set_degraded("redis", False, "limits")  # the aggregate component of docs/metrics.md
             log.warning("shared limits: Redis reachable again; limits and budgets are shared across processes again")
+        if marker is not None and marker == self.epoch:
+            self.reseeding = False
+            return False
+        self.reseeding = True
+        if marker is None:  # Redis lost the counters (restarted empty, flushed) or never had them
+            if self.running:
+                if self._seeder is None or self._seeder.done():
+                    self._seeder = asyncio.get_running_loop().create_task(self._reseed())
+                return False
+            await self._reseed()  # driven by hand (tests)
+            marker = await self._redis.get(self.prefix + "epoch")
+            if marker is None:
+                return False
+            marker = marker.decode()
+        self._adopt(marker)
+        return any(int(counter) == -1 for _, counter in rest[: len(account_plans)])
+
+    def _adopt(self, marker: str) -> None:
+        """Counters rebuilt from the usage records under `marker`: add what they cannot know of this process.
+
+        The records hold what was settled and written; this process adds the allowance it holds, what
+        its requests in flight reserved and what it settled since its last round (its records may not
+        be written yet: counted twice if they were, never missed)."""
+        for account in self.budgets.accounts():
+            if account.lease is None:
+                continue
+            account.owed = account.lease + account.reserved + max(0.0, account.spent - account.synced)
+            account.synced = account.spent
+            # `cluster` stays as last seen: were Redis to go away before the next round, the fail-open
+            # share is of what that view left, not of the (low) spend this process alone knows
+        self._outage.clear()
+        self.epoch = marker
+        self.reseeding = False
+
+    async def _reseed(self) -> None:
+        """Rebuild every budget counter of an empty Redis from the usage records, then set a new marker.
+
+        One process does it (a lock that expires, should it die). It first waits for the records
+        other processes queued to be written (their writers flush every SWITCHBOARD_USAGE_FLUSH_S),
+        writes its own, then reads the period's spend of every process's records. Meanwhile no
+        lease is granted: each process spends at most the allowance it holds (docs/limits.md#reseed)."""
+        lock, marker = self.prefix + "seeding", self.prefix + "epoch"
+        try:
+            if not await self._redis.set(lock, self.id, nx=True, ex=SEED_LOCK_S):
+                return  # another process is rebuilding them
+            if await self._redis.exists(marker):  # rebuilt meanwhile (this round's view was older)
+                await self._redis.delete(lock)
+                return
+            wait = self.seed_wait_s
+            if wait is None:
+                from django.conf import settings
+
+                wait = float(settings.SWITCHBOARD_USAGE_FLUSH_S) + 0.3
+            await asyncio.sleep(wait)
+            now = self.clock()
+            wanted = self._budgets_to_seed()
+            starts = {period_bounds(period, now)[0] for _, period in wanted.values()}
+            try:
+                loop = asyncio.get_running_loop()
+                spend = await loop.run_in_executor(None, read_spend, starts, self.flush)
+                source = "the usage records"
+            except Exception as exc:  # noqa: BLE001 - the database is down too: this process's last view
+                spend = self._own_view(now)
+                source = f"this process's last view (the usage records could not be read: {exc})"
+            keys, args = [lock, marker], [self.id, uuid.uuid4().hex]
+            for key, (_usd, period) in wanted.items():
+                start, end = period_bounds(period, now)
+                ttl = int(end - now + 86400) if end is not None else 400 * 86400
+                keys.append(f"{self.prefix}budget:{int(start)}:{'/'.join(key)}")
+                args += [int(spend.get((key, start), 0.0) * _MICRO), max(ttl, 60)]
+            if not await self._rebuild(keys=keys, args=args):
+                return  # the lock expired and another process rebuilt them: its counters stand
+            log.warning(
+                "shared limits: Redis had no budget counters (restarted empty or flushed); %d rebuilt from %s",
+                len(wanted),
+                source,
+            )
+        except Exception as exc:  # noqa: BLE001 - Redis went away again: the next round tries again
+            log.warning("shared limits: could not rebuild the budget counters (%s); trying again", exc)
+
+    def _budgets_to_seed(self) -> dict[tuple[str, ...], tuple[float, str]]:
+        """The configuration's budgets and those this process has accounts for."""
+        wanted = {a.key: (a.usd, a.period) for a in self.budgets.accounts()}
+        try:
+            wanted.update(budgeted(live.current()))
+        except Exception:  # noqa: BLE001 - no configuration loaded (tests driving the syncer alone)
+            pass
+        return wanted
+
+    def _own_view(self, now: float) -> dict[tuple[tuple[str, ...], float], float]:
+        """The spend of each account as last seen (the counter, which also counts leases out: never less)."""
+        view: dict[tuple[tuple[str, ...], float], float] = {}
+        for a in self.budgets.accounts():
+            known = a.cluster if a.cluster is not None else a.base + a.spent
+            view[(a.key, a.start)] = known + (a.owed if a.cluster is not None else 0.0)
+        return view
 
     def _fail_open(self, accounts: list[Account], buckets: list[SharedBucket], exc: Exception) -> None:
         """Carry on with an even share of each limit and of what was left of each budget."""
@@ -514,4 +708,11 @@ async def wait_for_lease(account: Account, timeout_s: float) -> bool:
     syncer = _syncer
     if syncer is not None and syncer.degraded and account.key in syncer._outage:
         return False  # on its outage share already: no round can give it more until Redis is back
-    return await wait_round(timeout_s)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while await wait_round(max(0.0, end - loop.time())):
+        if syncer is None or not syncer.reseeding or loop.time() >= end:
+            return True
+        # Redis lost the counters and one process is rebuilding them: no round grants anything
+        # until it is done, so wait for it (bounded by the caller's deadline)
+    return False

@@ -113,6 +113,7 @@ def start() -> Process:
     proc = process()
     proc.started = True
     if _background:
+        proc.budgets.loading = True  # new accounts wait for the spend loader below, even before it begins
         _close_upstreams_on_reactor_shutdown()
         for name, func in (
             ("config-listener", background.config_listener),
@@ -125,7 +126,7 @@ def start() -> Process:
             ("metrics-refresher", metrics.run_refresher),
             ("health-results", health.results_listener),
             ("process-heartbeat", processes.run_heartbeat),
-            ("budget-spend", lambda: shared_limits.run_spend_loader(proc.budgets)),
+            ("budget-spend", lambda: shared_limits.run_spend_loader(proc.budgets, flush=usage.flush_now)),
         ):
             proc.tasks.append(_spawn(name, func))
         if proc.cache is not None and proc.cache.name == "redis":
@@ -150,6 +151,7 @@ def _start_shared_limits(proc: Process) -> None:
         timeout_s=min(0.5, settings.SWITCHBOARD_SHARED_TIMEOUT_S),
         namespace=shared_limits.namespace(settings.DATABASES["default"]),
         balancer=proc.executor.balancer,  # deployments' capacity, shared too (docs/deployments.md#capacity)
+        flush=usage.flush_now,  # a rebuild of the counters first writes this process's records
     )
     shared_limits.install(syncer)
     proc.tasks.append(_spawn("shared-limits", syncer.run))

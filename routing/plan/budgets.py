@@ -8,9 +8,10 @@ the real cost when the answer is over (`Hold.settle`), or released when there wa
 no answer (`Hold.release`). So concurrent requests and streams cannot overshoot a
 budget by more than the estimate's error.
 
-Spend survives restarts: the composition root loads the period's spend from the
-usage records once at boot (`Budgets.load`, off the request path); what this
-process settles afterwards is added locally.
+Spend survives restarts and budgets added live: a background task
+(routing.ops.shared_limits.run_spend_loader) loads each new account's spend of its
+period from the usage records (`Account.state`); what this process settles
+afterwards is added locally (docs/limits.md#durable).
 
 Shared mode (docs/limits.md#shared): an account's allowance is a lease taken from
 a cluster-wide counter by a background task (routing.ops.shared_limits); the request
@@ -25,6 +26,8 @@ from datetime import UTC, datetime
 
 DAY, MONTH, TOTAL = "day", "month", "total"
 ORG, AGENT = "org", "agent"
+NEW, LOADED, FAILED = 0, 1, 2  # Account.state
+RELOAD_IDLE_S = 60.0  # an account unused this long is read again from the records when used (a budget re-added)
 _MICRO = 1_000_000
 
 
@@ -69,6 +72,10 @@ class Account:
         "used_at",
         "need",
         "peak",
+        "state",
+        "waited",
+        "synced",
+        "floor",
     )
 
     def __init__(self, key: tuple[str, ...], usd: float, period: str, now: float, base: float) -> None:
@@ -85,6 +92,12 @@ class Account:
         self.used_at = now
         self.need = 0.0  # shared mode: the summed worst cases waiting for a lease (the syncer's next ask)
         self.peak = 0.0  # the largest worst case reserved: a lease holds at least one such request
+        # LOADED: `base` is the usage records' spend of the period (NEW: not yet read, FAILED: the
+        # database did not answer; both retried by the spend loader).
+        self.state = LOADED
+        self.waited = False  # a request already waited once for this account's load
+        self.synced = 0.0  # shared mode: `spent` when a lease round last reached the counter
+        self.floor = False  # shared mode: reloaded; the counter is at least base + spent + reserved
 
     def spend(self) -> float:
         """Spend of the period as this process knows it (settled; the cluster's in shared mode)."""
@@ -114,6 +127,7 @@ class Account:
             self.start, self.end = period_bounds(period, now)
             self.base = base(self.key, self.start)
             self.spent = 0.0
+            self.synced = 0.0
             if self.lease is not None:  # the old period's lease and debt are the old counter's
                 self.lease = 0.0
                 self.owed = 0.0
@@ -156,6 +170,14 @@ class Exhausted(Exception):
         self.resets_in_s = resets_in_s
 
 
+class Unloaded(Exception):
+    """Admission must wait (once, bounded) for the spend of these new accounts (routing.gateway.limiting)."""
+
+    def __init__(self, accounts: list[Account]) -> None:
+        super().__init__("budget spend not loaded yet")
+        self.accounts = accounts
+
+
 class Hold:
     """What one admitted request reserved, to settle or release it (once)."""
 
@@ -183,18 +205,19 @@ class Hold:
 class Budgets:
     """The process's budget accounts, keyed by org name and (org, agent) name."""
 
-    __slots__ = ("_clock", "_accounts", "_base", "booted", "shared", "starved", "loaded")
+    __slots__ = ("_clock", "_accounts", "_base", "shared", "starved", "loading", "wanted")
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._accounts: dict[tuple[str, ...], Account] = {}
         # (account key, period start) -> spend of the usage records before `booted` (Budgets.load)
         self._base: dict[tuple[tuple[str, ...], float], float] = {}
-        self.booted = clock()
         self.shared = False  # accounts take leases from the cluster (routing.ops.shared_limits)
         self.starved: Callable[[Account], None] | None = None  # told when a lease is too small
-        # Periods whose spend before boot was looked up (or could not be: the database is down).
-        self.loaded: set[str] = set()
+        # A spend loader runs (routing.ops.shared_limits.run_spend_loader): new accounts start NEW
+        # and it reads their period's spend; without one (unit tests) they start LOADED.
+        self.loading = False
+        self.wanted: Callable[[], None] | None = None  # wakes the loader when an account needs reading
 
     def _base_of(self, key: tuple[str, ...], start: float) -> float:
         return self._base.get((key, start), 0.0)
@@ -207,10 +230,26 @@ class Budgets:
             account = self._accounts[key] = Account(key, usd, period, now, self._base_of(key, start))
             if self.shared:
                 account.lease = 0.0
+            if self.loading:
+                self._want(account)
         elif account.usd != usd or account.period != period or (account.end is not None and now >= account.end):
+            period_changed = account.period != period or (account.end is not None and now >= account.end)
             account.roll(usd, period, now, self._base_of)
+            if period_changed and self.loading:
+                self._want(account)
+        elif now - account.used_at > RELOAD_IDLE_S and self.loading:
+            # unused a while (its budget may have been removed and added back): read the records again,
+            # going on meanwhile with what is known
+            account.state, account.waited = NEW, True
+            if self.wanted is not None:
+                self.wanted()
         account.used_at = now
         return account
+
+    def _want(self, account: Account) -> None:
+        account.state, account.waited = NEW, False
+        if self.wanted is not None:
+            self.wanted()
 
     def _refuse(self, short: list[tuple[str, Account]], amount: float, now: float) -> Exhausted:
         """The first account that cannot take `amount`, not even with a lease; else (only leases are
@@ -238,19 +277,25 @@ class Budgets:
     ) -> Hold:
         """Reserve `amount` (USD, the worst case) on every account that applies, or raise `Exhausted`.
 
-        `*_budget` are (usd, period) or None. A refused request reserves nothing.
+        `*_budget` are (usd, period) or None. A refused request reserves nothing. Raises
+        `Unloaded` (reserving nothing) the first time an account's spend is not read yet.
         """
         now = self._clock()
         accounts: list[Account] = []
         short: list[tuple[str, Account]] | None = None
+        unloaded: list[Account] | None = None
         for scope, key, budget in ((AGENT, (AGENT, org, agent), agent_budget), (ORG, (ORG, org), org_budget)):
             if budget is None:
                 continue
             account = self._account(key, budget, now)
+            if account.state == NEW and not account.waited:
+                unloaded = [*(unloaded or ()), account]
             if account.left() < amount:
                 short = short or []
                 short.append((scope, account))
             accounts.append(account)
+        if unloaded is not None:
+            raise Unloaded(unloaded)
         if short is not None:
             raise self._refuse(short, amount, now)
         for account in accounts:
@@ -258,10 +303,8 @@ class Budgets:
         return Hold(accounts, amount)
 
     def load(self, spend: Mapping[tuple[tuple[str, ...], float], float]) -> None:
-        """Take the spend of the usage records before boot: (account key, period start) -> USD.
-
-        Called once at boot from a background task; accounts created before it get their base now.
-        """
+        """Take the spend of the usage records: (account key, period start) -> USD, the base of
+        accounts created afterwards (tests; the spend loader sets each account's own base)."""
         self._base = dict(spend)
         for account in self._accounts.values():
             account.base = self._base_of(account.key, account.start)

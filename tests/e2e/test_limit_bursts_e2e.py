@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import time
 import uuid
 
@@ -18,9 +17,6 @@ import pytest
 import redis
 
 from tests.e2e.harness import Gateway
-
-# CI names a Redis in SWITCHBOARD_TEST_REDIS_URL for both passes.
-REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
 
 # `burst` needs no price; `spend` costs exactly its worst case: max_tokens 7 and the mock's 7 completion
 # tokens at $10 per million, no input price: $0.00007 a request, 142 of them in $0.01.
@@ -52,17 +48,15 @@ SHARE_RPM_60 = 3  # 5 % of 60 (docs/limits.md#shared)
 
 
 @pytest.fixture
-def cluster(make_gateway, mock_upstream):
+def cluster(make_gateway, mock_upstream, redis_url):
     """`start(org_policy, processes)`: that many gateway processes on one database and one Redis."""
-    if not REDIS_URL:
-        pytest.fail("set SWITCHBOARD_TEST_REDIS_URL (CI does): shared limits need a real Redis")
     started: list[Gateway] = []
 
     def start(org_policy: str, processes: int = 2) -> tuple[list[Gateway], str, str]:
         org, upstream = f"u{uuid.uuid4().hex[:8]}", f"burst-{uuid.uuid4().hex[:6]}"
         text = CONFIG.format(mock=mock_upstream.url, upstream=upstream, org=org, org_policy=org_policy)
-        first = make_gateway(text, org=org, agent="bot", env={"REDIS_URL": REDIS_URL})
-        gateways = [first] + [first.second_process({"REDIS_URL": REDIS_URL}) for _ in range(processes - 1)]
+        first = make_gateway(text, org=org, agent="bot", env={"REDIS_URL": redis_url})
+        gateways = [first] + [first.second_process({"REDIS_URL": redis_url}) for _ in range(processes - 1)]
         started.extend(gateways[1:])
         return gateways, upstream, org
 
@@ -98,9 +92,9 @@ def warm(gateways: list[Gateway]) -> None:
         assert httpx.get(f"{gw.url}/v1/models", headers={"Authorization": f"Bearer {gw.api_key}"}).status_code == 200
 
 
-def cluster_level(org: str) -> float:
+def cluster_level(redis_url: str, org: str) -> float:
     """The level of the org's cluster rpm bucket in Redis, as the last round of any process left it."""
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(redis_url)
     try:
         keys = list(client.scan_iter(match=f"*:bucket:org/{org}/requests"))
         assert len(keys) == 1, keys
@@ -113,7 +107,7 @@ def statuses(answers: list[httpx.Response]) -> list[int]:
     return [a.status_code for a in answers]
 
 
-def test_a_burst_that_fits_the_cluster_rpm_bucket_is_admitted_in_full(cluster, mock_upstream):
+def test_a_burst_that_fits_the_cluster_rpm_bucket_is_admitted_in_full(cluster, mock_upstream, redis_url):
     (a, b), upstream, org = cluster("limits: {rpm: 60}")
     warm([a, b])
     answers, elapsed = burst([a, b], 30)
@@ -125,7 +119,7 @@ def test_a_burst_that_fits_the_cluster_rpm_bucket_is_admitted_in_full(cluster, m
     assert min(left) >= 30 - 2 * SHARE_RPM_60, sorted(left)
     assert max(left) <= 60
     time.sleep(0.5)  # both processes' rounds have run since (every 0.2 s while they hold a share)
-    level = cluster_level(org)
+    level = cluster_level(redis_url, org)
     assert 30 - 2 * SHARE_RPM_60 <= level <= 30 + math.ceil(elapsed) + 1, level
 
 

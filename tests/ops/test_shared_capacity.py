@@ -25,7 +25,7 @@ async def cluster(redis_url):
     namespace = f"t{uuid.uuid4().hex[:10]}"  # this test's own cluster buckets
 
     def process() -> Syncer:
-        syncer = Syncer(Budgets(), Limiter(), redis_url, namespace=namespace, balancer=Balancer())
+        syncer = Syncer(Budgets(), Limiter(), redis_url, namespace=namespace, balancer=Balancer(), seed_wait_s=0)
         syncer.connect()
         made.append(syncer)
         return syncer

@@ -31,7 +31,7 @@ async def cluster(redis_url):
     made: list[Syncer] = []
 
     def process() -> Syncer:
-        syncer = Syncer(Budgets(clock), Limiter(), redis_url, clock=clock)
+        syncer = Syncer(Budgets(clock), Limiter(), redis_url, clock=clock, seed_wait_s=0)
         syncer.connect()
         made.append(syncer)
         return syncer
@@ -297,3 +297,33 @@ async def test_a_burst_of_waiters_is_admitted_up_to_the_cluster_bucket_by_the_re
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_a_flushed_redis_is_rebuilt_from_every_process_s_records_plus_what_each_holds(cluster, monkeypatch):
+    """docs/limits.md#reseed: not from one process's view, which misses the others' spend."""
+    from routing.ops import shared_limits
+
+    _, process = cluster
+    p1, p2 = process(), process()
+    org, budget = org_name(), (1.0, "total")
+    key = ("agent", org, "bot")
+    (await admit_budget(p1, org, budget, 0.2)).settle(0.2)
+    (await admit_budget(p2, org, budget, 0.2)).settle(0.2)
+    in_flight = await admit_budget(p2, org, budget, 0.1)
+    await p1.sync_once()
+    await p2.sync_once()
+    # The usage records of both processes (and of a process gone since): $0.5 in all.
+    monkeypatch.setattr(shared_limits, "query_spend", lambda starts, until=None: {(key, 0.0): 0.5})
+    counter = account_key(p1.budgets.find(key), p1.prefix)
+    await p1._redis.delete(p1.prefix + "epoch", counter)  # Redis restarted empty
+
+    await p1.sync_once()  # finds no marker: rebuilds from the records, then adds what it holds
+    await p2.sync_once()  # a new marker: adds what it holds and what is in flight
+    a1, a2 = p1.budgets.find(key), p2.budgets.find(key)
+    rebuilt = int(await p1._redis.get(counter)) / 1e6
+    assert rebuilt == pytest.approx(0.5 + a1.lease + a2.lease + 0.1)
+    assert p1.epoch == p2.epoch is not None
+    in_flight.settle(0.1)
+    # What is left for anyone: $1 - $0.6 spent - the leases held; never the $0.6 again.
+    left = 1.0 - 0.6 - a1.lease - a2.lease
+    assert await admit_budget(p1, org, budget, left + a1.lease + 0.01) is None

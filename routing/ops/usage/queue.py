@@ -53,6 +53,7 @@ from routing.ops.usage.spool import (
     sync_files,
     unlink_quietly,
 )
+from routing.ops.usage.streams import StreamJournal, claim_orphans, interrupted_rows
 from routing.ops.usage.writer import DaemonWorker, _Poison, db_insert
 
 log = logging.getLogger("switchboard.usage")
@@ -106,6 +107,7 @@ class UsageSink:
         self.journal_enabled = journal
         self._unsealed: list[int | None] = []
         self._synced: set[Path] = set()  # rotated journal files already fsynced (during an outage)
+        self.streams = StreamJournal(lambda: self.spool_dir, self.pid)  # streams open (streams.py)
 
     # ------------------------------------------------------------------ settings
 
@@ -416,6 +418,7 @@ class UsageSink:
                 return self._journal.dup_current()
 
         self._journal.fsync(dup)
+        self.streams.sync()
 
     def _own_spool_files(self) -> list[Path]:
         directory = self.spool_dir
@@ -461,9 +464,23 @@ class UsageSink:
                 continue
             claimed += 1
             log.info("adopted usage file %s of dead process %s", name, owner)
+        claimed += self._replay_streams(directory)
         if claimed:
             self._own_spool_files()  # count their rows into the backlog
         return claimed
+
+    def _replay_streams(self, directory: Path) -> int:
+        """The streams a dead process had open: one `interrupted` record each, in a new spool file
+        (newer than that process's journal files, so a settled record of the same id wins)."""
+        with self.streams._lock:  # its files are never taken while it creates them
+            groups = claim_orphans(directory, self.pid, self.streams.stem)
+        for group in groups:
+            rows = interrupted_rows(group)
+            if rows:
+                self._write_spool(rows)
+                log.warning("%d stream(s) cut by the end of their process recorded as interrupted", len(rows))
+            unlink_quietly(group)
+        return len(groups)
 
     # ------------------------------------------------------------------ background
 
@@ -503,6 +520,7 @@ class UsageSink:
 
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Flush to the database if it answers within timeout_s, else spool what is left."""
+        self.streams.remove_if_idle()  # streams still open keep their files: the next process records them
         if not self._pending and not self._staged and not self._spooled:
             try:
                 if not self._own_spool_files():
