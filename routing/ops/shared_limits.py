@@ -402,12 +402,12 @@ class Syncer:
     # per process left in the cluster): then it gives the share back, so a request refused elsewhere
     # finds nothing idle here after this process's next round (docs/limits.md#shared).
 
-    def _plan_account(self, account: Account, now: float) -> tuple[int, int, int]:
-        """(want, owed, seed) in µUSD for one budget."""
+    def _plan_account(self, account: Account, now: float, ahead: bool = True) -> tuple[int, int, int]:
+        """(want, owed, seed) in µUSD for one budget; `ahead=False`: no share ahead of use (a re-run)."""
         lease = account.lease or 0.0
         need, account.need = account.need, 0.0
         target = 0.0
-        if not need and now - account.used_at <= IDLE_S:
+        if ahead and not need and now - account.used_at <= IDLE_S:
             share = min(account.usd, max(account.usd * LEASE_FRACTION, account.peak))
             rest = account.usd if account.cluster is None else account.usd - account.cluster + lease
             if rest >= self.processes * share:
@@ -467,7 +467,11 @@ class Syncer:
         ]
         if not accounts and not buckets and not self.degraded:
             return False  # nothing to share now: no Redis traffic (while degraded, the heartbeat tells when it is back)
-        account_plans = [(a, a.start, *self._plan_account(a, now)) for a in accounts if a.state != NEW]
+        # a re-run right after adopting rebuilt counters only redoes what they refused: no share ahead,
+        # which a round with waiters never takes (docs/limits.md#shared)
+        account_plans = [
+            (a, a.start, *self._plan_account(a, now, not budgets_only)) for a in accounts if a.state != NEW
+        ]
         bucket_plans = [(b, *self._plan_bucket(b, mono)) for _, b in buckets]
         try:
             pipe = self._redis.pipeline(transaction=False)
@@ -502,6 +506,8 @@ class Syncer:
             if int(counter) == -1:  # the counters are being rebuilt: nothing happened, the give-back neither
                 if want < 0 and account.start == start:
                     account.lease = (account.lease or 0.0) - want / _MICRO
+                elif want > 0:
+                    account.need += want / _MICRO  # the waiters still wait: asked again next round
                 continue
             if account.start != start:  # the period rolled meanwhile: that counter is the old period's
                 continue
