@@ -23,7 +23,6 @@ from typing import Any
 from routing.core.kinds import ENDPOINT_KINDS
 from routing.core.resilience import FALLBACK_TRIGGERS, Resilience
 
-DIALECTS = ("openai", "anthropic", "ollama", "tei", "cohere")
 CAPABILITIES = (*ENDPOINT_KINDS, "streaming", "tools", "structured_output", "vision")
 ACTIONS = ("allow", "deny")
 MAX_CHAIN = 8
@@ -40,6 +39,8 @@ DIALECT_KINDS: dict[str, frozenset[str]] = {
     "tei": frozenset({"embeddings", "rerank"}),
     "cohere": frozenset({"embeddings", "rerank"}),
 }
+# The one dialect table: a new dialect is a row above (and its adapter), never a migration.
+DIALECTS: tuple[str, ...] = tuple(DIALECT_KINDS)
 
 # When export writes a field: always, when not None, or when truthy (not None/""/False/[]).
 ALWAYS, SET, TRUTHY = "always", "set", "truthy"
