@@ -9,6 +9,7 @@ Routes (listening on 127.0.0.1):
   Anthropic   POST /anthropic/v1/messages (SSE events when "stream": true)
   TEI         POST /tei/embed, /tei/rerank; GET /tei/health   (model key: "tei")
   Cohere      POST /cohere/v2/rerank, /cohere/v2/embed
+  Azure, Gemini, Vertex (and its token endpoint): providers.mock.clouds
   Control     POST /_control/script, GET /_control/calls?model=M, POST /_control/reset
 
 Chat (OpenAI and Anthropic) calls the first tool offered, after its text, unless the
@@ -270,9 +271,20 @@ Handler = Callable[[web.Request, dict[str, Any], bytes, dict[str, Any] | None], 
 
 
 def _route(
-    model_of: Callable[[dict[str, Any]], str], dialect: str, answer: Handler
+    model_of: Callable[[dict[str, Any]], str],
+    dialect: str,
+    answer: Handler,
+    *,
+    path_model: Callable[[web.Request], str] | None = None,
+    check: Callable[[web.Request, dict[str, Any]], web.StreamResponse | None] | None = None,
+    error: Callable[[int], bytes] | None = None,
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """Wrap a dialect answer with recording, scripted faults and disconnect tracking."""
+    """Wrap a dialect answer with recording, scripted faults and disconnect tracking.
+
+    APIs that name the model in the URL give `path_model`; `check` (auth, required fields)
+    may refuse a recorded request before any script; `error` is the API's error body for a
+    scripted status without a body (providers.mock.clouds).
+    """
 
     async def handle(request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -285,20 +297,22 @@ def _route(
         if not isinstance(body, dict):
             body = {"_": body}
         state: MockState = request.app[STATE]
-        name = model_of(body)
+        name = model_of(body) if path_model is None else path_model(request)
         ms = state.model(name)
         ms.count += 1
         transport = request.transport
         ms.requests.append(
             (request.path, request.headers, raw, transport.get_extra_info("peername") if transport else None)
         )
+        if check is not None and (denied := check(request, body)) is not None:
+            return denied
         step = ms.next_step(body, request.headers) if ms.rules else ms.next_step()
         ms.in_flight += 1
         state.notify()
         try:
             if step is None:
                 return await answer(request, body, orjson.dumps(name), None)
-            return await _scripted(request, body, name, step, dialect, answer)
+            return await _scripted(request, body, name, step, dialect, answer, error)
         except (asyncio.CancelledError, ConnectionResetError):
             ms.disconnected += 1
             ms.disconnected_at.append(time.monotonic())
@@ -311,7 +325,13 @@ def _route(
 
 
 async def _scripted(
-    request: web.Request, body: dict[str, Any], name: str, step: dict[str, Any], dialect: str, answer: Handler
+    request: web.Request,
+    body: dict[str, Any],
+    name: str,
+    step: dict[str, Any],
+    dialect: str,
+    answer: Handler,
+    error: Callable[[int], bytes] | None = None,
 ) -> web.StreamResponse:
     if step.get("delay_ms"):
         await asyncio.sleep(step["delay_ms"] / 1000)
@@ -322,6 +342,8 @@ async def _scripted(
     if status >= 300:
         if "body" in step:
             payload = str(step["body"]).encode()
+        elif error is not None:
+            payload = error(status)
         else:
             payload = orjson.dumps(ANTHROPIC_ERROR if dialect == "anthropic" else OPENAI_ERROR)
         headers.setdefault("Content-Type", JSON_TYPE)
@@ -701,6 +723,9 @@ def make_app() -> web.Application:
     app.router.add_post("/cohere/v2/rerank", _route(_model_of, "cohere", _cohere_rerank))
     app.router.add_post("/cohere/v2/embed", _route(_model_of, "cohere", _cohere_embed))
     app.router.add_get("/cohere/v2/models", _models)
+    from providers.mock import clouds  # its handlers build on this module's
+
+    clouds.add_routes(app)
     app.router.add_post("/_control/script", _control_script)
     app.router.add_get("/_control/calls", _control_calls)
     app.router.add_post("/_control/reset", _control_reset)
@@ -803,4 +828,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run the imported module, not this `__main__` copy: providers.mock.clouds builds on
+    # providers.mock.upstream, and both must share one set of app keys.
+    from providers.mock.upstream import main as imported_main
+
+    imported_main()

@@ -39,6 +39,13 @@ DIALECT_KINDS: dict[str, frozenset[str]] = {
     "tei": frozenset({"embeddings", "rerank"}),
     "cohere": frozenset({"embeddings", "rerank"}),
 }
+DIALECT_KINDS.update(  # cloud providers' APIs (docs/providers.md)
+    {
+        "azure_openai": frozenset({"chat", "embeddings", "responses"}),
+        "gemini": frozenset({"chat", "embeddings"}),
+        "vertex": frozenset({"chat"}),
+    }
+)
 # The one dialect table: a new dialect is a row above (and its adapter), never a migration.
 DIALECTS: tuple[str, ...] = tuple(DIALECT_KINDS)
 
