@@ -64,7 +64,9 @@ class Model(models.Model):
         help_text="Empty when the model lists its deployments below.",
     )
     upstream_model = models.CharField(max_length=200, blank=True, help_text="The model name sent to the provider.")
-    capabilities = models.JSONField(default=list, blank=True, help_text="Subset of: " + ", ".join(CAPABILITIES))
+    # The list lives in the help text of the admin form (providers.admin), not here: a new capability
+    # or endpoint kind then needs no migration.
+    capabilities = models.JSONField(default=list, blank=True, help_text="What the model serves and supports.")
     context_window = models.PositiveIntegerField(null=True, blank=True)
     max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
     residency = models.CharField(max_length=32, blank=True)

@@ -26,14 +26,16 @@ from __future__ import annotations
 import base64
 import itertools
 import time
+from types import ModuleType
 from typing import Any
 
 import orjson
 from aiohttp import web
 
-from providers.mock import upstream as mock
-
 VERTEX = web.AppKey("vertex_state", dict)
+# providers.mock.upstream, handed over by its make_app (whose helpers these handlers reuse; no import back)
+MOCK = web.AppKey("mock_module", ModuleType)
+JSON_TYPE = "application/json"
 GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND"}
 GOOGLE_STATUS.update({429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"})
 GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"  # the `aud` Google's own token endpoint requires
@@ -41,7 +43,7 @@ GEMINI_USAGE = {"promptTokenCount": 11, "candidatesTokenCount": 6, "totalTokenCo
 
 
 def _json(status: int, payload: Any) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(payload), content_type=mock.JSON_TYPE)
+    return web.Response(status=status, body=orjson.dumps(payload), content_type=JSON_TYPE)
 
 
 def google_error(status: int, message: str = "mock upstream failure") -> bytes:
@@ -88,7 +90,7 @@ def _gemini_check(request: web.Request, body: dict[str, Any]) -> web.StreamRespo
         return web.Response(
             status=403,
             body=google_error(403, "Method doesn't allow unregistered callers."),
-            content_type=mock.JSON_TYPE,
+            content_type=JSON_TYPE,
         )
     return None
 
@@ -114,14 +116,13 @@ def _candidate(parts: list[dict[str, Any]], finish: str | None) -> dict[str, Any
 
 
 async def _generate(request: web.Request, body: dict[str, Any], model: bytes, step: dict[str, Any] | None) -> Any:
+    mock = request.app[MOCK]
     name, method = _split_call(request)
     if method in ("batchEmbedContents", "embedContent"):
         items = body.get("requests") if method == "batchEmbedContents" else [body]
         return _json(200, {"embeddings": [{"values": mock.VECTOR} for _ in items or ()]})
     if not isinstance(body.get("contents"), list) or not body["contents"]:
-        return web.Response(
-            status=400, body=google_error(400, "contents is not specified"), content_type=mock.JSON_TYPE
-        )
+        return web.Response(status=400, body=google_error(400, "contents is not specified"), content_type=JSON_TYPE)
     fn = _wants_function(body)
     call = [{"functionCall": {"name": fn.get("name", ""), "args": {"query": "mock"}}}] if fn is not None else []
     if method == "generateContent":
@@ -151,15 +152,15 @@ def _vertex_check(request: web.Request, body: dict[str, Any]) -> web.StreamRespo
     token = request.headers.get("Authorization", "").removeprefix("Bearer ")
     if token not in request.app[VERTEX]["tokens"]:
         message = "Request had invalid authentication credentials. Expected OAuth 2 access token."
-        return web.Response(status=401, body=google_error(401, message), content_type=mock.JSON_TYPE)
+        return web.Response(status=401, body=google_error(401, message), content_type=JSON_TYPE)
     if "/publishers/anthropic/" in request.path and ("model" in body or body.get("anthropic_version") is None):
         message = "anthropic_version is required and model must not be set in the body"
-        return web.Response(status=400, body=google_error(400, message), content_type=mock.JSON_TYPE)
+        return web.Response(status=400, body=google_error(400, message), content_type=JSON_TYPE)
     return None
 
 
 async def _raw_predict(request: web.Request, body: dict[str, Any], model: bytes, step: dict[str, Any] | None) -> Any:
-    return await mock._anthropic_messages(request, body, model, step)  # noqa: SLF001
+    return await request.app[MOCK]._anthropic_messages(request, body, model, step)  # noqa: SLF001
 
 
 def _b64(part: str) -> bytes:
@@ -248,7 +249,9 @@ def new_service_account(
     return orjson.dumps(info).decode(), public
 
 
-def add_routes(app: web.Application) -> None:
+def add_routes(app: web.Application, mock: ModuleType) -> None:
+    """Add the cloud APIs to the mock's app; `mock` is providers.mock.upstream (its route wrapper, answers)."""
+    app[MOCK] = mock
     app[VERTEX] = {"keys": {}, "tokens": set(), "exchanges": 0, "serial": itertools.count(1), "expires_in": 3600}
     model_of = mock._model_of  # noqa: SLF001
     azure = {"path_model": _deployment, "check": _azure_check, "error": azure_error}

@@ -4,7 +4,7 @@ Independent of Django: `python -m providers.mock.upstream --port 9001` runs it, 
 does `manage.py run_mock_upstream --port 9001`; tests use `await start_mock()`.
 
 Routes (listening on 127.0.0.1):
-  OpenAI      POST /v1/chat/completions (SSE when "stream": true), /v1/embeddings,
+  OpenAI      POST /v1/chat/completions (SSE when "stream": true), /v1/completions, /v1/embeddings,
               /v1/rerank, /v1/responses; GET /v1/models
   Anthropic   POST /anthropic/v1/messages (SSE events when "stream": true)
   TEI         POST /tei/embed, /tei/rerank; GET /tei/health   (model key: "tei")
@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
+import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -49,6 +50,8 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+
+from providers.mock import clouds
 
 HOST = "127.0.0.1"
 RECORD_LIMIT = 200
@@ -467,6 +470,34 @@ async def _openai_chat(
     return await _sse(request, frames, DONE, step, _frame(ROLE_CHUNK, model))
 
 
+async def _openai_completions(
+    request: web.Request, body: dict[str, Any], model: bytes, step: dict[str, Any] | None
+) -> web.StreamResponse:
+    """Legacy text completions: `text_completion` objects, streamed as `choices[].text` chunks."""
+    name = orjson.loads(model)
+    usage = {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19}
+
+    def completion(text: str, finish: str | None, **extra: Any) -> dict[str, Any]:
+        choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
+        return {
+            "id": "cmpl-mock",
+            "object": "text_completion",
+            "created": CREATED,
+            "model": name,
+            "choices": [choice],
+            **extra,
+        }
+
+    if not body.get("stream"):
+        return web.Response(body=orjson.dumps(completion(TEXT, "stop", usage=usage)), content_type=JSON_TYPE)
+    count = int((step or {}).get("frames", 3))
+    chunks = [completion(f"tok{i} ", None) for i in range(count)] + [completion("", "stop")]
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") and not (step or {}).get("no_usage"):
+        chunks.append({**completion("", None), "choices": [], "usage": usage})
+    return await _sse(request, [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks], DONE, step)
+
+
 async def _openai_embeddings(
     request: web.Request, body: dict[str, Any], model: bytes, step: dict[str, Any] | None
 ) -> web.StreamResponse:
@@ -712,6 +743,7 @@ def make_app() -> web.Application:
     tei = lambda _body: TEI_KEY  # noqa: E731 (TEI requests name no model)
     app.router.add_post("/v1/chat/completions", _route(_model_of, "openai", _openai_chat))
     app.router.add_post("/v1/embeddings", _route(_model_of, "openai", _openai_embeddings))
+    app.router.add_post("/v1/completions", _route(_model_of, "openai", _openai_completions))
     app.router.add_post("/v1/rerank", _route(_model_of, "openai", _openai_rerank))
     app.router.add_post("/v1/responses", _route(_model_of, "openai", _openai_responses))
     app.router.add_get("/v1/models", _models)
@@ -723,9 +755,7 @@ def make_app() -> web.Application:
     app.router.add_post("/cohere/v2/rerank", _route(_model_of, "cohere", _cohere_rerank))
     app.router.add_post("/cohere/v2/embed", _route(_model_of, "cohere", _cohere_embed))
     app.router.add_get("/cohere/v2/models", _models)
-    from providers.mock import clouds  # its handlers build on this module's
-
-    clouds.add_routes(app)
+    clouds.add_routes(app, sys.modules[__name__])  # its handlers build on this module's
     app.router.add_post("/_control/script", _control_script)
     app.router.add_get("/_control/calls", _control_calls)
     app.router.add_post("/_control/reset", _control_reset)
@@ -828,8 +858,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    # Run the imported module, not this `__main__` copy: providers.mock.clouds builds on
-    # providers.mock.upstream, and both must share one set of app keys.
-    from providers.mock.upstream import main as imported_main
-
-    imported_main()
+    main()

@@ -33,7 +33,7 @@ ROUTINGS = ("weighted", "least_busy", "latency")  # how a model picks among its 
 # The endpoint kinds each dialect's adapter can serve (providers/dialects/*: `kinds`), for the
 # deployment rule "the provider's dialect serves the model's kinds" (docs/deployments.md#validation).
 DIALECT_KINDS: dict[str, frozenset[str]] = {
-    "openai": frozenset({"chat", "embeddings", "rerank", "responses"}),
+    "openai": frozenset({"chat", "embeddings", "rerank", "responses", "completions"}),
     "anthropic": frozenset({"chat"}),
     "ollama": frozenset({"chat", "embeddings"}),
     "tei": frozenset({"embeddings", "rerank"}),

@@ -537,7 +537,7 @@ def model_denied(name: str) -> GatewayError:
 
 
 ENDPOINTS = (
-    "POST /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses, /v1/messages, "
+    "POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/rerank, /v1/responses, /v1/messages, "
     "/v1/messages/count_tokens and GET /v1/models"
 )
 
