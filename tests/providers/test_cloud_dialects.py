@@ -146,9 +146,9 @@ async def test_one_exchange_serves_concurrent_requests_and_is_refreshed_before_e
     caplog.set_level(logging.DEBUG)
     first = await asyncio.gather(*(tokens.token(sa, "vx") for _ in range(5)))
     assert len(set(first)) == 1 and state["exchanges"] == 1 and first[0] in state["tokens"]
-    clock.now += 3600 - vertex.REFRESH_MARGIN_S - 5  # still fresh
+    clock.now += 3600 - 310  # 310 s before expiry: still fresh
     assert await tokens.token(sa, "vx") == first[0] and state["exchanges"] == 1
-    clock.now += 10  # within the margin before expiry: refreshed before it lapses
+    clock.now += 20  # 290 s before expiry, within the 5 minutes' margin: refreshed before it lapses
     second = await tokens.token(sa, "vx")
     assert second != first[0] and state["exchanges"] == 2
     logged = caplog.text
