@@ -143,17 +143,23 @@ class VertexDialect(Dialect):
     ) -> PreparedRequest:
         if kind != "chat":
             raise unsupported(self.name, kind, model)
-        name = quote(model.upstream_model, safe="-._@")
-        headers = {"Content-Type": "application/json"}
         if is_anthropic(model.upstream_model):
             payload = anthropic_shapes.anthropic_request(body, model.upstream_model, stream)
-            del payload["model"]
-            payload["anthropic_version"] = ANTHROPIC_VERSION
-            method = ":streamRawPredict" if stream else ":rawPredict"
-            url = join_url(base_url, f"/publishers/anthropic/models/{name}") + method
-            return PreparedRequest("POST", url, headers, encode(payload))
-        url = gemini_shapes_url(base_url, name, stream)
+            return self.prepare_anthropic(payload, model.upstream_model, base_url, stream)
+        url = gemini_shapes_url(base_url, quote(model.upstream_model, safe="-._@"), stream)
+        headers = {"Content-Type": "application/json"}
         return PreparedRequest("POST", url, headers, encode(gemini_shapes.gemini_request(body)))
+
+    def prepare_anthropic(
+        self, payload: dict[str, Any], upstream_model: str, base_url: str, stream: bool
+    ) -> PreparedRequest:
+        """The rawPredict request for an Anthropic Messages body (also /v1/messages' passthrough):
+        the model goes in the URL, not the body, and `anthropic_version` is Vertex's."""
+        body = {k: v for k, v in payload.items() if k != "model"}
+        body["anthropic_version"] = ANTHROPIC_VERSION
+        method = ":streamRawPredict" if stream else ":rawPredict"
+        url = join_url(base_url, f"/publishers/anthropic/models/{quote(upstream_model, safe='-._@')}") + method
+        return PreparedRequest("POST", url, {"Content-Type": "application/json"}, encode(body))
 
     async def authorize(
         self, prepared: PreparedRequest, provider: ProviderSpec, api_key: str | None

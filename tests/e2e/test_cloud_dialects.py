@@ -358,6 +358,14 @@ def test_anthropic_down_falls_back_to_claude_on_vertex(client, gw, mock_upstream
     with messages.messages.stream(model="vx-claude-fb", max_tokens=64, messages=HI) as stream:
         assert "".join(stream.text_stream) == "tok0 tok1 tok2 "
         assert stream.get_final_message().usage.output_tokens == 7
+    # Anthropic clients get a passthrough to Claude on Vertex: their own fields reach it
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    answer = messages.messages.create(model="vx-claude-fb", max_tokens=2048, messages=HI, thinking=thinking)
+    assert answer.content[0].text == TEXT
+    sent = last_request(mock_upstream, "claude-fb@20250514")
+    assert sent["path"].endswith("/publishers/anthropic/models/claude-fb@20250514:rawPredict")
+    assert sent["body"]["thinking"] == thinking and sent["body"]["anthropic_version"] == "vertex-2023-10-16"
+    assert "model" not in sent["body"] and sent["headers"]["Authorization"].startswith("Bearer ya29.")
 
 
 # --- Vertex's service-account token ----------------------------------------------------------
