@@ -65,6 +65,10 @@ models:
     provider: az
     upstream_model: cd-az-embed
     capabilities: [embeddings]
+  - id: az-resp
+    provider: az
+    upstream_model: cd-az-resp
+    capabilities: [responses]
   - id: gem-embed
     provider: gem
     upstream_model: text-embedding-004
@@ -341,6 +345,13 @@ def test_azure_and_gemini_embeddings(client, mock_upstream):
         answer = client.embeddings.create(model=model, input=["one", "two"])
         assert len(answer.data) == 2 and len(answer.data[0].embedding) == 8
     assert last_request(mock_upstream, "text-embedding-004")["path"].endswith(":batchEmbedContents")
+
+
+def test_azure_responses_go_to_the_resource_with_the_deployment_as_model(client, mock_upstream):
+    answer = client.responses.create(model="az-resp", input="Hello")
+    assert answer.output_text
+    sent = last_request(mock_upstream, "cd-az-resp")
+    assert sent["path"] == "/azure/openai/responses" and sent["body"]["model"] == "cd-az-resp"
 
 
 # --- across dialects, and Anthropic-on-Vertex for Anthropic clients ------------------------
