@@ -18,7 +18,7 @@ import orjson
 from providers.dialects import gemini_shapes
 from providers.dialects._shapes import embedding_inputs, embeddings_list
 from providers.dialects.base import Dialect, ParsedResponse, PreparedRequest, encode, join_url, load_json, unsupported
-from routing.config.snapshot import ModelSpec, ProviderSpec
+from routing.config.snapshot import ModelSpec
 from routing.core.errors import FailureKind, UpstreamFailure
 
 
@@ -74,9 +74,6 @@ class GeminiDialect(Dialect):
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"x-goog-api-key": api_key} if api_key else {}
-
-    def health_url(self, provider: ProviderSpec) -> str:
-        return join_url(provider.base_url, provider.health_check_path or "/models")
 
 
 def _embeddings(data: dict[str, Any], model: ModelSpec, body: bytes, context: dict[str, Any]) -> ParsedResponse:
