@@ -28,7 +28,7 @@ from routing.admin import (
     split_path,
 )
 from routing.config.document import deployment_item, model_item, provider_item
-from routing.config.schema import MODEL, PROVIDER, TIMEOUTS
+from routing.config.schema import DIALECTS, MODEL, PROVIDER, TIMEOUTS
 from routing.config.store import errors_for_edit, in_scope, rename_references, replace_item
 from routing.config.validation import add_form_validators
 from routing.core.kinds import ENDPOINT_KINDS
@@ -52,6 +52,8 @@ class ProviderForm(StoredKeyForm, DocumentCheckedForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if "dialect" in self.fields:  # the column has no choices (a new dialect needs no migration)
+            self.fields["dialect"].widget = forms.Select(choices=[(d, d) for d in DIALECTS])
         add_form_validators(self, PROVIDER)
 
     def document_edit(self, obj: Provider) -> tuple[Edit, str]:

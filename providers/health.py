@@ -29,6 +29,7 @@ import orjson
 
 from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec, Snapshot
+from routing.core.errors import UpstreamFailure
 from routing.ops import metrics
 
 log = logging.getLogger("switchboard.health")
@@ -74,6 +75,18 @@ def health_headers(provider: ProviderSpec) -> dict[str, str]:
     return get_dialect(provider.dialect).probe_headers(provider)
 
 
+async def _probe_credentials(provider: ProviderSpec, url: str) -> dict[str, str]:
+    """health_headers, plus what a dialect that `authorizes` obtains per request (an access token)."""
+    from providers.dialects import PreparedRequest, get_dialect
+
+    headers = health_headers(provider)
+    dialect = get_dialect(provider.dialect)
+    if not dialect.authorizes:
+        return headers
+    prepared = await dialect.authorize(PreparedRequest("GET", url, headers, b""), provider, provider.api_key)
+    return prepared.headers
+
+
 def _now_iso() -> str:
     return datetime.now(tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -85,7 +98,11 @@ async def probe_provider(
     url = health_url(provider)
     started = time.perf_counter()
     try:
-        response = await client.get(url, headers=health_headers(provider), timeout=timeout_s)
+        headers = await _probe_credentials(provider, url)
+    except UpstreamFailure as exc:
+        return ProbeResult(provider.name, DOWN, None, _now_iso(), exc.message)
+    try:
+        response = await client.get(url, headers=headers, timeout=timeout_s)
     except httpx.TimeoutException:
         return ProbeResult(
             provider.name, DOWN, None, _now_iso(), f"no answer from {redact_url(url)} within {timeout_s:g}s"

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from providers.dialects.anthropic import AnthropicDialect
+from providers.dialects.azure_openai import AzureOpenAIDialect
 from providers.dialects.base import Dialect, ParsedResponse, PreparedRequest
 from providers.dialects.cohere import CohereDialect
+from providers.dialects.gemini import GeminiDialect
 from providers.dialects.ollama import OllamaDialect
 from providers.dialects.openai import OpenAIDialect
 from providers.dialects.tei import TEIDialect
+from providers.dialects.vertex import VertexDialect
 
 DIALECTS: dict[str, Dialect] = {
     d.name: d for d in (OpenAIDialect(), AnthropicDialect(), OllamaDialect(), TEIDialect(), CohereDialect())
 }
+# Cloud providers' APIs (docs/providers.md), one row each.
+DIALECTS.update({d.name: d for d in (AzureOpenAIDialect(), GeminiDialect(), VertexDialect())})
 
 
 def get_dialect(name: str) -> Dialect:
-    """The shared adapter for a dialect name (openai | anthropic | ollama | tei | cohere)."""
+    """The shared adapter for a dialect name (the keys of DIALECTS)."""
     try:
         return DIALECTS[name]
     except KeyError:

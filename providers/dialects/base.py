@@ -123,6 +123,9 @@ class Dialect:
     # Whether the upstream honours `stream_options.include_usage`: the gateway then asks for the
     # usage frame on every stream and keeps it from clients that did not ask (docs/metrics.md#usage).
     stream_usage_option = False
+    # Whether `authorize` must run before each send (credentials fetched asynchronously, e.g. an
+    # OAuth access token); the others cost nothing for it.
+    authorizes = False
 
     def build_request(
         self,
@@ -137,6 +140,12 @@ class Dialect:
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
         raise NotImplementedError
+
+    async def authorize(
+        self, prepared: PreparedRequest, provider: ProviderSpec, api_key: str | None
+    ) -> PreparedRequest:
+        """The request with credentials that need I/O to obtain (only when `authorizes`)."""
+        return prepared
 
     def translate_stream(self, chunks: AsyncIterator[bytes], model: ModelSpec) -> AsyncIterator[bytes]:
         """Upstream SSE bytes -> OpenAI SSE bytes. Identity unless overridden."""

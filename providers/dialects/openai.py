@@ -26,6 +26,7 @@ PATHS = {
     "embeddings": "/embeddings",
     "rerank": "/rerank",  # as vLLM / Jina serve it
     "responses": "/responses",
+    "completions": "/completions",  # legacy text completions (vLLM, llama.cpp, OpenAI's instruct models)
 }
 
 

@@ -4,11 +4,12 @@ Independent of Django: `python -m providers.mock.upstream --port 9001` runs it, 
 does `manage.py run_mock_upstream --port 9001`; tests use `await start_mock()`.
 
 Routes (listening on 127.0.0.1):
-  OpenAI      POST /v1/chat/completions (SSE when "stream": true), /v1/embeddings,
+  OpenAI      POST /v1/chat/completions (SSE when "stream": true), /v1/completions, /v1/embeddings,
               /v1/rerank, /v1/responses; GET /v1/models
   Anthropic   POST /anthropic/v1/messages (SSE events when "stream": true)
   TEI         POST /tei/embed, /tei/rerank; GET /tei/health   (model key: "tei")
   Cohere      POST /cohere/v2/rerank, /cohere/v2/embed
+  Azure, Gemini, Vertex (and its token endpoint): providers.mock.clouds
   Control     POST /_control/script, GET /_control/calls?model=M, POST /_control/reset
 
 Chat (OpenAI and Anthropic) calls the first tool offered, after its text, unless the
@@ -41,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import socket
+import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -48,6 +50,8 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+
+from providers.mock import clouds
 
 HOST = "127.0.0.1"
 RECORD_LIMIT = 200
@@ -270,9 +274,20 @@ Handler = Callable[[web.Request, dict[str, Any], bytes, dict[str, Any] | None], 
 
 
 def _route(
-    model_of: Callable[[dict[str, Any]], str], dialect: str, answer: Handler
+    model_of: Callable[[dict[str, Any]], str],
+    dialect: str,
+    answer: Handler,
+    *,
+    path_model: Callable[[web.Request], str] | None = None,
+    check: Callable[[web.Request, dict[str, Any]], web.StreamResponse | None] | None = None,
+    error: Callable[[int], bytes] | None = None,
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """Wrap a dialect answer with recording, scripted faults and disconnect tracking."""
+    """Wrap a dialect answer with recording, scripted faults and disconnect tracking.
+
+    APIs that name the model in the URL give `path_model`; `check` (auth, required fields)
+    may refuse a recorded request before any script; `error` is the API's error body for a
+    scripted status without a body (providers.mock.clouds).
+    """
 
     async def handle(request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -285,20 +300,22 @@ def _route(
         if not isinstance(body, dict):
             body = {"_": body}
         state: MockState = request.app[STATE]
-        name = model_of(body)
+        name = model_of(body) if path_model is None else path_model(request)
         ms = state.model(name)
         ms.count += 1
         transport = request.transport
         ms.requests.append(
             (request.path, request.headers, raw, transport.get_extra_info("peername") if transport else None)
         )
+        if check is not None and (denied := check(request, body)) is not None:
+            return denied
         step = ms.next_step(body, request.headers) if ms.rules else ms.next_step()
         ms.in_flight += 1
         state.notify()
         try:
             if step is None:
                 return await answer(request, body, orjson.dumps(name), None)
-            return await _scripted(request, body, name, step, dialect, answer)
+            return await _scripted(request, body, name, step, dialect, answer, error)
         except (asyncio.CancelledError, ConnectionResetError):
             ms.disconnected += 1
             ms.disconnected_at.append(time.monotonic())
@@ -311,7 +328,13 @@ def _route(
 
 
 async def _scripted(
-    request: web.Request, body: dict[str, Any], name: str, step: dict[str, Any], dialect: str, answer: Handler
+    request: web.Request,
+    body: dict[str, Any],
+    name: str,
+    step: dict[str, Any],
+    dialect: str,
+    answer: Handler,
+    error: Callable[[int], bytes] | None = None,
 ) -> web.StreamResponse:
     if step.get("delay_ms"):
         await asyncio.sleep(step["delay_ms"] / 1000)
@@ -322,6 +345,8 @@ async def _scripted(
     if status >= 300:
         if "body" in step:
             payload = str(step["body"]).encode()
+        elif error is not None:
+            payload = error(status)
         else:
             payload = orjson.dumps(ANTHROPIC_ERROR if dialect == "anthropic" else OPENAI_ERROR)
         headers.setdefault("Content-Type", JSON_TYPE)
@@ -443,6 +468,34 @@ async def _openai_chat(
     if isinstance(options, dict) and options.get("include_usage") and not (step or {}).get("no_usage"):
         frames.append(_frame(USAGE_CHUNK, model))
     return await _sse(request, frames, DONE, step, _frame(ROLE_CHUNK, model))
+
+
+async def _openai_completions(
+    request: web.Request, body: dict[str, Any], model: bytes, step: dict[str, Any] | None
+) -> web.StreamResponse:
+    """Legacy text completions: `text_completion` objects, streamed as `choices[].text` chunks."""
+    name = orjson.loads(model)
+    usage = {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19}
+
+    def completion(text: str, finish: str | None, **extra: Any) -> dict[str, Any]:
+        choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
+        return {
+            "id": "cmpl-mock",
+            "object": "text_completion",
+            "created": CREATED,
+            "model": name,
+            "choices": [choice],
+            **extra,
+        }
+
+    if not body.get("stream"):
+        return web.Response(body=orjson.dumps(completion(TEXT, "stop", usage=usage)), content_type=JSON_TYPE)
+    count = int((step or {}).get("frames", 3))
+    chunks = [completion(f"tok{i} ", None) for i in range(count)] + [completion("", "stop")]
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") and not (step or {}).get("no_usage"):
+        chunks.append({**completion("", None), "choices": [], "usage": usage})
+    return await _sse(request, [b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks], DONE, step)
 
 
 async def _openai_embeddings(
@@ -690,6 +743,7 @@ def make_app() -> web.Application:
     tei = lambda _body: TEI_KEY  # noqa: E731 (TEI requests name no model)
     app.router.add_post("/v1/chat/completions", _route(_model_of, "openai", _openai_chat))
     app.router.add_post("/v1/embeddings", _route(_model_of, "openai", _openai_embeddings))
+    app.router.add_post("/v1/completions", _route(_model_of, "openai", _openai_completions))
     app.router.add_post("/v1/rerank", _route(_model_of, "openai", _openai_rerank))
     app.router.add_post("/v1/responses", _route(_model_of, "openai", _openai_responses))
     app.router.add_get("/v1/models", _models)
@@ -701,6 +755,7 @@ def make_app() -> web.Application:
     app.router.add_post("/cohere/v2/rerank", _route(_model_of, "cohere", _cohere_rerank))
     app.router.add_post("/cohere/v2/embed", _route(_model_of, "cohere", _cohere_embed))
     app.router.add_get("/cohere/v2/models", _models)
+    clouds.add_routes(app, sys.modules[__name__])  # its handlers build on this module's
     app.router.add_post("/_control/script", _control_script)
     app.router.add_get("/_control/calls", _control_calls)
     app.router.add_post("/_control/reset", _control_reset)

@@ -23,7 +23,6 @@ from typing import Any
 from routing.core.kinds import ENDPOINT_KINDS
 from routing.core.resilience import FALLBACK_TRIGGERS, Resilience
 
-DIALECTS = ("openai", "anthropic", "ollama", "tei", "cohere")
 CAPABILITIES = (*ENDPOINT_KINDS, "streaming", "tools", "structured_output", "vision")
 ACTIONS = ("allow", "deny")
 MAX_CHAIN = 8
@@ -34,12 +33,21 @@ ROUTINGS = ("weighted", "least_busy", "latency")  # how a model picks among its 
 # The endpoint kinds each dialect's adapter can serve (providers/dialects/*: `kinds`), for the
 # deployment rule "the provider's dialect serves the model's kinds" (docs/deployments.md#validation).
 DIALECT_KINDS: dict[str, frozenset[str]] = {
-    "openai": frozenset({"chat", "embeddings", "rerank", "responses"}),
+    "openai": frozenset({"chat", "embeddings", "rerank", "responses", "completions"}),
     "anthropic": frozenset({"chat"}),
     "ollama": frozenset({"chat", "embeddings"}),
     "tei": frozenset({"embeddings", "rerank"}),
     "cohere": frozenset({"embeddings", "rerank"}),
 }
+DIALECT_KINDS.update(  # cloud providers' APIs (docs/providers.md)
+    {
+        "azure_openai": frozenset({"chat", "embeddings", "responses"}),
+        "gemini": frozenset({"chat", "embeddings"}),
+        "vertex": frozenset({"chat"}),
+    }
+)
+# The one dialect table: a new dialect is a row above (and its adapter), never a migration.
+DIALECTS: tuple[str, ...] = tuple(DIALECT_KINDS)
 
 # When export writes a field: always, when not None, or when truthy (not None/""/False/[]).
 ALWAYS, SET, TRUTHY = "always", "set", "truthy"

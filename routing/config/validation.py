@@ -118,6 +118,13 @@ def health_path_problem(value: Any) -> str | None:
     return f"{value!r} must be a path starting with '/', e.g. /models"
 
 
+def dialect_problem(value: Any) -> str | None:
+    """The dialect table (routing.config.schema.DIALECT_KINDS) is the only list of dialects."""
+    if isinstance(value, str) and value in DIALECTS:
+        return None
+    return f"unknown dialect {_short(value)}: use one of {' | '.join(DIALECTS)}"
+
+
 def ratio_problem(value: Any) -> str | None:
     if _is_num(value) and 0 <= value <= 1:
         return None
@@ -141,6 +148,7 @@ validate_timeout_ms = _field_validator(timeout_problem)
 validate_env_name = _field_validator(env_name_problem)
 validate_health_path = _field_validator(health_path_problem)
 validate_ratio = _field_validator(ratio_problem)
+validate_dialect = _field_validator(dialect_problem)
 
 # The form field validator of each schema value rule that has one (the admin attaches them).
 FORM_VALIDATORS = {
@@ -150,6 +158,7 @@ FORM_VALIDATORS = {
     "health_path": validate_health_path,
     "ratio": validate_ratio,
     "pattern": validate_pattern,
+    "dialect": validate_dialect,
 }
 
 
@@ -220,12 +229,7 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
     "health_path": (_prefixed(health_path_problem), VALUE),
     "ratio": (_prefixed(ratio_problem), VALUE),
     "pattern": (lambda v, key, what: None if (m := _pattern_problem(v)) is None else f"{what}: {m}", PATTERN),
-    "dialect": (
-        lambda v, key, what: None
-        if v in DIALECTS
-        else f"unknown dialect {v!r} for {what}: use one of {' | '.join(DIALECTS)}",
-        VALUE,
-    ),
+    "dialect": (lambda v, key, what: None if (m := dialect_problem(v)) is None else f"{what}: {m}", VALUE),
     "action": (lambda v, key, what: None if v in ACTIONS else f"{key} of {what} is {v!r}: use allow or deny", VALUE),
     "bool": (lambda v, key, what: None if isinstance(v, bool) else f"{key} of {what} must be true or false", STRUCTURE),
     "int": (

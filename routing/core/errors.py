@@ -239,6 +239,20 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, seconds)
 
 
+def _retry_after_ms(headers: Mapping[str, str]) -> float | None:
+    """Azure OpenAI's `retry-after-ms` (milliseconds, finer than Retry-After), as seconds."""
+    value = _header(headers, "retry-after-ms")
+    if not value:
+        return None
+    try:
+        ms = float(value.strip())
+    except ValueError:
+        return None
+    if math.isnan(ms) or math.isinf(ms):
+        return None
+    return max(0.0, ms / 1000.0)
+
+
 _CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
 _CONTEXT_PHRASES = (
     "maximum context length",
@@ -362,7 +376,9 @@ def failure_from_response(
             )
     if status == 429 or status >= 500 or status < 400:
         now_s = now() if callable(now) else now
-        retry_after = parse_retry_after(_header(headers, "Retry-After"), now_s)
+        retry_after = _retry_after_ms(headers)
+        if retry_after is None:
+            retry_after = parse_retry_after(_header(headers, "Retry-After"), now_s)
         if status == 429:
             return UpstreamFailure(K.UPSTREAM_429, "upstream answered 429 Too Many Requests", status, retry_after, body)
         return UpstreamFailure(K.UPSTREAM_5XX, f"upstream answered HTTP {status}", status, retry_after, body)
@@ -521,7 +537,7 @@ def model_denied(name: str) -> GatewayError:
 
 
 ENDPOINTS = (
-    "POST /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses, /v1/messages, "
+    "POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/rerank, /v1/responses, /v1/messages, "
     "/v1/messages/count_tokens and GET /v1/models"
 )
 

@@ -7,4 +7,4 @@ explain_route all take the list from here.
 
 from __future__ import annotations
 
-ENDPOINT_KINDS: tuple[str, ...] = ("chat", "embeddings", "rerank", "responses")
+ENDPOINT_KINDS: tuple[str, ...] = ("chat", "embeddings", "rerank", "responses", "completions")

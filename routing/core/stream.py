@@ -93,7 +93,7 @@ def _carries_content(chunk: dict) -> bool:
     for choice in choices:
         if not isinstance(choice, dict):
             continue
-        if choice.get("finish_reason"):
+        if choice.get("finish_reason") or choice.get("text"):  # `text`: a legacy completions chunk
             return True
         delta = choice.get("delta")
         if isinstance(delta, dict) and (
@@ -508,6 +508,8 @@ class UsageTap:
             except orjson.JSONDecodeError:
                 continue
             for choice in chunk.get("choices") or () if isinstance(chunk, dict) else ():
+                if isinstance(choice, dict) and isinstance(choice.get("text"), str):  # legacy completions
+                    chars += len(choice["text"])
                 delta = choice.get("delta") if isinstance(choice, dict) else None
                 if not isinstance(delta, dict):
                     continue

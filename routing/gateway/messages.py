@@ -27,6 +27,7 @@ from providers.dialects.anthropic_shapes import (
     message_of,
 )
 from providers.dialects.base import load_json
+from providers.dialects.vertex import VertexDialect, is_anthropic
 from routing.core.errors import GatewayError
 from routing.core.executor import Link
 from routing.gateway import messages_shapes, shapes
@@ -36,6 +37,7 @@ from routing.plan import preflight
 
 ENDPOINTS = frozenset({"messages", "count_tokens"})
 _ANTHROPIC = get_dialect("anthropic")
+_VERTEX = VertexDialect()  # stateless: for its prepare_anthropic (Claude on Vertex AI)
 
 
 def credential(auth: bytes, x_api_key: bytes) -> bytes:
@@ -69,7 +71,9 @@ async def send_count(send: Send, ctx: Context, body: dict[str, Any]) -> None:
 
 
 def _passthrough(link: Link) -> bool:
-    return link.model.provider.dialect == "anthropic"
+    """Whether the link speaks the Messages API itself: Anthropic, or Claude on Vertex AI."""
+    dialect = link.model.provider.dialect
+    return dialect == "anthropic" or (dialect == "vertex" and is_anthropic(link.model.upstream_model))
 
 
 class Shape:
@@ -97,6 +101,8 @@ class Shape:
             payload["stream"] = True
         else:
             payload.pop("stream", None)
+        if link.model.provider.dialect == "vertex":  # the access token is added by the dialect's authorize
+            return _VERTEX.prepare_anthropic(payload, link.model.upstream_model, link.base_url, stream)
         return _ANTHROPIC.prepare(payload, link.base_url, link.api_key, self.beta)
 
     def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:

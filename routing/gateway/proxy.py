@@ -299,6 +299,9 @@ async def call_upstream(
     data = None
     try:
         async with asyncio.timeout(min(phase, remaining)):
+            if dialect.authorizes:
+                prepared = await dialect.authorize(prepared, model.provider, link.api_key)
+                headers = prepared.headers if trace is None else {**prepared.headers, **trace.headers}
             response = await transport.send(
                 model.provider,
                 prepared.method,

@@ -18,6 +18,7 @@ ROUTES = {
     "/v1/embeddings": "embeddings",
     "/v1/rerank": "rerank",
     "/v1/responses": "responses",
+    "/v1/completions": "completions",  # legacy text completions, openai-dialect upstreams only
     "/v1/messages": "messages",  # Anthropic Messages (routing.gateway.messages)
     "/v1/messages/count_tokens": "count_tokens",
 }

@@ -357,6 +357,29 @@ class ResponsesRequest(Struct):
     service_tier: NStr = UNSET
 
 
+class CompletionsRequest(Struct):
+    """Legacy text completions (OpenAI's /v1/completions, as vLLM and llama.cpp serve it)."""
+
+    prompt: str | Annotated[list[str | TokenIdInt | TokenIds], Meta(min_length=1)]
+    model: NStr = UNSET
+    stream: NBool = UNSET
+    stream_options: StreamOptions | None | Unset = UNSET
+    max_tokens: PosTokens | None | Unset = UNSET
+    temperature: Temperature | None | Unset = UNSET
+    top_p: TopP | None | Unset = UNSET
+    n: Annotated[int, Meta(ge=1, le=MAX_N)] | None | Unset = UNSET
+    best_of: Annotated[int, Meta(ge=1, le=MAX_N)] | None | Unset = UNSET
+    stop: str | Annotated[list[str], Meta(max_length=MAX_STOP)] | None | Unset = UNSET
+    presence_penalty: Penalty | None | Unset = UNSET
+    frequency_penalty: Penalty | None | Unset = UNSET
+    logit_bias: dict[TokenId, Bias] | None | Unset = UNSET
+    logprobs: Annotated[int, Meta(ge=0, le=5)] | None | Unset = UNSET
+    echo: NBool = UNSET
+    suffix: NStr = UNSET
+    seed: Seed | None | Unset = UNSET
+    user: NStr = UNSET
+
+
 # --- the registry and the check --------------------------------------------------------
 
 
@@ -373,6 +396,7 @@ SHAPES: dict[str, Shape] = {
     "embeddings": Shape(EmbeddingsRequest, _check_embeddings),
     "rerank": Shape(RerankRequest),
     "responses": Shape(ResponsesRequest),
+    "completions": Shape(CompletionsRequest),
 }
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from routing.config.schema import DIALECT_KINDS
 from routing.config.snapshot import ModelSpec
 from routing.core import errors
 from routing.core.errors import GatewayError
@@ -36,7 +37,15 @@ _STRUCTURED = frozenset({"json_schema", "json_object"})
 _MAX_OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 # The request field a missing capability comes from, for the error's `param`.
 _PARAM = {"streaming": "stream", "tools": "tools", "structured_output": "response_format", "vision": "messages"}
-_PROMPT_PARAM = {"chat": "messages", "responses": "input", "embeddings": "input", "rerank": "documents"}
+_PROMPT_PARAM = {
+    "chat": "messages",
+    "responses": "input",
+    "embeddings": "input",
+    "rerank": "documents",
+    "completions": "prompt",
+}
+
+_KIND_NAMES = {"completions": "text completions (/v1/completions)"}
 
 UNSUPPORTED = "unsupported_capability"
 CONTEXT_LENGTH = "context_length"
@@ -135,6 +144,11 @@ def estimate_tokens(kind: str, body: Mapping[str, Any]) -> int:
         documents = body.get("documents")
         longest = max((_text_len([d]) for d in documents), default=0) if isinstance(documents, list) else 0
         return _ceil_tokens(_text_len(body.get("query")) + longest)
+    if kind == "completions":  # a prompt string, or several (the longest counts: each is a completion)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+            return max(_input_tokens(item) for item in prompt)
+        return _input_tokens(prompt)
     if kind == "responses":
         chars = _text_len(body.get("instructions"))
         data = body.get("input")
@@ -289,6 +303,13 @@ def no_link_error(chain: Sequence[Link], req: Requirements) -> GatewayError:
     if what == req.kind:
         param = "model"
         hint = f"pick a model whose capabilities include {what}"
+        dialect = model.provider.dialect
+        if what in KINDS and what not in DIALECT_KINDS.get(dialect, KINDS):
+            serving = " or ".join(d for d, kinds in DIALECT_KINDS.items() if what in kinds)
+            hint = (
+                f"its provider {model.provider.name!r} speaks the {dialect} dialect, which does not serve "
+                f"{_KIND_NAMES.get(what, what)}: pick a model on a {serving} provider"
+            )
         if what not in KINDS:
             hint = f"'{what}' is not a known capability; use one of {', '.join(sorted(KINDS))}"
     else:

@@ -562,3 +562,12 @@ async def test_a_cancel_from_outside_during_a_read_is_not_taken_for_a_timeout() 
         await asyncio.wait_for(task, 5)
     assert got == [FRAME1]  # no terminal frame: nobody is there to read it
     assert src.closed and stream.ending is None
+
+
+async def test_a_legacy_completions_text_chunk_commits_at_once() -> None:
+    """/v1/completions streams `choices[].text`, no delta: its first text is the first content."""
+    text = b'data: {"object":"text_completion","choices":[{"text":"Hel","index":0,"finish_reason":null}]}\n\n'
+    src = Source(text, HANG)
+    stream = await opened(src)  # without the text rule it would wait for more frames, and hang
+    assert stream.first == text
+    src.wake.set()

@@ -64,6 +64,7 @@ VALID = {
     },
     "rerank": {"model": "m", "query": "q", "documents": ["a", {"text": "b"}], "top_n": 1},
     "responses": {"model": "m", "input": [{"role": "user", "content": "hi"}], "instructions": "x"},
+    "completions": {"model": "m", "prompt": ["a", "b"], "max_tokens": 5, "stop": ["\n"], "suffix": "x"},
 }
 
 

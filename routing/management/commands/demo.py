@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+import orjson
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -133,6 +134,8 @@ class Command(BaseCommand):
         call_command("migrate", verbosity=0)
         mock = self._start_mock(options["mock_port"])
         os.environ.setdefault("SWITCHBOARD_UPSTREAM_DEMO", "demo-upstream-key")
+        if "SWITCHBOARD_UPSTREAM_DEMO_VERTEX" not in os.environ:
+            os.environ["SWITCHBOARD_UPSTREAM_DEMO_VERTEX"] = self._vertex_account(options["mock_port"])
         demo_yaml = DEMO_FILE.read_text().replace("127.0.0.1:9001", f"127.0.0.1:{options['mock_port']}")
         demo_document = load_yaml(demo_yaml)
         import_document(demo_document)
@@ -202,6 +205,17 @@ Try (the README's examples use $KEY):
             time.sleep(0.1)
         process.terminate()
         raise SystemExit(f"The mock upstream did not listen on port {port} within 10 s.")
+
+    def _vertex_account(self, port: int) -> str:
+        """A service account made for this run, whose key the mock's token endpoint trusts (vertex demo)."""
+        from providers.mock.clouds import new_service_account
+
+        account, public = new_service_account(f"http://127.0.0.1:{port}/vertex/token")
+        email = orjson.loads(account)["client_email"]
+        httpx.post(
+            f"http://127.0.0.1:{port}/_control/vertex", json={"client_email": email, "public_key": public}, timeout=5
+        )
+        return account
 
     def _script_flaky(self, port: int) -> None:
         httpx.post(
