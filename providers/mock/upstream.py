@@ -9,6 +9,8 @@ Routes (listening on 127.0.0.1):
   Anthropic   POST /anthropic/v1/messages (SSE events when "stream": true)
   TEI         POST /tei/embed, /tei/rerank; GET /tei/health   (model key: "tei")
   Cohere      POST /cohere/v2/rerank, /cohere/v2/embed
+  Bedrock     POST /bedrock/model/{modelId}/converse, /converse-stream (SigV4 checked;
+              providers.mock.bedrock)
   Control     POST /_control/script, GET /_control/calls?model=M, POST /_control/reset
 
 Chat (OpenAI and Anthropic) calls the first tool offered, after its text, unless the
@@ -48,6 +50,8 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+
+from providers.mock import bedrock
 
 HOST = "127.0.0.1"
 RECORD_LIMIT = 200
@@ -701,6 +705,7 @@ def make_app() -> web.Application:
     app.router.add_post("/cohere/v2/rerank", _route(_model_of, "cohere", _cohere_rerank))
     app.router.add_post("/cohere/v2/embed", _route(_model_of, "cohere", _cohere_embed))
     app.router.add_get("/cohere/v2/models", _models)
+    bedrock.add_routes(app, _route, STATE)
     app.router.add_post("/_control/script", _control_script)
     app.router.add_get("/_control/calls", _control_calls)
     app.router.add_post("/_control/reset", _control_reset)

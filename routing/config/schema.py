@@ -23,7 +23,7 @@ from typing import Any
 from routing.core.kinds import ENDPOINT_KINDS
 from routing.core.resilience import FALLBACK_TRIGGERS, Resilience
 
-DIALECTS = ("openai", "anthropic", "ollama", "tei", "cohere")
+DIALECTS = ("openai", "anthropic", "ollama", "tei", "cohere", "bedrock")
 CAPABILITIES = (*ENDPOINT_KINDS, "streaming", "tools", "structured_output", "vision")
 ACTIONS = ("allow", "deny")
 MAX_CHAIN = 8
@@ -39,6 +39,7 @@ DIALECT_KINDS: dict[str, frozenset[str]] = {
     "ollama": frozenset({"chat", "embeddings"}),
     "tei": frozenset({"embeddings", "rerank"}),
     "cohere": frozenset({"embeddings", "rerank"}),
+    "bedrock": frozenset({"chat"}),
 }
 
 # When export writes a field: always, when not None, or when truthy (not None/""/False/[]).
