@@ -58,6 +58,7 @@ STATUS = {
     "ThrottlingException": 429,
     "ValidationException": 400,
 }
+DEMO_KEY_ID = "ASIAMOCKSWITCHBOARD"  # the demo's credentials: a temporary key, so the session token is exercised
 _AUTH = re.compile(
     r"^AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request,\s*"
     r"SignedHeaders=([a-z0-9;-]+),\s*Signature=([0-9a-f]{64})$"
@@ -66,6 +67,12 @@ BAD_SIGNATURE = (
     "The request signature we calculated does not match the signature you provided. "
     "Check your AWS Secret Access Key and signing method. Consult the service documentation for details."
 )
+
+
+def demo_credentials() -> str:
+    """The provider secret (ACCESS_KEY_ID:SECRET_ACCESS_KEY:SESSION_TOKEN) the demo gives its bedrock provider."""
+    secret, token = CREDENTIALS[DEMO_KEY_ID]
+    return f"{DEMO_KEY_ID}:{secret}:{token}"
 
 
 # --- eventstream encoding (the mock's own; tests decode it with botocore) ---------------

@@ -5,11 +5,13 @@ verifies every SigV4 signature (body hash and session token included) with botoc
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anthropic
 import openai
 import pytest
 
-from providers.mock.bedrock import CREDENTIALS, TEXT, USAGE
+from providers.mock.bedrock import CREDENTIALS, TEXT, USAGE, demo_credentials
 from tests.e2e.test_usage_e2e import usage_rows, wait_for
 
 KEY_ID = "ASIAMOCKSWITCHBOARD"
@@ -278,3 +280,16 @@ def test_an_anthropic_model_down_falls_back_to_bedrock(client, claude, mock_upst
     assert message.parse().content[0].text == TEXT
     with claude.messages.stream(model="claude-down", max_tokens=50, messages=HI) as stream:
         assert "".join(stream.text_stream) == "tok0 tok1 tok2 "
+
+
+def test_the_demo_configuration_serves_bedrock_with_the_demos_credentials(make_gateway, mock_upstream):
+    demo = Path(__file__).resolve().parents[2] / "routing" / "fixtures" / "demo.yaml"
+    config = demo.read_text().replace("http://127.0.0.1:9001", mock_upstream.url)
+    env = {"SWITCHBOARD_UPSTREAM_DEMO": "demo-upstream-key", "SWITCHBOARD_UPSTREAM_DEMO_BEDROCK": demo_credentials()}
+    gw = make_gateway(config, org="demo", agent="demo-agent", env=env)
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=gw.api_key, max_retries=0, timeout=20)
+    raw = client.chat.completions.with_raw_response.create(model="bedrock-claude", messages=HI)
+    assert (raw.headers["x-switchboard-provider-used"], raw.parse().choices[0].message.content) == (
+        "mock-bedrock",
+        TEXT,
+    )

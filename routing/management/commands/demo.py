@@ -125,6 +125,7 @@ class Command(BaseCommand):
         from django.contrib.auth import get_user_model
 
         from policies.models import Agent
+        from providers.mock.bedrock import demo_credentials
         from routing.config.store import import_document, load_yaml
 
         # Before anything is touched: a running demo keeps its database, password and configuration.
@@ -133,6 +134,7 @@ class Command(BaseCommand):
         call_command("migrate", verbosity=0)
         mock = self._start_mock(options["mock_port"])
         os.environ.setdefault("SWITCHBOARD_UPSTREAM_DEMO", "demo-upstream-key")
+        os.environ.setdefault("SWITCHBOARD_UPSTREAM_DEMO_BEDROCK", demo_credentials())  # the mock's AWS key
         demo_yaml = DEMO_FILE.read_text().replace("127.0.0.1:9001", f"127.0.0.1:{options['mock_port']}")
         demo_document = load_yaml(demo_yaml)
         import_document(demo_document)
