@@ -239,7 +239,7 @@ async def test_the_body_hash_and_the_signed_body_are_checked(mock, transport):
 
 def test_a_signature_from_botocore_verifies_and_one_changed_byte_does_not():
     url = wire_url("http://127.0.0.1:1/bedrock", MODEL_ID, False)
-    headers = sign("POST", url, b"{}", credentials_of(TEMPORARY), "us-east-1")
+    headers = sign("POST", url, b"{}", credentials_of(TEMPORARY), "us-east-1", "127.0.0.1:1")
     assert url.endswith("/model/anthropic.claude-3-haiku-20240307-v1:0/converse")
     assert credentials_of("a:b:c") == ("a", "b", "c") and credentials_of("a:b") == ("a", "b", None)
     assert credentials_of("only-one-part") is None and credentials_of("a::c") is None
@@ -353,7 +353,14 @@ async def test_without_credentials_nothing_is_sent(mock, transport):
 
 def test_the_region_comes_from_the_aws_host_or_the_region_parameter():
     assert endpoint_of("https://bedrock-runtime.eu-west-3.amazonaws.com").region == "eu-west-3"
-    assert endpoint_of("http://127.0.0.1:9/bedrock?region=us-west-2") == ("http://127.0.0.1:9/bedrock", "us-west-2")
+    assert endpoint_of("http://127.0.0.1:9/bedrock?region=us-west-2") == (
+        "http://127.0.0.1:9/bedrock",
+        "us-west-2",
+        "127.0.0.1:9",
+    )
+    assert endpoint_of("https://bedrock-runtime.us-east-1.amazonaws.com:443").host == (
+        "bedrock-runtime.us-east-1.amazonaws.com"
+    )
     assert bedrock_region_problem("https://proxy.example.com/bedrock") is not None
     assert bedrock_region_problem("http://h/?region=not a region") is not None
 
