@@ -19,7 +19,7 @@ from providers.dialects import get_dialect
 from providers.dialects.bedrock import credentials_of, endpoint_of, sign, wire_url
 from providers.mock import bedrock as mock_bedrock
 from routing.config.validation import bedrock_region_problem, validate_document
-from routing.core.errors import FailureKind, UpstreamFailure
+from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
 from tests.providers.conftest import model, provider, sse_payloads
 
 MODEL_ID = "anthropic.claude-3-haiku-20240307-v1:0"
@@ -38,6 +38,7 @@ TOOLS = [
 ]
 HI = [{"role": "user", "content": "Hello"}]
 DIALECT = get_dialect("bedrock")
+BASE = "http://127.0.0.1:9/bedrock?region=us-east-1"
 
 
 def spec_at(mock, upstream: str = MODEL_ID, region: str = "us-east-1"):
@@ -269,6 +270,16 @@ async def test_an_image_url_is_refused_with_a_clear_error(mock, transport):
     }
     with pytest.raises(Exception, match="base64 data: URIs"):
         await call(transport, spec_at(mock), body)
+
+
+def test_a_content_part_bedrock_cannot_take_is_refused_without_naming_another_provider(mock):
+    audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
+    with pytest.raises(GatewayError) as caught:
+        DIALECT.build_request(
+            "chat", {"messages": [{"role": "user", "content": [audio]}]}, spec_at(mock), BASE, LONG_TERM, False
+        )
+    assert caught.value.status == 400 and caught.value.param == "messages[0].content[0]"
+    assert "input_audio" in caught.value.message and "Anthropic" not in caught.value.message
 
 
 async def test_a_stream_becomes_openai_chunks_with_usage_and_done(mock, transport):
