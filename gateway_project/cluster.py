@@ -215,11 +215,14 @@ def up(port: int, replicas: int, workers: int, server: str, mock_port: int, stat
         database_url = ensure_postgres(state)
         redis_url = ensure_redis(state)
         password = secrets.token_urlsafe(12)
+        from providers.mock.bedrock import demo_credentials
+
         env = {
             "DATABASE_URL": database_url,
             "REDIS_URL": redis_url,
             "SECRET_KEY": secrets.token_urlsafe(40),  # one key for all replicas: sessions work on any
             "SWITCHBOARD_UPSTREAM_DEMO": "demo-upstream-key",
+            "SWITCHBOARD_UPSTREAM_DEMO_BEDROCK": demo_credentials(),
             "SWITCHBOARD_USAGE_SPOOL_DIR": str(STATE_DIR / "spool"),
             "DEMO_ADMIN_PASSWORD": password,
             "CSRF_TRUSTED_ORIGINS": f"http://127.0.0.1:{port},http://localhost:{port}",

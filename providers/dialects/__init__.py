@@ -5,6 +5,7 @@ from __future__ import annotations
 from providers.dialects.anthropic import AnthropicDialect
 from providers.dialects.azure_openai import AzureOpenAIDialect
 from providers.dialects.base import Dialect, ParsedResponse, PreparedRequest
+from providers.dialects.bedrock import BedrockDialect
 from providers.dialects.cohere import CohereDialect
 from providers.dialects.gemini import GeminiDialect
 from providers.dialects.ollama import OllamaDialect
@@ -13,7 +14,8 @@ from providers.dialects.tei import TEIDialect
 from providers.dialects.vertex import VertexDialect
 
 DIALECTS: dict[str, Dialect] = {
-    d.name: d for d in (OpenAIDialect(), AnthropicDialect(), OllamaDialect(), TEIDialect(), CohereDialect())
+    d.name: d
+    for d in (OpenAIDialect(), AnthropicDialect(), OllamaDialect(), TEIDialect(), CohereDialect(), BedrockDialect())
 }
 # Cloud providers' APIs (docs/providers.md), one row each.
 DIALECTS.update({d.name: d for d in (AzureOpenAIDialect(), GeminiDialect(), VertexDialect())})

@@ -222,7 +222,10 @@ def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
         elif kind == "image_url":
             blocks.append(_image_block(part, p))
         else:
-            raise invalid_request(f"{p}: content part type {kind!r} is not supported by Anthropic models", p)
+            raise invalid_request(
+                f"{p}: content part type {kind!r} cannot be sent to this model's provider; send text and image_url parts",
+                p,
+            )
     return blocks
 
 

@@ -4,8 +4,8 @@ A dialect is stateless and shared by every request. `build_request` turns the
 client's OpenAI-shaped body into the upstream's request; `parse_response` turns a
 2xx upstream body back into the OpenAI shape the client expects (and reads the token
 usage); `translate_stream` turns the upstream's SSE bytes into OpenAI SSE bytes.
-Non-2xx answers never reach a dialect: routing.core.errors.failure_from_response
-classifies them.
+Non-2xx answers are classified by `failure`: routing.core.errors.failure_from_response
+unless the dialect knows its upstream's error shape better.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import orjson
 
 from routing.config.snapshot import ModelSpec, ProviderSpec
 from routing.core import errors
-from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.errors import FailureKind, GatewayError, UpstreamFailure, failure_from_response
 from routing.core.kinds import ENDPOINT_KINDS
 
 KINDS = ENDPOINT_KINDS
@@ -150,6 +150,10 @@ class Dialect:
     def translate_stream(self, chunks: AsyncIterator[bytes], model: ModelSpec) -> AsyncIterator[bytes]:
         """Upstream SSE bytes -> OpenAI SSE bytes. Identity unless overridden."""
         return chunks
+
+    def failure(self, status: int, headers: Mapping[str, str], body: bytes) -> UpstreamFailure:
+        """The classified failure of a non-2xx answer (docs/errors.md); by status unless overridden."""
+        return failure_from_response(status, headers, body)
 
     def health_url(self, provider: ProviderSpec) -> str:
         return join_url(provider.base_url, provider.health_check_path or "/models")

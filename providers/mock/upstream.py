@@ -10,6 +10,8 @@ Routes (listening on 127.0.0.1):
   TEI         POST /tei/embed, /tei/rerank; GET /tei/health   (model key: "tei")
   Cohere      POST /cohere/v2/rerank, /cohere/v2/embed
   Azure, Gemini, Vertex (and its token endpoint): providers.mock.clouds
+  Bedrock     POST /bedrock/model/{modelId}/converse, /converse-stream (SigV4 checked;
+              providers.mock.bedrock)
   Control     POST /_control/script, GET /_control/calls?model=M, POST /_control/reset
 
 Chat (OpenAI and Anthropic) calls the first tool offered, after its text, unless the
@@ -52,6 +54,7 @@ import orjson
 from aiohttp import web
 
 from providers.mock import clouds
+from providers.mock import bedrock
 
 HOST = "127.0.0.1"
 RECORD_LIMIT = 200
@@ -756,6 +759,7 @@ def make_app() -> web.Application:
     app.router.add_post("/cohere/v2/embed", _route(_model_of, "cohere", _cohere_embed))
     app.router.add_get("/cohere/v2/models", _models)
     clouds.add_routes(app, sys.modules[__name__])  # its handlers build on this module's
+    bedrock.add_routes(app, _route, STATE)
     app.router.add_post("/_control/script", _control_script)
     app.router.add_get("/_control/calls", _control_calls)
     app.router.add_post("/_control/reset", _control_reset)

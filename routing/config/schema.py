@@ -38,6 +38,7 @@ DIALECT_KINDS: dict[str, frozenset[str]] = {
     "ollama": frozenset({"chat", "embeddings"}),
     "tei": frozenset({"embeddings", "rerank"}),
     "cohere": frozenset({"embeddings", "rerank"}),
+    "bedrock": frozenset({"chat"}),
 }
 DIALECT_KINDS.update(  # cloud providers' APIs (docs/providers.md)
     {

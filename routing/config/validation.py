@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from django.core.exceptions import ValidationError
 
@@ -88,6 +88,33 @@ def base_url_problem(value: Any) -> str | None:
             pass
     shown = redact_url(value) if isinstance(value, str) and "@" in value else value
     return f"{shown!r} is not an http(s) URL with a host: write it like http://127.0.0.1:9001/v1"
+
+
+_AWS_RUNTIME_HOST = re.compile(r"^bedrock-runtime(?:-fips)?\.([a-z]{2}(?:-[a-z]+)+-\d+)\.amazonaws\.com(?:\.cn)?$")
+_AWS_REGION = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d+$")
+
+
+def bedrock_region(base_url: str) -> str | None:
+    """The AWS region a bedrock base_url names: its `?region=`, else its bedrock-runtime host's."""
+    parts = urlsplit(base_url)
+    region = dict(parse_qsl(parts.query)).get("region")
+    if not region:
+        match = _AWS_RUNTIME_HOST.match(parts.hostname or "")
+        region = match.group(1) if match else None
+    return region
+
+
+def bedrock_region_problem(base_url: str) -> str | None:
+    """Why a bedrock base_url names no usable region (None when it does)."""
+    region = bedrock_region(base_url)
+    if region is None:
+        return (
+            "names no AWS region: use https://bedrock-runtime.<region>.amazonaws.com, "
+            "or add ?region=<region> to any other URL (e.g. http://127.0.0.1:9001/bedrock?region=us-east-1)"
+        )
+    if not _AWS_REGION.match(region):
+        return f"region {region!r} is not an AWS region name such as us-east-1"
+    return None
 
 
 def pattern_problem(value: Any) -> str | None:
@@ -522,10 +549,18 @@ class _Validator:
             self.fields(p, path, what, PROVIDER.names, PROVIDER.required)
             name = self.name(p, "name", path, "provider", seen)
             self.values(p, path, what, PROVIDER)
+            dialect = p.get("dialect", PROVIDER["dialect"].default)
             if name:
-                dialect = p.get("dialect", PROVIDER["dialect"].default)
                 self.dialects[name] = dialect if isinstance(dialect, str) else ""
+            if dialect == "bedrock":
+                self.bedrock_region(p, path, what)
         return set(seen)
+
+    def bedrock_region(self, p: Mapping[str, Any], path: str, what: str) -> None:
+        """A bedrock provider signs for one region, which its base_url must name (docs/providers.md#bedrock)."""
+        url = p.get("base_url")
+        if isinstance(url, str) and base_url_problem(url) is None and (problem := bedrock_region_problem(url)):
+            self.add(f"{path}.base_url", f"base_url of {what} {problem}", URL)
 
     def models(self, doc: Mapping[str, Any], providers: set[str]) -> dict[str, dict[str, Any]]:
         seen: dict[str, str] = {}

@@ -18,7 +18,7 @@ from providers.dialects import Dialect, ParsedResponse, PreparedRequest, get_dia
 from providers.transport import transport
 from routing.config.snapshot import OrgSpec, Snapshot
 from routing.core import errors
-from routing.core.errors import FailureKind, UpstreamFailure, failure_from_response
+from routing.core.errors import FailureKind, UpstreamFailure
 from routing.core.executor import Executor, Link, Settlement
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
@@ -326,5 +326,5 @@ async def call_upstream(
             ) from None
         raise
     if not ok:
-        raise failure_from_response(response.status, response.headers, data or b"")
+        raise dialect.failure(response.status, response.headers, data or b"")
     return dialect, prepared, response, data, started + phase

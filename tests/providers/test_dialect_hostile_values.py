@@ -89,6 +89,9 @@ def _with(body: dict, path: tuple, value: Any) -> dict:
     return out
 
 
+# Where each dialect's requests go, with a key it can use (default: an OpenAI-style URL and key).
+TARGETS = {"bedrock": ("http://127.0.0.1:9/bedrock?region=us-east-1", "AKIDEXAMPLE:secret")}
+
 CASES = [
     (dialect, kind, path)
     for dialect, impl in DIALECTS.items()
@@ -103,10 +106,11 @@ CASES = [
 def test_every_hostile_value_is_translated_or_refused_with_400(dialect, kind, path):
     impl = DIALECTS[dialect]
     spec = model()
+    base_url, key = TARGETS.get(dialect, ("http://127.0.0.1:9/v1", "key"))
     for value in HOSTILE:
         body = _with(VALID[kind], path, value)
         try:
-            prepared = impl.build_request(kind, body, spec, "http://127.0.0.1:9/v1", "key", False)
+            prepared = impl.build_request(kind, body, spec, base_url, key, False)
         except GatewayError as exc:
             assert exc.status == 400, (value, exc)
             continue

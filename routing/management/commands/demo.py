@@ -126,6 +126,7 @@ class Command(BaseCommand):
         from django.contrib.auth import get_user_model
 
         from policies.models import Agent
+        from providers.mock.bedrock import demo_credentials
         from routing.config.store import import_document, load_yaml
 
         # Before anything is touched: a running demo keeps its database, password and configuration.
@@ -136,6 +137,7 @@ class Command(BaseCommand):
         os.environ.setdefault("SWITCHBOARD_UPSTREAM_DEMO", "demo-upstream-key")
         if "SWITCHBOARD_UPSTREAM_DEMO_VERTEX" not in os.environ:
             os.environ["SWITCHBOARD_UPSTREAM_DEMO_VERTEX"] = self._vertex_account(options["mock_port"])
+        os.environ.setdefault("SWITCHBOARD_UPSTREAM_DEMO_BEDROCK", demo_credentials())  # the mock's AWS key
         demo_yaml = DEMO_FILE.read_text().replace("127.0.0.1:9001", f"127.0.0.1:{options['mock_port']}")
         demo_document = load_yaml(demo_yaml)
         import_document(demo_document)
