@@ -53,8 +53,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from providers.mock import clouds
-from providers.mock import bedrock
+from providers.mock import bedrock, clouds
 
 HOST = "127.0.0.1"
 RECORD_LIMIT = 200
