@@ -82,7 +82,7 @@ def test_redact_url_drops_userinfo_query_and_fragment():
     assert redact_url("http://127.0.0.1/v1") == "http://127.0.0.1/v1"
 
 
-async def test_a_connect_error_message_prints_the_url_without_password_or_query():
+async def test_a_connect_error_names_the_provider_to_clients_and_logs_the_url_without_password_or_query(caplog):
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -94,5 +94,7 @@ async def test_a_connect_error_message_prints_the_url_without_password_or_query(
     finally:
         await transport.aclose()
     message = str(info.value)
-    assert f"127.0.0.1:{port}/v1/chat/completions" in message
-    assert "hunter2" not in message and "sk-q" not in message
+    assert "127.0.0.1" not in message and "hunter2" not in message and "sk-q" not in message  # docs/security.md
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name == "switchboard.upstream")
+    assert f"127.0.0.1:{port}/v1/chat/completions" in logged  # the operator sees where
+    assert "hunter2" not in logged and "sk-q" not in logged
