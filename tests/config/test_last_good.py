@@ -46,7 +46,7 @@ def test_a_rejected_configuration_never_reaches_the_last_good_file_and_a_boot_wi
 
     break_the_database_copy()
     assert not live.rebuild_from_db("test")  # rejected: still serving the good one
-    document, _, version, _ = lastgood.load()
+    document, _, version, _, _ = lastgood.load()
     assert validate_document(document) == [], "the last good file holds a configuration validation rejected"
     assert version == good.version
 

@@ -106,6 +106,7 @@ def test_redis_cut_under_load_fails_nothing_and_each_process_enforces_its_share(
 
 RPM = 10  # across the cluster; each process's outage share: a bucket of 5 that refills at 5 a minute
 ASKED = 3 * RPM  # more than the limit allows: both shares run out
+SHARE = 1  # a process's lease of an rpm under 40 (docs/limits.md#shared)
 
 
 @pytest.fixture
@@ -143,10 +144,11 @@ def test_with_redis_stopped_two_processes_together_admit_at_most_the_limit(redis
     statuses = [s for r in results for s in r]
     assert set(statuses) <= {200, 429}, statuses  # never a failure because Redis is down
     served = statuses.count(200)
-    # The outage shares start full (the limit's burst, split, whatever was used before) and refill
-    # at the limit's rate, split: together the limit, and its refill over the outage.
-    allowed = RPM + RPM * elapsed / 60
-    assert served <= allowed + 1, f"{served} served by both processes in {elapsed:.1f} s: at most {allowed:.0f}"
+    # The outage shares start full (the limit's burst, split) and refill at the limit's rate, split:
+    # together the limit and its refill over the outage, plus what each process held when Redis went
+    # (at most one share each: the documented overshoot, docs/limits.md#shared; 1 request for rpm 10).
+    allowed = RPM + RPM * elapsed / 60 + 2 * SHARE
+    assert served <= allowed, f"{served} served by both processes in {elapsed:.1f} s: at most {allowed:.0f}"
     assert served >= RPM - 1, f"only {served} served in {elapsed:.1f} s: the outage shares are {RPM // 2} each"
     assert 429 in results[0] and 429 in results[1]  # each process enforces its share on local state
     assert degraded(a) == 1 and degraded(b) == 1
