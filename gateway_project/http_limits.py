@@ -1,4 +1,5 @@
-"""Header limits for uvicorn + httptools, which has none of its own (docs/security.md#header-limits).
+"""Header limits for uvicorn + httptools, which has none of its own (docs/security.md#header-limits),
+and the server edge's deadlines and connection cap (docs/security.md#server-edge).
 
 httptools accumulates a header value chunk by chunk until its end; one request
 with a 64 MiB header pushed every other request's latency into seconds and a
