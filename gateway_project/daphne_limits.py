@@ -218,7 +218,11 @@ class LimitedHTTPFactory(HTTPFactory):
     def _sweep(self) -> None:
         now = reactor.seconds()
         for channel in list(_channels):
-            if channel._deadline and now > channel._deadline:
+            transport = channel.transport
+            if not isinstance(getattr(transport, "protocol", None), http._GenericHTTPChannelProtocol):
+                _channels.discard(channel)  # upgraded to a websocket: daphne's websocket protocol owns it
+                _heads.pop(channel, None)
+            elif channel._deadline and now > channel._deadline:
                 channel.timed_out()
         reactor.callLater(min(1.0, edge.limits().head_timeout_s / 4), self._sweep)
 
