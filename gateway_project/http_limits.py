@@ -68,7 +68,7 @@ class _OneWrite:
 
     __slots__ = ("_transport", "_loop", "_head", "_protocol")
 
-    def __init__(self, transport: Any, loop: Any, protocol: LimitedHttpToolsProtocol) -> None:
+    def __init__(self, transport: Any, loop: Any, protocol: LimitedHttpToolsProtocol | None = None) -> None:
         self._transport = transport
         self._loop = loop
         self._head: bytes | None = None
@@ -95,7 +95,7 @@ class _OneWrite:
     def close(self) -> None:
         self._flush()
         protocol = self._protocol
-        cycle = protocol.cycle
+        cycle = protocol.cycle if protocol is not None else None
         if cycle is not None and cycle.more_body and not protocol._rejected:
             protocol._linger()  # answered before the body was read (413): let the client read it
         else:
