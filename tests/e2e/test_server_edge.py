@@ -19,6 +19,7 @@ import httpx
 import orjson
 import pytest
 
+from gateway_project.edge import LINGER_S
 from tests.e2e.harness import SLACK_S, Gateway
 
 CONFIG = """
@@ -77,15 +78,19 @@ def _proc(pid: int, name: str) -> dict[str, int]:
     return fields
 
 
-def _upload(port: int, path: str, chunked: bool) -> tuple[bytes, float, int]:
+def _upload(port: int, path: str, chunked: bool) -> tuple[bytes, float, int, bool]:
     """POST a 1 GiB body made by a generator (never held) to `path`: with `Content-Length`, or
-    chunked. Stops sending when the server answers or closes. (answer, seconds to it, bytes sent)."""
+    chunked, and keep sending after the answer until the server closes the connection (at most
+    LINGER_S + SLACK_S; what arrives meanwhile is read and dropped). (answer, seconds to it,
+    bytes sent before it, whether the server closed)."""
     framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {GIB}"
     head = f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n{framing}\r\n\r\n"
     piece = b"10000\r\n" + CHUNK + b"\r\n" if chunked else CHUNK
     body = (piece for _ in range(GIB // len(CHUNK)))
     stop = threading.Event()
+    answered = threading.Event()
     sent = [0]
+    cut = [False]  # the server closed the connection under the sender
 
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
 
@@ -96,8 +101,10 @@ def _upload(port: int, path: str, chunked: bool) -> tuple[bytes, float, int]:
                     return
                 sock.sendall(part)
                 sent[0] += len(CHUNK)
+                if answered.is_set():
+                    time.sleep(0.001)  # after the answer, slower: the rest must outlast the server's linger
         except OSError:
-            pass  # the server closed after answering
+            cut[0] = True  # the server closed after answering
 
     started = time.monotonic()
     sock.sendall(head.encode())
@@ -112,11 +119,14 @@ def _upload(port: int, path: str, chunked: bool) -> tuple[bytes, float, int]:
             answer += data
     except OSError:
         pass
-    elapsed = time.monotonic() - started
+    elapsed, sent_before_answer = time.monotonic() - started, sent[0]
+    answered.set()
+    sender.join(timeout=LINGER_S + SLACK_S)  # the sender stops when the server closes
+    closed = cut[0]
     stop.set()
     sender.join(timeout=10)
     sock.close()
-    return answer, elapsed, sent[0]
+    return answer, elapsed, sent_before_answer, closed
 
 
 def _json_body(answer: bytes) -> dict:
@@ -133,14 +143,15 @@ def test_a_1_gib_unauthenticated_upload_is_refused_at_once(gateway, path, chunke
     if chunked and path.startswith("/v1") and gateway.server == "uvicorn":
         # the gateway's own reader answers the missing key before reading a byte of a body
         # without a length; the connection then ends (a lingering close), nothing is read on
-        answer, elapsed, sent = _upload(gateway.port, path, chunked)
+        answer, elapsed, sent, closed = _upload(gateway.port, path, chunked)
         assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
-        assert sent < GIB
+        assert closed, "the server went on reading the rest of the upload"
         return
     pid = gateway.process.pid
     memory, io = _proc(pid, "status"), _proc(pid, "io")
-    answer, elapsed, sent = _upload(gateway.port, path, chunked)
+    answer, elapsed, sent, closed = _upload(gateway.port, path, chunked)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
+    assert closed, "the server went on reading the rest of the upload"
     assert b"connection: close" in answer.lower()
     assert _json_body(answer)["error"]["code"] == "request_too_large"
     assert elapsed < 1.0 + SLACK_S, f"413 after {elapsed:.1f} s"
