@@ -31,8 +31,7 @@ from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.internet import reactor
 from twisted.web import http
 
-from gateway_project import edge
-from gateway_project.http_limits import _limits as head_limits
+from gateway_project import edge  # never uvicorn: the process list names the server by its imports
 
 log = logging.getLogger("switchboard.edge")
 
@@ -87,7 +86,7 @@ class LimitedHTTPChannel(http.HTTPChannel):
         super().connectionMade()
         lim = edge.limits()
         self._head_s, self._body_s, self._keepalive_s = lim.head_timeout_s, lim.body_timeout_s, lim.keepalive_s
-        self.totalHeadersSize, self.maxHeaders = head_limits()
+        self.totalHeadersSize, self.maxHeaders = lim.max_header_bytes, lim.max_headers
         self.MAX_LENGTH = self.totalHeadersSize  # one line: LineReceiver's own limit
         self._deadline = reactor.seconds() + self._head_s  # a connection that sends nothing
         _channels.add(self)

@@ -39,6 +39,8 @@ class Limits:
     body_timeout_s: float
     keepalive_s: float
     max_connections: int
+    max_header_bytes: int
+    max_headers: int
 
 
 _cached: Limits | None = None
@@ -77,6 +79,8 @@ def limits() -> Limits:
             max_connections=connection_cap(
                 int(_setting("SWITCHBOARD_MAX_CONNECTIONS", 0)), int(_setting("SWITCHBOARD_RESERVED_FDS", 256))
             ),
+            max_header_bytes=int(_setting("SWITCHBOARD_MAX_HEADER_BYTES", 64 * 1024)),
+            max_headers=int(_setting("SWITCHBOARD_MAX_HEADERS", 100)),
         )
     return _cached
 

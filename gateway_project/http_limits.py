@@ -27,7 +27,6 @@ Used with `uvicorn --http gateway_project.http_limits:LimitedHttpToolsProtocol`.
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 import httptools
@@ -40,25 +39,6 @@ LINGER_S = edge.LINGER_S  # how long the rest of a rejected request is read and 
 
 class _HeadTooLarge(Exception):
     """Raised from a parser callback to stop parsing a request whose head is over the limit."""
-
-
-_cached: tuple[int, int] | None = None
-
-
-def _limits() -> tuple[int, int]:
-    """(max head bytes, max header count), read once from the settings."""
-    global _cached
-    if _cached is None:
-        try:
-            from django.conf import settings
-
-            _cached = int(settings.SWITCHBOARD_MAX_HEADER_BYTES), int(settings.SWITCHBOARD_MAX_HEADERS)
-        except Exception:  # noqa: BLE001 - settings not importable: the same knobs from the environment
-            _cached = (
-                int(os.environ.get("SWITCHBOARD_MAX_HEADER_BYTES", 64 * 1024)),
-                int(os.environ.get("SWITCHBOARD_MAX_HEADERS", 100)),
-            )
-    return _cached
 
 
 class _OneWrite:
@@ -135,8 +115,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._max_bytes, self._max_count = _limits()
         lim = edge.limits()
+        self._max_bytes, self._max_count = lim.max_header_bytes, lim.max_headers
         self.timeout_keep_alive = lim.keepalive_s
         self._head_s, self._body_s, self._cap = lim.head_timeout_s, lim.body_timeout_s, lim.max_connections
         self._deadline = 0.0  # loop time by which the head must be complete / the body progress; 0: none
