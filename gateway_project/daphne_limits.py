@@ -47,10 +47,11 @@ class LimitedWebRequest(WebRequest):
     _refused = False
     _body_bytes = 0
     _limit = 0
+    _path = "/"
 
     def gotLength(self, length: int | None) -> None:
-        path = getattr(self.channel, "_path", b"/").split(b"?", 1)[0]
-        self._limit = edge.body_limit(path.decode("latin-1"))
+        self._path = getattr(self.channel, "_path", b"/").split(b"?", 1)[0].decode("latin-1")
+        self._limit = edge.body_limit(self._path)
         self.content = io.BytesIO()  # bounded by the limit: never a temporary file
         if length is not None and length > self._limit:
             self._refuse()
@@ -72,7 +73,7 @@ class LimitedWebRequest(WebRequest):
     def _refuse(self) -> None:
         self._refused = True
         self.content = io.BytesIO()
-        self.channel.refuse(edge.too_large_response(self._limit))
+        self.channel.refuse(edge.too_large_response(self._limit, self._path))
 
 
 class LimitedHTTPChannel(http.HTTPChannel):

@@ -93,16 +93,22 @@ def body_limit(path: str) -> int:
     return lim.api_body_bytes if is_gateway_path(path) else lim.page_body_bytes
 
 
-def too_large_body(limit: int) -> bytes:
-    """The 413 answer's JSON body, from the error catalogue."""
+def too_large_body(limit: int, path: str = "") -> bytes:
+    """The 413 answer's JSON body, from the error catalogue; in Anthropic's error shape on the
+    Messages endpoints, as the gateway itself answers there (docs/anthropic-messages.md)."""
     from routing.core.errors import request_too_large
 
-    return request_too_large(limit).body()
+    error = request_too_large(limit)
+    if path.rstrip("/").startswith("/v1/messages"):
+        from providers.dialects.anthropic_shapes import error_body
+
+        return error_body(error.status, error.message)
+    return error.body()
 
 
-def too_large_response(limit: int) -> bytes:
+def too_large_response(limit: int, path: str = "") -> bytes:
     """A whole HTTP/1.1 413 answer that closes the connection (for a server's own refusal)."""
-    body = too_large_body(limit)
+    body = too_large_body(limit, path)
     head = (
         "HTTP/1.1 413 Content Too Large\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"

@@ -167,6 +167,13 @@ def test_a_1_gib_unauthenticated_upload_is_refused_at_once(gateway, path, chunke
     assert small.status_code == 403  # CSRF: the body was read and the view answered
 
 
+def test_an_oversized_messages_body_is_refused_in_anthropics_error_shape(gateway):
+    answer, _, _, closed = _upload(gateway.port, "/v1/messages", chunked=False)
+    assert answer.startswith(b"HTTP/1.1 413") and closed
+    body = _json_body(answer)
+    assert body["type"] == "error" and "larger than 10485760 bytes" in body["error"]["message"]
+
+
 def test_doubled_slashes_in_an_api_path_answer_the_apis_json_404(gateway):
     for path in ("//v1/chat/completions", "/v1//chat/completions"):
         answer = httpx.post(f"{gateway.url}{path}", json={"model": "m", "messages": []}, timeout=10)
