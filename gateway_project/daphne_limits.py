@@ -125,6 +125,7 @@ class LimitedHTTPChannel(http.HTTPChannel):
     def requestDone(self, request: Any) -> None:
         self._idle = True
         self._deadline = reactor.seconds() + self._keepalive_s
+        _heads[self] = None  # kept alive, waiting for its next head: closed first at the cap
         super().requestDone(request)
 
     def timed_out(self) -> None:

@@ -215,10 +215,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         cycle = self.cycle
-        if cycle is not None and cycle.more_body and not self._rejected and not self.transport.is_closing():
+        if self._rejected or self.transport.is_closing():
+            return
+        if cycle is not None and cycle.more_body:
             # answered before the body was read (a 401 to an unauthenticated upload): the rest is
             # not read into the next request's place for ever, the connection ends after a linger
             self._linger()
+        elif self._in_head:  # not a pipelined request already read
+            _heads[self] = None  # kept alive, waiting for its next head: closed first at the cap
 
     # data -----------------------------------------------------------------------------
 
