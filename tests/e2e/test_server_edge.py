@@ -263,3 +263,21 @@ def test_half_open_connections_are_closed_and_health_keeps_answering(gateway):
     finally:
         for sock in socks:
             sock.close()
+
+
+@pytest.mark.parametrize("server", ["uvicorn", "daphne"])
+def test_at_the_cap_idle_keep_alive_connections_make_room_for_new_ones(databases, server):
+    gw = _gateway(databases, server, {"SWITCHBOARD_KEEPALIVE_S": "60", "SWITCHBOARD_MAX_CONNECTIONS": "40"})
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(60):  # more kept-alive connections than the cap, each idle after one answer
+            sock = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200"), "a new connection was refused at the cap"
+            idle.append(sock)
+        closed, _ = _closed_within(idle[:20], SLACK_S)
+        assert closed == 20  # the longest idle made room
+    finally:
+        for sock in idle:
+            sock.close()
+        gw.stop()
