@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -38,7 +39,10 @@ def _serve(name: str, server: str, workers: int, work: Path, mock_url: str, extr
     env, key = procs.prepare_database(work, name, config.config_yaml(mock_url), config.ORG, config.AGENT)
     port = procs.free_port()
     argv = [procs.PY, "manage.py", "serve", "--server", server, "--workers", str(workers), "--port", str(port)]
-    proc = procs.Proc(name, argv, work, {"DJANGO_SETTINGS_MODULE": "gateway_project.settings", **env, **extra})
+    secret = {"SECRET_KEY": secrets.token_urlsafe(50)}  # `serve` refuses the development key
+    proc = procs.Proc(
+        name, argv, work, {"DJANGO_SETTINGS_MODULE": "gateway_project.settings", **env, **secret, **extra}
+    )
     url = f"http://127.0.0.1:{port}"
     procs.wait_http(f"{url}/health", proc, timeout=90)
     return proc, url, key

@@ -17,7 +17,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_project.settings")
 
 from django.core.asgi import get_asgi_application  # noqa: E402
 
-django_application = get_asgi_application()
+from gateway_project.edge import limit_page_bodies  # noqa: E402
+
+# the Django side behind its body limit: refused while reading, never spooled (docs/security.md#server-edge)
+django_application = limit_page_bodies(get_asgi_application())
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

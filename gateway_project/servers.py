@@ -13,8 +13,10 @@ import sys
 APP = "gateway_project.asgi:application"
 SERVERS = ("uvicorn", "daphne")
 DEFAULT = "uvicorn"
-# httptools with header limits (431 above them): docs/security.md#header-limits
+# httptools with header limits (431 above them), deadlines and a connection cap: docs/security.md#server-edge
 HTTP_PROTOCOL = "gateway_project.http_limits:LimitedHttpToolsProtocol"
+# daphne with the same limits, and body limits before its buffering: docs/security.md#server-edge
+DAPHNE = "gateway_project.daphne_limits"
 
 
 def command(server: str, host: str, port: int) -> list[str]:
@@ -27,7 +29,7 @@ def command(server: str, host: str, port: int) -> list[str]:
         ]  # fmt: skip
     if server == "daphne":
         # -v 0: no access log; every request already has its JSON line on switchboard.requests.
-        return [sys.executable, "-m", "daphne", "-v", "0", "-b", host, "-p", str(port), APP]
+        return [sys.executable, "-m", DAPHNE, "-v", "0", "-b", host, "-p", str(port), APP]
     raise ValueError(f"unknown server {server!r}; use one of {', '.join(SERVERS)}")
 
 

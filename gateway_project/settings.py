@@ -24,6 +24,9 @@ ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[:
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 # Storage ----------------------------------------------------------------------
+# Seconds a connection to the database may take (PostgreSQL connect_timeout): a database that
+# never answers fails the boot fast, which then serves the last good snapshot (docs/security.md#server-edge).
+SWITCHBOARD_DB_CONNECT_TIMEOUT_S = env.int("SWITCHBOARD_DB_CONNECT_TIMEOUT_S", default=3)
 DATABASES = {
     # SQLite file in the project unless DATABASE_URL says otherwise.
     "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'switchboard.sqlite3'}"),
@@ -37,6 +40,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE"
     # A file (not :memory:) so end-to-end servers could share it; per process so parallel runs never collide.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-switchboard-{os.getpid()}.sqlite3")}
+elif DATABASES["default"]["ENGINE"].startswith("django.db.backends.postgresql"):
+    # Bounded connect on every connection (boot, usage writer, admin): the libpq default waits for
+    # the TCP timeout, minutes against a host that accepts and never answers.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", SWITCHBOARD_DB_CONNECT_TIMEOUT_S)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Redis is optional: the channel layer (multi-process reload, dashboard fan-out)
@@ -58,6 +65,19 @@ SWITCHBOARD_CLUSTER = env.str("SWITCHBOARD_CLUSTER", default="")
 # Gateway ----------------------------------------------------------------------
 # Request bodies over this many bytes get 413 request_too_large.
 SWITCHBOARD_MAX_BODY_BYTES = env.int("SWITCHBOARD_MAX_BODY_BYTES", default=10 * 1024 * 1024)
+# The Django side (admin, dashboard, /metrics) refuses bodies over this many bytes with 413, before
+# reading them (docs/security.md#server-edge); its forms are small.
+SWITCHBOARD_MAX_PAGE_BODY_BYTES = env.int("SWITCHBOARD_MAX_PAGE_BODY_BYTES", default=1024 * 1024)
+# Slow clients (docs/security.md#server-edge), both servers: a request head must be complete this
+# long after its first byte, a body must make progress this often, an idle keep-alive connection
+# is closed after this long.
+SWITCHBOARD_HEAD_TIMEOUT_S = env.float("SWITCHBOARD_HEAD_TIMEOUT_S", default=10.0)
+SWITCHBOARD_BODY_TIMEOUT_S = env.float("SWITCHBOARD_BODY_TIMEOUT_S", default=10.0)
+SWITCHBOARD_KEEPALIVE_S = env.float("SWITCHBOARD_KEEPALIVE_S", default=5.0)
+# Connections one process holds at most (0: the file-descriptor limit less SWITCHBOARD_RESERVED_FDS,
+# the descriptors kept for the usage journal, spool, database and Redis; never more than that).
+SWITCHBOARD_MAX_CONNECTIONS = env.int("SWITCHBOARD_MAX_CONNECTIONS", default=0)
+SWITCHBOARD_RESERVED_FDS = env.int("SWITCHBOARD_RESERVED_FDS", default=256)
 # Requests that start their work per event-loop pass; a burst beyond waits for the next passes,
 # so /health and open sockets are served between (docs/performance.md#pacing). 0: no pacing.
 SWITCHBOARD_REQUESTS_PER_TICK = env.int("SWITCHBOARD_REQUESTS_PER_TICK", default=32)

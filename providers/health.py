@@ -31,6 +31,7 @@ from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec, Snapshot
 from routing.core.errors import UpstreamFailure
 from routing.ops import metrics
+from routing.ops.outage import Outage
 
 log = logging.getLogger("switchboard.health")
 
@@ -311,6 +312,7 @@ async def run_prober() -> None:
     interval = float(settings.SWITCHBOARD_HEALTH_INTERVAL_S)
     shared_poll = float(getattr(settings, "SWITCHBOARD_HEALTH_SHARED_POLL_S", 2.0))
     next_probe = 0.0
+    outage = Outage(log, "reading shared probe results", "keeping this process's own results")
     async with httpx.AsyncClient(follow_redirects=True) as client:
         while True:
             snapshot = live.current()
@@ -326,8 +328,9 @@ async def run_prober() -> None:
             if shared_poll > 0:
                 try:
                     await asyncio.to_thread(_adopt_closing, snapshot)
+                    outage.ok()
                 except Exception as exc:  # noqa: BLE001 - database down: keep our own results
-                    log.warning("could not read shared probe results (%s)", exc)
+                    outage.failed(exc)
             pause = next_probe - time.monotonic()
             await asyncio.sleep(max(0.05, min(pause, shared_poll) if shared_poll > 0 else pause))
 

@@ -2,9 +2,11 @@
 
 The reader (routing.config.document) raises `ConfigReadError` naming the table it
 was reading and keeping the database's own message. Only a missing table or column
-means the schema is behind (run migrate); anything else (a lock, a permission, a
-query the database refuses, a lost connection) is reported as what it is, so the
-operator is not sent to `migrate` for a problem migrate cannot fix.
+means the schema is behind (run migrate); a database that could not be reached
+(refused, timed out, no such host or file) is reported as unreachable, saying nothing
+about a schema that was never seen; anything else (a lock, a permission, a query the
+database refuses) is reported as what it is, so the operator is not sent to `migrate`
+for a problem migrate cannot fix.
 """
 
 from __future__ import annotations
@@ -13,6 +15,18 @@ from django.db import DatabaseError
 
 _MISSING = ("no such table", "no such column")  # SQLite
 _MISSING_PG = ("UndefinedTable", "UndefinedColumn")  # psycopg error classes
+# what a connection that never got to a query says (psycopg / libpq, SQLite)
+_UNREACHABLE = (
+    "connection to server",
+    "could not connect",
+    "connection refused",
+    "timeout expired",
+    "could not translate host name",
+    "name or service not known",
+    "connection timed out",
+    "server closed the connection",
+    "unable to open database file",
+)
 
 
 class ConfigReadError(DatabaseError):
@@ -46,6 +60,14 @@ def schema_missing(error: BaseException) -> bool:
     return False
 
 
+def unreachable(error: BaseException) -> bool:
+    """True when the error says the database was never reached (no query ran)."""
+    for exc in (error, error.__cause__):
+        if exc is not None and any(marker in str(exc).lower() for marker in _UNREACHABLE):
+            return True
+    return False
+
+
 def describe(error: BaseException) -> str:
     """One paragraph for the operator: what failed, the database's words, and what to do."""
     if isinstance(error, ConfigReadError):
@@ -59,8 +81,14 @@ def describe(error: BaseException) -> str:
             "is missing or behind: run `python manage.py migrate` (and check DATABASE_URL points at the "
             "right database)."
         )
+    if unreachable(original):
+        return (
+            f"Cannot reach the database ({what}: {message}). Check DATABASE_URL and that the database server "
+            "is running and reachable from here (a connection gives up after SWITCHBOARD_DB_CONNECT_TIMEOUT_S "
+            "seconds), then start again."
+        )
     return (
-        f"Cannot read the configuration from the database ({what}: {message}). The schema is in place, "
-        "so migrate will not help: fix what the database reports (DATABASE_URL, permissions, locks, "
-        "disk) and start again."
+        f"Cannot read the configuration from the database ({what}: {message}). The database answered and "
+        "this is not a missing table, so migrate will not help: fix what the database reports "
+        "(permissions, locks, disk) and start again."
     )

@@ -497,7 +497,12 @@ def model_required(agent: str | None = None) -> GatewayError:
 
 
 def request_too_large(limit_bytes: int) -> GatewayError:
-    return _error("request_too_large", f"The request body is larger than {limit_bytes} bytes; send a smaller request.")
+    # the rest of the body is never read: the connection cannot carry another request
+    return _error(
+        "request_too_large",
+        f"The request body is larger than {limit_bytes} bytes; send a smaller request.",
+        headers={"Connection": "close"},
+    )
 
 
 # 401 / 403 / 404: who is asking, and for what.

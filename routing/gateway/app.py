@@ -150,6 +150,8 @@ async def _handle(
     method = scope["method"]
     if ctx.endpoint == "unknown":
         raise errors.not_found_endpoint(path)
+    if content_length > settings.SWITCHBOARD_MAX_BODY_BYTES:  # before the key: nothing of it is read
+        raise errors.request_too_large(settings.SWITCHBOARD_MAX_BODY_BYTES)
     snap = live.current()
     key = request.authenticate(snap, auth)
     ctx.key = key

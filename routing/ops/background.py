@@ -14,6 +14,7 @@ from django.conf import settings
 
 from routing.config import live
 from routing.config.reload import CONFIG_GROUP, shared_timeout_s
+from routing.ops.outage import Outage
 
 log = logging.getLogger("switchboard")
 
@@ -38,16 +39,14 @@ async def config_poller() -> None:
 
     interval = settings.SWITCHBOARD_CONFIG_POLL_S
     worker = DaemonWorker("switchboard-config-poll")  # one thread, so one database connection kept
-    failures = 0
+    outage = Outage(log, "configuration version check", "serving the last snapshot")
     while True:
         await asyncio.sleep(interval)
         try:
             version = await asyncio.wrap_future(worker.submit(_read_version))
-            failures = 0
+            outage.ok()
         except Exception as exc:  # noqa: BLE001 - database down: keep serving the snapshot
-            failures += 1
-            if failures == 1:
-                log.warning("configuration version check failed (%s); serving the last snapshot", exc)
+            outage.failed(exc)
             continue
         if live.degraded.get("database") or (version != live.current().version and version != live.rejected_version):
             await live.rebuild("version check")

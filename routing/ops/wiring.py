@@ -25,6 +25,7 @@ from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
 from routing.ops import background, breaker_sync, controls, metrics, shared_limits, tracing, usage
 from routing.ops.dashboard import counters, feed, processes, state
+from routing.ops.outage import Outage
 from routing.ops.response_cache import Coalescer, Store, build_store
 from routing.plan.budgets import Budgets
 from routing.plan.chain import breaker_keys
@@ -157,17 +158,37 @@ def _start_shared_limits(proc: Process) -> None:
     proc.tasks.append(_spawn("shared-limits", syncer.run))
 
 
+RECOVERED_S = 5.0  # a restarted background task that runs this long has recovered
+FIRST_DELAY_S = 0.5  # the first restart's wait; doubled per failure up to 30 s
+
+
+def _recovered(outage: Outage, failures: int) -> None:
+    """A restart has run RECOVERED_S: no failure since (the count is unchanged) is a recovery."""
+    if outage.failures == failures:
+        outage.ok()
+
+
 def _spawn(name: str, func: Callable[[], Awaitable[None]]) -> asyncio.Task:
+    """Run `func` for the life of the process, restarting it with a backoff when it fails: one
+    log line when it starts failing (a traceback only for what is not an outage of Redis or
+    the database), one when a restart has run RECOVERED_S (routing.ops.outage)."""
+    outage = Outage(log, f"background task {name}", "restarting it with a backoff until it runs again")
+
     async def guarded() -> None:
-        delay = 0.5
+        loop = asyncio.get_running_loop()
+        delay = FIRST_DELAY_S
         while True:
+            if outage.down:
+                loop.call_later(RECOVERED_S, _recovered, outage, outage.failures)
             try:
                 await func()
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - a background task must never die for good
-                log.exception("background task %s failed; restarting in %.1fs", name, delay)
+            except Exception as exc:  # noqa: BLE001 - a background task must never die for good
+                if not outage.down:
+                    delay = FIRST_DELAY_S
+                outage.failed(exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
 

@@ -47,6 +47,15 @@ def test_boot_names_the_table_and_the_database_message_and_does_not_say_migrate(
     assert "migrate`" not in text.replace("migrate will not help", "")
 
 
+def test_boot_against_an_unreachable_database_says_so_and_claims_nothing_about_the_schema(imported, no_last_good_file):
+    message = 'connection to server at "10.0.0.9", port 5432 failed: timeout expired'
+    with failing_queries("providers_model", message), pytest.raises(ImproperlyConfigured) as exc:
+        live.boot()
+    text = str(exc.value)
+    assert text.startswith("Cannot reach the database") and "timeout expired" in text
+    assert "DATABASE_URL" in text and "schema" not in text and "migrate" not in text
+
+
 def test_boot_on_a_missing_table_says_run_migrate(imported, no_last_good_file):
     with failing_queries("policies_orgpolicy", "no such table: policies_orgpolicy"):
         with pytest.raises(ImproperlyConfigured, match=r"policies_orgpolicy.*python manage.py migrate"):

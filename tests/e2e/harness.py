@@ -10,6 +10,7 @@ SWITCHBOARD_TEST_SERVER=uvicorn (CI runs one pass with each).
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -37,6 +38,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # from the test process: another process's start-up, a full-GC pause, the scheduler. Bounds
 # that the product promises (a reload within 1 s, say) are asserted as promise + SLACK_S.
 SLACK_S = 2.0
+
+# A real SECRET_KEY for every test server: `manage.py serve` refuses the development one.
+SECRET_KEY = "e2e-" + secrets.token_urlsafe(48)
 
 
 def free_port() -> int:
@@ -195,6 +199,7 @@ class Gateway:
             "DATABASE_URL": self.database_url,
             "SWITCHBOARD_USAGE_SPOOL_DIR": str(self.workdir / "spool"),
             "SWITCHBOARD_CONFIG_POLL_S": "0.2",
+            "SECRET_KEY": SECRET_KEY,
             **self.extra_env,
         }
 

@@ -2,7 +2,7 @@
 
 Always against a real uvicorn + httptools process (the default run command),
 whichever server the rest of the e2e pass uses: httptools has no limit of its own.
-daphne (Twisted) answers 400 and closes past 16 KiB of headers by itself.
+daphne gets the same limits through gateway_project/daphne_limits.py (tests/e2e/test_server_edge.py).
 """
 
 from __future__ import annotations

@@ -162,3 +162,24 @@ def test_serve_refuses_a_worker_count_below_one():
 
     result = manage(["serve", "--workers", "0"], {}, check=False)
     assert result.returncode == 1 and "--workers must be between 1 and 256" in result.stderr
+
+
+def test_serve_refuses_the_development_secret_key_saying_what_to_set():
+    from tests.e2e.harness import manage
+
+    result = manage(["serve"], {"SECRET_KEY": "dev-insecure-switchboard-key-change-me", "DEBUG": "false"}, check=False)
+    assert result.returncode == 1
+    assert "SECRET_KEY is the development key" in result.stderr and "export SECRET_KEY=" in result.stderr
+    assert "Serving the gateway" not in result.stdout
+
+
+def test_the_secret_key_rule_lets_development_and_real_keys_through():
+    from django.core.management.base import CommandError
+
+    from routing.management.commands.serve import refuse_insecure_secret_key
+
+    refuse_insecure_secret_key("dev-insecure-switchboard-key-change-me", debug=True)  # development
+    refuse_insecure_secret_key("k" * 20 + "Zq8vN2xW4yR7tP1sL9mB", debug=False)  # 40 characters
+    for weak in ("short", "django-insecure-" + "x" * 40):
+        with pytest.raises(CommandError):
+            refuse_insecure_secret_key(weak, debug=False)

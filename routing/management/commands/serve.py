@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from gateway_project.servers import DEFAULT, SERVERS, command
@@ -35,6 +36,7 @@ class Command(BaseCommand):
             raise CommandError(f"--workers must be between 1 and 256 (got {n}); about one per core.")
         if not 0 <= port <= 65535:
             raise CommandError(f"--port must be between 0 and 65535 (got {port}).")
+        refuse_insecure_secret_key(settings.SECRET_KEY, settings.DEBUG)
         self.stdout.write(f"Serving the gateway on http://{host}:{port} with {server}, {n} worker(s)")
         self.stdout.flush()
         if n == 1:
@@ -46,3 +48,17 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot listen on {host}:{port}: {exc}") from None
         sys.exit(code)
+
+
+def refuse_insecure_secret_key(key: str, debug: bool) -> None:
+    """Production serving with the built-in development key (or any short or "insecure" one)
+    would let anyone who read this repository forge admin sessions and CSRF tokens; the demo
+    (`manage.py demo`) and DEBUG are for development and keep it (docs/security.md#secret-key)."""
+    if debug or (len(key) >= 32 and "insecure" not in key):
+        return
+    raise CommandError(
+        "SECRET_KEY is the development key (or shorter than 32 characters, or marked insecure): admin "
+        "sessions and CSRF tokens could be forged. Set SECRET_KEY to a long random value, e.g. "
+        "export SECRET_KEY=$(python -c 'import secrets; print(secrets.token_urlsafe(50))'), "
+        "the same on every process of a cluster; or set DEBUG=true for development."
+    )
