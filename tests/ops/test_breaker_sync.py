@@ -124,6 +124,7 @@ def test_org_views_are_shared_open_and_closed_but_probed_per_process() -> None:
     here, _, _ = make("here:1")
     there, _, wall = make("there:2")
     here.connected = True
+    here.registry.admit(KEY, TH, CD, "beta")  # another org uses the link: acme's failures are acme's alone
     for _ in range(TH):
         here.registry.record_failure(KEY, 0, TH, CD, "acme")
     (opened,) = here.outbox
