@@ -20,6 +20,11 @@ background task (`BreakerSync.run`, started by routing.ops.wiring):
   warning is logged; the task reconnects with backoff (0.5 s doubling to 5 s), then
   re-subscribes, re-publishes this process's open breakers and sets the gauge to 0.
 
+- **Remember.** Each published transition is also kept in one Redis hash per cluster
+  (`STATE_PREFIX`, one field per link or org view, deleted when it closes), so a process
+  that serves nothing -- `manage.py explain_route`, an admin page on another replica --
+  reads what requests meet cluster-wide (`shared_states`).
+
 Forced breakers are not published here: operator controls travel on their own path
 (routing.ops.controls, stored in the database). Org views (docs/resilience.md#org-views)
 are shared too (open and close), but each process probes an org's view on its own. The Redis client is built like the idempotency store's: short socket
@@ -46,6 +51,8 @@ log = logging.getLogger("switchboard.breakers")
 
 CHANNEL_PREFIX = "switchboard:breakers:"  # + the Redis db index (pub/sub ignores the db) + the cluster
 LEASE_PREFIX = "switchboard:breaker-probe:"
+STATE_PREFIX = "switchboard:breaker-state:"  # + the cluster: hash of the links and org views not closed
+STATE_TTL_S = 7 * 86400  # a cluster gone quiet for a week leaves nothing behind
 STATE_NAMES = ("closed", "open", "half_open")
 LEASE_WAIT_S = 0.05  # how long a request is told to wait while the lease is being asked for
 PING_S = 1.0  # an idle connection is checked this often, so an outage shows within ~1 s
@@ -115,6 +122,44 @@ def channel_for(redis_url: str, cluster: str = "") -> str:
 
 def lease_key(key: BreakerKey, cluster: str = "") -> str:
     return f"{LEASE_PREFIX}{cluster}:{orjson.dumps(key.wire()).decode()}"
+
+
+def state_key(cluster: str = "") -> str:
+    return f"{STATE_PREFIX}{cluster}"
+
+
+def state_field(key: BreakerKey, org: str | None) -> bytes:
+    """The hash field of a link ([provider, model]) or of an org's view of it ([..., "view:<org>"])."""
+    return orjson.dumps(key.wire() + ([f"view:{org}"] if org is not None else []))
+
+
+@dataclass(frozen=True, slots=True)
+class SharedState:
+    """A link's (or an org view's) state as the cluster last published it, at read time."""
+
+    key: BreakerKey
+    org: str | None
+    state: State
+    remaining_s: float  # open: seconds of cooldown left; 0: the next request may probe
+
+
+def shared_states(client: Any, cluster: str, now: float) -> list[SharedState]:
+    """What every process of the cluster last published (a sync Redis client; `now` is epoch seconds).
+
+    An open whose cooldown has ended reads half-open: the next request is admitted as the probe.
+    """
+    out = []
+    for raw in client.hgetall(state_key(cluster)).values():
+        try:
+            t = decode(raw)
+        except ValueError:
+            continue
+        if t.state is State.CLOSED:
+            continue
+        left = max(t.until - now, 0.0) if t.state is State.OPEN else 0.0
+        state = State.OPEN if left > 0 else State.HALF_OPEN
+        out.append(SharedState(t.key, t.org, state, left))
+    return out
 
 
 def cluster_of(settings: Any) -> str:
@@ -361,8 +406,20 @@ class BreakerSync:
             while self.outbox:
                 t = self.outbox[0]
                 await asyncio.wait_for(client.publish(self.channel, encode(t)), self.timeout_s)
+                await asyncio.wait_for(self._remember(client, t), self.timeout_s)
                 self.outbox.popleft()
                 self.published += 1
+
+    async def _remember(self, client: Any, t: Transition) -> None:
+        """Keep the transition in the cluster's state hash (deleted on close) for `shared_states`."""
+        name = state_key(self.cluster)
+        async with client.pipeline(transaction=False) as pipe:
+            if t.state is State.CLOSED:
+                pipe.hdel(name, state_field(t.key, t.org))
+            else:
+                pipe.hset(name, state_field(t.key, t.org), encode(t))
+            pipe.expire(name, STATE_TTL_S)
+            await pipe.execute()
 
     async def _take_lease(self, client: Any, key: BreakerKey, cooldown_s: float) -> None:
         """SET NX PX: this process probes the link for the cluster, or learns until when another does."""
