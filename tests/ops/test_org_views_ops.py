@@ -21,6 +21,9 @@ def test_an_open_org_view_is_shown_on_its_link_in_the_feed_and_in_metrics(snapsh
     links = {link["link"]: link for link in dashboard_state.build_state()["links"]}
     assert links["op-a/op-chat"]["state"] == "closed"  # the link itself still serves everyone else
     assert links["op-a/op-chat"]["org_open"] == ["acme"]
+    (view,) = links["op-a/op-chat"]["org_views"]  # with its count and cooldown, for the row's text
+    assert (view["org"], view["state"], view["failures"]) == ("acme", "open", resilience.breaker_failure_threshold)
+    assert 0 < view["cooldown_s"] <= resilience.breaker_cooldown_s
     event = feed.events()[-1]
     assert event["kind"] == "breaker" and event["org"] == "acme" and event["new"] == "open"
     assert event["link"] == "op-a/op-chat (org acme)"
