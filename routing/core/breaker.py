@@ -158,6 +158,10 @@ Listener = Callable[[BreakerKey, State, State], None]
 # probe). Set by the shared-breaker sync (docs/scale-out.md#shared-breakers); O(1), no I/O.
 ProbeGate = Callable[[BreakerKey, float], float]
 OrgListener = Callable[[BreakerKey, str, State, State], None]
+# Asked when the orgs failing on a link look like its only users (docs/resilience.md#org-views):
+# True opens the link now; False defers the decision to whoever shares which orgs use links
+# across processes, which calls `confirm_outage` once it knows. O(1), no I/O.
+OutageGate = Callable[[BreakerKey], bool]
 
 _ALLOWED = Admission(True, 0, 0.0)
 _PROBE = Admission(True, PROBE_LINK, 0.0)
@@ -217,6 +221,7 @@ class BreakerRegistry:
         self._listeners: list[Listener] = []
         self._org_listeners: list[OrgListener] = []
         self.probe_gate: ProbeGate | None = None
+        self.outage_gate: OutageGate | None = None
 
     # --- request path -----------------------------------------------------
 
@@ -321,6 +326,8 @@ class BreakerRegistry:
         sole = False
         if not shared:
             sole = self._view_failure(key, b, org, probe, threshold)
+            if sole and self.outage_gate is not None and b.state is State.CLOSED:
+                sole = self.outage_gate(key)
         if b.forced_reason is not None:
             return
         if b.state is State.CLOSED:
@@ -495,6 +502,30 @@ class BreakerRegistry:
         for org, view in views.items():
             self._set_view(key, org, view, State.CLOSED)
 
+    def used_since(self, since: float) -> list[tuple[BreakerKey, str | None, float]]:
+        """(link, org, monotonic time) of every admission recorded after `since` (to share with other processes)."""
+        return [(key, org, at) for key, used in self._used.items() for org, at in used.items() if at > since]
+
+    def note_use(self, key: BreakerKey, org: str | None, at: float) -> None:
+        """Another process admitted a request of `org` on the link at `at` (this process's monotonic clock)."""
+        used = self._used.get(key)
+        if used is None:
+            used = self._used[key] = {}
+        if at > used.get(org, float("-inf")):
+            used[org] = at
+
+    def confirm_outage(self, key: BreakerKey) -> bool:
+        """Open the link now if the orgs whose views are open are still all its users (see `outage_gate`)."""
+        b = self._breakers.get(key)
+        if b is None or b.forced_reason is not None or b.state is not State.CLOSED:
+            return False
+        now = self._clock()
+        if not any(v.state is not State.CLOSED for v in b.orgs.values()) or not self._only_failing_users(key, b, now):
+            return False
+        b.opened_at = now
+        self._set(key, b, State.OPEN)
+        return True
+
     def add_listener(self, fn: Listener) -> None:
         """`fn(key, old, new)` is called on every state change (metrics, dashboard)."""
         self._listeners.append(fn)
@@ -563,18 +594,21 @@ class BreakerRegistry:
         # A second org whose own view is (still) not closed: the failures are not one org's.
         if not b.mixed and any(v is not view and v.state is not State.CLOSED for v in b.orgs.values()):
             b.mixed = True
-        return self._only_failing_users(key, b, org, now)
+        used = self._used.get(key)
+        if used is None:
+            used = self._used[key] = {}
+        used[org] = now  # the failed request used the link, even when no admission was recorded
+        return self._only_failing_users(key, b, now)
 
-    def _only_failing_users(self, key: BreakerKey, b: _Breaker, org: str, now: float) -> bool:
+    def _only_failing_users(self, key: BreakerKey, b: _Breaker, now: float) -> bool:
         """Has every org that used the link during the last cooldown its view open (or half-open)?
 
         Then nobody is succeeding on the link: what those orgs see is an outage, and the link
         opens for everyone (docs/resilience.md#org-views). A request without an org counts
         as a user whose view is always closed."""
         used = self._used.get(key)
-        if used is None:
-            used = self._used[key] = {}
-        used[org] = now  # the failed request used the link, even when no admission was recorded
+        if not used:
+            return False
         since = now - b.cooldown_s
         for who, at in used.items():
             if at < since:
