@@ -366,18 +366,25 @@ def last_probe(
 
 
 def health_providers_payload(snapshot: Snapshot) -> bytes:
-    """Body of GET /health/providers: every configured provider, "unknown" until probed. Memory only."""
+    """Body of GET /health/providers: every configured provider, "unknown" until probed, with the
+    breakers of its links that requests would find not closed. Memory only."""
+    circuits = _circuits()
     out = []
     for name in sorted(snapshot.providers):
         result = results.get(name)
         if result is None:
-            out.append(
-                {"name": name, "status": UNKNOWN, "latency_ms": None, "checked_at": None, "detail": "not probed yet"}
-            )
+            entry = {
+                "name": name,
+                "status": UNKNOWN,
+                "latency_ms": None,
+                "checked_at": None,
+                "detail": "not probed yet",
+            }
         else:
             entry = result.as_dict()
             entry["detail"] = public_detail(result.detail, snapshot.providers[name])
-            out.append(entry)
+        entry["circuits"] = circuits.get(name, [])
+        out.append(entry)
     return orjson.dumps({"providers": out})
 
 
@@ -388,3 +395,34 @@ def public_detail(detail: str, provider: ProviderSpec) -> str:
     """
     url = redact_url(health_url(provider))
     return detail.replace(url, "its health URL") if url else detail
+
+
+def _circuits() -> dict[str, list[dict[str, Any]]]:
+    """Per provider, its shared links whose breaker is not closed or that some org's own view refuses
+    (docs/resilience.md#org-views): what requests meet, without naming organisations."""
+    from routing.core.breaker import State
+    from routing.core.breaker import registry as breakers
+
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    for view in breakers.views():
+        if view.key.org is not None or (view.state is State.CLOSED and view.forced_reason is None):
+            continue
+        state = "forced_open" if view.forced_reason is not None else view.state.name.lower()
+        rows[(view.key.provider, view.key.model)] = {
+            "model": view.key.model,
+            "state": state,
+            "cooldown_s": round(view.cooldown_remaining_s, 1),
+            "org_views_open": 0,
+        }
+    for ov in breakers.org_views():
+        if ov.state is State.CLOSED:
+            continue
+        row = rows.setdefault(
+            (ov.key.provider, ov.key.model),
+            {"model": ov.key.model, "state": "closed", "cooldown_s": 0.0, "org_views_open": 0},
+        )
+        row["org_views_open"] += 1
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (provider, _), row in sorted(rows.items()):
+        out.setdefault(provider, []).append(row)
+    return out

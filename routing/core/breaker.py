@@ -7,14 +7,17 @@ outcome never comes back is presumed lost after one cooldown and a new one is
 admitted. An operator may force a breaker open (maintenance) until reset or expiry.
 
 Org views (docs/resilience.md#org-views): callers that know the request's organisation
-pass `org`. Each org then also has its own view of the link, with the same state
-machine; a run of failures that all come from one org opens only that org's view. The
-shared breaker opens only when the run of consecutive failures reached the threshold
-*and* is mixed: another org's request (or one with no org) failed too, or the org's
-view opened while another org's view was not closed. Any success on the link ends the
-run. Tracking "mixed" needs the run's first org and one flag, so
-admission stays one dict lookup (two while some org's view is not closed) with no
-allocation.
+pass `org`. Failures no body can cause (`charges_link`: connection refused, timeouts,
+502/503/504/529...) charge the shared breaker whoever sent them. The others are
+attributed: each org also has its own view of the link, with the same state machine, and
+a run of such failures that all come from one org opens only that org's view -- unless
+that org is the only one using the link (every org seen on it during the last cooldown
+has its view open): then it is an outage and the link opens too. Otherwise the shared
+breaker opens only when the run of consecutive failures reached the threshold *and* is
+mixed: another org's request (or one with no org) failed too, or the org's view opened
+while another org's view was not closed. Any success on the link ends the run. Tracking
+"mixed" needs the run's first org and one flag; "who uses the link" is one dict store
+per admission.
 
 Everything runs on the event loop thread and never awaits, so no locks. State lives
 outside the configuration snapshot: `retain()` keeps it for links that survive a
@@ -155,6 +158,10 @@ Listener = Callable[[BreakerKey, State, State], None]
 # probe). Set by the shared-breaker sync (docs/scale-out.md#shared-breakers); O(1), no I/O.
 ProbeGate = Callable[[BreakerKey, float], float]
 OrgListener = Callable[[BreakerKey, str, State, State], None]
+# Asked when the orgs failing on a link look like its only users (docs/resilience.md#org-views):
+# True opens the link now; False defers the decision to whoever shares which orgs use links
+# across processes, which calls `confirm_outage` once it knows. O(1), no I/O.
+OutageGate = Callable[[BreakerKey], bool]
 
 _ALLOWED = Admission(True, 0, 0.0)
 _PROBE = Admission(True, PROBE_LINK, 0.0)
@@ -209,9 +216,12 @@ class BreakerRegistry:
         self._clock = clock
         self._wall = wall
         self._breakers: dict[BreakerKey, _Breaker] = {}
+        # who used each link, and when (monotonic): org -> last admission (None: no org)
+        self._used: dict[BreakerKey, dict[str | None, float]] = {}
         self._listeners: list[Listener] = []
         self._org_listeners: list[OrgListener] = []
         self.probe_gate: ProbeGate | None = None
+        self.outage_gate: OutageGate | None = None
 
     # --- request path -----------------------------------------------------
 
@@ -221,6 +231,10 @@ class BreakerRegistry:
         The org's own view is asked first, so a request its view refuses never takes the
         shared breaker's probe slot.
         """
+        used = self._used.get(key)
+        if used is None:
+            used = self._used[key] = {}
+        used[org] = self._clock()
         b = self._breakers.get(key)
         if b is None:
             return _ALLOWED
@@ -286,24 +300,38 @@ class BreakerRegistry:
         # a non-probe request admitted before the trip says nothing about now
 
     def record_failure(
-        self, key: BreakerKey, probe: int, threshold: int, cooldown_s: float, org: str | None = None
+        self,
+        key: BreakerKey,
+        probe: int,
+        threshold: int,
+        cooldown_s: float,
+        org: str | None = None,
+        charges_link: bool = False,
     ) -> None:
+        """One failed request of `org` on the link.
+
+        `charges_link`: a fault no body can cause (UpstreamFailure.charges_link); it counts
+        for the shared breaker as a failure of everyone's, never as one org's."""
         b = self._breakers.get(key)
         if b is None:
             b = self._breakers[key] = _Breaker()
         b.cooldown_s = cooldown_s
+        shared = org is None or charges_link
         if b.failures == 0:
             b.run_org = org
-            b.mixed = org is None
-        elif org is None or org != b.run_org:
+            b.mixed = shared
+        elif shared or org != b.run_org:
             b.mixed = True
         b.failures += 1
-        if org is not None:
-            self._view_failure(key, b, org, probe, threshold)
+        sole = False
+        if not shared:
+            sole = self._view_failure(key, b, org, probe, threshold)
+            if sole and self.outage_gate is not None and b.state is State.CLOSED:
+                sole = self.outage_gate(key)
         if b.forced_reason is not None:
             return
         if b.state is State.CLOSED:
-            if b.failures >= threshold and b.mixed:
+            if sole or (b.failures >= threshold and b.mixed):
                 b.opened_at = self._clock()
                 self._set(key, b, State.OPEN)
         elif probe & PROBE_LINK and b.state is State.HALF_OPEN:
@@ -474,6 +502,30 @@ class BreakerRegistry:
         for org, view in views.items():
             self._set_view(key, org, view, State.CLOSED)
 
+    def used_since(self, since: float) -> list[tuple[BreakerKey, str | None, float]]:
+        """(link, org, monotonic time) of every admission recorded after `since` (to share with other processes)."""
+        return [(key, org, at) for key, used in self._used.items() for org, at in used.items() if at > since]
+
+    def note_use(self, key: BreakerKey, org: str | None, at: float) -> None:
+        """Another process admitted a request of `org` on the link at `at` (this process's monotonic clock)."""
+        used = self._used.get(key)
+        if used is None:
+            used = self._used[key] = {}
+        if at > used.get(org, float("-inf")):
+            used[org] = at
+
+    def confirm_outage(self, key: BreakerKey) -> bool:
+        """Open the link now if the orgs whose views are open are still all its users (see `outage_gate`)."""
+        b = self._breakers.get(key)
+        if b is None or b.forced_reason is not None or b.state is not State.CLOSED:
+            return False
+        now = self._clock()
+        if not any(v.state is not State.CLOSED for v in b.orgs.values()) or not self._only_failing_users(key, b, now):
+            return False
+        b.opened_at = now
+        self._set(key, b, State.OPEN)
+        return True
+
     def add_listener(self, fn: Listener) -> None:
         """`fn(key, old, new)` is called on every state change (metrics, dashboard)."""
         self._listeners.append(fn)
@@ -495,9 +547,12 @@ class BreakerRegistry:
         keep = keys if isinstance(keys, (set, frozenset)) else set(keys)
         for key in [k for k in self._breakers if k not in keep]:
             del self._breakers[key]
+        for key in [k for k in self._used if k not in keep]:
+            del self._used[key]
 
     def clear(self) -> None:
         self._breakers.clear()
+        self._used.clear()
 
     # --- internals --------------------------------------------------------
 
@@ -521,22 +576,47 @@ class BreakerRegistry:
             return None
         return Admission(False, 0, view.probe_at + cooldown_s - now)
 
-    def _view_failure(self, key: BreakerKey, b: _Breaker, org: str, probe: int, threshold: int) -> None:
+    def _view_failure(self, key: BreakerKey, b: _Breaker, org: str, probe: int, threshold: int) -> bool:
+        """Charge the org's view; True when it opened and its org is among the only users of the link."""
         view = b.orgs.get(org)
         if view is None:
             view = b.orgs[org] = _View()
         view.failures += 1
         if view.state is State.CLOSED:
             if view.failures < threshold:
-                return
+                return False
         elif not (probe & PROBE_ORG and view.state is State.HALF_OPEN):
-            return
-        view.opened_at = self._clock()
+            return False
+        now = self._clock()
+        view.opened_at = now
         view.probe_at = None
         self._set_view(key, org, view, State.OPEN)
         # A second org whose own view is (still) not closed: the failures are not one org's.
         if not b.mixed and any(v is not view and v.state is not State.CLOSED for v in b.orgs.values()):
             b.mixed = True
+        used = self._used.get(key)
+        if used is None:
+            used = self._used[key] = {}
+        used[org] = now  # the failed request used the link, even when no admission was recorded
+        return self._only_failing_users(key, b, now)
+
+    def _only_failing_users(self, key: BreakerKey, b: _Breaker, now: float) -> bool:
+        """Has every org that used the link during the last cooldown its view open (or half-open)?
+
+        Then nobody is succeeding on the link: what those orgs see is an outage, and the link
+        opens for everyone (docs/resilience.md#org-views). A request without an org counts
+        as a user whose view is always closed."""
+        used = self._used.get(key)
+        if not used:
+            return False
+        since = now - b.cooldown_s
+        for who, at in used.items():
+            if at < since:
+                continue
+            view = b.orgs.get(who) if who is not None else None
+            if view is None or view.state is State.CLOSED:
+                return False
+        return True
 
     def _set_view(self, key: BreakerKey, org: str, view: _View, new: State) -> None:
         old = view.state

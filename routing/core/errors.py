@@ -58,6 +58,28 @@ PROVIDER_FAULTS: frozenset[FailureKind] = RETRYABLE | {K.INVALID_BODY}
 TIMEOUT_KINDS: frozenset[FailureKind] = frozenset(
     {K.CONNECT_TIMEOUT, K.READ_TIMEOUT, K.FIRST_TOKEN_TIMEOUT, K.UPSTREAM_408}
 )
+# Failures no request body can cause: they charge a link's shared breaker whoever sent them
+# (docs/resilience.md#org-views). Statuses only the upstream's own front sends (gateway, proxy,
+# load balancer, Anthropic's 529 overload) join them in `charges_link`.
+LINK_KINDS: frozenset[FailureKind] = frozenset(
+    {K.CONNECT_ERROR, K.CONNECT_TIMEOUT, K.READ_TIMEOUT, K.FIRST_TOKEN_TIMEOUT}
+)
+LINK_STATUSES: frozenset[int] = frozenset({502, 503, 504, 529})
+# Error types/codes (or message words) of a 429 or 5xx saying the provider as a whole is
+# overloaded or out of capacity, not that this caller sent too much.
+_OVERLOAD_CODES = frozenset(
+    {
+        "overloaded_error",
+        "overloaded",
+        "server_overloaded",
+        "engine_overloaded",
+        "server_busy",
+        "service_unavailable",
+        "service_unavailable_error",
+        "capacity_exceeded",
+    }
+)
+_OVERLOAD_PHRASES = ("overloaded", "over capacity", "out of capacity", "currently unavailable")
 
 _TRIGGER: dict[FailureKind, str] = {
     K.UPSTREAM_5XX: "provider_error",
@@ -162,6 +184,20 @@ class UpstreamFailure(Exception):
         return self.kind in TIMEOUT_KINDS
 
     @property
+    def charges_link(self) -> bool:
+        """A fault no request body can cause: it charges the link's shared breaker at once,
+        whichever organisation sent the request (docs/resilience.md#org-views). The rest
+        (a plain 500, an unparsable error, a broken stream) goes through per-org attribution."""
+        kind = self.kind
+        if kind in LINK_KINDS:
+            return True
+        if kind is K.UPSTREAM_5XX:
+            return self.status in LINK_STATUSES or _says_overloaded(self.body)
+        if kind is K.UPSTREAM_429:
+            return _says_overloaded(self.body)
+        return False
+
+    @property
     def fallback_trigger(self) -> str | None:
         """The `fallback_on` entry that lets this failure move to the next link (R2)."""
         return _TRIGGER.get(self.kind)
@@ -207,6 +243,19 @@ def _upstream_error_object(body: bytes | None) -> dict[str, Any] | None:
         if isinstance(err, dict):
             return err
     return None
+
+
+def _says_overloaded(body: bytes | None) -> bool:
+    """The upstream's error object says the provider is overloaded (Anthropic `overloaded_error`, ...)."""
+    obj = _upstream_error_object(body)
+    if obj is None:
+        return False
+    for key in ("type", "code"):
+        val = obj.get(key)
+        if isinstance(val, str) and val.lower() in _OVERLOAD_CODES:
+            return True
+    message = obj.get("message")
+    return isinstance(message, str) and any(p in message.lower() for p in _OVERLOAD_PHRASES)
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

@@ -495,7 +495,7 @@ class Executor:
                 now = clock()
                 if now >= deadline:
                     if failure is not None and failure.is_provider_fault and not failure.is_timeout:
-                        breakers.record_failure(key, probe, threshold, cooldown, org)
+                        breakers.record_failure(key, probe, threshold, cooldown, org, failure.charges_link)
                         settled = True
                     walk.trail.append((model_id, "total_timeout"))
                     return walk.fail(errors.total_timeout(), link)
@@ -549,7 +549,7 @@ class Executor:
                     settled = True
                     break
                 if not failure.is_retryable:  # invalid body: charged, never retried or failed over
-                    breakers.record_failure(key, probe, threshold, cooldown, org)
+                    breakers.record_failure(key, probe, threshold, cooldown, org, failure.charges_link)
                     settled = True
                     walk.trail.append((model_id, failure.label))
                     return walk.fail(failure.to_gateway_error(), link)
@@ -572,7 +572,7 @@ class Executor:
                     break
                 await self.sleep(delay)
             if not settled:
-                breakers.record_failure(key, probe, threshold, cooldown, org)
+                breakers.record_failure(key, probe, threshold, cooldown, org, failure.charges_link)
                 settled = True
         finally:
             if not settled:  # cancelled or crashed: outcome unknown, free the probe slot

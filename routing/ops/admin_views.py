@@ -2,8 +2,8 @@
 
 Operators ask "why did my request go there?": this page answers for a
 hypothetical request with the configuration this process is serving right now
-(the live snapshot, breaker states included), the same answer as
-`manage.py explain_route`.
+(the live snapshot), with the breaker states requests meet cluster-wide (this
+process's and, with Redis, every process's), the same answer as `manage.py explain_route`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from routing.config import live
-from routing.plan.explain import explain
+from routing.plan.explain import breaker_states, explain
 from routing.plan.preflight import KINDS
 
 
@@ -40,7 +40,14 @@ def explain_route_view(request: HttpRequest) -> HttpResponse:
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
         result = explain(
-            snapshot, data["org"], data["model"], data["stream"], data["tools"], data["tokens"], data["kind"]
+            snapshot,
+            data["org"],
+            data["model"],
+            data["stream"],
+            data["tools"],
+            data["tokens"],
+            data["kind"],
+            states=breaker_states(snapshot, serving=True),
         )
     context = {
         **admin.site.each_context(request),

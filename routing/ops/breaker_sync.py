@@ -20,6 +20,19 @@ background task (`BreakerSync.run`, started by routing.ops.wiring):
   warning is logged; the task reconnects with backoff (0.5 s doubling to 5 s), then
   re-subscribes, re-publishes this process's open breakers and sets the gauge to 0.
 
+- **Remember.** Each published transition is also kept in one Redis hash per cluster
+  (`STATE_PREFIX`, one field per link or org view, deleted when it closes), so a process
+  that serves nothing -- `manage.py explain_route`, an admin page on another replica --
+  reads what requests meet cluster-wide (`shared_states`).
+
+- **Who uses each link.** The "only users" rule of org views (docs/resilience.md#org-views)
+  needs every process's knowledge of which orgs use a link: each process writes the
+  orgs it admitted (at most every `USERS_EVERY_S`) to a Redis hash per link, and when its
+  registry finds the failing orgs to be a link's only users it does not open the link at
+  once (`gate_outage`): the task waits until every process has had time to write, reads
+  the link's users from Redis, and opens the link only if that still holds
+  (`BreakerRegistry.confirm_outage`), then publishes the open like any other.
+
 Forced breakers are not published here: operator controls travel on their own path
 (routing.ops.controls, stored in the database). Org views (docs/resilience.md#org-views)
 are shared too (open and close), but each process probes an org's view on its own. The Redis client is built like the idempotency store's: short socket
@@ -46,10 +59,18 @@ log = logging.getLogger("switchboard.breakers")
 
 CHANNEL_PREFIX = "switchboard:breakers:"  # + the Redis db index (pub/sub ignores the db) + the cluster
 LEASE_PREFIX = "switchboard:breaker-probe:"
+STATE_PREFIX = "switchboard:breaker-state:"  # + the cluster: hash of the links and org views not closed
+STATE_TTL_S = 7 * 86400  # a cluster gone quiet for a week leaves nothing behind
+USERS_PREFIX = "switchboard:breaker-users:"  # + cluster + link: hash org -> epoch of its last admission here
+USERS_EVERY_S = 0.5  # a process writes its links' users this often (when it admitted any)
+USERS_TTL_S = 3600
 STATE_NAMES = ("closed", "open", "half_open")
 LEASE_WAIT_S = 0.05  # how long a request is told to wait while the lease is being asked for
 PING_S = 1.0  # an idle connection is checked this often, so an outage shows within ~1 s
 BACKOFF_MIN_S = 0.5
+# An outage is confirmed this long after it is suspected: every process has written its users by then
+# (each writes at least once a loop pass, which runs at least every PING_S).
+CONFIRM_AFTER_S = PING_S + USERS_EVERY_S + 0.5
 BACKOFF_MAX_S = 5.0
 OUTBOX_MAX = 1000
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
@@ -117,6 +138,48 @@ def lease_key(key: BreakerKey, cluster: str = "") -> str:
     return f"{LEASE_PREFIX}{cluster}:{orjson.dumps(key.wire()).decode()}"
 
 
+def state_key(cluster: str = "") -> str:
+    return f"{STATE_PREFIX}{cluster}"
+
+
+def users_key(key: BreakerKey, cluster: str = "") -> str:
+    return f"{USERS_PREFIX}{cluster}:{orjson.dumps(key.wire()).decode()}"
+
+
+def state_field(key: BreakerKey, org: str | None) -> bytes:
+    """The hash field of a link ([provider, model]) or of an org's view of it ([..., "view:<org>"])."""
+    return orjson.dumps(key.wire() + ([f"view:{org}"] if org is not None else []))
+
+
+@dataclass(frozen=True, slots=True)
+class SharedState:
+    """A link's (or an org view's) state as the cluster last published it, at read time."""
+
+    key: BreakerKey
+    org: str | None
+    state: State
+    remaining_s: float  # open: seconds of cooldown left; 0: the next request may probe
+
+
+def shared_states(client: Any, cluster: str, now: float) -> list[SharedState]:
+    """What every process of the cluster last published (a sync Redis client; `now` is epoch seconds).
+
+    An open whose cooldown has ended reads half-open: the next request is admitted as the probe.
+    """
+    out = []
+    for raw in client.hgetall(state_key(cluster)).values():
+        try:
+            t = decode(raw)
+        except ValueError:
+            continue
+        if t.state is State.CLOSED:
+            continue
+        left = max(t.until - now, 0.0) if t.state is State.OPEN else 0.0
+        state = State.OPEN if left > 0 else State.HALF_OPEN
+        out.append(SharedState(t.key, t.org, state, left))
+    return out
+
+
 def cluster_of(settings: Any) -> str:
     """Which processes share breakers: SWITCHBOARD_CLUSTER, or else those on one configuration database.
 
@@ -162,6 +225,9 @@ class BreakerSync:
         self.wanted: dict[BreakerKey, float] = {}  # leases to ask for: key -> cooldown
         self.releases: deque[BreakerKey] = deque(maxlen=OUTBOX_MAX)
         self._adopting = False
+        self.users_sent_at = float("-inf")  # `clock` time up to which admissions were written
+        self.users_due = 0.0  # `clock` time of the next write of users
+        self.outages: dict[BreakerKey, float] = {}  # links to confirm as outages -> when (`clock`) to
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.published = 0
@@ -173,12 +239,15 @@ class BreakerSync:
         self.registry.add_listener(self.on_transition)
         self.registry.add_org_listener(self.on_org_transition)
         self.registry.probe_gate = self.gate
+        self.registry.outage_gate = self.gate_outage
 
     def uninstall(self) -> None:
         self.registry.remove_listener(self.on_transition)
         self.registry.remove_org_listener(self.on_org_transition)
         if self.registry.probe_gate == self.gate:
             self.registry.probe_gate = None
+        if self.registry.outage_gate == self.gate_outage:
+            self.registry.outage_gate = None
 
     def on_transition(self, key: BreakerKey, old: State, new: State) -> None:
         """Registry listener: queue a local transition for publishing."""
@@ -228,6 +297,15 @@ class BreakerSync:
             self.wanted[key] = cooldown_s
             self._kick()
         return LEASE_WAIT_S
+
+    def gate_outage(self, key: BreakerKey) -> bool:
+        """The registry's outage gate: open now (Redis down: local knowledge is all there is), or
+        confirm in the background once every process has written which orgs use the link."""
+        if not self.connected:
+            return True
+        if key not in self.outages:
+            self.outages[key] = self.clock() + CONFIRM_AFTER_S
+        return False
 
     def apply(self, t: Transition) -> bool:
         """Apply another process's transition here; False when ignored (own, duplicate, stale, unknown link)."""
@@ -361,12 +439,51 @@ class BreakerSync:
                 key, cooldown = next(iter(self.wanted.items()))
                 await self._take_lease(client, key, cooldown)
                 self.wanted.pop(key, None)
+            async with asyncio.timeout(self.timeout_s):  # not wait_for: see Syncer.run (shared_limits)
+                await self._share_users(client)
             while self.outbox:
                 t = self.outbox[0]
                 async with asyncio.timeout(self.timeout_s):
                     await client.publish(self.channel, encode(t))
+                async with asyncio.timeout(self.timeout_s):
+                    await self._remember(client, t)
                 self.outbox.popleft()
                 self.published += 1
+
+    async def _share_users(self, client: Any) -> None:
+        """Write the orgs admitted here since the last write; confirm the outages that are due."""
+        now = self.clock()
+        offset = self.wall() - now  # this process's monotonic time -> epoch
+        due = [key for key, when in self.outages.items() if when <= now]
+        if now < self.users_due and not due:
+            return
+        fresh = self.registry.used_since(self.users_sent_at)
+        async with client.pipeline(transaction=False) as pipe:
+            for key, org, at in fresh:
+                pipe.hset(users_key(key, self.cluster), org or "", repr(at + offset))
+            for name in {users_key(key, self.cluster) for key, _, _ in fresh}:
+                pipe.expire(name, USERS_TTL_S)
+            for key in due:
+                pipe.hgetall(users_key(key, self.cluster))
+            results = await pipe.execute()
+        self.users_sent_at, self.users_due = now, now + USERS_EVERY_S
+        for key, users in zip(due, results[len(results) - len(due) :], strict=True):
+            del self.outages[key]
+            for org, epoch in users.items():
+                name = org.decode() if isinstance(org, bytes) else str(org)
+                self.registry.note_use(key, name or None, float(epoch) - offset)
+            self.registry.confirm_outage(key)
+
+    async def _remember(self, client: Any, t: Transition) -> None:
+        """Keep the transition in the cluster's state hash (deleted on close) for `shared_states`."""
+        name = state_key(self.cluster)
+        async with client.pipeline(transaction=False) as pipe:
+            if t.state is State.CLOSED:
+                pipe.hdel(name, state_field(t.key, t.org))
+            else:
+                pipe.hset(name, state_field(t.key, t.org), encode(t))
+            pipe.expire(name, STATE_TTL_S)
+            await pipe.execute()
 
     async def _take_lease(self, client: Any, key: BreakerKey, cooldown_s: float) -> None:
         """SET NX PX: this process probes the link for the cluster, or learns until when another does."""
@@ -405,6 +522,9 @@ class BreakerSync:
         from routing.config import live
 
         self.connected = False
+        for key in list(self.outages):  # nobody to ask: decide on what this process knows
+            self.registry.confirm_outage(key)
+        self.outages.clear()
         self.leases.clear()
         self.wanted.clear()
         self.outbox.clear()

@@ -4,10 +4,18 @@
 org policy, chain, preflight) over a snapshot and reports every step, so an
 operator can see why a request would be denied, which fallbacks exist and why a
 link would be skipped. Secrets (API keys) are never part of the output.
+
+Breaker states are what a request would meet, cluster-wide: the link's shared breaker
+and the org's own view of it (docs/resilience.md#org-views). `breaker_states()` reads
+them from where they are shared (the Redis state of routing.ops.breaker_sync, and the
+operators' force-opens in the snapshot), adding this process's registry when it serves
+requests; a link open for the request is skipped as the executor would skip it.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from policies.decision import decide
@@ -23,11 +31,93 @@ _SKIP_DETAIL = {
 }
 
 
-def _breaker_states() -> dict[tuple[str, ...], str]:
-    """Breaker state per key as this process sees it."""
+# Which state wins when two sources disagree: the one a request is the more likely to meet refused.
+_RANK = {"closed": 0, "half_open": 1, "open": 2, "forced": 3}
+
+
+@dataclass
+class BreakerStates:
+    """Breaker states to explain with: per link key, and per (link key, org) for org views.
+
+    Each value is (state name, seconds of cooldown left); `source` says where they come from.
+    """
+
+    source: str
+    links: dict[tuple[str, ...], tuple[str, float]] = field(default_factory=dict)
+    orgs: dict[tuple[tuple[str, ...], str], tuple[str, float]] = field(default_factory=dict)
+
+    def put(self, key: tuple[str, ...], org: str | None, state: str, left: float) -> None:
+        table: dict[Any, tuple[str, float]] = self.links if org is None else self.orgs
+        where = key if org is None else (key, org)
+        old = table.get(where)
+        if old is None or _RANK[state] > _RANK[old[0]]:
+            table[where] = (state, left)
+
+    def link(self, key: tuple[str, ...]) -> tuple[str, float]:
+        return self.links.get(key, ("closed", 0.0))
+
+    def org(self, key: tuple[str, ...], org: str | None) -> tuple[str, float]:
+        return self.orgs.get((key, org), ("closed", 0.0)) if org is not None else ("closed", 0.0)
+
+
+def local_states(states: BreakerStates | None = None) -> BreakerStates:
+    """This process's breaker registry (links, org views, forced): truthful for the process serving."""
     from routing.core.breaker import registry
 
-    return {view.key: view.state.name.lower() for view in registry.views()}
+    states = states if states is not None else BreakerStates("this process")
+    for view in registry.views():
+        name = "forced" if view.forced_reason is not None else view.state.name.lower()
+        states.put(tuple(view.key), None, name, view.cooldown_remaining_s)
+    for ov in registry.org_views():
+        states.put(tuple(ov.key), ov.org, ov.state.name.lower(), ov.cooldown_remaining_s)
+    return states
+
+
+def breaker_states(snapshot: Snapshot, serving: bool) -> BreakerStates:
+    """What requests meet cluster-wide. `serving`: this process serves requests (its registry counts).
+
+    With REDIS_URL: the cluster's shared state plus the snapshot's force-opens; Redis
+    unreachable, or no REDIS_URL in a process that serves nothing: says so in `source`.
+    """
+    from django.conf import settings
+
+    url = getattr(settings, "REDIS_URL", "") or ""
+    states = BreakerStates(
+        "this process"
+        if serving
+        else "unknown: without REDIS_URL each serving process keeps its breakers in memory "
+        "(see the dashboard); only force-opens are shown"
+    )
+    if url:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        from routing.config.reload import shared_timeout_s
+        from routing.ops import breaker_sync
+
+        timeout = shared_timeout_s()
+        client = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
+        )
+        try:
+            shared = breaker_sync.shared_states(client, breaker_sync.cluster_of(settings), time.time())
+        except Exception as exc:  # noqa: BLE001 - Redis down: say so, show what is known here
+            states.source += f" (Redis unreachable: {type(exc).__name__})"
+        else:
+            states.source = "cluster"
+            for st in shared:
+                states.put(tuple(st.key), st.org, st.state.name.lower(), st.remaining_s)
+        finally:
+            client.close()
+    now = time.time()
+    for override in snapshot.overrides:  # the operators' force-opens, stored in the database
+        until = override.until
+        if override.action == "force_open" and (until is None or until > now):
+            states.put(tuple(override.key), None, "forced", 0.0 if until is None else until - now)
+    if serving:
+        local_states(states)
+    return states
 
 
 def _error(exc: GatewayError) -> dict[str, Any]:
@@ -42,12 +132,15 @@ def explain(
     tools: bool = False,
     tokens: int | None = None,
     kind: str = "chat",
+    states: BreakerStates | None = None,
 ) -> dict[str, Any]:
     """Describe the routing of a request by `org_name` for `model_name`.
 
     Raises ValueError for an unknown org. The result's `error` is the error the
     request would get (None when some link would be tried), `serves` the first
-    link that would be tried.
+    link that would be tried: a link whose breaker (or the org's view of it) is open
+    is skipped as a request would skip it. `states`: the breaker states to use
+    (default: this process's registry).
     """
     org = snapshot.orgs.get(org_name)
     if org is None:
@@ -69,6 +162,7 @@ def explain(
         "chain": [],
         "serves": None,
         "error": None,
+        "breakers_from": None,
     }
     if model is None:
         out["error"] = _error(errors.model_not_found(name))
@@ -90,10 +184,17 @@ def explain(
     out["requirements"] = {"kind": kind, "needs": list(req.needs), "estimated_tokens": tokens}
 
     links = preflight.apply(chain_mod.build_chain(snapshot, org, model, name), req)
-    breakers = _breaker_states()
+    states = states if states is not None else local_states()
+    out["breakers_from"] = states.source
+    # a forced breaker is an open one (the detail says who holds it)
+    breakers = {key: "open" if state == "forced" else state for key, (state, _) in states.links.items()}
+    open_left: list[float] = []  # cooldowns left of the kept links a request would find open
+    serves = None
     for position, link in enumerate(links):
         m = link.model
         byo = link.breaker_key.org is not None
+        state, left = states.link(link.breaker_key)
+        view, view_left = states.org(link.breaker_key, link.org)
         entry: dict[str, Any] = {
             "position": position,
             "model": m.id,
@@ -102,6 +203,7 @@ def explain(
             "credentials": "org" if byo else "platform",
             "breaker_key": link.breaker_key.wire(),
             "breaker": breakers.get(link.breaker_key, "closed") if link.skip_reason != "model_not_found" else None,
+            "org_view": view if view != "closed" else None,
             "kept": link.skip_reason is None,
             "skip_reason": link.skip_reason,
             "detail": _SKIP_DETAIL.get(link.skip_reason or ""),
@@ -116,8 +218,15 @@ def explain(
                     entry["detail"] = f"requested output exceeds max_output_tokens {m.max_output_tokens}"
                 else:
                     entry["detail"] = f"missing capability '{what}'"
-        elif link.skip_reason is None and entry["breaker"] == "open":
-            entry["detail"] = "breaker open: skipped until its cooldown ends"
+        elif link.skip_reason is None and not link.deployments:
+            refused = _refusal(state, left, view, view_left, org.name)
+            if refused is not None:
+                entry["detail"], wait = refused
+                open_left.append(wait)
+            elif serves is None:
+                serves = m.id
+        elif link.skip_reason is None:
+            serves = serves or m.id
         if link.deployments:
             entry["routing"] = link.routing
             entry["deployments"] = deployments(link, breakers)
@@ -127,9 +236,24 @@ def explain(
         out["error"] = _error(errors.model_denied(model.id))
     elif not preflight.servable(links):
         out["error"] = _error(preflight.no_link_error(links, req))
+    elif serves is None:  # every kept link is open for this request
+        out["error"] = _error(errors.circuit_open(model.id, min(open_left, default=0.0)))
     else:
-        out["serves"] = next(link.model.id for link in links if link.skip_reason is None)
+        out["serves"] = serves
     return out
+
+
+def _refusal(state: str, left: float, view: str, view_left: float, org: str) -> tuple[str, float] | None:
+    """(detail, seconds left) when a request of `org` would skip the link; None when it would try it."""
+    if state == "forced":
+        return "breaker open (forced by an operator): skipped until reset", left
+    if state == "open":
+        return f"breaker open: skipped for everyone until its cooldown ends ({left:.0f} s)", left
+    if view == "open":
+        return f"open for org {org} (its own view of the link): its requests skip it for {view_left:.0f} s", view_left
+    if state == "half_open" or view == "half_open":
+        return None  # the next request is admitted as the probe
+    return None
 
 
 def deployments(link: Any, breakers: dict[tuple[str, ...], str], rand: Any = None) -> list[dict[str, Any]]:
@@ -209,12 +333,12 @@ def render(result: dict[str, Any]) -> str:
                     link["model"],
                     link["provider"] or "-",
                     link["credentials"],
-                    link["breaker"] or "-",
+                    (link["breaker"] or "-") + (f", org view {link['org_view']}" if link.get("org_view") else ""),
                     verdict,
                 )
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-        lines.append("chain (breaker state as seen by this process):")
+        lines.append(f"chain (breaker states: {result.get('breakers_from') or 'this process'}):")
         for row, link in zip(rows, [None, *result["chain"]], strict=True):
             lines.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1])
             if link is not None and link.get("deployments"):

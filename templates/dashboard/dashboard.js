@@ -65,6 +65,7 @@
           if (RANK[l.state] > RANK[cur.state]) { cur.state = l.state; cur.forced_reason = l.forced_reason; cur.forced_until = l.forced_until; }
           cur.failures = Math.max(cur.failures, l.failures);
           cur.org_open = Array.from(new Set((cur.org_open || []).concat(l.org_open || [])));
+          cur.org_views = mergeOrgViews(cur.org_views, l.org_views);
           cur.deadline = Math.max(cur.deadline, deadline);
         }
       }
@@ -80,6 +81,24 @@
       }
     }
     return { links, models, providers };
+  }
+
+  // Org views (docs/resilience.md#org-views): per org, the worst state and the most failures any process saw.
+  function mergeOrgViews(cur, more) {
+    const byOrg = new Map((cur || []).map((v) => [v.org, Object.assign({}, v)]));
+    for (const v of more || []) {
+      const seen = byOrg.get(v.org);
+      if (!seen) { byOrg.set(v.org, Object.assign({}, v)); continue; }
+      if (RANK[v.state] > RANK[seen.state]) seen.state = v.state;
+      seen.failures = Math.max(seen.failures, v.failures);
+      seen.cooldown_s = Math.max(seen.cooldown_s, v.cooldown_s);
+    }
+    return Array.from(byOrg.values()).sort((a, b) => (a.org < b.org ? -1 : 1));
+  }
+
+  function orgViewsText(views) {
+    return (views || []).map((v) => (v.state === "open" ? "open" : v.state.replace("_", "-")) + " for org " + v.org +
+      " (" + v.failures + " failure" + (v.failures === 1 ? "" : "s") + (v.state === "open" ? ", " + Math.ceil(v.cooldown_s) + " s left" : "") + ")").join(" · ");
   }
 
   // Sparklines: per minute, requests and errors add up across processes; the p50 is
@@ -187,7 +206,7 @@
       const badge = cell(tr, "state");
       badge.dataset.state = l.state;
       badge.textContent = LABEL[l.state] || l.state;
-      cell(tr, "forced").textContent = l.state === "forced" ? (l.forced_reason || "") + (l.forced_until ? " · until " + new Date(l.forced_until * 1000).toLocaleTimeString() : " · until reset") : (l.org_open && l.org_open.length ? "open for org " + l.org_open.join(", ") : "");
+      cell(tr, "forced").textContent = l.state === "forced" ? (l.forced_reason || "") + (l.forced_until ? " · until " + new Date(l.forced_until * 1000).toLocaleTimeString() : " · until reset") : orgViewsText(l.org_views);
       cell(tr, "failures").textContent = l.failures;
       cooldownDeadlines.set(name, l.state === "closed" ? 0 : l.deadline);
       const pr = m.providers.get(l.provider);

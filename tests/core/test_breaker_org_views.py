@@ -1,9 +1,10 @@
 """Org views of a shared breaker (docs/resilience.md#org-views), in simulated time.
 
-One org's failures open only that org's view of the link; the shared breaker opens when
-the run of failures reaching the threshold is mixed (another org, or traffic with no org,
-failed too); any success on the link ends the run. Each view half-opens on its own and
-admits its own probe.
+One org's failures open only that org's view of the link while another org uses it; the
+shared breaker opens when the run of failures reaching the threshold is mixed (another org,
+or traffic with no org, failed too), when the orgs whose views are open are all those that
+used the link in the last cooldown, or at once for failures no body can cause; any
+success on the link ends the run. Each view half-opens on its own and admits its own probe.
 """
 
 from __future__ import annotations
@@ -41,7 +42,17 @@ def request(reg: BreakerRegistry, org: str | None, ok: bool) -> bool:
 # (sequence of (org, ok) requests, shared state after, {org: its view's state after})
 TABLE = [
     pytest.param(
-        [("a", False)] * TH, State.CLOSED, {"a": State.OPEN, "b": State.CLOSED}, id="one-org-opens-its-view-only"
+        [("b", True)] + [("a", False)] * TH,
+        State.CLOSED,
+        {"a": State.OPEN, "b": State.CLOSED},
+        id="one-org-opens-its-view-only-while-another-uses-the-link",
+    ),
+    pytest.param([("a", False)] * TH, State.OPEN, {"a": State.OPEN}, id="the-only-org-using-the-link-sees-an-outage"),
+    pytest.param(
+        [(None, True)] + [("a", False)] * TH,
+        State.CLOSED,
+        {"a": State.OPEN},
+        id="traffic-without-an-org-is-another-user",
     ),
     pytest.param(
         [("a", False), ("b", False), ("a", False)],
@@ -56,7 +67,7 @@ TABLE = [
         id="one-org-failing-while-another-succeeds",
     ),
     pytest.param(
-        [("a", False)] * TH + [("b", False)],
+        [("b", True)] + [("a", False)] * TH + [("b", False)],
         State.OPEN,
         {"a": State.OPEN, "b": State.CLOSED},
         id="other-traffic-fails-after-one-orgs-run",
@@ -69,13 +80,13 @@ TABLE = [
     ),
     pytest.param([(None, False)] * TH, State.OPEN, {}, id="no-org-at-all-is-the-old-rule"),
     pytest.param(
-        [("a", False)] * TH + [("b", True)] + [("b", False)] * TH,
+        [("b", True)] + [("a", False)] * TH + [("b", True)] + [("b", False)] * TH,
         State.OPEN,
         {"a": State.OPEN, "b": State.OPEN},
         id="a-second-org-reaching-its-threshold-while-the-first-is-open",
     ),
     pytest.param(
-        [("a", False)] * TH + [("c", True), ("b", False), ("c", True), ("b", False), ("b", False)],
+        [("c", True)] + [("a", False)] * TH + [("c", True), ("b", False), ("c", True), ("b", False), ("b", False)],
         State.CLOSED,
         {"a": State.OPEN, "b": State.OPEN},
         id="but-not-when-the-links-other-traffic-succeeds-in-between",
@@ -99,8 +110,30 @@ def test_who_failed_decides_which_view_opens(requests, shared, orgs) -> None:
         assert reg.org_state(KEY, org) is state, org
 
 
+def test_an_org_that_used_the_link_more_than_a_cooldown_ago_no_longer_counts() -> None:
+    reg, clock, _ = make()
+    request(reg, "b", True)
+    clock.advance(CD + 1)
+    for _ in range(TH):
+        request(reg, "a", False)
+    assert reg.state(KEY) is State.OPEN  # a is the only org using the link: an outage
+    assert not reg.admit(KEY, TH, CD, "b").allowed  # b arriving now does not pay the threshold again
+
+
+@pytest.mark.parametrize("org", ["a", None])
+def test_a_failure_no_body_can_cause_charges_the_link_at_once(org) -> None:
+    reg, _, _ = make()
+    request(reg, "b", True)  # another org was served: attribution would keep a 500 run off the link
+    for _ in range(TH):
+        adm = reg.admit(KEY, TH, CD, org)
+        reg.record_failure(KEY, adm.probe, TH, CD, org, charges_link=True)
+    assert reg.state(KEY) is State.OPEN
+    assert reg.org_state(KEY, "a") is State.CLOSED  # not held against the org
+
+
 def test_an_open_org_view_refuses_only_that_org() -> None:
     reg, _, events = make()
+    request(reg, "b", True)  # another org uses the link: a's failures are a's alone
     for _ in range(TH):
         request(reg, "a", False)
     refused = reg.admit(KEY, TH, CD, "a")
@@ -112,6 +145,7 @@ def test_an_open_org_view_refuses_only_that_org() -> None:
 
 def test_half_open_probing_per_org_view() -> None:
     reg, clock, events = make()
+    request(reg, "b", True)  # another org uses the link: a's failures are a's alone
     for _ in range(TH):
         request(reg, "a", False)
     clock.advance(CD)
@@ -192,6 +226,7 @@ def test_both_probes_at_once() -> None:
 
 def test_refused_by_the_shared_breaker_frees_the_orgs_probe_slot() -> None:
     reg, clock, _ = make()
+    request(reg, "b", True)  # another org uses the link: a's failures are a's alone
     for _ in range(TH):
         request(reg, "a", False)
     clock.advance(CD)  # a's view may probe now
@@ -207,6 +242,7 @@ def test_refused_by_the_shared_breaker_frees_the_orgs_probe_slot() -> None:
 
 def test_reset_closes_every_org_view() -> None:
     reg, _, events = make()
+    request(reg, "b", True)  # another org uses the link: a's failures are a's alone
     for _ in range(TH):
         request(reg, "a", False)
     reg.reset(KEY)

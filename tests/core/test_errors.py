@@ -321,3 +321,48 @@ def test_a_5xx_validation_error_saying_the_prompt_is_too_long_keeps_its_opt_in_f
     body = b'{"error":{"message":"This model\'s maximum context length is 8192 tokens","type":"invalid_request_error"}}'
     f = failure_from_response(500, {}, body)
     assert f.kind is K.CONTEXT_LENGTH and not f.is_provider_fault
+
+
+# docs/resilience.md#org-views: which provider faults charge a link's shared breaker whoever
+# sent them (no request body can cause them), and which are attributed to the sender's org.
+ANTHROPIC_OVERLOADED = b'{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}'
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "charges_link"),
+    [
+        pytest.param(500, b"Internal Server Error", False, id="plain-500-attributed"),
+        pytest.param(500, b'{"error": {"message": "boom", "type": "server_error"}}', False, id="500-json-attributed"),
+        pytest.param(500, b"\x00not json", False, id="unparsable-500-attributed"),
+        pytest.param(502, b"Bad Gateway", True, id="502"),
+        pytest.param(503, b"", True, id="503"),
+        pytest.param(504, b"<html>Gateway Timeout</html>", True, id="504"),
+        pytest.param(529, ANTHROPIC_OVERLOADED, True, id="anthropic-529"),
+        pytest.param(500, ANTHROPIC_OVERLOADED, True, id="overloaded-error-in-a-500"),
+        pytest.param(
+            429,
+            b'{"error": {"message": "Rate limit reached for requests", "type": "requests"}}',
+            False,
+            id="429-of-the-caller-attributed",
+        ),
+        pytest.param(
+            429,
+            b'{"error": {"message": "The engine is currently overloaded", "type": "server_error"}}',
+            True,
+            id="429-provider-overloaded",
+        ),
+        pytest.param(429, ANTHROPIC_OVERLOADED, True, id="429-overloaded-error"),
+    ],
+)
+def test_which_answers_charge_the_link_whoever_sent_them(status: int, body: bytes, charges_link: bool) -> None:
+    assert failure_from_response(status, {}, body).charges_link is charges_link
+
+
+@pytest.mark.parametrize("kind", [K.CONNECT_ERROR, K.CONNECT_TIMEOUT, K.FIRST_TOKEN_TIMEOUT, K.READ_TIMEOUT])
+def test_transport_failures_charge_the_link_whoever_sent_them(kind: K) -> None:
+    assert UpstreamFailure(kind, "x").charges_link
+
+
+@pytest.mark.parametrize("kind", [K.EMPTY_STREAM, K.STREAM_ERROR, K.INVALID_BODY, K.UPSTREAM_408])
+def test_failures_a_body_may_cause_are_attributed(kind: K) -> None:
+    assert not UpstreamFailure(kind, "x").charges_link

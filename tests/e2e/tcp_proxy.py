@@ -52,6 +52,13 @@ class TcpProxy:
         for sock in links:
             _close(sock)
 
+    def refuse_new(self) -> None:
+        """Refuse new connections but keep the open ones: requests already in flight finish."""
+        with self._lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            _close(listener)
+
     def stop(self) -> None:
         self.cut()
         for thread in self._threads:

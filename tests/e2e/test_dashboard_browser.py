@@ -335,3 +335,38 @@ def test_breaker_opening_is_pushed_live_and_reset_from_the_page_closes_it(
     assert page.evaluate("() => window.__sameDocument === true")
     assert page.get_attribute("#conn-status", "data-status") == "open"
     assert page.url == f"{gw.url}/dashboard/"
+
+
+def test_an_orgs_own_view_shows_on_its_link_with_its_count(gw, viewer_session, http, mock_upstream, context):
+    """docs/resilience.md#org-views: beta is served by dash-chat while acme's bodies fail; the row
+    stays green (the link serves everyone else) and says acme's view is open, with its count."""
+    beta = gw.create_key("beta", "bot")
+    page = context.new_page()
+    sign_in(page, gw)
+    page.goto(f"{gw.url}/dashboard/")
+    page.wait_for_selector('#conn-status[data-status="open"]')
+    row = 'tr[data-link="mock-openai/dash-chat"]'
+    mock_upstream.script("up-dash-chat", [], then={"status": 500}, when={"field": "user", "equals": "bad-acme"})
+    try:
+        assert chat(http, "dash-chat", beta).status_code == 200  # beta uses the link
+        body = {"model": "dash-chat", "user": "bad-acme", "messages": [{"role": "user", "content": "hi"}]}
+        for _ in range(2):
+            assert http.post("/v1/chat/completions", json=body).status_code == 502
+        page.wait_for_function(
+            """row => (document.querySelector(row + ' [data-role="forced"]') || {}).textContent
+                       && document.querySelector(row + ' [data-role="forced"]').textContent.includes("acme")""",
+            arg=row,
+            timeout=WAIT_MS,
+        )
+        text = page.text_content(f'{row} [data-role="forced"]')
+        assert text.startswith("open for org acme (2 failures, ") and text.endswith(" s left)"), text
+        assert page.get_attribute(row, "data-state") == "closed"  # still green: beta is served
+        assert chat(http, "dash-chat", beta).status_code == 200
+    finally:
+        mock_upstream.script("up-dash-chat", [])
+        gw.manage("breaker", "reset", "mock-openai", "dash-chat")
+    page.wait_for_function(
+        """row => document.querySelector(row + ' [data-role="forced"]').textContent === "" """,
+        arg=row,
+        timeout=WAIT_MS + 5000,
+    )

@@ -1,7 +1,7 @@
 """One organisation's failures open only its own view of a shared link (docs/resilience.md#org-views).
 
 Two orgs on one model served by the real mock upstream, which fails the requests of
-org A only (scripted on the body's `user`, which the gateway forwards). A's requests
+org A only, while B uses the link too (scripted on the body's `user`, which the gateway forwards). A's requests
 open A's view: A gets 503 `circuit_open` without an upstream call, while B is still
 served by the same link and the shared breaker stays closed. When B's requests fail
 as well, the link opens for both.
@@ -75,6 +75,8 @@ def metric(gw, name: str, **labels: str) -> float | None:
 
 def test_one_orgs_failures_open_only_its_view_and_both_failing_open_the_link(gw, keys, mock_upstream):
     mock_upstream.script(UPSTREAM, [], then={"status": 500}, when={"field": "user", "equals": "user-of-acme"})
+    # B uses the link too (were A the only org using it, A's failures would be an outage).
+    assert chat(gw, keys["beta"], "user-of-beta").status_code == 200
 
     for _ in range(THRESHOLD):
         response = chat(gw, keys["acme"], "user-of-acme")

@@ -14,7 +14,7 @@ import pytest
 from routing.config import live
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.ops import breaker_sync
-from routing.ops.breaker_sync import BreakerSync, Transition, decode, encode
+from routing.ops.breaker_sync import CONFIRM_AFTER_S, BreakerSync, Transition, decode, encode
 from tests.core.fakes import FakeClock
 from tests.e2e.harness import RedisServer
 
@@ -124,6 +124,7 @@ def test_org_views_are_shared_open_and_closed_but_probed_per_process() -> None:
     here, _, _ = make("here:1")
     there, _, wall = make("there:2")
     here.connected = True
+    here.registry.admit(KEY, TH, CD, "beta")  # another org uses the link: acme's failures are acme's alone
     for _ in range(TH):
         here.registry.record_failure(KEY, 0, TH, CD, "acme")
     (opened,) = here.outbox
@@ -248,3 +249,32 @@ async def test_redis_down_means_local_breakers_one_log_line_and_the_gauge(redis_
         live.degraded_listeners.pop()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_org_alone_here_but_not_in_the_cluster_does_not_open_the_link(redis_server) -> None:
+    """docs/resilience.md#org-views across processes: beta is served by process two while acme's
+    bodies fail on process one. Process one alone would call acme the link's only user; it asks
+    the cluster first, and the link stays closed. On a link nobody else uses, it opens everywhere."""
+    one, _, _ = make("one:1", redis_server.url)
+    two, _, _ = make("two:2", redis_server.url)
+    for sync in (one, two):
+        sync.clock = sync.registry._clock = asyncio.get_running_loop().time
+    alone = BreakerKey("mock", "alone")
+    tasks = [asyncio.create_task(s.run()) for s in (one, two)]
+    try:
+        await wait_until(lambda: one.connected and two.connected)
+        assert two.registry.admit(KEY, TH, CD, "beta").allowed  # beta, on process two only
+        for key in (KEY, alone):
+            for _ in range(TH):
+                adm = one.registry.admit(key, TH, CD, "acme")
+                one.registry.record_failure(key, adm.probe, TH, CD, "acme")
+            assert one.registry.org_state(key, "acme") is State.OPEN
+            assert one.registry.state(key) is State.CLOSED  # not decided on this process's knowledge alone
+        await wait_until(lambda: two.registry.state(alone) is State.OPEN, timeout=CONFIRM_AFTER_S + 3)
+        assert one.registry.state(alone) is State.OPEN  # acme is that link's only user: an outage
+        assert one.registry.state(KEY) is State.CLOSED and not one.outages  # beta uses KEY: acme's alone
+        assert two.registry.admit(KEY, TH, CD, "beta").allowed
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

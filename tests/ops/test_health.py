@@ -69,8 +69,22 @@ def test_payload_lists_every_provider_as_unknown_before_probing(snapshot):
     data = orjson.loads(health.health_providers_payload(snapshot))
     assert data == {
         "providers": [
-            {"name": "op-a", "status": "unknown", "latency_ms": None, "checked_at": None, "detail": "not probed yet"},
-            {"name": "op-b", "status": "unknown", "latency_ms": None, "checked_at": None, "detail": "not probed yet"},
+            {
+                "name": "op-a",
+                "status": "unknown",
+                "latency_ms": None,
+                "checked_at": None,
+                "detail": "not probed yet",
+                "circuits": [],
+            },
+            {
+                "name": "op-b",
+                "status": "unknown",
+                "latency_ms": None,
+                "checked_at": None,
+                "detail": "not probed yet",
+                "circuits": [],
+            },
         ]
     }
 
@@ -235,3 +249,28 @@ async def test_results_published_by_another_process_are_adopted_at_once(snapshot
         assert health.results["op-a"].detail == "mine"  # ours is newer
     finally:
         task.cancel()
+
+
+def test_health_providers_shows_the_links_requests_find_open_without_naming_orgs(snapshot):
+    """docs/api.md#get-healthproviders: an open link, and a link that some org's own view refuses."""
+    from routing.core.breaker import BreakerKey, registry
+
+    threshold, cooldown = snapshot.resilience.breaker_failure_threshold, snapshot.resilience.breaker_cooldown_s
+    link, viewed = BreakerKey("op-a", "op-chat"), BreakerKey("op-b", "op-other")
+    for _ in range(threshold):
+        registry.record_failure(link, 0, threshold, cooldown, None, charges_link=True)
+    registry.admit(viewed, threshold, cooldown, "beta")  # beta uses it: acme's failures stay acme's
+    for _ in range(threshold):
+        registry.record_failure(viewed, 0, threshold, cooldown, "acme")
+    try:
+        raw = health.health_providers_payload(snapshot)
+    finally:
+        registry.reset(link)
+        registry.reset(viewed)
+    by_name = {p["name"]: p for p in orjson.loads(raw)["providers"]}
+    (opened,) = by_name["op-a"]["circuits"]
+    assert opened["model"] == "op-chat" and opened["state"] == "open" and 0 < opened["cooldown_s"] <= cooldown
+    assert by_name["op-b"]["circuits"] == [
+        {"model": "op-other", "state": "closed", "cooldown_s": 0.0, "org_views_open": 1}
+    ]
+    assert b"acme" not in raw  # a public endpoint: no tenant names

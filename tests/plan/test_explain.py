@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import time
 
 import orjson
 import pytest
@@ -11,6 +13,8 @@ from django.core.management import CommandError, call_command
 from routing.core.breaker import registry
 from routing.plan.explain import explain, render
 from tests.factories import document, model, snapshot
+
+REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
 
 MODELS = [
     model("chat-a", caps=("chat", "streaming"), context_window=1000, fallbacks=["chat-b", "chat-c", "ghost-free"]),
@@ -152,3 +156,62 @@ def test_command_json(configured_db) -> None:
 def test_command_unknown_org_is_a_command_error(configured_db) -> None:
     with pytest.raises(CommandError, match="unknown org"):
         call_command("explain_route", "--org", "ghost", "--model", "chat-a", stdout=io.StringIO())
+
+
+def test_a_link_open_for_the_org_is_skipped_as_requests_skip_it() -> None:
+    """docs/resilience.md#org-views: explain says what a request of that org meets, not "closed, kept"."""
+    from routing.plan.explain import BreakerStates
+
+    snap = _snap()
+    states = BreakerStates("cluster")
+    states.put(("p1", "chat-a"), "acme", "open", 12.0)
+    result = explain(snap, "acme", "chat-a", states=states)
+    first = result["chain"][0]
+    assert first["breaker"] == "closed" and first["org_view"] == "open"
+    assert "open for org acme" in first["detail"]
+    assert result["serves"] == "chat-b" and result["breakers_from"] == "cluster"
+    assert "org view open" in render(result) and "breaker states: cluster" in render(result)
+
+    for key in (("p1", "chat-a"), ("p2", "chat-b"), ("p1", "chat-c"), ("p2", "ghost-free")):
+        states.put(key, None, "open", 5.0)
+    result = explain(snap, "acme", "chat-a", states=states)
+    assert result["serves"] is None
+    assert result["error"]["code"] == "circuit_open" and result["error"]["status"] == 503
+
+
+@pytest.mark.skipif(not REDIS_URL, reason="set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
+def test_a_process_serving_nothing_reads_the_clusters_breakers_from_redis(settings) -> None:
+    """manage.py explain_route serves nothing: it reads what the serving processes shared."""
+    import redis
+
+    from routing.core.breaker import BreakerKey, State
+    from routing.ops import breaker_sync
+    from routing.plan.explain import breaker_states
+
+    settings.REDIS_URL = REDIS_URL
+    settings.SWITCHBOARD_CLUSTER = "explain-test"
+    client = redis.Redis.from_url(REDIS_URL)
+    name = breaker_sync.state_key(breaker_sync.cluster_of(settings))
+    now = time.time()
+    shared, ended = BreakerKey("p1", "chat-a"), BreakerKey("p2", "chat-b")
+    for key, org, until in ((shared, None, now + 20), (ended, None, now - 1), (shared, "acme", now + 9)):
+        t = breaker_sync.Transition(key, State.OPEN, now - 10, until, 30, "elsewhere:1", 1, org)
+        client.hset(name, breaker_sync.state_field(key, org), breaker_sync.encode(t))
+    try:
+        states = breaker_states(_snap(), serving=False)
+    finally:
+        client.delete(name)
+        client.close()
+    assert states.source == "cluster"
+    state, left = states.link(shared)
+    assert state == "open" and 18 < left <= 20
+    assert states.link(ended)[0] == "half_open"  # cooldown over: the next request is the probe
+    assert states.org(shared, "acme")[0] == "open" and states.org(shared, "beta")[0] == "closed"
+
+
+def test_without_redis_a_process_serving_nothing_says_it_cannot_know(settings) -> None:
+    from routing.plan.explain import breaker_states
+
+    settings.REDIS_URL = ""
+    states = breaker_states(_snap(), serving=False)
+    assert states.source.startswith("unknown") and not states.links

@@ -2,7 +2,8 @@
 
 Shows how a request would be routed with the configuration now in the database:
 alias resolution, the matching policy, and every link of the chain kept or skipped
-and why. Nothing is sent upstream.
+and why, with the breaker states the serving processes share (docs/commands.md#explain_route).
+Nothing is sent upstream.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from routing.config import live
 from routing.core.kinds import ENDPOINT_KINDS
-from routing.plan.explain import explain, render
+from routing.plan.explain import breaker_states, explain, render
 
 
 class Command(BaseCommand):
@@ -43,7 +44,14 @@ class Command(BaseCommand):
             raise CommandError("--tokens must be 0 or more")
         try:
             result = explain(
-                snapshot, opts["org"], opts["model"], opts["stream"], opts["tools"], opts["tokens"], kind=opts["kind"]
+                snapshot,
+                opts["org"],
+                opts["model"],
+                opts["stream"],
+                opts["tools"],
+                opts["tokens"],
+                kind=opts["kind"],
+                states=breaker_states(snapshot, serving=False),
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from None

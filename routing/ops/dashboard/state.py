@@ -38,10 +38,17 @@ def build_state() -> dict[str, Any]:
     """This process's view: every link with its breaker, providers with health, model counters."""
     snapshot = live.current()
     views = {BreakerKey.of(v.key): v for v in breakers.views()}
-    org_open: dict[BreakerKey, list[str]] = {}  # orgs whose own view of a link refuses them
+    org_open: dict[BreakerKey, list[dict[str, Any]]] = {}  # org views of a link that refuse (or probe) that org
     for ov in breakers.org_views():
         if ov.state is not State.CLOSED:
-            org_open.setdefault(BreakerKey.of(ov.key), []).append(ov.org)
+            org_open.setdefault(BreakerKey.of(ov.key), []).append(
+                {
+                    "org": ov.org,
+                    "state": feed.STATE_NAMES[int(ov.state)],
+                    "failures": ov.consecutive_failures,
+                    "cooldown_s": round(ov.cooldown_remaining_s, 3),
+                }
+            )
     links = []
     seen = set()
     for model in sorted(snapshot.models.values(), key=lambda m: (m.provider.name, m.id)):
@@ -50,7 +57,7 @@ def build_state() -> dict[str, Any]:
             continue
         key = BreakerKey(model.provider.name, model.id)
         seen.add(key)
-        links.append(link_entry(key, views.get(key), sorted(org_open.get(key, ()))))
+        links.append(link_entry(key, views.get(key), sorted(org_open.get(key, ()), key=lambda v: v["org"])))
     for key, view in sorted(views.items()):
         if key.org is not None and BreakerKey(key.provider, key.model) in seen:
             links.append(link_entry(key, view))
@@ -78,10 +85,11 @@ def build_state() -> dict[str, Any]:
     }
 
 
-def link_entry(key: BreakerKey, view: Any, org_open: list[str] | None = None) -> dict[str, Any]:
+def link_entry(key: BreakerKey, view: Any, org_views: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """One row of the links table: the link, its breaker key (wire form) and the breaker's state.
 
-    `org_open`: orgs whose own view of the shared link is open (docs/resilience.md#org-views)."""
+    `org_views`: the orgs whose own view of the shared link is not closed, each with its state,
+    failure count and cooldown left (docs/resilience.md#org-views); `org_open` names them."""
     return {
         "link": key.link,
         "key": key.wire(),
@@ -93,7 +101,8 @@ def link_entry(key: BreakerKey, view: Any, org_open: list[str] | None = None) ->
         "cooldown_s": round(view.cooldown_remaining_s, 3) if view else 0.0,
         "forced_reason": view.forced_reason if view else None,
         "forced_until": view.forced_until if view else None,
-        "org_open": org_open or [],
+        "org_open": [v["org"] for v in org_views or ()],
+        "org_views": org_views or [],
     }
 
 
