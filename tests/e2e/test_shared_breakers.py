@@ -61,7 +61,7 @@ def redis_server():
 
 @pytest.fixture(scope="module")
 def pair(make_gateway, mock_upstream, redis_server):
-    env = {"REDIS_URL": redis_server.url}
+    env = {"REDIS_URL": redis_server.url, "SWITCHBOARD_METRICS_ORG_NAMES": "true"}  # metrics name the org
     one = make_gateway(CONFIG.format(mock=mock_upstream.url), env=env)
     two = Gateway(one.database_url, one.config_yaml, Path(tempfile.mkdtemp(prefix="switchboard-gw2-")), env)
     two.api_key = one.api_key

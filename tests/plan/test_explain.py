@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 import time
 
 import orjson
@@ -13,8 +12,6 @@ from django.core.management import CommandError, call_command
 from routing.core.breaker import registry
 from routing.plan.explain import explain, render
 from tests.factories import document, model, snapshot
-
-REDIS_URL = os.environ.get("SWITCHBOARD_TEST_REDIS_URL") or os.environ.get("REDIS_URL", "")
 
 MODELS = [
     model("chat-a", caps=("chat", "streaming"), context_window=1000, fallbacks=["chat-b", "chat-c", "ghost-free"]),
@@ -179,8 +176,7 @@ def test_a_link_open_for_the_org_is_skipped_as_requests_skip_it() -> None:
     assert result["error"]["code"] == "circuit_open" and result["error"]["status"] == 503
 
 
-@pytest.mark.skipif(not REDIS_URL, reason="set SWITCHBOARD_TEST_REDIS_URL (CI sets it)")
-def test_a_process_serving_nothing_reads_the_clusters_breakers_from_redis(settings) -> None:
+def test_a_process_serving_nothing_reads_the_clusters_breakers_from_redis(settings, redis_url) -> None:
     """manage.py explain_route serves nothing: it reads what the serving processes shared."""
     import redis
 
@@ -188,9 +184,9 @@ def test_a_process_serving_nothing_reads_the_clusters_breakers_from_redis(settin
     from routing.ops import breaker_sync
     from routing.plan.explain import breaker_states
 
-    settings.REDIS_URL = REDIS_URL
+    settings.REDIS_URL = redis_url
     settings.SWITCHBOARD_CLUSTER = "explain-test"
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(redis_url)
     name = breaker_sync.state_key(breaker_sync.cluster_of(settings))
     now = time.time()
     shared, ended = BreakerKey("p1", "chat-a"), BreakerKey("p2", "chat-b")
