@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from routing.core import errors
+from routing.core.admission_queue import Gate, Gates
 from routing.core.backoff import backoff_delay
 from routing.core.balance import Balancer, Target
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
@@ -94,7 +95,8 @@ class Settlement:
         self._then: Callable[[], None] | None = None  # also run once settled (a deployment's in-flight count)
 
     def then(self, fn: Callable[[], None]) -> None:
-        self._then = fn
+        before = self._then
+        self._then = fn if before is None else functools.partial(_both, before, fn)
 
     def _settled(self) -> None:
         fn = self._then
@@ -121,6 +123,17 @@ class Settlement:
             self._open = False
             self._breakers.release(self._key, self._probe, self._org)
             self._settled()
+
+
+def _both(first: Callable[[], None], second: Callable[[], None]) -> None:
+    try:
+        first()
+    finally:
+        second()
+
+
+# Answers that say the upstream is past its capacity: they lower its adaptive limit (docs/overload.md).
+_DROPS = frozenset({FailureKind.UPSTREAM_429, FailureKind.READ_TIMEOUT, FailureKind.FIRST_TOKEN_TIMEOUT})
 
 
 class Observer(Protocol):
@@ -245,6 +258,7 @@ class Executor:
         rand: Callable[[], float] = random.random,
         observer: Observer | None = None,
         balancer: Balancer | None = None,
+        gates: Gates | None = None,
     ) -> None:
         if breakers is None:
             from routing.core.breaker import registry as breakers
@@ -255,6 +269,9 @@ class Executor:
         self.breakers = breakers
         self.budgets = budgets
         self.balancer = balancer
+        if gates is None:
+            from routing.core.admission_queue import gates
+        self.gates = gates
         self.clock = clock
         self.sleep = sleep
         self.rand = rand
@@ -457,6 +474,30 @@ class Executor:
         walk.found_open(model_id, open_wait or 0.0)
         return None, "circuit_open"
 
+    async def _gated(
+        self, gate: Gate, attempt: Callable[[Link, float], Awaitable[Any]], link: Link, deadline: float
+    ) -> Any:
+        """One attempt within the deployment's adaptive limit; the slot is the caller's on success."""
+        await self.gates.enter(gate, deadline)
+        started = self.clock()
+        try:
+            result = await attempt(link, deadline)
+        except UpstreamFailure as f:
+            if f.kind in _DROPS:
+                gate.dropped()
+            gate.release()
+            raise
+        except TimeoutError:
+            if self.clock() < deadline:  # the upstream's timeout, not the request's own
+                gate.dropped()
+            gate.release()
+            raise
+        except BaseException:
+            gate.release()
+            raise
+        gate.sample(self.clock() - started)  # a stream's attempt ends at its first content frame
+        return result
+
     async def _try_link(
         self,
         link: Link,
@@ -486,6 +527,8 @@ class Executor:
         org = link.org
         model_id = link.model.id
         self.budgets.record_request(key)
+        gates = self.gates
+        gate = gates.gate(key, model_id, label or model_id) if gates.on else None  # docs/overload.md
         tries = 0
         failure: UpstreamFailure | None = None
         note = ""
@@ -504,7 +547,10 @@ class Executor:
                 cm = asyncio.timeout(deadline - now)
                 try:
                     async with cm:
-                        result = await attempt(link, deadline)
+                        if gate is None:
+                            result = await attempt(link, deadline)
+                        else:
+                            result = await self._gated(gate, attempt, link, deadline)
                 except UpstreamFailure as f:
                     walk.upstream_s += clock() - now
                     failure = f
@@ -537,8 +583,12 @@ class Executor:
                     outcome = walk.done(result, link)
                     if settle_later:
                         outcome.settlement = Settlement(breakers, key, probe, threshold, cooldown, org)
+                        if gate is not None:  # a stream holds its slot until it ends
+                            outcome.settlement.then(gate.release)
                     else:
                         breakers.record_success(key, probe, org)
+                        if gate is not None:
+                            gate.release()
                     return outcome
 
                 assert failure is not None
