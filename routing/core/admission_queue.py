@@ -66,6 +66,7 @@ class FairQueue:
             p, tag, _, w = heapq.heappop(heap)
             if w.gone:
                 continue
+            w.gone = True  # out of the queue: a later remove() does not count it twice
             self.counts[p] -= 1
             self._vtime[p] = tag
             if not heap:
@@ -181,13 +182,14 @@ class Gate:
 class Ticket:
     """Who is asking, for the queue: set once per request by the gateway (routing.ops.overload)."""
 
-    __slots__ = ("org", "priority", "weight", "wait_until")
+    __slots__ = ("org", "priority", "weight", "wait_until", "hedge")
 
-    def __init__(self, org: str, priority: int, weight: float, wait_until: float | None) -> None:
+    def __init__(self, org: str, priority: int, weight: float, wait_until: float | None, hedge: bool = False) -> None:
         self.org = org
         self.priority = priority
         self.weight = weight
         self.wait_until = wait_until  # X-Switchboard-Max-Wait on the gate's clock; None: the total deadline
+        self.hedge = hedge  # may be hedged: not marked non-idempotent (docs/overload.md#hedging)
 
 
 current: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("switchboard_overload_ticket", default=None)

@@ -178,7 +178,7 @@ async def _handle(
     agent = key.agent
     org = agent.org
     if overload.ON:  # priority class and max wait for the deployments' queues (docs/overload.md)
-        overload.admit(scope["headers"], key)
+        overload.admit(scope["headers"], key, body)
     if org.log_bodies or settings.SWITCHBOARD_LOG_BODIES:  # opted in: docs/operations.md#bodies
         ctx.request_body = bodies.capture(raw)
     name = select_model_name(body.get("model"), agent)

@@ -20,10 +20,13 @@ from prometheus_client import Counter, Gauge
 from routing.core import errors
 from routing.core.admission_queue import PRIORITIES, Ticket, current, gates
 from routing.core.concurrency import LimitSettings
+from routing.core.hedging import HedgeSettings, hedges
 
 ON = False
 _classes: dict[str, int] = {}  # "org/agent", "org" or a key prefix -> class rank
 _weights: dict[str, float] = {}  # org -> weight (1 by default)
+_never_hedge: frozenset[str] = frozenset()  # "org/agent", key prefixes or orgs marked non-idempotent
+_hedge_tools = False  # hedge requests that offer tools (their calls may have side effects)
 
 LIMIT = Gauge(
     "switchboard_concurrency_limit",
@@ -38,6 +41,11 @@ QUEUE = Gauge(
     "switchboard_queue_length", "Requests waiting per limited deployment.", ["model"], multiprocess_mode="livesum"
 )
 SHED = Counter("switchboard_shed_total", "Requests shed with 503 overloaded.", ["reason", "priority"])
+HEDGES = Counter(
+    "switchboard_hedges_total",
+    "Hedged first tokens by outcome: won (the hedge committed first), lost, failed, budget_spent.",
+    ["outcome"],
+)
 
 _LIMIT_FIELDS = {"initial": "initial", "min": "min_limit", "max": "max_limit", "queue": "queue"}
 
@@ -46,17 +54,30 @@ def _fail(what: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"SWITCHBOARD_OVERLOAD: {what} (see docs/overload.md#configuration)")
 
 
-def parse(text: str) -> tuple[dict[str, LimitSettings], dict[str, int], dict[str, float]]:
-    """The operator's document as (limits by model id, classes, org weights); raises with what to fix."""
+class Config:
+    """The operator's document, read: limits, classes, weights and hedging."""
+
+    def __init__(self) -> None:
+        self.limits: dict[str, LimitSettings] = {}
+        self.classes: dict[str, int] = {}
+        self.weights: dict[str, float] = {}
+        self.hedge: dict[str, HedgeSettings] = {}
+        self.never_hedge: frozenset[str] = frozenset()
+        self.hedge_tools = False
+
+
+def parse(text: str) -> Config:
+    """The operator's document (docs/overload.md#configuration); raises with what to fix."""
+    config = Config()
     if not text.strip():
-        return {}, {}, {}
+        return config
     try:
         doc = json.loads(text)
     except ValueError as exc:
         raise _fail(f"not valid JSON ({exc})") from None
     if not isinstance(doc, dict):
         raise _fail("must be a JSON object with 'models', 'classes' and 'org_weights'")
-    unknown = set(doc) - {"models", "classes", "org_weights"}
+    unknown = set(doc) - {"models", "classes", "org_weights", "hedge"}
     if unknown:
         raise _fail(f"unknown key(s) {sorted(unknown)}")
     limits: dict[str, LimitSettings] = {}
@@ -81,27 +102,63 @@ def parse(text: str) -> tuple[dict[str, LimitSettings], dict[str, int], dict[str
         if not isinstance(w, (int, float)) or isinstance(w, bool) or not w > 0 or math.isinf(w):
             raise _fail(f"org_weights.{org} must be a positive number")
         weights[org] = float(w)
-    return limits, classes, weights
+    config.limits, config.classes, config.weights = limits, classes, weights
+    _parse_hedge(doc.get("hedge") or {}, config)
+    return config
+
+
+def _parse_hedge(doc: Any, config: Config) -> None:
+    if not isinstance(doc, dict) or set(doc) - {"models", "never", "tools"}:
+        raise _fail("hedge must be an object of 'models', 'never' and 'tools'")
+    for model, spec in (doc.get("models") or {}).items():
+        pct = spec.get("budget_pct", 5.0) if isinstance(spec, dict) else None
+        if not isinstance(spec, dict) or set(spec) - {"budget_pct"} or not isinstance(pct, (int, float)):
+            raise _fail(f"hedge.models.{model} must be an object with 'budget_pct' (a number, default 5)")
+        if not 0 < pct <= 100:
+            raise _fail(f"hedge.models.{model}.budget_pct must be more than 0 and at most 100")
+        config.hedge[model] = HedgeSettings(float(pct))
+    never = doc.get("never") or []
+    if not isinstance(never, list) or not all(isinstance(n, str) for n in never):
+        raise _fail("hedge.never must be a list of 'org/agent', key prefixes or org names")
+    config.never_hedge = frozenset(never)
+    if not isinstance(doc.get("tools", False), bool):
+        raise _fail("hedge.tools must be true or false")
+    config.hedge_tools = doc.get("tools", False)
 
 
 def install() -> None:
     """Configure this process's gates from the settings (the composition root calls it once)."""
-    global ON, _classes, _weights
-    limits, _classes, _weights = parse(getattr(settings, "SWITCHBOARD_OVERLOAD", ""))
-    gates.configure(limits)
+    global ON, _classes, _weights, _never_hedge, _hedge_tools
+    config = parse(getattr(settings, "SWITCHBOARD_OVERLOAD", ""))
+    _classes, _weights = config.classes, config.weights
+    _never_hedge, _hedge_tools = config.never_hedge, config.hedge_tools
+    gates.configure(config.limits)
     gates.on_shed = _count_shed
-    ON = gates.on
+    hedges.configure(config.hedge)
+    hedges.on_outcome = _count_hedge
+    ON = gates.on or hedges.on
 
 
 def _count_shed(reason: str, priority: str) -> None:
     SHED.labels(reason, priority).inc()
 
 
-def admit(headers: Any, key: Any) -> None:
-    """Give this request its ticket for the gates (only called when ON)."""
+def _count_hedge(outcome: str) -> None:
+    HEDGES.labels(outcome).inc()
+
+
+def admit(headers: Any, key: Any, body: dict | None = None) -> None:
+    """Give this request its ticket for the gates and hedging (only called when ON)."""
     agent = key.agent
     org = agent.org.name
-    rank = _classes.get(f"{org}/{agent.name}")
+    who = f"{org}/{agent.name}"
+    hedge = hedges.on and not (
+        who in _never_hedge
+        or key.prefix in _never_hedge
+        or org in _never_hedge
+        or (not _hedge_tools and body is not None and body.get("tools"))
+    )
+    rank = _classes.get(who)
     if rank is None:
         rank = _classes.get(key.prefix)
     if rank is None:
@@ -129,7 +186,7 @@ def admit(headers: Any, key: Any) -> None:
                     "X-Switchboard-Max-Wait",
                 )
             wait_until = gates.clock() + seconds
-    current.set(Ticket(org, rank, _weights.get(org, 1.0), wait_until))
+    current.set(Ticket(org, rank, _weights.get(org, 1.0), wait_until, bool(hedge)))
 
 
 def refresh_metrics() -> None:

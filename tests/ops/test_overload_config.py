@@ -16,6 +16,7 @@ DOC = {
     "models": {"m": {"initial": 8, "max": 64}},
     "classes": {"acme/bot": "interactive", "acme": "default", "sk-abc": "batch"},
     "org_weights": {"acme": 2},
+    "hedge": {"models": {"m": {"budget_pct": 3}}, "never": ["acme/payments"]},
 }
 
 
@@ -33,10 +34,11 @@ def configured(settings):
 
 
 def test_the_document_is_read_into_limits_classes_and_weights() -> None:
-    limits, classes, weights = overload.parse(json.dumps(DOC))
-    assert (limits["m"].initial, limits["m"].max_limit) == (8, 64)
-    assert classes == {"acme/bot": 0, "acme": 1, "sk-abc": 2}
-    assert weights == {"acme": 2.0}
+    config = overload.parse(json.dumps(DOC))
+    assert (config.limits["m"].initial, config.limits["m"].max_limit) == (8, 64)
+    assert config.classes == {"acme/bot": 0, "acme": 1, "sk-abc": 2}
+    assert config.weights == {"acme": 2.0}
+    assert config.hedge["m"].budget_pct == 3 and config.never_hedge == {"acme/payments"}
 
 
 @pytest.mark.parametrize(
@@ -48,6 +50,8 @@ def test_the_document_is_read_into_limits_classes_and_weights() -> None:
         ('{"models": {"m": {"burst": 3}}}', "models.m must be"),
         ('{"classes": {"acme": "urgent"}}', "classes.acme"),
         ('{"org_weights": {"acme": -1}}', "org_weights.acme"),
+        ('{"hedge": {"models": {"m": {"budget_pct": 0}}}}', "budget_pct"),
+        ('{"hedge": {"never": "acme"}}', "hedge.never"),
     ],
 )
 def test_a_bad_document_is_refused_with_what_to_fix(doc: str, says: str) -> None:
@@ -74,3 +78,12 @@ def test_a_bad_priority_header_is_a_400_naming_it(configured) -> None:
     with pytest.raises(GatewayError) as err:
         overload.admit([(b"x-switchboard-priority", b"urgent")], key())
     assert err.value.status == 400 and err.value.param == "X-Switchboard-Priority"
+
+
+def test_hedging_is_never_for_requests_marked_non_idempotent_nor_offering_tools(configured) -> None:
+    overload.admit([], key(), {"messages": []})
+    assert current.get().hedge is True
+    overload.admit([], key(agent="payments"), {"messages": []})
+    assert current.get().hedge is False
+    overload.admit([], key(), {"messages": [], "tools": [{"type": "function"}]})
+    assert current.get().hedge is False
