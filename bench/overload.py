@@ -1,0 +1,211 @@
+"""`python -m bench.overload`: overload without collapse (docs/overload.md#benchmark).
+
+A mock deployment with a hard capacity C (a request beyond C concurrent gets 429; each call
+takes SERVICE_MS), a real gateway (uvicorn, SQLite, no Redis) and three orgs of equal
+weight, each with interactive and batch clients. Offered load 2x and 5x C (closed-loop
+clients, each sending again when answered; a shed or refused client waits its Retry-After,
+capped at 0.5 s) for a bounded time each, with overload control off (pass-through) and on.
+Reported: interactive success rate, goodput against C, the orgs' served shares (Jain's
+index), p99 of admitted requests against the unloaded p99, the latency of shed answers and
+the share of upstream calls that met a 429.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench import summary
+from bench.procs import manage, prepare_database, start_gateway, start_mock
+
+SERVICE_MS = 100
+ORGS = ("org-a", "org-b", "org-c")
+BATCH_MAX_WAIT_S = 1.0
+
+CONFIG = """
+resilience:
+  max_retries: 1
+  backoff_base_ms: 50
+providers:
+  - name: mock
+    dialect: openai
+    base_url: {url}/v1
+models:
+  - id: ov
+    provider: mock
+    upstream_model: ov
+    capabilities: [chat]
+orgs:
+""" + "".join(f"  - name: {o}\n    agents:\n      - name: inter\n      - name: batch\n" for o in ORGS)
+
+
+def _overload_doc(capacity: int) -> str:
+    return json.dumps(
+        {
+            "models": {"ov": {"initial": capacity // 2, "max": capacity * 4, "queue": capacity * 10}},
+            "classes": {f"{o}/inter": "interactive" for o in ORGS} | {f"{o}/batch": "batch" for o in ORGS},
+        }
+    )
+
+
+def _pct(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def _round(x: float | None) -> float | None:
+    return round(x, 3) if x is not None else None
+
+
+def jain(xs: list[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one takes everything."""
+    total = sum(xs)
+    return total * total / (len(xs) * sum(x * x for x in xs)) if total else 0.0
+
+
+async def _client(
+    session: aiohttp.ClientSession, url: str, key: str, org: str, cls: str, until: float, out: list[tuple]
+) -> None:
+    headers = {"Authorization": f"Bearer {key}"}
+    if cls == "batch":
+        headers["X-Switchboard-Max-Wait"] = str(BATCH_MAX_WAIT_S)
+    body = {"model": "ov", "messages": [{"role": "user", "content": "hi"}]}
+    while time.monotonic() < until:
+        started = time.monotonic()
+        try:
+            async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
+                data = await r.read()
+                status, retry = r.status, r.headers.get("Retry-After")
+        except (TimeoutError, aiohttp.ClientError):
+            status, data, retry = 0, b"", None
+        took = time.monotonic() - started
+        code = ""
+        if status != 200:
+            try:
+                code = json.loads(data)["error"]["code"]
+            except (ValueError, KeyError, TypeError):
+                code = str(status)
+        out.append((org, cls, status, code, took, started))
+        if status != 200:
+            await asyncio.sleep(min(float(retry or 0.5), 0.5))
+
+
+async def _load(url: str, keys: dict[tuple[str, str], str], clients: dict[str, int], seconds: float) -> list[tuple]:
+    out: list[tuple] = []
+    until = time.monotonic() + seconds
+    conn = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=60)) as session:
+        tasks = [
+            _client(session, url, keys[(org, cls)], org, cls, until, out)
+            for org in ORGS
+            for cls, n in clients.items()
+            for _ in range(n)
+        ]
+        await asyncio.gather(*tasks)
+    return out
+
+
+def _figures(rows: list[tuple], capacity: int, seconds: float, unloaded_p99: float | None) -> dict[str, Any]:
+    ok = [r for r in rows if r[2] == 200]
+    inter = [r for r in rows if r[1] == "interactive"]
+    shed = [r for r in rows if r[3] == "overloaded"]
+    served = Counter(r[0] for r in ok)
+    p99 = _pct([r[4] for r in ok], 0.99)
+    return {
+        "requests": len(rows),
+        "codes": dict(Counter(r[3] or "ok" for r in rows)),
+        "interactive_success": round(sum(1 for r in inter if r[2] == 200) / len(inter), 5) if inter else None,
+        "goodput_vs_c": round(len(ok) / seconds / (capacity / (SERVICE_MS / 1000)), 3),
+        "served_by_org": {o: served.get(o, 0) for o in ORGS},
+        "jain": round(jain([served.get(o, 0) for o in ORGS]), 4),
+        "p99_admitted_s": round(p99, 3) if p99 is not None else None,
+        "p99_interactive_s": _round(_pct([r[4] for r in ok if r[1] == "interactive"], 0.99)),
+        "p99_batch_s": _round(_pct([r[4] for r in ok if r[1] == "batch"], 0.99)),
+        "p99_vs_unloaded": round(p99 / unloaded_p99, 2) if p99 and unloaded_p99 else None,
+        "shed_p50_ms": round(1000 * _pct([r[4] for r in shed], 0.5), 1) if shed else None,
+        "shed_p99_ms": round(1000 * _pct([r[4] for r in shed], 0.99), 1) if shed else None,
+        "shed_at_once_share": round(sum(1 for r in shed if r[4] < 0.05) / len(shed), 3) if shed else None,
+    }
+
+
+def _keys(env: dict[str, str], first: str) -> dict[tuple[str, str], str]:
+    keys = {("org-a", "interactive"): first}
+    for org in ORGS:
+        for cls, agent in (("interactive", "inter"), ("batch", "batch")):
+            if (org, cls) not in keys:
+                out = manage(["create_api_key", "--org", org, "--agent", agent], env)
+                keys[(org, cls)] = out.strip().splitlines()[-1].strip()
+    return keys
+
+
+def _mock_calls(url: str) -> dict[str, Any]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{url}/_control/calls?model=ov", timeout=10) as r:  # noqa: S310 - loopback
+        return json.loads(r.read())
+
+
+def _script(url: str, capacity: int) -> None:
+    import urllib.request
+
+    spec = {"model": "ov", "steps": [], "then": {"delay_ms": SERVICE_MS}, "capacity": capacity}
+    req = urllib.request.Request(f"{url}/_control/script", data=json.dumps(spec).encode(), method="POST")
+    urllib.request.urlopen(req, timeout=10).read()  # noqa: S310 - loopback
+
+
+def run(capacity: int, seconds: float, factors: tuple[int, ...]) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="switchboard-overload-"))
+    mock, mock_url = start_mock(work)
+    results: dict[str, Any] = {"capacity": capacity, "service_ms": SERVICE_MS, "seconds": seconds, "runs": {}}
+    try:
+        _script(mock_url, capacity)
+        env, key = prepare_database(work, "ov", CONFIG.format(url=mock_url), "org-a", "inter")
+        keys = _keys(env, key)
+        for mode in ("off", "on"):
+            genv = {**env, "SWITCHBOARD_OVERLOAD": _overload_doc(capacity) if mode == "on" else ""}
+            gw, url = start_gateway("uvicorn", f"gateway-{mode}", work, genv)
+            try:
+                quiet = asyncio.run(_load(url, keys, {"interactive": 1, "batch": 1}, 2.0))  # 6 clients: unloaded
+                unloaded = _pct([r[4] for r in quiet if r[2] == 200], 0.99)
+                for factor in factors:
+                    before = _mock_calls(mock_url)
+                    inter = max(1, capacity // 6)  # interactive: about half of C, spread over the orgs
+                    batch = max(1, (factor * capacity) // 3 - inter)
+                    rows = asyncio.run(_load(url, keys, {"interactive": inter, "batch": batch}, seconds))
+                    after = _mock_calls(mock_url)
+                    fig = _figures(rows, capacity, seconds, unloaded)
+                    calls = after["count"] - before["count"]
+                    over = after["over_capacity"] - before["over_capacity"]
+                    fig["upstream_calls"] = calls
+                    fig["upstream_429_share"] = round(over / calls, 4) if calls else None
+                    fig["unloaded_p99_s"] = round(unloaded, 3) if unloaded else None
+                    results["runs"][f"{mode}-{factor}x"] = fig
+                    print(f"{mode:>3} {factor}x C: {json.dumps(fig)}", flush=True)
+            finally:
+                gw.stop()
+    finally:
+        mock.stop()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--capacity", type=int, default=20, help="the mock's hard capacity C")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of each load step")
+    args = parser.parse_args()
+    results = run(args.capacity, args.seconds, (2, 5))
+    summary.save("overload", results)
+
+
+if __name__ == "__main__":
+    main()
