@@ -7,7 +7,8 @@ clients, each sending again when answered; a shed or refused client waits its Re
 capped at 0.5 s) for a bounded time each, with overload control off (pass-through) and on.
 Reported: interactive success rate, goodput against C, the orgs' served shares (Jain's
 index), p99 of admitted requests against the unloaded p99, the latency of shed answers and
-the share of upstream calls that met a 429.
+the share of upstream calls that met a 429. Then hedging: a model on two deployments whose
+answers take 50 ms, 2 % of them 2 s; p50/p99 and the extra upstream calls, off and on.
 """
 
 from __future__ import annotations
@@ -38,11 +39,19 @@ providers:
   - name: mock
     dialect: openai
     base_url: {url}/v1
+  - name: mock-2
+    dialect: openai
+    base_url: {url}/v1
 models:
   - id: ov
     provider: mock
     upstream_model: ov
     capabilities: [chat]
+  - id: hx
+    capabilities: [chat]
+    deployments:
+      - {{provider: mock, upstream_model: hx-1}}
+      - {{provider: mock-2, upstream_model: hx-2}}
 orgs:
 """ + "".join(f"  - name: {o}\n    agents:\n      - name: inter\n      - name: batch\n" for o in ORGS)
 
@@ -52,6 +61,7 @@ def _overload_doc(capacity: int) -> str:
         {
             "models": {"ov": {"initial": capacity // 2, "max": capacity * 4, "queue": capacity * 10}},
             "classes": {f"{o}/inter": "interactive" for o in ORGS} | {f"{o}/batch": "batch" for o in ORGS},
+            "hedge": {"models": {"hx": {"budget_pct": 5}}},
         }
     )
 
@@ -148,10 +158,10 @@ def _keys(env: dict[str, str], first: str) -> dict[tuple[str, str], str]:
     return keys
 
 
-def _mock_calls(url: str) -> dict[str, Any]:
+def _mock_calls(url: str, model: str = "ov") -> dict[str, Any]:
     import urllib.request
 
-    with urllib.request.urlopen(f"{url}/_control/calls?model=ov", timeout=10) as r:  # noqa: S310 - loopback
+    with urllib.request.urlopen(f"{url}/_control/calls?model={model}", timeout=10) as r:  # noqa: S310 - loopback
         return json.loads(r.read())
 
 
@@ -163,7 +173,59 @@ def _script(url: str, capacity: int) -> None:
     urllib.request.urlopen(req, timeout=10).read()  # noqa: S310 - loopback
 
 
-def run(capacity: int, seconds: float, factors: tuple[int, ...]) -> dict[str, Any]:
+HEDGE_REQUESTS = 2000
+HEDGE_SLOW = (0.02, 2000, 50)  # 2 % of calls take 2 s; the others 50 ms
+
+
+def _script_tail(url: str, seed: int) -> None:
+    """Heavy-tailed answer times on both deployments of `hx`, the same pattern for off and on."""
+    import random
+    import urllib.request
+
+    rng = random.Random(seed)
+    share, slow_ms, fast_ms = HEDGE_SLOW
+    for model in ("hx-1", "hx-2"):
+        steps = [{"delay_ms": slow_ms if rng.random() < share else fast_ms} for _ in range(3 * HEDGE_REQUESTS)]
+        spec = {"model": model, "steps": steps, "then": {"delay_ms": fast_ms}}
+        req = urllib.request.Request(f"{url}/_control/script", data=json.dumps(spec).encode(), method="POST")
+        urllib.request.urlopen(req, timeout=30).read()  # noqa: S310 - loopback
+
+
+async def _hedge_load(url: str, key: str) -> list[float]:
+    """HEDGE_REQUESTS answers of `hx` from 10 concurrent clients: their latencies."""
+    body = {"model": "hx", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"Authorization": f"Bearer {key}"}
+    times: list[float] = []
+    left = HEDGE_REQUESTS
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            started = time.monotonic()
+            async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
+                await r.read()
+            times.append(time.monotonic() - started)
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        await asyncio.gather(*(client(session) for _ in range(10)))
+    return times
+
+
+def _hedge_step(url: str, mock_url: str, key: str) -> dict[str, Any]:
+    _script_tail(mock_url, seed=7)
+    before = sum(_mock_calls(mock_url, m)["count"] for m in ("hx-1", "hx-2"))
+    times = asyncio.run(_hedge_load(url, key))
+    calls = sum(_mock_calls(mock_url, m)["count"] for m in ("hx-1", "hx-2")) - before
+    return {
+        "requests": len(times),
+        "p50_s": _round(_pct(times, 0.5)),
+        "p99_s": _round(_pct(times, 0.99)),
+        "extra_calls_pct": round(100 * (calls - len(times)) / len(times), 2),
+    }
+
+
+def run(capacity: int, seconds: float, factors: tuple[int, ...], hedge: bool = True) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="switchboard-overload-"))
     mock, mock_url = start_mock(work)
     results: dict[str, Any] = {"capacity": capacity, "service_ms": SERVICE_MS, "seconds": seconds, "runs": {}}
@@ -191,6 +253,10 @@ def run(capacity: int, seconds: float, factors: tuple[int, ...]) -> dict[str, An
                     fig["unloaded_p99_s"] = round(unloaded, 3) if unloaded else None
                     results["runs"][f"{mode}-{factor}x"] = fig
                     print(f"{mode:>3} {factor}x C: {json.dumps(fig)}", flush=True)
+                if hedge:
+                    fig = _hedge_step(url, mock_url, key)
+                    results["runs"][f"{mode}-hedge"] = fig
+                    print(f"{mode:>3} hedging: {json.dumps(fig)}", flush=True)
             finally:
                 gw.stop()
     finally:
@@ -202,8 +268,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--capacity", type=int, default=20, help="the mock's hard capacity C")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each load step")
+    parser.add_argument("--no-hedge", action="store_true", help="skip the hedging step")
     args = parser.parse_args()
-    results = run(args.capacity, args.seconds, (2, 5))
+    results = run(args.capacity, args.seconds, (2, 5), hedge=not args.no_hedge)
     summary.save("overload", results)
 
 
