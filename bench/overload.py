@@ -225,7 +225,60 @@ def _hedge_step(url: str, mock_url: str, key: str) -> dict[str, Any]:
     }
 
 
-def run(capacity: int, seconds: float, factors: tuple[int, ...], hedge: bool = True) -> dict[str, Any]:
+BROWNOUT = (4.0, 10.0, 6.0)  # seconds at C, at C / 2, at C again
+
+
+async def _limit_of(session: aiohttp.ClientSession, url: str) -> float | None:
+    async with session.get(f"{url}/metrics") as r:
+        text = await r.text()
+    for line in text.splitlines():
+        if line.startswith('switchboard_concurrency_limit{model="ov"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+async def _brownout(url: str, mock_url: str, keys: dict[tuple[str, str], str], capacity: int) -> dict[str, Any]:
+    """2x C offered while the mock's capacity halves for a while, then recovers; the limit, sampled."""
+    before, low, after = BROWNOUT
+    samples: list[tuple[float, float]] = []
+    start = time.monotonic()
+
+    async def watch() -> None:
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() - start < before + low + after:
+                value = await _limit_of(session, url)
+                if value is not None:
+                    samples.append((time.monotonic() - start, value))
+                await asyncio.sleep(0.1)
+
+    async def brown() -> None:
+        await asyncio.sleep(before)
+        await asyncio.to_thread(_script, mock_url, capacity // 2)
+        await asyncio.sleep(low)
+        await asyncio.to_thread(_script, mock_url, capacity)
+
+    inter = max(1, capacity // 6)
+    load = _load(url, keys, {"interactive": inter, "batch": max(1, (2 * capacity) // 3 - inter)}, before + low + after)
+    rows, _, _ = await asyncio.gather(load, watch(), brown())
+
+    def first(after_s: float, ok: Any) -> float | None:
+        hit = next((t for t, v in samples if t >= after_s and ok(v)), None)
+        return round(hit - after_s, 2) if hit is not None else None
+
+    inter_rows = [r for r in rows if r[1] == "interactive"]
+    return {
+        "down_s": first(before, lambda v: v <= capacity // 2 * 1.1),  # within 10 % of the new capacity
+        "up_s": first(before + low, lambda v: v >= capacity * 0.9),
+        "limit_samples": [(round(t, 1), v) for t, v in samples],
+        "interactive_success": round(sum(1 for r in inter_rows if r[2] == 200) / len(inter_rows), 5),
+        "requests": len(rows),
+        "codes": dict(Counter(r[3] or "ok" for r in rows)),
+    }
+
+
+def run(
+    capacity: int, seconds: float, factors: tuple[int, ...], hedge: bool = True, modes: tuple[str, ...] = ("off", "on")
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="switchboard-overload-"))
     mock, mock_url = start_mock(work)
     results: dict[str, Any] = {"capacity": capacity, "service_ms": SERVICE_MS, "seconds": seconds, "runs": {}}
@@ -233,7 +286,7 @@ def run(capacity: int, seconds: float, factors: tuple[int, ...], hedge: bool = T
         _script(mock_url, capacity)
         env, key = prepare_database(work, "ov", CONFIG.format(url=mock_url), "org-a", "inter")
         keys = _keys(env, key)
-        for mode in ("off", "on"):
+        for mode in modes:
             genv = {**env, "SWITCHBOARD_OVERLOAD": _overload_doc(capacity) if mode == "on" else ""}
             gw, url = start_gateway("uvicorn", f"gateway-{mode}", work, genv)
             try:
@@ -253,6 +306,15 @@ def run(capacity: int, seconds: float, factors: tuple[int, ...], hedge: bool = T
                     fig["unloaded_p99_s"] = round(unloaded, 3) if unloaded else None
                     results["runs"][f"{mode}-{factor}x"] = fig
                     print(f"{mode:>3} {factor}x C: {json.dumps(fig)}", flush=True)
+                if mode == "on":
+                    before = _mock_calls(mock_url)
+                    fig = asyncio.run(_brownout(url, mock_url, keys, capacity))
+                    after = _mock_calls(mock_url)
+                    calls = after["count"] - before["count"]
+                    fig["upstream_429_share"] = round((after["over_capacity"] - before["over_capacity"]) / calls, 4)
+                    results["runs"]["on-brownout"] = fig
+                    shown = {k: v for k, v in fig.items() if k != "limit_samples"}
+                    print(f" on brown-out: {json.dumps(shown)}", flush=True)
                 if hedge:
                     fig = _hedge_step(url, mock_url, key)
                     results["runs"][f"{mode}-hedge"] = fig
@@ -269,8 +331,12 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=20, help="the mock's hard capacity C")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each load step")
     parser.add_argument("--no-hedge", action="store_true", help="skip the hedging step")
+    parser.add_argument("--factors", default="2,5", help="offered loads, as multiples of C (comma-separated)")
+    parser.add_argument("--modes", default="off,on", help="overload control off, on, or both")
     args = parser.parse_args()
-    results = run(args.capacity, args.seconds, (2, 5), hedge=not args.no_hedge)
+    factors = tuple(int(f) for f in args.factors.split(",") if f)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    results = run(args.capacity, args.seconds, factors, hedge=not args.no_hedge, modes=modes)
     summary.save("overload", results)
 
 
