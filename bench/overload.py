@@ -7,7 +7,8 @@ clients, each sending again when answered; a shed or refused client waits its Re
 capped at 0.5 s) for a bounded time each, with overload control off (pass-through) and on.
 Reported: interactive success rate, goodput against C, the orgs' served shares (Jain's
 index), p99 of admitted requests against the unloaded p99, the latency of shed answers and
-the share of upstream calls that met a 429. Then hedging: a model on two deployments whose
+the share of upstream calls that met a 429. With control on, a brown-out: 2x C while the
+capacity halves for 10 s, then recovers; how fast the limit follows each way. Then hedging: a model on two deployments whose
 answers take 50 ms, 2 % of them 2 s; p50/p99 and the extra upstream calls, off and on.
 """
 
