@@ -473,7 +473,7 @@ class Executor:
             started = self.clock()
             ended = None
             tries = 1 if others else tries_left
-            delay = self._hedge_delay(link, key, left, settle_later, discard)
+            delay = self._hedge_delay(link, key, left, settle_later, discard) if self.hedges.on else None
             try:
                 if delay is None:
                     ended = await self._try_link(
