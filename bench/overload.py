@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 
 from bench import summary
-from bench.procs import manage, prepare_database, start_gateway, start_mock
+from bench.procs import Proc, free_port, manage, prepare_database, start_gateway, start_mock, wait_http
 
 SERVICE_MS = 100
 ORGS = ("org-a", "org-b", "org-c")
@@ -277,8 +277,66 @@ async def _brownout(url: str, mock_url: str, keys: dict[tuple[str, str], str], c
     }
 
 
+LITELLM_VENV = Path("/tmp/switchboard-peers/litellm-1.108.7")  # where bench/peers/peers.sh installs it
+LITELLM_KEY = "sk-switchboard-bench"
+
+
+def _start_litellm(work: Path, mock_url: str, venv: Path) -> tuple[Proc, str]:
+    """LiteLLM's proxy (installed by bench/peers/peers.sh) in front of the same mock, one worker."""
+    config = work / "litellm.yaml"
+    config.write_text(
+        "model_list:\n  - model_name: ov\n    litellm_params:\n      model: openai/ov\n"
+        f"      api_base: {mock_url}/v1\n      api_key: sk-mock\n"
+        "litellm_settings:\n  telemetry: false\n  set_verbose: false\n  drop_params: true\n"
+        f"general_settings:\n  master_key: {LITELLM_KEY}\n"
+    )
+    port = free_port()
+    argv = ["env", "-u", "DATABASE_URL", "-u", "REDIS_URL", str(venv / "bin" / "litellm"), "--config", str(config)]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+    env = {"LITELLM_LOG": "ERROR", "LITELLM_TELEMETRY": "False", "DISABLE_SCHEMA_UPDATE": "True"}
+    proc = Proc("litellm", argv, work, env)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(f"{url}/health/liveliness", proc, timeout=180)
+    return proc, url
+
+
+def _litellm_steps(
+    work: Path, mock_url: str, venv: Path, capacity: int, seconds: float, factors: tuple[int, ...]
+) -> dict[str, Any]:
+    """The same offered loads through LiteLLM (one key for every client: it has no priority classes)."""
+    out: dict[str, Any] = {}
+    proc, url = _start_litellm(work, mock_url, venv)
+    try:
+        keys = {(org, cls): LITELLM_KEY for org in ORGS for cls in ("interactive", "batch")}
+        quiet = asyncio.run(_load(url, keys, {"interactive": 1, "batch": 1}, 2.0))
+        unloaded = _pct([r[4] for r in quiet if r[2] == 200], 0.99)
+        for factor in factors:
+            before = _mock_calls(mock_url)
+            inter = max(1, capacity // 6)
+            batch = max(1, (factor * capacity) // 3 - inter)
+            rows = asyncio.run(_load(url, keys, {"interactive": inter, "batch": batch}, seconds))
+            after = _mock_calls(mock_url)
+            fig = _figures(rows, capacity, seconds, unloaded)
+            calls = after["count"] - before["count"]
+            fig["upstream_calls"] = calls
+            fig["upstream_429_share"] = (
+                round((after["over_capacity"] - before["over_capacity"]) / calls, 4) if calls else None
+            )
+            fig["unloaded_p99_s"] = _round(unloaded)
+            out[f"litellm-{factor}x"] = fig
+            print(f"litellm {factor}x C: {json.dumps(fig)}", flush=True)
+    finally:
+        proc.stop()
+    return out
+
+
 def run(
-    capacity: int, seconds: float, factors: tuple[int, ...], hedge: bool = True, modes: tuple[str, ...] = ("off", "on")
+    capacity: int,
+    seconds: float,
+    factors: tuple[int, ...],
+    hedge: bool = True,
+    modes: tuple[str, ...] = ("off", "on"),
+    litellm: Path | None = LITELLM_VENV,
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="switchboard-overload-"))
     mock, mock_url = start_mock(work)
@@ -322,6 +380,11 @@ def run(
                     print(f"{mode:>3} hedging: {json.dumps(fig)}", flush=True)
             finally:
                 gw.stop()
+        if litellm is not None:
+            if (litellm / "bin" / "litellm").exists():
+                results["runs"].update(_litellm_steps(work, mock_url, litellm, capacity, seconds, factors))
+            else:
+                print(f"LiteLLM left out: no {litellm}/bin/litellm (bench/peers/peers.sh installs it)", flush=True)
     finally:
         mock.stop()
     return results
@@ -334,10 +397,13 @@ def main() -> None:
     parser.add_argument("--no-hedge", action="store_true", help="skip the hedging step")
     parser.add_argument("--factors", default="2,5", help="offered loads, as multiples of C (comma-separated)")
     parser.add_argument("--modes", default="off,on", help="overload control off, on, or both")
+    parser.add_argument("--litellm", type=Path, default=LITELLM_VENV, help="LiteLLM's virtualenv (from bench/peers)")
+    parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM side-by-side")
     args = parser.parse_args()
     factors = tuple(int(f) for f in args.factors.split(",") if f)
     modes = tuple(m for m in args.modes.split(",") if m)
-    results = run(args.capacity, args.seconds, factors, hedge=not args.no_hedge, modes=modes)
+    litellm = None if args.no_litellm else args.litellm
+    results = run(args.capacity, args.seconds, factors, hedge=not args.no_hedge, modes=modes, litellm=litellm)
     summary.save("overload", results)
 
 
