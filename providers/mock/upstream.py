@@ -24,7 +24,9 @@ Each request of that model consumes one step; when they run out, `then` applies
 (default: a normal 200). A script with "when": {"field": F, "equals": V} (a top-level
 body field, e.g. "user") or {"header": H, "equals": V} applies only to the requests that
 match it, next to the model's other scripts: the gateway's org-isolation tests fail one
-caller's requests only. Step fields: status, headers, body (raw string), delay_ms
+caller's requests only. {"model": M, "capacity": C, "over": STEP} gives the model a hard
+capacity: a request that finds C already in flight gets STEP (default {"status": 429});
+`over_capacity` in /_control/calls counts them. Step fields: status, headers, body (raw string), delay_ms
 (before headers), hang (never answer), empty_stream (200 SSE, no frames), frames,
 frame_delay_ms, first_frame_delay_ms, break_after (abort the connection after k
 frames), no_done (end cleanly without the terminator), invalid_json (2xx non-JSON),
@@ -70,7 +72,19 @@ JSON_TYPE = "application/json"
 class ModelState:
     """What happened to one upstream model name, and what it should do next."""
 
-    __slots__ = ("count", "requests", "disconnected", "disconnected_at", "in_flight", "steps", "then", "rules")
+    __slots__ = (
+        "count",
+        "requests",
+        "disconnected",
+        "disconnected_at",
+        "in_flight",
+        "steps",
+        "then",
+        "rules",
+        "capacity",
+        "over",
+        "over_capacity",
+    )
 
     def __init__(self) -> None:
         self.count = 0
@@ -82,6 +96,10 @@ class ModelState:
         self.then: dict[str, Any] | None = None
         # conditional scripts: (("field"|"header", name, value), steps, then)
         self.rules: list[tuple[tuple[str, str, Any], deque[dict[str, Any]], dict[str, Any] | None]] = []
+        # a hard capacity: a request beyond `capacity` concurrent gets the `over` step (default a 429)
+        self.capacity: int | None = None
+        self.over: dict[str, Any] = {"status": 429}
+        self.over_capacity = 0
 
     def next_step(self, body: dict[str, Any] | None = None, headers: Any = None) -> dict[str, Any] | None:
         for (kind, name, value), steps, then in self.rules:
@@ -142,6 +160,7 @@ class MockState:
             "disconnected": state.disconnected,
             "disconnected_at": list(state.disconnected_at),
             "in_flight": state.in_flight,
+            "over_capacity": state.over_capacity,
             "requests": requests,
         }
 
@@ -313,6 +332,9 @@ def _route(
             return denied
         step = ms.next_step(body, request.headers) if ms.rules else ms.next_step()
         ms.in_flight += 1
+        if ms.capacity is not None and ms.in_flight > ms.capacity:
+            step = ms.over
+            ms.over_capacity += 1
         state.notify()
         try:
             if step is None:
@@ -722,6 +744,12 @@ async def _control_script(request: web.Request) -> web.StreamResponse:
         return web.Response(body=orjson.dumps({"model": spec["model"], "steps": len(steps)}), content_type=JSON_TYPE)
     ms.steps = deque(steps)
     ms.then = then
+    capacity = spec.get("capacity")
+    if capacity is not None:
+        if not isinstance(capacity, int) or capacity < 1:
+            return _bad("capacity must be a whole number of concurrent requests, at least 1")
+        over = spec.get("over")
+        ms.capacity, ms.over = capacity, over if isinstance(over, dict) else {"status": 429}
     return web.Response(body=orjson.dumps({"model": spec["model"], "steps": len(steps)}), content_type=JSON_TYPE)
 
 

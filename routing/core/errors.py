@@ -473,6 +473,7 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "upstream_rate_limited": (429, RATE_LIMIT_ERROR),
     "upstream_unavailable": (503, SERVICE_UNAVAILABLE_ERROR),
     "circuit_open": (503, SERVICE_UNAVAILABLE_ERROR),
+    "overloaded": (503, SERVICE_UNAVAILABLE_ERROR),
     "connect_timeout": (504, TIMEOUT_ERROR),
     "first_token_timeout": (504, TIMEOUT_ERROR),
     "total_timeout": (504, TIMEOUT_ERROR),
@@ -901,5 +902,23 @@ def deployments_at_capacity(model: str, retry_after_s: float) -> GatewayError:
         f"Every deployment of {model!r} is at its configured capacity (rpm/tpm) and no fallback can take the "
         f"request: nothing was sent upstream; retry in {headers['Retry-After']} s, or raise the deployments' "
         "rpm/tpm.",
+        headers=headers,
+    )
+
+
+def overloaded(name: str, retry_after_s: float, priority: str = "default", reason: str = "deadline") -> GatewayError:
+    """503 `overloaded` (docs/overload.md): the request could not start before its deadline.
+
+    Nothing was sent upstream; Retry-After is from the queue's drain rate.
+    """
+    headers = _retry_after(retry_after_s)
+    why = {
+        "deadline": "could not start before its deadline (its total timeout or X-Switchboard-Max-Wait)",
+        "queue_full": "found the waiting queue full of requests of its priority or higher",
+    }.get(reason, reason)
+    return _error(
+        "overloaded",
+        f"{name!r} is at its concurrency limit and this {priority} request {why}: nothing was sent upstream; "
+        f"retry in {headers['Retry-After']} s, or send it with a longer X-Switchboard-Max-Wait.",
         headers=headers,
     )

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from routing.core import errors
+from routing.core.admission_queue import Gate, Gates, current
 from routing.core.backoff import backoff_delay
 from routing.core.balance import Balancer, Target
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.core.buckets import LEASE_WAIT_S
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.hedging import Hedges
 from routing.core.resilience import LinkModel, Resilience
 from routing.core.retry_budget import RetryBudgets
 
@@ -94,7 +96,8 @@ class Settlement:
         self._then: Callable[[], None] | None = None  # also run once settled (a deployment's in-flight count)
 
     def then(self, fn: Callable[[], None]) -> None:
-        self._then = fn
+        before = self._then
+        self._then = fn if before is None else functools.partial(_both, before, fn)
 
     def _settled(self) -> None:
         fn = self._then
@@ -121,6 +124,29 @@ class Settlement:
             self._open = False
             self._breakers.release(self._key, self._probe, self._org)
             self._settled()
+
+
+def _both(first: Callable[[], None], second: Callable[[], None]) -> None:
+    try:
+        first()
+    finally:
+        second()
+
+
+# Answers that say the upstream is past its capacity: they lower its adaptive limit (docs/overload.md).
+_DROPS = frozenset({FailureKind.UPSTREAM_429, FailureKind.READ_TIMEOUT, FailureKind.FIRST_TOKEN_TIMEOUT})
+
+
+@dataclass(slots=True)
+class _Race:
+    """A hedged call's first deployment and what its hedge needs (docs/overload.md#hedging)."""
+
+    first: Target
+    probe: int
+    tries: int
+    delay: float
+    tokens: int
+    discard: Callable[[Any], Awaitable[None]] | None
 
 
 class Observer(Protocol):
@@ -213,6 +239,22 @@ class _Walk:
         if self.full_retry is None or retry_after_s < self.full_retry:
             self.full_retry, self.full_model = retry_after_s, model_id
 
+    def absorb(self, other: _Walk) -> None:
+        """Take in what a hedged call's own walk saw (docs/overload.md#hedging)."""
+        self.trail += other.trail
+        for detail in other.details or ():
+            self.explain(detail)
+        self.attempts += other.attempts
+        self.upstream_s += other.upstream_s
+        if other.last_failure is not None:
+            self.last_failure = other.last_failure
+
+    def rewrite(self, outcome: Outcome, link: Link) -> Outcome:
+        """A hedged call's Outcome, with the whole walk's figures."""
+        outcome.link, outcome.attempts, outcome.trail = link, self.attempts, self.trail
+        outcome.upstream_s, outcome.fallback_reason = self.upstream_s, self.reason
+        return outcome
+
     def exhausted(self, chain: Sequence[Link]) -> Outcome:
         """Nothing served and no link ended the request itself: say why the chain as a whole failed."""
         last = self.last if self.last is not None or not chain else chain[0]
@@ -245,6 +287,8 @@ class Executor:
         rand: Callable[[], float] = random.random,
         observer: Observer | None = None,
         balancer: Balancer | None = None,
+        gates: Gates | None = None,
+        hedges: Hedges | None = None,
     ) -> None:
         if breakers is None:
             from routing.core.breaker import registry as breakers
@@ -255,6 +299,12 @@ class Executor:
         self.breakers = breakers
         self.budgets = budgets
         self.balancer = balancer
+        if gates is None:
+            from routing.core.admission_queue import gates
+        self.gates = gates
+        if hedges is None:
+            from routing.core.hedging import hedges
+        self.hedges = hedges
         self.clock = clock
         self.sleep = sleep
         self.rand = rand
@@ -268,13 +318,15 @@ class Executor:
         deadline: float,
         settle_later: bool = False,
         tokens: int = 0,
+        discard: Callable[[Any], Awaitable[None]] | None = None,
     ) -> Outcome:
         """Serve the request from the first link that can; `deadline` is on this executor's clock.
 
         With `settle_later` the serving link's breaker is not charged when `attempt`
         returns: the Outcome carries a `Settlement` the caller must settle (streams, whose
         success is a clean end, not the commit). `tokens` is the request's estimate,
-        counted against deployments' `tpm` capacity.
+        counted against deployments' `tpm` capacity. `discard` closes a result that lost a
+        hedge race (an open stream); without it, streams are never hedged.
         """
         obs = self.observer
         walk = _Walk()
@@ -295,7 +347,7 @@ class Executor:
             walk.last = link
             if link.deployments:
                 ended, why = await self._try_deployments(
-                    link, attempt, resilience, deadline, walk, settle_later, tokens
+                    link, attempt, resilience, deadline, walk, settle_later, tokens, discard
                 )
                 if ended is not None:
                     return ended
@@ -349,6 +401,7 @@ class Executor:
         walk: _Walk,
         settle_later: bool,
         tokens: int,
+        discard: Callable[[Any], Awaitable[None]] | None = None,
     ) -> tuple[Outcome | None, str | None]:
         """Try the deployments of one model (docs/deployments.md#retry-and-fallback).
 
@@ -419,20 +472,18 @@ class Executor:
             balancer.started(key)
             started = self.clock()
             ended = None
+            tries = 1 if others else tries_left
+            delay = self._hedge_delay(link, key, left, settle_later, discard) if self.hedges.on else None
             try:
-                ended = await self._try_link(
-                    target.link,
-                    adm.probe,
-                    attempt,
-                    res,
-                    deadline,
-                    walk,
-                    settle_later,
-                    1 if others else tries_left,
-                    f"{model_id}@{target.name}",
-                )
+                if delay is None:
+                    ended = await self._try_link(
+                        target.link, adm.probe, attempt, res, deadline, walk, settle_later, tries, f"{model_id}@{target.name}"
+                    )  # fmt: skip
+                else:
+                    race = _Race(target, adm.probe, tries, delay, tokens, discard)
+                    ended = await self._hedged(link, race, left, attempt, res, deadline, walk, settle_later)
             finally:
-                settlement = ended.settlement if ended is not None else None
+                settlement = ended.settlement if ended is not None and walk.last is target.link else None
                 if settlement is None:
                     balancer.finished(key)
                 else:  # a stream stays in flight until it ends
@@ -440,6 +491,8 @@ class Executor:
             if ended is not None:
                 if ended.error is None and walk.attempts - before == 1:  # one call: its time is the figure
                     balancer.observe(key, self.clock() - started)
+                    if self.hedges.on:
+                        self.hedges.observe(key, self.clock() - started)
                 return ended, None
             failed = True
             tries_left = max(tries_left - (walk.attempts - before), 1)
@@ -456,6 +509,153 @@ class Executor:
             return None, "capacity"
         walk.found_open(model_id, open_wait or 0.0)
         return None, "circuit_open"
+
+    def _hedge_delay(self, link: Link, key: Any, left: list[Target], settle_later: bool, discard: Any) -> float | None:
+        """After how long this request's call to `key` is hedged; None: not hedged (docs/overload.md#hedging)."""
+        hedges = self.hedges
+        if not hedges.on or not left or (settle_later and discard is None):
+            return None
+        ticket = current.get()
+        if ticket is None or not ticket.hedge:  # marked non-idempotent by the operator, or not admitted
+            return None
+        return hedges.delay(link.model.id, key)
+
+    async def _hedged(
+        self,
+        link: Link,
+        race: _Race,
+        left: list[Target],
+        attempt: Callable[[Link, float], Awaitable[Any]],
+        res: Resilience,
+        deadline: float,
+        walk: _Walk,
+        settle_later: bool,
+    ) -> Outcome | None:
+        """Call `race.first`; if it has not answered after `race.delay`, call another deployment too and
+        keep whichever commits first, cancelling the other at once. Each call charges its own breaker;
+        a hedge launched is removed from `left` (it was tried). Returns like `_try_link`."""
+        model_id = link.model.id
+        first = race.first
+        wa = _Walk()
+        a = asyncio.ensure_future(
+            self._try_link(first.link, race.probe, attempt, res, deadline, wa, settle_later, race.tries,
+                           f"{model_id}@{first.name}")
+        )  # fmt: skip
+        calls: list[tuple[asyncio.Future, Target, _Walk]] = [(a, first, wa)]
+        winner = None
+        try:
+            done, _ = await asyncio.wait({a}, timeout=race.delay)
+            if not done:
+                self._launch_hedge(link, race, left, attempt, res, deadline, settle_later, calls)
+            pending = {c[0] for c in calls}
+            while pending and winner is None:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for fut, _, _ in calls:  # the first call wins a tie
+                    if fut in done and fut.exception() is None:
+                        out = fut.result()
+                        if out is not None and out.error is None:
+                            winner = fut
+                            break
+        finally:
+            for fut, _, _ in calls:
+                if fut is not winner:
+                    fut.cancel()
+            await asyncio.gather(*(c[0] for c in calls if c[0] is not winner), return_exceptions=True)
+        return await self._settle_race(calls, winner, race, walk)
+
+    def _launch_hedge(
+        self,
+        link: Link,
+        race: _Race,
+        left: list[Target],
+        attempt: Callable[[Link, float], Awaitable[Any]],
+        res: Resilience,
+        deadline: float,
+        settle_later: bool,
+        calls: list[tuple[asyncio.Future, Target, _Walk]],
+    ) -> None:
+        """Send the hedge to the best other deployment that has room and whose breaker is closed."""
+        now = self.clock()
+        others = [
+            t for t in left if self.breakers.state(t.key) is State.CLOSED and self.balancer.room_s(t, race.tokens, now) == 0
+        ]  # fmt: skip
+        second = self.balancer.pick(link.routing, others, self.rand) if others else None
+        if second is None or not self.hedges.spend(link.model.id):
+            return
+        adm = self.breakers.admit(second.key, res.breaker_failure_threshold, res.breaker_cooldown_s, second.link.org)
+        if not adm.allowed:
+            return
+        left.remove(second)
+        self.balancer.take(second, race.tokens)
+        self.balancer.started(second.key)
+        wb = _Walk()
+        b = asyncio.ensure_future(
+            self._try_link(second.link, adm.probe, attempt, res, deadline, wb, settle_later, 1,
+                           f"{link.model.id}@{second.name}")
+        )  # fmt: skip
+        calls.append((b, second, wb))
+
+    async def _settle_race(
+        self,
+        calls: list[tuple[asyncio.Future, Target, _Walk]],
+        winner: asyncio.Future | None,
+        race: _Race,
+        walk: _Walk,
+    ) -> Outcome | None:
+        """Merge the calls' walks, free what lost, and say what the request ends with."""
+        ended: Outcome | None = None
+        served: Link | None = None
+        for fut, target, sub in calls:
+            walk.absorb(sub)
+            out = None if fut.cancelled() or fut.exception() is not None else fut.result()
+            if fut is winner:
+                ended, served = out, target.link
+            elif out is not None and out.error is None:  # committed in the same instant: not needed
+                if out.settlement is not None:
+                    out.settlement.release()
+                if race.discard is not None:
+                    await race.discard(out.result)
+            elif ended is None and out is not None:  # this call ended the request (deadline, 4xx)
+                ended, served = out, target.link
+            if target is not race.first:  # the hedge's in-flight count, as the caller does for the first
+                settlement = out.settlement if out is not None and fut is winner else None
+                if settlement is None:
+                    self.balancer.finished(target.key)
+                else:
+                    settlement.then(functools.partial(self.balancer.finished, target.key))
+        for fut, _, _ in calls:
+            if fut is not winner and not fut.cancelled() and fut.exception() is not None:
+                raise fut.exception()  # a bug in a call: not swallowed
+        if len(calls) > 1:
+            self.hedges.note("won" if winner is calls[1][0] else "lost" if winner is not None else "failed")
+        if ended is None:
+            return None
+        walk.last = served
+        return walk.rewrite(ended, served)
+
+    async def _gated(
+        self, gate: Gate, attempt: Callable[[Link, float], Awaitable[Any]], link: Link, deadline: float
+    ) -> Any:
+        """One attempt within the deployment's adaptive limit; the slot is the caller's on success."""
+        await self.gates.enter(gate, deadline)
+        started = self.clock()
+        try:
+            result = await attempt(link, deadline)
+        except UpstreamFailure as f:
+            if f.kind in _DROPS:
+                gate.dropped()
+            gate.release()
+            raise
+        except TimeoutError:
+            if self.clock() < deadline:  # the upstream's timeout, not the request's own
+                gate.dropped()
+            gate.release()
+            raise
+        except BaseException:
+            gate.release()
+            raise
+        gate.sample(self.clock() - started)  # a stream's attempt ends at its first content frame
+        return result
 
     async def _try_link(
         self,
@@ -486,6 +686,8 @@ class Executor:
         org = link.org
         model_id = link.model.id
         self.budgets.record_request(key)
+        gates = self.gates
+        gate = gates.gate(key, model_id, label or model_id) if gates.on else None  # docs/overload.md
         tries = 0
         failure: UpstreamFailure | None = None
         note = ""
@@ -504,7 +706,10 @@ class Executor:
                 cm = asyncio.timeout(deadline - now)
                 try:
                     async with cm:
-                        result = await attempt(link, deadline)
+                        if gate is None:
+                            result = await attempt(link, deadline)
+                        else:
+                            result = await self._gated(gate, attempt, link, deadline)
                 except UpstreamFailure as f:
                     walk.upstream_s += clock() - now
                     failure = f
@@ -537,8 +742,12 @@ class Executor:
                     outcome = walk.done(result, link)
                     if settle_later:
                         outcome.settlement = Settlement(breakers, key, probe, threshold, cooldown, org)
+                        if gate is not None:  # a stream holds its slot until it ends
+                            outcome.settlement.then(gate.release)
                     else:
                         breakers.record_success(key, probe, org)
+                        if gate is not None:
+                            gate.release()
                     return outcome
 
                 assert failure is not None

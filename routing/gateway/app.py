@@ -36,7 +36,7 @@ from routing.gateway.wire import (
     watch_disconnect,
     worker_header,
 )
-from routing.ops import accounting, bodies, tracing, wiring
+from routing.ops import accounting, bodies, overload, tracing, wiring
 from routing.ops.accounting import Context
 from routing.ops.dashboard.processes import tally
 from routing.plan import cache_key, chain, preflight
@@ -179,6 +179,8 @@ async def _handle(
 
     agent = key.agent
     org = agent.org
+    if overload.ON:  # priority class and max wait for the deployments' queues (docs/overload.md)
+        overload.admit(scope["headers"], key, body)
     if org.log_bodies or settings.SWITCHBOARD_LOG_BODIES:  # opted in: docs/operations.md#bodies
         ctx.request_body = bodies.capture(raw)
     name = select_model_name(body.get("model"), agent)

@@ -185,7 +185,7 @@ async def proxy_stream(
 
     run = attempt if trace is None else traced(trace, attempt)
     outcome = await executor.run(
-        links, run, snap.resilience, deadline, settle_later=True, tokens=_capacity_tokens(ctx, links)
+        links, run, snap.resilience, deadline, settle_later=True, tokens=_capacity_tokens(ctx, links), discard=_discard
     )
     ctx.outcome = outcome
     if outcome.error is not None:
@@ -211,6 +211,15 @@ async def proxy_stream(
             _estimate_usage(tap, ctx)
         _settle(outcome.settlement, committed.ending, ctx)
         await committed.aclose()
+        await response.close()
+
+
+async def _discard(result: Any) -> None:
+    """Close a committed stream that lost a hedge race (docs/overload.md#hedging)."""
+    committed, response = result
+    try:
+        await committed.aclose()
+    finally:
         await response.close()
 
 

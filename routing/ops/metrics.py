@@ -325,8 +325,10 @@ async def run_refresher() -> None:
         return
     from routing.config import live
     from routing.core.breaker import registry
+    from routing.ops import overload
 
     while True:
         USAGE_BACKLOG.set(_backlog())
         refresh_circuits(live.current(), registry.views())
+        overload.refresh_metrics()
         await asyncio.sleep(REFRESH_S)

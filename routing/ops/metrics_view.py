@@ -29,9 +29,10 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
     from routing.config import live
     from routing.core.breaker import registry
-    from routing.ops import metrics
+    from routing.ops import metrics, overload
     from routing.ops.dashboard import feed
 
     views = feed.call_on_loop(registry.views)  # breakers belong to the serving loop's thread
     metrics.refresh_circuits(live.current(), views)
+    feed.call_on_loop(overload.refresh_metrics)  # gates belong to the serving loop too (docs/overload.md)
     return ExportToDjangoView(request)

@@ -23,7 +23,7 @@ from routing.core import balance
 from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
 from routing.core.retry_budget import budgets
-from routing.ops import background, breaker_sync, controls, metrics, shared_limits, tracing, usage
+from routing.ops import background, breaker_sync, controls, metrics, overload, shared_limits, tracing, usage
 from routing.ops.dashboard import counters, feed, processes, state
 from routing.ops.outage import Outage
 from routing.ops.response_cache import Coalescer, Store, build_store
@@ -61,6 +61,7 @@ def process() -> Process:
 
 def _build() -> Process:
     executor = Executor(breakers, budgets, observer=_Observer())
+    overload.install()  # deployments' adaptive limits and queues, when configured (docs/overload.md)
     feed.install()  # breaker transitions into the dashboard feed and the circuit metric
     metrics.request_listeners.append(counters.note_request)
     live.swap_listeners.append(_retain_breakers)

@@ -168,6 +168,11 @@
       const d = l.deployment;
       name.appendChild(el("div", { class: "muted", "data-role": "deployment" },
         "deployment " + d.index + "/" + d.of + " of " + l.model + " · " + d.routing + ", weight " + d.weight));
+      if (d.overload) { // adaptive concurrency (docs/overload.md): limit, in flight, waiting
+        const o = d.overload;
+        name.appendChild(el("div", { class: "muted", "data-role": "overload" },
+          "limit " + o.limit + " · in flight " + o.inflight + " · queued " + o.queued));
+      }
     }
     tr.appendChild(name);
     const state = el("td", { class: "state" });

@@ -51,7 +51,14 @@ def test_each_deployment_is_a_row_with_its_breaker_grouped_under_the_model(clien
     first = names.index("op-b/op-spread")
     assert names[first + 1] == "op-a/op-spread"  # adjacent: grouped under the model
     assert [s["state"] for s in spread] == ["closed", "open"]
-    assert spread[0]["deployment"] == {"index": 1, "of": 2, "weight": 2, "routing": "least_busy", "in_flight": 0}
+    assert spread[0]["deployment"] == {
+        "index": 1,
+        "of": 2,
+        "weight": 2,
+        "routing": "least_busy",
+        "in_flight": 0,
+        "overload": None,  # no adaptive limit configured
+    }
     assert all("deployment" not in link for link in links if link["model"] != "op-spread")
 
 
@@ -95,3 +102,27 @@ def test_the_admin_explain_page_lists_the_deployments_with_live_figures(client, 
     assert 'data-deployment="op-b" data-next="false"' in page  # two in flight: least_busy takes the other
     assert 'data-deployment="op-a" data-next="true"' in page
     assert "in flight 2 · latency 250.0 ms" in page
+
+
+@pytest.mark.django_db
+def test_a_deployment_with_an_adaptive_limit_shows_its_limit_in_flight_and_queue(
+    client, spread_snapshot, staff_user, settings
+):
+    from routing.core.admission_queue import gates
+    from routing.ops import overload
+
+    settings.SWITCHBOARD_OVERLOAD = json.dumps({"models": {"op-spread": {"initial": 7}}})
+    overload.install()
+    try:
+        gate = gates.gate(BreakerKey("op-b", "op-spread"), "op-spread", "op-spread@op-b")
+        gate.inflight = 3
+        client.force_login(staff_user)
+        html = client.get("/dashboard/").content.decode()
+        marker = '<script id="initial-state" type="application/json">'
+        start = html.index(marker) + len(marker)
+        links = json.loads(html[start : html.index("</script>", start)])["links"]
+        row = next(link for link in links if link["link"] == "op-b/op-spread")
+        assert row["deployment"]["overload"] == {"limit": 7, "inflight": 3, "queued": 0}
+    finally:
+        settings.SWITCHBOARD_OVERLOAD = ""
+        overload.install()

@@ -109,6 +109,7 @@ def link_entry(key: BreakerKey, view: Any, org_views: list[dict[str, Any]] | Non
 def deployment_rows(model: Any, views: dict[BreakerKey, Any], seen: set[BreakerKey]) -> list[dict[str, Any]]:
     """The rows of a model's deployments, in configuration order, each saying which of how many it is."""
     from routing.core.balance import balancer
+    from routing.ops import overload
 
     rows = []
     count = len(model.deployments)
@@ -123,6 +124,7 @@ def deployment_rows(model: Any, views: dict[BreakerKey, Any], seen: set[BreakerK
             "weight": d.weight,
             "routing": model.routing,
             "in_flight": figures.in_flight if figures is not None else 0,
+            "overload": overload.figures(key),  # adaptive limit and queue (docs/overload.md); None: off
         }
         rows.append(row)
     return rows

@@ -1,0 +1,158 @@
+"""The fair queue and gate in front of a deployment (docs/overload.md#the-queue)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from routing.core.admission_queue import PRIORITIES, FairQueue, Gate, Waiter
+from routing.core.concurrency import LimitSettings
+from routing.core.errors import GatewayError
+from tests.core.fakes import FakeClock
+
+HI, D, B = PRIORITIES["interactive"], PRIORITIES["default"], PRIORITIES["batch"]
+
+
+def drain(q: FairQueue, n: int | None = None) -> list[Waiter]:
+    out = []
+    while n is None or len(out) < n:
+        w = q.pop()
+        if w is None:
+            break
+        out.append(w)
+    return out
+
+
+def test_a_higher_class_always_goes_first() -> None:
+    q = FairQueue()
+    for _ in range(5):
+        q.push(Waiter("a", B))
+    q.push(Waiter("b", D))
+    q.push(Waiter("c", HI))
+    assert [w.priority for w in drain(q, 3)] == [HI, D, B]
+
+
+def test_one_orgs_flood_cannot_starve_another_org_of_the_same_class() -> None:
+    q = FairQueue()
+    for _ in range(100):
+        q.push(Waiter("flood", D))
+    q.push(Waiter("small", D))
+    q.push(Waiter("small", D))
+    first = [w.org for w in drain(q, 5)]
+    assert first.count("small") == 2  # served among the first, not after the flood's 100
+
+
+def test_equal_weights_share_equally_and_weights_share_in_proportion() -> None:
+    q = FairQueue()
+    for _ in range(300):
+        q.push(Waiter("a", D))
+        q.push(Waiter("b", D), weight=2.0)
+        q.push(Waiter("c", D))
+    served = Counter(w.org for w in drain(q, 400))
+    assert served["b"] == pytest.approx(2 * served["a"], abs=2)
+    assert served["a"] == pytest.approx(served["c"], abs=1)
+
+
+def test_waiters_that_left_are_skipped_and_not_counted() -> None:
+    q = FairQueue()
+    gone, kept = Waiter("a", D), Waiter("b", D)
+    q.push(gone)
+    q.push(kept)
+    q.remove(gone)
+    assert len(q) == 1
+    assert drain(q) == [kept]
+
+
+def gate(clock: FakeClock | None = None, **kw: int) -> Gate:
+    settings = LimitSettings(**{"initial": 1, "queue": 10, **kw})
+    return Gate("m@dep", settings, clock=clock or FakeClock())
+
+
+async def test_a_request_that_cannot_start_before_its_deadline_is_shed_at_once_with_retry_after() -> None:
+    clock = FakeClock()
+    g = gate(clock, max_limit=1)
+    shed: list[tuple[str, str]] = []
+    g.on_shed = lambda reason, cls: shed.append((reason, cls))
+    await g.acquire("a", D, 1.0, clock() + 5)
+    g.sample(2.0)  # one slot, 2 s per call: a drain rate of 0.5 starts a second
+    queued = [asyncio.ensure_future(g.acquire("a", D, 1.0, clock() + 60)) for _ in range(3)]
+    await asyncio.sleep(0)
+    with pytest.raises(GatewayError) as err:
+        await g.acquire("b", D, 1.0, clock() + 1.0)  # 3 ahead at 0.5/s: 6 s > 1 s
+    assert err.value.status == 503 and err.value.code == "overloaded"
+    assert err.value.headers == {"Retry-After": "8"}  # (3 queued + itself) / 0.5 per second
+    assert shed == [("deadline", "default")]
+    with pytest.raises(GatewayError):
+        await g.acquire("b", HI, 1.0, clock() - 0.001)  # already past its deadline
+    for t in queued:
+        t.cancel()
+    await asyncio.gather(*queued, return_exceptions=True)
+    assert len(g.queue) == 0 and g.inflight == 1
+
+
+async def test_a_waiter_leaves_at_its_deadline_even_if_no_slot_ever_frees() -> None:
+    g = gate()  # no drain rate known: it waits, bounded by its own timeout
+    await g.acquire("a", D, 1.0, g.clock() + 5)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(GatewayError) as err:
+        await g.acquire("b", D, 1.0, g.clock() + 0.05)
+    assert err.value.code == "overloaded"
+    assert loop.time() - started < 5  # shed at its 50 ms deadline, not held
+    assert len(g.queue) == 0
+
+
+async def test_a_freed_slot_goes_to_the_highest_class_waiting() -> None:
+    g = gate()
+    await g.acquire("a", D, 1.0, g.clock() + 5)
+    order: list[str] = []
+
+    async def wait(org: str, cls: int) -> None:
+        await g.acquire(org, cls, 1.0, g.clock() + 30)
+        order.append(org)
+
+    tasks = [asyncio.ensure_future(wait("batch", B)), asyncio.ensure_future(wait("inter", HI))]
+    await asyncio.sleep(0)
+    g.release()
+    await asyncio.sleep(0)
+    assert order == ["inter"]
+    g.release()
+    await asyncio.gather(*tasks)
+    assert order == ["inter", "batch"]
+    assert g.inflight == 1
+
+
+async def test_a_full_queue_sheds_its_lowest_class_to_make_room_for_a_higher_one() -> None:
+    g = gate(queue=2)
+    await g.acquire("a", D, 1.0, g.clock() + 5)
+    batch = [asyncio.ensure_future(g.acquire("a", B, 1.0, g.clock() + 30)) for _ in range(2)]
+    await asyncio.sleep(0)
+    with pytest.raises(GatewayError):  # nothing lower to make room for another batch request
+        await g.acquire("a", B, 1.0, g.clock() + 30)
+    inter = asyncio.ensure_future(g.acquire("b", HI, 1.0, g.clock() + 30))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    done = [t for t in batch if t.done()]
+    assert len(done) == 1 and done[0].exception().code == "overloaded"
+    g.release()
+    await inter
+    for t in batch:
+        t.cancel()
+    await asyncio.gather(*batch, return_exceptions=True)
+    assert len(g.queue) == 0
+
+
+async def test_a_waiter_cancelled_as_its_slot_arrives_passes_the_slot_on() -> None:
+    g = gate()
+    await g.acquire("a", D, 1.0, g.clock() + 5)
+    first = asyncio.ensure_future(g.acquire("a", D, 1.0, g.clock() + 30))
+    second = asyncio.ensure_future(g.acquire("b", D, 1.0, g.clock() + 30))
+    await asyncio.sleep(0)
+    g.release()  # grants `first`...
+    first.cancel()  # ...which is cancelled before it runs
+    await asyncio.gather(first, return_exceptions=True)
+    await second
+    assert g.inflight == 1
+    assert len(g.queue) == 0  # counted once, though it left after its slot was granted
