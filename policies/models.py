@@ -73,13 +73,36 @@ class ApiKey(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="keys")
     prefix = models.CharField(max_length=16, editable=False)
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
-    label = models.CharField(max_length=100, blank=True)
+    label = models.CharField("name", max_length=100, blank=True, help_text="A human name for the key.")
     note = models.TextField(
         blank=True, help_text="Who holds the key and what for (operators only; never sent anywhere)."
     )
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires.")
     revoked = models.BooleanField(default=False)
+    enabled = models.BooleanField(
+        default=True, help_text="Off: requests with the key get 401 invalid_api_key until it is enabled again."
+    )
+    limits = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='This key\'s own rate limits, e.g. {"rpm": 60, "tpm": 100000}, on top of its agent\'s and '
+        "org's (docs/limits.md#keys). Blank: none.",
+    )
+    budget = models.JSONField(null=True, blank=True, help_text=BUDGET_HELP)
+    allowed_models = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='Allow-list of model patterns, e.g. ["fast", "gpt-*"] (Go glob, as org policies). It narrows '
+        "the org's policy, never widens it (docs/limits.md#keys). Blank: every model the org allows.",
+    )
+    metadata = models.JSONField(
+        default=dict, blank=True, help_text="Free-form JSON for your own tools; never enforced."
+    )
+    # Rotation (docs/management-api.md#rotate): the previous secret stays valid until previous_expires_at.
+    previous_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    previous_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)  # the management API's ETag
 
     class Meta:
         ordering = ["-created_at"]

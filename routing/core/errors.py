@@ -515,8 +515,31 @@ def invalid_api_key() -> GatewayError:
     )
 
 
-def expired_api_key() -> GatewayError:
+def expired_api_key(rotated: bool = False) -> GatewayError:
+    """401: the key's `expires_at` has passed, or (`rotated`) the grace period of a rotated key's old secret."""
+    if rotated:
+        return _error(
+            "invalid_api_key",
+            "The API key has expired: it was rotated and its grace period is over. Use the new key.",
+        )
     return _error("invalid_api_key", "The API key has expired. Ask your administrator for a new one.")
+
+
+def disabled_api_key() -> GatewayError:
+    """401: the key exists but an administrator disabled it (docs/limits.md#keys)."""
+    return _error(
+        "invalid_api_key", "The API key is disabled. Ask your administrator to enable it, or for another key."
+    )
+
+
+def key_model_denied(name: str) -> GatewayError:
+    """403: the key's own allow-list (docs/limits.md#keys) does not list the model."""
+    return _error(
+        "model_denied",
+        f"This API key may not use model '{name}': it is not in the key's list of models. "
+        "Ask your administrator, or pick another model.",
+        "model",
+    )
 
 
 def model_not_found(name: str) -> GatewayError:

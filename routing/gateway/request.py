@@ -38,7 +38,9 @@ def authenticate(snap: Snapshot, auth: bytes) -> KeySpec:
     if key is None:
         raise errors.invalid_api_key()
     if key.expires_at is not None and key.expires_at <= time.time():
-        raise errors.expired_api_key()
+        raise errors.expired_api_key(key.rotated)
+    if not key.enabled:
+        raise errors.disabled_api_key()
     return key
 
 
