@@ -22,7 +22,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from policies.keys import KeyProblems, check_controls, create_api_key, revoke_keys
-from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
+from policies.models import Agent, ApiKey, ManagementToken, Org, OrgCredential, OrgPolicy
+from policies.tokens import create_management_token
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, edited_copy
 from routing.config.document import child_item
 from routing.config.schema import AGENT, CREDENTIAL, ORG, POLICY
@@ -553,3 +554,82 @@ class ApiKeyAdmin(admin.ModelAdmin):
         self.message_user(
             request, f"Revoked {count} key(s); requests using them now get 401 invalid_api_key.", messages.SUCCESS
         )
+
+
+NEW_TOKEN_SESSION = "switchboard_new_management_token"
+
+
+@admin.register(ManagementToken)
+class ManagementTokenAdmin(admin.ModelAdmin):
+    """Management API tokens (docs/management-api.md#tokens): superusers only; shown once, like API keys."""
+
+    list_display = ["name", "prefix_display", "scope", "org", "created_at", "revoked"]
+    list_filter = ["scope", "revoked"]
+    actions = ["revoke_tokens"]
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_module_permission(request)
+
+    has_add_permission = has_change_permission = has_view_permission  # type: ignore[assignment]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_fields(self, request: HttpRequest, obj: ManagementToken | None = None) -> list[str]:
+        return ["name", "scope", "org"] if obj is None else ["name", "prefix", "scope", "org", "created_at", "revoked"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ManagementToken | None = None) -> list[str]:
+        return [] if obj is None else ["name", "prefix", "scope", "org", "created_at"]
+
+    @admin.display(description="token", ordering="prefix")
+    def prefix_display(self, obj: ManagementToken) -> str:
+        return f"{obj.prefix}…"
+
+    def get_urls(self) -> list[Any]:
+        from django.urls import path
+
+        view = self.admin_site.admin_view(self.created_view)
+        return [path("<int:pk>/created/", view, name="policies_managementtoken_created"), *super().get_urls()]
+
+    def save_model(self, request: HttpRequest, obj: ManagementToken, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        token, plaintext = create_management_token(name=obj.name, scope=obj.scope, org=obj.org)
+        obj.pk, obj.prefix, obj.token_hash, obj.created_at = token.pk, token.prefix, token.token_hash, token.created_at
+        obj._state.adding = False
+        request.session[NEW_TOKEN_SESSION] = {"pk": token.pk, "plaintext": plaintext}
+
+    def response_add(self, request: HttpRequest, obj: ManagementToken, post_url_continue: str | None = None) -> Any:
+        if NEW_TOKEN_SESSION not in request.session:
+            return super().response_add(request, obj, post_url_continue)
+        return HttpResponseRedirect(reverse("admin:policies_managementtoken_created", args=[obj.pk]))
+
+    def created_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """Show the new token once: it leaves the session as it is rendered."""
+        if not self.has_module_permission(request):
+            raise PermissionDenied
+        token = get_object_or_404(ManagementToken.objects.select_related("org"), pk=pk)
+        held = request.session.get(NEW_TOKEN_SESSION) or {}
+        plaintext = None
+        if held.get("pk") == token.pk:
+            plaintext = held["plaintext"]
+            del request.session[NEW_TOKEN_SESSION]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Management token created" if plaintext else "Management token",
+            "token": token,
+            "plaintext": plaintext,
+        }
+        response = TemplateResponse(request, "admin/policies/managementtoken/token_created.html", context)
+        response["Cache-Control"] = "no-store"
+        return response
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ManagementToken]) -> None:
+        count = queryset.filter(revoked=False).update(revoked=True)
+        self.message_user(request, f"Revoked {count} token(s); the management API refuses them now.", messages.SUCCESS)

@@ -151,3 +151,35 @@ class OrgCredential(models.Model):
 
     def __str__(self) -> str:
         return f"{self.org.name} → {self.provider.name}"
+
+
+class ManagementToken(models.Model):
+    """A credential for the management API (docs/management-api.md), never for /v1: shown once, kept as SHA-256.
+
+    `scope` read may only GET; write may change keys, orgs, agents and breakers. With `org`
+    set, the token sees and changes that org's objects only.
+    """
+
+    SCOPES = [("read", "read-only"), ("write", "read-write")]
+
+    name = models.CharField(max_length=100, unique=True, help_text="Recorded as the author of the token's changes.")
+    prefix = models.CharField(max_length=16, editable=False)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    scope = models.CharField(max_length=5, choices=SCOPES, default="read")
+    org = models.ForeignKey(
+        Org,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="management_tokens",
+        help_text="Limit the token to this organisation. Empty: every organisation (and the breakers).",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "management token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.scope}{', ' + self.org.name if self.org_id else ''})"
