@@ -87,6 +87,8 @@ def body(request: HttpRequest) -> dict[str, Any]:
     """The JSON object of the request body (empty body: {}), or 400 invalid_request."""
     if not request.body:
         return {}
+    if b"\\u0000" in request.body or b"\x00" in request.body:
+        raise errors.invalid_request("The body holds a NUL character (\\u0000), which cannot be stored: remove it.")
     try:
         data = orjson.loads(request.body)
     except orjson.JSONDecodeError as exc:
@@ -113,7 +115,7 @@ def page(request: HttpRequest) -> tuple[int, int]:
         if raw == "":
             values.append(default)
             continue
-        if not raw.isdigit() or not (name == "offset" or 1 <= int(raw)) or int(raw) > top:
+        if not (raw.isascii() and raw.isdigit()) or not (name == "offset" or 1 <= int(raw)) or int(raw) > top:
             low = 1 if name == "limit" else 0
             raise errors.invalid_request(f"{name} must be a whole number from {low} to {top}, got {raw[:20]!r}.", name)
         values.append(int(raw))
@@ -155,17 +157,26 @@ def iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+def text_param(request: HttpRequest, name: str) -> str:
+    """A query parameter as text ('' when absent), or 400 for one no column could hold."""
+    value = request.GET.get(name, "")
+    if "\x00" in value or len(value) > 200:
+        raise errors.invalid_request(f"{name} must be at most 200 characters, without NUL.", name)
+    return value
+
+
 def parse_time(value: Any, param: str) -> datetime | None:
-    """An ISO 8601 timestamp (naive: UTC) or null, or 400 naming the field."""
+    """An ISO 8601 timestamp (naive: UTC) from 1970 to 9998, or null; else 400 naming the field."""
     if value is None:
         return None
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value)
-        except ValueError:
+            parsed = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+        except (ValueError, OverflowError):
             parsed = None
-        if parsed is not None:
-            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        if parsed is not None and 1970 <= parsed.year <= 9998:
+            return parsed
     raise errors.invalid_request(
         f"{param} must be an ISO 8601 timestamp such as '2030-01-31T12:00:00Z', or null; got {str(value)[:40]!r}.",
         param,

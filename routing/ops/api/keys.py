@@ -12,10 +12,22 @@ from django.utils import timezone
 from policies.keys import CONTROLS, KeyProblems, create_api_key, revoke_keys, rotate_key, update_key
 from policies.models import Agent, ApiKey, ManagementToken
 from routing.core import errors
-from routing.ops.api.http import atomic, body, check_if_match, etag, iso, listing, only, page, parse_time
+from routing.ops.api.http import (
+    atomic,
+    body,
+    check_if_match,
+    etag,
+    iso,
+    listing,
+    only,
+    page,
+    parse_time,
+    text_param,
+)
 
 CREATE_FIELDS = ("org", "agent", *CONTROLS)
 MAX_GRACE_S = 30 * 86400
+MAX_ID = 2**63 - 1  # a bigint column: a larger id in the path is no key, not a database error
 
 
 def status_of(key: ApiKey) -> str:
@@ -57,6 +69,8 @@ def _visible(token: ManagementToken) -> QuerySet[ApiKey]:
 
 
 def find(token: ManagementToken, key_id: int, lock: bool = False) -> ApiKey:
+    if key_id > MAX_ID:
+        raise errors.resource_not_found(f"API key {key_id}")
     keys = _visible(token)
     key = (keys.select_for_update(of=("self",)) if lock else keys).filter(pk=key_id).first()
     if key is None:
@@ -88,7 +102,7 @@ def list_keys(request: HttpRequest, token: ManagementToken) -> dict[str, Any]:
     """Keys, newest first; ?org=, ?agent=, ?status=active|disabled|expired|revoked filter them."""
     limit, offset = page(request)
     keys = _visible(token).order_by("-created_at", "-pk")
-    org, agent, status = (request.GET.get(n) for n in ("org", "agent", "status"))
+    org, agent, status = (text_param(request, n) for n in ("org", "agent", "status"))
     if org:
         keys = keys.filter(agent__org__name=org)
     if agent:

@@ -8,6 +8,7 @@ configuration history like any other change.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.http import HttpRequest
@@ -22,6 +23,7 @@ from routing.ops.api.http import atomic, body, check_if_match, etag, listing, on
 ORG_FIELDS = ("default_action", "limits", "budget", "log_bodies", "policies")
 AGENT_FIELDS = ("default_model", "limits", "budget")
 SOURCE = "api"
+_SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 
 
 def _org_view(entry: dict[str, Any]) -> dict[str, Any]:
@@ -50,9 +52,10 @@ def _agent_view(org: str, entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _allowed(token: Any, org: str) -> None:
-    """An org-limited token reaches its own org only (others answer 404: not even their names leak)."""
-    if token.org_id and token.org.name != org:
-        raise errors.resource_not_found(f"Org '{org}'")
+    """An org-limited token reaches its own org only (others answer 404: not even their names leak); a name
+    no org can have is no org either."""
+    if (token.org_id and token.org.name != org) or not _SLUG.match(org):
+        raise errors.resource_not_found(f"Org '{org[:64]}'")
 
 
 def _org_entry(name: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from django.http import HttpRequest
 
 from routing.core import errors
 from routing.models import UsageRecord
-from routing.ops.api.http import iso, listing, page, parse_time
+from routing.ops.api.http import iso, listing, page, parse_time, text_param
 
 GROUPS = {
     "org": ("org",),
@@ -37,7 +37,7 @@ def _range(request: HttpRequest) -> tuple[datetime, datetime]:
 def usage(request: HttpRequest, token: Any) -> dict[str, Any]:
     """?group_by=org|agent|key|model&since=&until= (ISO 8601; default the last 24 h), ?org= ?agent= ?key= ?model=
     filters, biggest spend first, paginated."""
-    group_by = request.GET.get("group_by", "org")
+    group_by = text_param(request, "group_by") or "org"
     if group_by not in GROUPS:
         raise errors.invalid_request("group_by must be one of org, agent, key, model.", "group_by")
     limit, offset = page(request)
@@ -46,7 +46,7 @@ def usage(request: HttpRequest, token: Any) -> dict[str, Any]:
     if token.org_id:
         rows = rows.filter(org=token.org.name)
     for param, column in FILTERS.items():
-        value = request.GET.get(param)
+        value = text_param(request, param)
         if value:
             rows = rows.filter(**{column: value})
     columns = GROUPS[group_by]
