@@ -69,13 +69,17 @@ def test_no_5xx_and_every_answer_matches_the_document():
     auth = {"Authorization": f"Bearer {secret}"}
     # Random ids and names mostly miss: first the real objects, each answer checked the same way.
     key = {"org": "acme", "agent": "bot", "name": "k", "limits": {"rpm": 5}, "models": ["chat-*"]}
+    first = schema["/api/v1/keys"]["POST"].make_case(body=key, media_type="application/json")
+    created = first.call_wsgi(headers=auth)
+    assert created.status_code == 201, created.get_data(as_text=True)
+    first.validate_response(created, checks=CHECKS)
+    key_id = created.json["id"]
     known = [
-        ("/api/v1/keys", "POST", {}, key),
         ("/api/v1/keys", "GET", {}, None),
-        ("/api/v1/keys/{key_id}", "GET", {"key_id": 1}, None),
-        ("/api/v1/keys/{key_id}", "PATCH", {"key_id": 1}, {"budget": {"usd": 1, "period": "day"}}),
-        ("/api/v1/keys/{key_id}/rotate", "POST", {"key_id": 1}, {"grace_seconds": 30}),
-        ("/api/v1/keys/{key_id}/revoke", "POST", {"key_id": 1}, None),
+        ("/api/v1/keys/{key_id}", "GET", {"key_id": key_id}, None),
+        ("/api/v1/keys/{key_id}", "PATCH", {"key_id": key_id}, {"budget": {"usd": 1, "period": "day"}}),
+        ("/api/v1/keys/{key_id}/rotate", "POST", {"key_id": key_id}, {"grace_seconds": 30}),
+        ("/api/v1/keys/{key_id}/revoke", "POST", {"key_id": key_id}, None),
         ("/api/v1/orgs/{org}", "GET", {"org": "acme"}, None),
         ("/api/v1/orgs/{org}/agents/{agent}", "PATCH", {"org": "acme", "agent": "bot"}, {"limits": {"tpm": 9}}),
         ("/api/v1/usage", "GET", {}, None),
