@@ -160,7 +160,7 @@ async def _handle(
         await send_response(
             send,
             200,
-            request.models_payload(snap, key.agent.org),
+            request.models_payload(snap, key.agent.org, key),
             [JSON, (b"x-request-id", ctx.request_id.encode())],
         )
         return

@@ -120,3 +120,12 @@ async def test_a_fallback_outside_the_keys_list_is_skipped(gateway, keyed):
     assert failed.status_code == 502  # the dead link only: chat-b was not the key's to use
     keyed(models=["dead-chat", "chat-b"])
     assert (await gateway.post("/v1/chat/completions", json=chat("dead-chat"))).status_code == 200
+
+
+async def test_the_models_list_shows_only_what_the_key_may_use(gateway, keyed):
+    keyed()
+    every = {m["id"] for m in (await gateway.get("/v1/models")).json()["data"]}
+    assert {"chat-a", "chat-b", "fast"} <= every
+    keyed(models=["fast", "chat-b*"])
+    listed = {m["id"] for m in (await gateway.get("/v1/models")).json()["data"]}
+    assert listed == {"fast", "chat-b"}  # chat-a only through its alias, as a request may use it
