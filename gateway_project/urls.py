@@ -21,4 +21,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("dashboard/", include("routing.ops.dashboard.urls")),
     path("metrics", metrics_view.metrics_view, name="metrics"),
+    path("api/v1/", include("routing.ops.api.urls")),  # the management API (docs/management-api.md)
 ]

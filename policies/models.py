@@ -73,13 +73,36 @@ class ApiKey(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="keys")
     prefix = models.CharField(max_length=16, editable=False)
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
-    label = models.CharField(max_length=100, blank=True)
+    label = models.CharField("name", max_length=100, blank=True, help_text="A human name for the key.")
     note = models.TextField(
         blank=True, help_text="Who holds the key and what for (operators only; never sent anywhere)."
     )
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires.")
     revoked = models.BooleanField(default=False)
+    enabled = models.BooleanField(
+        default=True, help_text="Off: requests with the key get 401 invalid_api_key until it is enabled again."
+    )
+    limits = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='This key\'s own rate limits, e.g. {"rpm": 60, "tpm": 100000}, on top of its agent\'s and '
+        "org's (docs/limits.md#keys). Blank: none.",
+    )
+    budget = models.JSONField(null=True, blank=True, help_text=BUDGET_HELP)
+    allowed_models = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='Allow-list of model patterns, e.g. ["fast", "gpt-*"] (Go glob, as org policies). It narrows '
+        "the org's policy, never widens it (docs/limits.md#keys). Blank: every model the org allows.",
+    )
+    metadata = models.JSONField(
+        default=dict, blank=True, help_text="Free-form JSON for your own tools; never enforced."
+    )
+    # Rotation (docs/management-api.md#rotate): the previous secret stays valid until previous_expires_at.
+    previous_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
+    previous_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)  # the management API's ETag
 
     class Meta:
         ordering = ["-created_at"]
@@ -128,3 +151,35 @@ class OrgCredential(models.Model):
 
     def __str__(self) -> str:
         return f"{self.org.name} → {self.provider.name}"
+
+
+class ManagementToken(models.Model):
+    """A credential for the management API (docs/management-api.md), never for /v1: shown once, kept as SHA-256.
+
+    `scope` read may only GET; write may change keys, orgs, agents and breakers. With `org`
+    set, the token sees and changes that org's objects only.
+    """
+
+    SCOPES = [("read", "read-only"), ("write", "read-write")]
+
+    name = models.CharField(max_length=100, unique=True, help_text="Recorded as the author of the token's changes.")
+    prefix = models.CharField(max_length=16, editable=False)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    scope = models.CharField(max_length=5, choices=SCOPES, default="read")
+    org = models.ForeignKey(
+        Org,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="management_tokens",
+        help_text="Limit the token to this organisation. Empty: every organisation (and the breakers).",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "management token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.scope}{', ' + self.org.name if self.org_id else ''})"

@@ -29,6 +29,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "policies.migrations",
             "policies.matcher",
             "policies.keys",
+            "policies.tokens",
         ],
     ),
     ("plan", ["routing.plan", "policies.decision", "policies.idempotency"]),

@@ -291,18 +291,31 @@ def child_item(kind: str, obj: Any) -> dict[str, Any]:
 
 
 def key_rows_from_db() -> list[dict[str, Any]]:
-    """Active API keys as plain rows for the snapshot (hash, prefix, org, agent, expiry), in one query."""
+    """Active API keys as plain rows for the snapshot, in one query: hash, prefix, org, agent, expiry and the
+    key's own controls (docs/limits.md#keys); a rotated key's previous secret as a second row until its grace ends."""
     from policies.models import ApiKey
 
-    return [
-        {
+    fields = ("key_hash", "prefix", "agent__org__name", "agent__name", "expires_at", "enabled", "limits", "budget")
+    rows: list[dict[str, Any]] = []
+    for values in ApiKey.objects.filter(revoked=False).values_list(
+        *fields, "allowed_models", "previous_hash", "previous_expires_at"
+    ):
+        key_hash, prefix, org, agent, expires_at, enabled, limits, budget, allowed, previous, previous_until = values
+        row = {
             "key_hash": key_hash,
             "prefix": prefix,
             "org": org,
             "agent": agent,
             "expires_at": expires_at.timestamp() if expires_at else None,
+            "enabled": enabled,
+            "limits": limits,
+            "budget": budget,
+            "models": allowed,
         }
-        for key_hash, prefix, org, agent, expires_at in ApiKey.objects.filter(revoked=False).values_list(
-            "key_hash", "prefix", "agent__org__name", "agent__name", "expires_at"
-        )
-    ]
+        rows.append(row)
+        if previous and previous_until is not None:
+            until = previous_until.timestamp()
+            if expires_at is not None:
+                until = min(until, expires_at.timestamp())
+            rows.append({**row, "key_hash": previous, "expires_at": until, "rotated": True})
+    return rows

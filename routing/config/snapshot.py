@@ -114,9 +114,25 @@ class AgentSpec:
 
 @dataclass(frozen=True, slots=True)
 class KeySpec:
+    """A key as the request path sees it; its own controls narrow its agent's and org's (docs/limits.md#keys).
+
+    `prefix` is the key's identity for its limits, budget and usage records: a rotated key keeps it.
+    """
+
     prefix: str
     agent: AgentSpec
     expires_at: float | None  # epoch seconds
+    enabled: bool = True
+    limits: tuple[int | None, int | None] | None = None  # (rpm, tpm)
+    budget: tuple[float, str] | None = None  # (usd, period)
+    models: tuple[tuple[str, Any], ...] | None = None  # (pattern, compiled) allow-list; None: the org decides
+    rotated: bool = False  # the previous secret of a rotated key, valid until expires_at
+
+    def allows(self, *names: str) -> bool:
+        """The key's allow-list lets one of `names` (the requested name, the model id) through."""
+        if self.models is None:
+            return True
+        return any(regex.fullmatch(name) is not None for _, regex in self.models for name in names)
 
 
 @dataclass(frozen=True)
@@ -211,6 +227,20 @@ class _PatternCache:
 
 
 _patterns = _PatternCache()
+
+
+def _key_models(allowed: Any, regex: Any) -> tuple[tuple[str, Any], ...] | None:
+    """A key's allow-list compiled; a pattern that does not compile (written around the validation)
+    allows nothing rather than everything: a key narrows, never widens."""
+    if allowed is None:
+        return None
+    out = []
+    for pattern in allowed:
+        try:
+            out.append((pattern, regex(pattern)))
+        except ValueError:
+            continue
+    return tuple(out)
 
 
 def _opt_int(value: Any) -> int | None:
@@ -380,7 +410,17 @@ def build_snapshot(
             if org is None:
                 continue
             agent = AgentSpec(name=row["agent"], org=org, default_model=None)
-        keys[row["key_hash"]] = KeySpec(prefix=row["prefix"], agent=agent, expires_at=row.get("expires_at"))
+        allowed = row.get("models")
+        keys[row["key_hash"]] = KeySpec(
+            prefix=row["prefix"],
+            agent=agent,
+            expires_at=row.get("expires_at"),
+            enabled=row.get("enabled", True) is not False,
+            limits=_limits(row.get("limits")),
+            budget=_budget(row.get("budget")),
+            models=_key_models(allowed, regex),
+            rotated=row.get("rotated", False) is True,
+        )
 
     _patterns.keep(regex)
     return Snapshot(

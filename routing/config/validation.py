@@ -832,3 +832,22 @@ def validate_document(doc: Any) -> list[ConfigError]:
     validator = _Validator()
     validator.run(doc)
     return validator.errors
+
+
+def validate_key_controls(controls: Mapping[str, Any], what: str = "the API key") -> list[ConfigError]:
+    """Problems of an API key's own controls (docs/limits.md#keys): `limits` and `budget` by the same
+    rules as an org's or agent's, `models` a list of Go glob patterns as in org policies. The admin
+    and the management API both validate here; absent or None values mean "none"."""
+    validator = _Validator()
+    if controls.get("limits") is not None:
+        validator.limits(controls["limits"], "limits", what)
+    if controls.get("budget") is not None:
+        validator.budget(controls["budget"], "budget", what)
+    allowed = controls.get("models")
+    if allowed is not None:
+        if not isinstance(allowed, list) or len(allowed) > 100:
+            validator.add("models", f"models of {what} must be a list of at most 100 model patterns such as ['gpt-*']")
+        else:
+            for i, pattern in enumerate(allowed):
+                validator.check(f"models[{i}]", pattern_problem(pattern), VALUE)
+    return validator.errors

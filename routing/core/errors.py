@@ -482,6 +482,11 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "method_not_allowed": (405, INVALID_REQUEST_ERROR),
     "internal_error": (500, SERVER_ERROR),
     "headers_too_large": (431, INVALID_REQUEST_ERROR),
+    # the management API (docs/management-api.md)
+    "invalid_management_token": (401, AUTHENTICATION_ERROR),
+    "permission_denied": (403, PERMISSION_ERROR),
+    "conflict": (409, INVALID_REQUEST_ERROR),
+    "precondition_failed": (412, INVALID_REQUEST_ERROR),
 }
 
 
@@ -570,8 +575,31 @@ def invalid_api_key() -> GatewayError:
     )
 
 
-def expired_api_key() -> GatewayError:
+def expired_api_key(rotated: bool = False) -> GatewayError:
+    """401: the key's `expires_at` has passed, or (`rotated`) the grace period of a rotated key's old secret."""
+    if rotated:
+        return _error(
+            "invalid_api_key",
+            "The API key has expired: it was rotated and its grace period is over. Use the new key.",
+        )
     return _error("invalid_api_key", "The API key has expired. Ask your administrator for a new one.")
+
+
+def disabled_api_key() -> GatewayError:
+    """401: the key exists but an administrator disabled it (docs/limits.md#keys)."""
+    return _error(
+        "invalid_api_key", "The API key is disabled. Ask your administrator to enable it, or for another key."
+    )
+
+
+def key_model_denied(name: str) -> GatewayError:
+    """403: the key's own allow-list (docs/limits.md#keys) does not list the model."""
+    return _error(
+        "model_denied",
+        f"This API key may not use model '{name}': it is not in the key's list of models. "
+        "Ask your administrator, or pick another model.",
+        "model",
+    )
 
 
 def model_not_found(name: str) -> GatewayError:
@@ -921,4 +949,40 @@ def overloaded(name: str, retry_after_s: float, priority: str = "default", reaso
         f"{name!r} is at its concurrency limit and this {priority} request {why}: nothing was sent upstream; "
         f"retry in {headers['Retry-After']} s, or send it with a longer X-Switchboard-Max-Wait.",
         headers=headers,
+    )
+
+
+# The management API (docs/management-api.md): the same shape and catalogue as /v1.
+
+
+def invalid_management_token(detail: str) -> GatewayError:
+    """401: no, an unknown or a revoked management token (gateway API keys are never accepted here)."""
+    return _error(
+        "invalid_management_token",
+        f"{detail} The management API takes a management token ('Authorization: Bearer sbm-...'), created by a "
+        "superuser in the admin or with 'manage.py create_management_token'; gateway API keys are not accepted.",
+    )
+
+
+def permission_denied(detail: str) -> GatewayError:
+    """403: the token's scope (read-only, or limited to one org) does not cover this request."""
+    return _error("permission_denied", f"{detail} Ask a superuser for a token with that scope.")
+
+
+def resource_not_found(name: str) -> GatewayError:
+    """404 on the management API: no such object (or one outside the token's org)."""
+    return _error("not_found", f"{name} does not exist. List the collection to find its id.")
+
+
+def conflict(message: str) -> GatewayError:
+    """409: the write collides with an existing object (a name already taken)."""
+    return _error("conflict", message)
+
+
+def precondition_failed(name: str) -> GatewayError:
+    """412: If-Match named an ETag that is no longer the object's: someone else changed it meanwhile."""
+    return _error(
+        "precondition_failed",
+        f"{name} was changed since you read it (If-Match does not match its ETag). GET it again, re-apply your "
+        "change and send the new ETag.",
     )

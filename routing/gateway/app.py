@@ -162,7 +162,7 @@ async def _handle(
         await send_response(
             send,
             200,
-            request.models_payload(snap, key.agent.org),
+            request.models_payload(snap, key.agent.org, key),
             [JSON, (b"x-request-id", ctx.request_id.encode())],
         )
         return
@@ -191,6 +191,8 @@ async def _handle(
     ctx.resolved = model.id
     if not decide(snap, org, model.id).allowed:
         raise errors.model_denied(model.id)
+    if key.models is not None and not key.allows(name, model.id):  # the key narrows its org (docs/limits.md#keys)
+        raise errors.key_model_denied(name)
     if ctx.endpoint == "count_tokens":
         await messages.send_count(send, ctx, body)
         return
@@ -205,13 +207,16 @@ async def _handle(
 
     req = preflight.requirements(kind, body)
     ctx.requirements = req
-    links = preflight.apply(chain.build_chain(snap, org, model, name), req)
+    built = chain.build_chain(snap, org, model, name)
+    if key.models is not None:
+        built = chain.narrow_to_key(built, key.allows)
+    links = preflight.apply(built, req)
     if all(link.skip_reason is not None for link in links):
         raise preflight.no_link_error(links, req)
     try:
-        ticket = limiting.admit(process.limiter, ctx, agent, model, req)
+        ticket = limiting.admit(process.limiter, ctx, key, model, req)
     except limiting.LeaseNeeded:  # shared limits: only this process's share was short
-        ticket = await limiting.admit_after_lease(process.limiter, ctx, agent, model, req)
+        ticket = await limiting.admit_after_lease(process.limiter, ctx, key, model, req)
     plan = cache_key.plan(
         ctx.endpoint, org.name, model.id, model.upstream_model, model.cache_ttl_s, body, stream,
         bool(idempotency_key), cache_control,
@@ -223,8 +228,8 @@ async def _handle(
     hold = None
     watcher = watch_disconnect(receive, ctx)
     try:
-        if agent.budget is not None or org.budget is not None:  # docs/limits.md#budgets
-            hold = await limiting.reserve(process.budgets, agent, links, req)
+        if agent.budget is not None or org.budget is not None or key.budget is not None:  # docs/limits.md#budgets
+            hold = await limiting.reserve(process.budgets, key, links, req)
         deadline = _monotonic() + links[0].model.timeouts.total_ms / 1000.0
         if stream:
             ctx.streamed = True

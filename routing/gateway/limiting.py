@@ -2,7 +2,9 @@
 
 The buckets are routing.plan.limits's, the budget accounts routing.plan.budgets's,
 one `Limiter` and one `Budgets` per process (the composition root's). A caller
-whose org and agent have no limits and no budget costs two attribute tests each.
+whose key, agent and org have no limits and no budget costs three attribute tests each.
+The caller is its API key (whose own limits and budget apply beside its agent's and
+org's, docs/limits.md#keys) or, for callers without one, an agent.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 import time
 from typing import NoReturn
 
-from routing.config.snapshot import AgentSpec, ModelSpec
+from routing.config.snapshot import AgentSpec, KeySpec, ModelSpec
 from routing.core import errors
 from routing.core.executor import Link
 from routing.ops import metrics, shared_limits
@@ -30,34 +32,48 @@ class LeaseNeeded(Exception):
     """A shared bucket's local share is too small for this request: wait for the syncer (admit_after_lease)."""
 
 
-def admit(limiter: Limiter, ctx: Context, agent: AgentSpec, model: ModelSpec, req: Requirements) -> Ticket | None:
+Caller = AgentSpec | KeySpec
+
+
+def _key_of(caller: Caller) -> tuple[AgentSpec, KeySpec | None]:
+    if isinstance(caller, KeySpec):
+        return caller.agent, caller
+    return caller, None
+
+
+def admit(limiter: Limiter, ctx: Context, caller: Caller, model: ModelSpec, req: Requirements) -> Ticket | None:
     """Take this request from the caller's buckets, or raise 429 `rate_limited` (nothing sent upstream).
 
     With shared limits, raises `LeaseNeeded` when only the local share is short.
     """
+    agent, key = _key_of(caller)
     org = agent.org
-    if org.limits is None and agent.limits is None:
+    key_limits = key.limits if key is not None else None
+    if org.limits is None and agent.limits is None and key_limits is None:
         return None
 
     def tokens() -> int:
         return req.estimated_tokens + _output_allowance(model, req)
 
     try:
-        ticket = limiter.admit(org.name, org.limits, agent.name, agent.limits, tokens)
+        ticket = limiter.admit(
+            org.name, org.limits, agent.name, agent.limits, tokens, key.prefix if key else "", key_limits
+        )
     except Refused as refused:
         if refused.short and shared_limits.wake():
             raise LeaseNeeded() from None
-        _refuse(refused, ctx, agent)
+        _refuse(refused, ctx, agent, key)
     ctx.ratelimit = ticket
     return ticket
 
 
 async def admit_after_lease(
-    limiter: Limiter, ctx: Context, agent: AgentSpec, model: ModelSpec, req: Requirements
+    limiter: Limiter, ctx: Context, caller: Caller, model: ModelSpec, req: Requirements
 ) -> Ticket | None:
     """The local share was short: wait for the syncer's rounds, each of which asks the cluster buckets for
     what every waiting request needs, until this one is admitted, or a round saw a cluster bucket lack it
     (429), or LEASE_WAIT_S passed without one (a slow Redis; 429 too), docs/limits.md#shared."""
+    agent, key = _key_of(caller)
     org = agent.org
     deadline = time.monotonic() + LEASE_WAIT_S
     confirmed = False
@@ -71,6 +87,8 @@ async def admit_after_lease(
                 agent.name,
                 agent.limits,
                 lambda: req.estimated_tokens + _output_allowance(model, req),
+                key.prefix if key else "",
+                key.limits if key else None,
             )
         except Refused as refused:
             if rounded and refused.short:
@@ -84,16 +102,24 @@ async def admit_after_lease(
                 for bucket, amount in refused.lacking:
                     bucket.need += amount
                 continue
-            _refuse(refused, ctx, agent)
+            _refuse(refused, ctx, agent, key)
         ctx.ratelimit = ticket
         return ticket
 
 
-def _refuse(refused: Refused, ctx: Context, agent: AgentSpec) -> NoReturn:
-    org = agent.org
+def _whose(scope: str, agent: AgentSpec, key: KeySpec | None) -> str:
+    """The owner of a limit or budget, as the error message names it."""
+    if scope == "org":
+        return f"org {agent.org.name!r}"
+    if scope == "key" and key is not None:
+        return f"API key '{key.prefix}…'"
+    return f"agent '{agent.org.name}/{agent.name}'"
+
+
+def _refuse(refused: Refused, ctx: Context, agent: AgentSpec, key: KeySpec | None = None) -> NoReturn:
     ctx.ratelimit = refused.ticket
     metrics.rate_limited(refused.scope, refused.limit)
-    name = f"org {org.name!r}" if refused.scope == "org" else f"agent '{org.name}/{agent.name}'"
+    name = _whose(refused.scope, agent, key)
     raise errors.rate_limit_exceeded(
         name, refused.limit, refused.value, refused.amount, refused.retry_after_s
     ) from None
@@ -148,32 +174,36 @@ LEASE_WAIT_S = 2.5
 LOAD_WAIT_S = 2.0
 
 
-async def reserve(budgets: Budgets, agent: AgentSpec, links: list[Link], req: Requirements) -> Hold:
+async def reserve(budgets: Budgets, caller: Caller, links: list[Link], req: Requirements) -> Hold:
     """Reserve the worst-case cost on the caller's budgets, or raise 402 `budget_exceeded` (nothing sent upstream).
 
     Call only when the agent or its org has a budget. With shared budgets, a request the
     local lease cannot cover waits for the background's rounds (each leases what every waiting
     request needs) until it fits, or a round saw the cluster counter lack it, or LEASE_WAIT_S passed.
     """
+    agent, key = _key_of(caller)
     org = agent.org
     amount = worst_cost(links, req)
+    ident, key_budget = (key.prefix, key.budget) if key is not None else ("", None)
     try:
-        return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount)
+        return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount, ident, key_budget)
     except Unloaded as unloaded:  # once per new account: its period's spend (docs/limits.md#durable)
         await _wait_loaded(unloaded.accounts)
     except Exhausted as exhausted:
-        return await _after_refusal(budgets, agent, amount, exhausted)
+        return await _after_refusal(budgets, caller, amount, exhausted)
     try:
-        return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount)
+        return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount, ident, key_budget)
     except Exhausted as exhausted:
-        return await _after_refusal(budgets, agent, amount, exhausted)
+        return await _after_refusal(budgets, caller, amount, exhausted)
 
 
-async def _after_refusal(budgets: Budgets, agent: AgentSpec, amount: float, refused: Exhausted) -> Hold:
+async def _after_refusal(budgets: Budgets, caller: Caller, amount: float, refused: Exhausted) -> Hold:
     """Only a lease was short: wait for the background's rounds (each leases what every waiting
     request needs) until it fits, or a round saw the cluster counter lack it (then once more after
     the other processes' rounds), or LEASE_WAIT_S passed; else 402."""
+    agent, key = _key_of(caller)
     org = agent.org
+    ident, key_budget = (key.prefix, key.budget) if key is not None else ("", None)
     deadline = time.monotonic() + LEASE_WAIT_S
     rounded = confirmed = False
     while refused.short or (rounded and refused.lacking and not confirmed):
@@ -187,12 +217,12 @@ async def _after_refusal(budgets: Budgets, agent: AgentSpec, amount: float, refu
             break
         rounded = True
         try:
-            return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount)
+            return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount, ident, key_budget)
         except Exhausted as exhausted:
             refused = exhausted
     metrics.rate_limited(refused.scope, "budget")
     account = refused.account
-    name = f"org {org.name!r}" if refused.scope == "org" else f"agent '{org.name}/{agent.name}'"
+    name = _whose(refused.scope, agent, key)
     raise errors.budget_exceeded(
         name,
         account.usd,

@@ -51,6 +51,11 @@ ERROR_MEANINGS: dict[str, str] = {
     "method_not_allowed": "The method is not allowed on that path; the message names the one that is.",
     "internal_error": "A bug in the gateway; the message carries the request id to report.",
     "headers_too_large": "The request headers are over the size or count limit.",
+    # the management API's codes (docs/management-api.md), in the one catalogue; /v1 never sends them
+    "invalid_management_token": "Management API only: no, an unknown or a revoked management token.",
+    "permission_denied": "Management API only: the token is read-only or limited to another org.",
+    "conflict": "Management API only: the object to create exists already.",
+    "precondition_failed": "Management API only: If-Match names an ETag that is no longer the object's.",
 }
 
 _HEADERS: dict[str, tuple[str, str]] = {  # name: (schema type, description)

@@ -38,7 +38,9 @@ def authenticate(snap: Snapshot, auth: bytes) -> KeySpec:
     if key is None:
         raise errors.invalid_api_key()
     if key.expires_at is not None and key.expires_at <= time.time():
-        raise errors.expired_api_key()
+        raise errors.expired_api_key(key.rotated)
+    if not key.enabled:
+        raise errors.disabled_api_key()
     return key
 
 
@@ -62,27 +64,26 @@ def parse_body(raw: bytes) -> dict:
     return body
 
 
-def models_payload(snap: Snapshot, org: OrgSpec) -> bytes:
-    """GET /v1/models for one organisation: the models and aliases its policy allows (cached per snapshot)."""
-    cache_key = ("models-list", org.name)
+def models_payload(snap: Snapshot, org: OrgSpec, key: KeySpec | None = None) -> bytes:
+    """GET /v1/models for one organisation: the models and aliases its policy allows, narrowed by the key's
+    own list when it has one (docs/limits.md#keys); cached per snapshot (per key only for such keys)."""
+    narrowed = key is not None and key.models is not None
+    cache_key = ("models-list", org.name, key.prefix) if narrowed else ("models-list", org.name)
     payload = snap.cache.get(cache_key)
     if payload is None:
         data = []
         for model in snap.models.values():
-            if decide(snap, org, model.id).allowed:
+            if decide(snap, org, model.id).allowed and (not narrowed or key.allows(model.id)):
                 data.append({"id": model.id, "object": "model", "created": 0, "owned_by": model.provider.name})
         for alias, target in snap.aliases.items():
             model = snap.models.get(target)
-            if model is not None and decide(snap, org, model.id).allowed:
-                data.append(
-                    {
-                        "id": alias,
-                        "object": "model",
-                        "created": 0,
-                        "owned_by": model.provider.name,
-                        "alias_of": model.id,
-                    }
-                )
+            if model is None or not decide(snap, org, model.id).allowed:
+                continue
+            if narrowed and not key.allows(alias, model.id):
+                continue
+            data.append(
+                {"id": alias, "object": "model", "created": 0, "owned_by": model.provider.name, "alias_of": model.id}
+            )
         payload = orjson.dumps({"object": "list", "data": data})
         snap.cache[cache_key] = payload
     return payload

@@ -96,15 +96,17 @@ LIMIT_PROCESSES = Gauge(
 )
 RATE_LIMITED = Counter(
     "switchboard_rate_limited_total",
-    "Requests refused by an org's or agent's own rate limit or budget (docs/limits.md).",
+    "Requests refused by an org's, agent's or API key's own rate limit or budget (docs/limits.md).",
     ["scope", "limit"],
 )
 _LIMIT_LABEL = {"requests": "rpm", "tokens": "tpm", "budget": "budget"}
-_rate_limited = {(s, k): RATE_LIMITED.labels(s, label) for s in ("org", "agent") for k, label in _LIMIT_LABEL.items()}
+_rate_limited = {
+    (s, k): RATE_LIMITED.labels(s, label) for s in ("org", "agent", "key") for k, label in _LIMIT_LABEL.items()
+}
 
 
 def rate_limited(scope: str, limit: str) -> None:
-    """One request refused by the `scope` (org|agent) `limit` (requests|tokens|budget), exported as rpm|tpm|budget."""
+    """One request refused by the `scope` (org|agent|key) `limit` (requests|tokens|budget), exported as rpm|tpm|budget."""
     _rate_limited[(scope, limit)].inc()
 
 

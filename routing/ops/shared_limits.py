@@ -38,7 +38,7 @@ from routing.config import live
 from routing.config.snapshot import Snapshot
 from routing.core.balance import Balancer
 from routing.ops import metrics
-from routing.plan.budgets import AGENT, FAILED, LOADED, NEW, ORG, Account, Budgets, period_bounds
+from routing.plan.budgets import AGENT, FAILED, KEY, LOADED, NEW, ORG, Account, Budgets, period_bounds
 from routing.plan.limits import Limiter, SharedBucket
 
 log = logging.getLogger("switchboard")
@@ -128,12 +128,14 @@ def budgeted(snapshot: Snapshot) -> dict[tuple[str, ...], tuple[float, str]]:
         agent = key.agent
         if agent.budget is not None:
             out[(AGENT, agent.org.name, agent.name)] = agent.budget
+        if key.budget is not None:
+            out[(KEY, key.prefix)] = key.budget
     return out
 
 
 def query_spend(starts: Iterable[float], until: float | None = None) -> dict[tuple[tuple[str, ...], float], float]:
     """Spend (USD) of the usage records from each period start (up to `until`, else all written so far),
-    per agent and per org: every process's records, the cluster's truth (docs/limits.md#durable)."""
+    per API key, agent and org: every process's records, the cluster's truth (docs/limits.md#durable)."""
     from django.db import close_old_connections
     from django.db.models import Sum
 
@@ -148,11 +150,10 @@ def query_spend(starts: Iterable[float], until: float | None = None) -> dict[tup
                 rows = rows.filter(created_at__lt=datetime.fromtimestamp(until, UTC))
             if start > 0:
                 rows = rows.filter(created_at__gte=datetime.fromtimestamp(start, UTC))
-            for row in rows.values("org", "agent").annotate(total=Sum("cost")).order_by():
+            for row in rows.values("org", "agent", "key_prefix").annotate(total=Sum("cost")).order_by():
                 total = float(row["total"] or 0)
-                out[((AGENT, row["org"], row["agent"]), start)] = total
-                key = ((ORG, row["org"]), start)
-                out[key] = out.get(key, 0.0) + total
+                for key in ((AGENT, row["org"], row["agent"]), (ORG, row["org"]), (KEY, row["key_prefix"])):
+                    out[(key, start)] = out.get((key, start), 0.0) + total
     finally:
         close_old_connections()
     return out

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 
 DAY, MONTH, TOTAL = "day", "month", "total"
-ORG, AGENT = "org", "agent"
+ORG, AGENT, KEY = "org", "agent", "key"
 NEW, LOADED, FAILED = 0, 1, 2  # Account.state
 RELOAD_IDLE_S = 60.0  # an account unused this long is read again from the records when used (a budget re-added)
 _MICRO = 1_000_000
@@ -274,6 +274,8 @@ class Budgets:
         agent: str,
         agent_budget: tuple[float, str] | None,
         amount: float,
+        key: str = "",
+        key_budget: tuple[float, str] | None = None,
     ) -> Hold:
         """Reserve `amount` (USD, the worst case) on every account that applies, or raise `Exhausted`.
 
@@ -284,10 +286,13 @@ class Budgets:
         accounts: list[Account] = []
         short: list[tuple[str, Account]] | None = None
         unloaded: list[Account] | None = None
-        for scope, key, budget in ((AGENT, (AGENT, org, agent), agent_budget), (ORG, (ORG, org), org_budget)):
+        applies = ((AGENT, (AGENT, org, agent), agent_budget), (ORG, (ORG, org), org_budget))
+        if key_budget is not None:  # the API key's own budget, by its prefix (docs/limits.md#keys)
+            applies = ((KEY, (KEY, key), key_budget), *applies)
+        for scope, ident, budget in applies:
             if budget is None:
                 continue
-            account = self._account(key, budget, now)
+            account = self._account(ident, budget, now)
             if account.state == NEW and not account.waited:
                 unloaded = [*(unloaded or ()), account]
             if account.left() < amount:

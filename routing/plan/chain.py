@@ -31,6 +31,9 @@ Decisions:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 from policies.decision import decide
 from routing.config.snapshot import ModelSpec, OrgSpec, ProviderSpec, Snapshot, Timeouts
 from routing.core.balance import Target
@@ -151,3 +154,14 @@ def breaker_keys(snapshot: Snapshot) -> set[BreakerKey]:
         for provider in org.credentials:
             keys.update(BreakerKey(provider, model_id, org.name) for p, model_id in pairs if p == provider)
     return keys
+
+
+def narrow_to_key(links: tuple[Link, ...], allows: Callable[[str], bool]) -> tuple[Link, ...]:
+    """The chain for a key with its own model list (docs/limits.md#keys): a fallback the list does not
+    allow is skipped as `model_denied`, so a key never reaches a model outside its list."""
+    out = [links[0]]
+    for link in links[1:]:
+        if link.skip_reason is None and not allows(link.model.id):
+            link = replace(link, skip_reason="model_denied")
+        out.append(link)
+    return tuple(out)

@@ -1,4 +1,4 @@
-"""Per-agent and per-org rate limits as in-memory token buckets (docs/limits.md).
+"""Per-key, per-agent and per-org rate limits as in-memory token buckets (docs/limits.md).
 
 Pure: no Django, no Redis, no database; the clock is injected. One `Limiter` per
 serving process holds a bucket per (org) and per (org, agent) for requests (`rpm`)
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from routing.core.buckets import Bucket, SharedBucket
 
 REQUESTS, TOKENS = "requests", "tokens"
-ORG, AGENT = "org", "agent"
+ORG, AGENT, KEY = "org", "agent", "key"
 
 
 class Refused(Exception):
@@ -150,25 +150,31 @@ class Limiter:
         agent: str,
         agent_limits: tuple[int | None, int | None] | None,
         tokens: Callable[[], int],
+        key: str = "",
+        key_limits: tuple[int | None, int | None] | None = None,
     ) -> Ticket:
         """Take one request and `tokens()` tokens from every bucket that applies, or raise `Refused`.
 
-        `*_limits` are (rpm, tpm) or None; `tokens` is called only when a tpm limit applies.
+        `*_limits` are (rpm, tpm) or None; `tokens` is called only when a tpm limit applies. `key` is
+        the API key's prefix, its identity across rotations (docs/limits.md#keys).
         """
         now = self._clock()
         requests: list[Bucket] = []
         token_buckets: list[Bucket] = []
         scopes: list[tuple[str, str, int, Bucket]] = []
-        for scope, key, limits in ((AGENT, (AGENT, org, agent), agent_limits), (ORG, (ORG, org), org_limits)):
+        applies = ((AGENT, (AGENT, org, agent), agent_limits), (ORG, (ORG, org), org_limits))
+        if key_limits is not None:
+            applies = ((KEY, (KEY, key), key_limits), *applies)
+        for scope, ident, limits in applies:
             if limits is None:
                 continue
             rpm, tpm = limits
             if rpm is not None:
-                bucket = self._bucket((*key, REQUESTS), rpm, now)
+                bucket = self._bucket((*ident, REQUESTS), rpm, now)
                 requests.append(bucket)
                 scopes.append((scope, REQUESTS, rpm, bucket))
             if tpm is not None:
-                bucket = self._bucket((*key, TOKENS), tpm, now)
+                bucket = self._bucket((*ident, TOKENS), tpm, now)
                 token_buckets.append(bucket)
                 scopes.append((scope, TOKENS, tpm, bucket))
         amount = tokens() if token_buckets else 0

@@ -347,3 +347,38 @@ def test_harmless_deletion_goes_through(admin_client_, imported):
     url = reverse("admin:providers_model_delete", args=[spare.pk])
     assert admin_client_.post(url, {"post": "yes"}).status_code == 302
     assert not Model.objects.filter(pk=spare.pk).exists()
+
+
+def test_admin_api_key_controls_are_saved_validated_and_reach_the_snapshot(admin_client_, imported):
+    from routing.config.document import key_rows_from_db
+
+    agent = Agent.objects.get()
+    controls = {
+        "enabled": "on",
+        "limits_rpm": "10",
+        "limits_tpm": "",
+        "budget_usd": "0.5",
+        "budget_period": "day",
+        "allowed_models": '["fast", "gpt-*"]',
+        "metadata": '{"team": "search"}',
+    }
+    response = admin_client_.post(add_url(ApiKey), {"agent": agent.pk, "label": "search", **controls})
+    assert response.status_code == 302
+    row = ApiKey.objects.get()
+    assert (row.limits, row.budget, row.allowed_models) == (
+        {"rpm": 10},
+        {"usd": 0.5, "period": "day"},
+        ["fast", "gpt-*"],
+    )
+    assert row.metadata == {"team": "search"} and row.enabled
+    [snap_row] = key_rows_from_db()
+    assert snap_row["limits"] == {"rpm": 10} and snap_row["models"] == ["fast", "gpt-*"]
+    page = text(admin_client_.get(change_url(row)))
+    assert "gpt-*" in page and "search" in page
+
+    bad = admin_client_.post(
+        change_url(row), {"label": "search", "limits_rpm": "0", "allowed_models": '["[a-"]', "budget_usd": ""}
+    )
+    assert bad.status_code == 200  # the form again, with the one validation's messages
+    assert "rpm of the API key must be a positive whole number" in text(bad) and "malformed pattern" in text(bad)
+    assert ApiKey.objects.get().limits == {"rpm": 10}
