@@ -16,7 +16,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from routing.config import live
-from routing.plan.explain import breaker_states, explain
+from routing.ops.breaker_sync import breaker_states
+from routing.plan.explain import explain
 from routing.plan.preflight import KINDS
 
 

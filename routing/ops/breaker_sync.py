@@ -47,13 +47,17 @@ import time
 from collections import deque
 from collections.abc import Callable, Container
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import orjson
 
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.ops import cluster
+
+if TYPE_CHECKING:
+    from routing.config.snapshot import Snapshot
+    from routing.plan.explain import BreakerStates
 
 log = logging.getLogger("switchboard.breakers")
 
@@ -598,3 +602,51 @@ def set_known(keys: set[BreakerKey]) -> None:
     _known = keys
     if _sync is not None:
         _sync.known = keys
+
+
+def breaker_states(snapshot: Snapshot, serving: bool) -> BreakerStates:
+    """What requests meet cluster-wide. `serving`: this process serves requests (its registry counts).
+
+    With REDIS_URL: the cluster's shared state plus the snapshot's force-opens; Redis
+    unreachable, or no REDIS_URL in a process that serves nothing: says so in `source`.
+    """
+    from django.conf import settings
+
+    from routing.plan.explain import BreakerStates, local_states
+
+    url = getattr(settings, "REDIS_URL", "") or ""
+    states = BreakerStates(
+        "this process"
+        if serving
+        else "unknown: without REDIS_URL each serving process keeps its breakers in memory "
+        "(see the dashboard); only force-opens are shown"
+    )
+    if url:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        from routing.config.reload import shared_timeout_s
+
+        timeout = shared_timeout_s()
+        client = redis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
+        )
+        try:
+            shared = shared_states(client, cluster_of(settings), time.time())
+        except Exception as exc:  # noqa: BLE001 - Redis down: say so, show what is known here
+            states.source += f" (Redis unreachable: {type(exc).__name__})"
+        else:
+            states.source = "cluster"
+            for st in shared:
+                states.put(tuple(st.key), st.org, st.state.name.lower(), st.remaining_s)
+        finally:
+            client.close()
+    now = time.time()
+    for override in snapshot.overrides:  # the operators' force-opens, stored in the database
+        until = override.until
+        if override.action == "force_open" and (until is None or until > now):
+            states.put(tuple(override.key), None, "forced", 0.0 if until is None else until - now)
+    if serving:
+        local_states(states)
+    return states

@@ -6,15 +6,14 @@ operator can see why a request would be denied, which fallbacks exist and why a
 link would be skipped. Secrets (API keys) are never part of the output.
 
 Breaker states are what a request would meet, cluster-wide: the link's shared breaker
-and the org's own view of it (docs/resilience.md#org-views). `breaker_states()` reads
-them from where they are shared (the Redis state of routing.ops.breaker_sync, and the
+and the org's own view of it (docs/resilience.md#org-views). The ops floor's
+`routing.ops.breaker_sync.breaker_states()` reads them from where they are shared (the Redis state of routing.ops.breaker_sync, and the
 operators' force-opens in the snapshot), adding this process's registry when it serves
 requests; a link open for the request is skipped as the executor would skip it.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,53 +69,6 @@ def local_states(states: BreakerStates | None = None) -> BreakerStates:
         states.put(tuple(view.key), None, name, view.cooldown_remaining_s)
     for ov in registry.org_views():
         states.put(tuple(ov.key), ov.org, ov.state.name.lower(), ov.cooldown_remaining_s)
-    return states
-
-
-def breaker_states(snapshot: Snapshot, serving: bool) -> BreakerStates:
-    """What requests meet cluster-wide. `serving`: this process serves requests (its registry counts).
-
-    With REDIS_URL: the cluster's shared state plus the snapshot's force-opens; Redis
-    unreachable, or no REDIS_URL in a process that serves nothing: says so in `source`.
-    """
-    from django.conf import settings
-
-    url = getattr(settings, "REDIS_URL", "") or ""
-    states = BreakerStates(
-        "this process"
-        if serving
-        else "unknown: without REDIS_URL each serving process keeps its breakers in memory "
-        "(see the dashboard); only force-opens are shown"
-    )
-    if url:
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-
-        from routing.config.reload import shared_timeout_s
-        from routing.ops import breaker_sync
-
-        timeout = shared_timeout_s()
-        client = redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
-        )
-        try:
-            shared = breaker_sync.shared_states(client, breaker_sync.cluster_of(settings), time.time())
-        except Exception as exc:  # noqa: BLE001 - Redis down: say so, show what is known here
-            states.source += f" (Redis unreachable: {type(exc).__name__})"
-        else:
-            states.source = "cluster"
-            for st in shared:
-                states.put(tuple(st.key), st.org, st.state.name.lower(), st.remaining_s)
-        finally:
-            client.close()
-    now = time.time()
-    for override in snapshot.overrides:  # the operators' force-opens, stored in the database
-        until = override.until
-        if override.action == "force_open" and (until is None or until > now):
-            states.put(tuple(override.key), None, "forced", 0.0 if until is None else until - now)
-    if serving:
-        local_states(states)
     return states
 
 

@@ -15,7 +15,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from routing.config import live
 from routing.core.kinds import ENDPOINT_KINDS
-from routing.plan.explain import breaker_states, explain, render
+from routing.ops.breaker_sync import breaker_states
+from routing.plan.explain import explain, render
 
 
 class Command(BaseCommand):
