@@ -438,6 +438,11 @@ def _complete_end(data: bytes) -> int:
     return end
 
 
+def relayed_tokens(chars: int, frames: int) -> int:
+    """Completion tokens of relayed text: about four characters a token, at least one a frame of text."""
+    return max(-(-chars // 4), frames)
+
+
 class UsageTap:
     """Reads the token usage of a relayed OpenAI-style stream; optionally keeps the usage frame back.
 
@@ -495,9 +500,11 @@ class UsageTap:
         """Completion tokens estimated from the relayed text, for upstreams that send no usage.
 
         The text of the sampled frames (content, refusals, tool-call arguments) at about
-        four characters a token, scaled up when the stream was longer than the sample.
+        four characters a token, and at least one token for each frame that carried text (a
+        provider sends about one token a frame: short tokens would otherwise be undercounted),
+        scaled up when the stream was longer than the sample (docs/usage-records.md#partial).
         """
-        chars = 0
+        chars = frames = 0
         sample = b"".join(self._sample)
         for line in sample.split(b"\n"):
             line = line.strip()
@@ -507,6 +514,7 @@ class UsageTap:
                 chunk = orjson.loads(line[5:])
             except orjson.JSONDecodeError:
                 continue
+            before = chars
             for choice in chunk.get("choices") or () if isinstance(chunk, dict) else ():
                 if isinstance(choice, dict) and isinstance(choice.get("text"), str):  # legacy completions
                     chars += len(choice["text"])
@@ -520,9 +528,16 @@ class UsageTap:
                     arguments = call.get("function", {}).get("arguments") if isinstance(call, dict) else None
                     if isinstance(arguments, str):
                         chars += len(arguments)
+            frames += chars > before
         if self._sampled and self._total > self._sampled:
             chars = chars * self._total // self._sampled
-        return -(-chars // 4)
+            frames = frames * self._total // self._sampled
+        return relayed_tokens(chars, frames)
+
+    @property
+    def final(self) -> bool:
+        """Whether the upstream's usage frame arrived (else the tokens are estimated from what was relayed)."""
+        return self.prompt_tokens is not None
 
     def _read(self, frame: bytes) -> bool:
         """Take usage from one frame; True when it is a usage-only frame (one that may be kept back)."""

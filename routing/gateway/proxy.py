@@ -35,9 +35,14 @@ class Tap(Protocol):
     prompt_tokens: int | None
     completion_tokens: int | None
 
+    @property
+    def final(self) -> bool: ...  # the provider's final usage arrived
+
     def feed(self, chunk: bytes) -> bytes: ...
 
     def flush(self) -> bytes: ...
+
+    def estimated_completion_tokens(self) -> int: ...  # the tokens relayed, for a stream cut before its usage
 
 
 class Shape(Protocol):
@@ -207,7 +212,7 @@ async def proxy_stream(
         await send({"type": "http.response.body", "body": tap.flush(), "more_body": False})
     finally:
         ctx.prompt_tokens, ctx.completion_tokens = tap.prompt_tokens, tap.completion_tokens
-        if ctx.prompt_tokens is None and isinstance(tap, UsageTap):
+        if not tap.final:  # cut (client, upstream) or no usage sent: charged for what was relayed
             _estimate_usage(tap, ctx)
         _settle(outcome.settlement, committed.ending, ctx)
         await committed.aclose()
@@ -227,12 +232,14 @@ def _capacity_tokens(ctx: Context, links: list[Link]) -> int:
     return 0
 
 
-def _estimate_usage(tap: UsageTap, ctx: Context) -> None:
-    """The upstream sent no usage: record the prompt estimate and the relayed text's tokens,
-    marked as estimated (docs/metrics.md#usage-records)."""
+def _estimate_usage(tap: Tap, ctx: Context) -> None:
+    """No final usage from the upstream (none sent, or the stream was cut by the client or a break):
+    the provider's prompt count when it came first (Anthropic's message_start), else the prompt
+    estimate, and the tokens relayed, marked as estimated (docs/usage-records.md#partial)."""
     req = ctx.requirements
-    ctx.prompt_tokens = req.estimated_tokens if req is not None else None
-    ctx.completion_tokens = tap.estimated_completion_tokens()
+    if ctx.prompt_tokens is None:
+        ctx.prompt_tokens = req.estimated_tokens if req is not None else None
+    ctx.completion_tokens = max(ctx.completion_tokens or 0, tap.estimated_completion_tokens())
     ctx.tokens_estimated = True
 
 
