@@ -32,6 +32,7 @@ from routing.config.schema import DIALECTS, MODEL, PROVIDER, TIMEOUTS
 from routing.config.store import errors_for_edit, in_scope, rename_references, replace_item
 from routing.config.validation import add_form_validators
 from routing.core.kinds import ENDPOINT_KINDS
+from routing.core.prices import CLASSES as PRICE_CLASSES
 from routing.ops.admin_keys import StoredKeyForm
 
 Edit = Callable[[dict[str, Any]], None]
@@ -339,6 +340,7 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
                     "residency",
                     "input_price_per_mtok",
                     "output_price_per_mtok",
+                    *(f"{name}_price_per_mtok" for name in PRICE_CLASSES),
                 ]
             },
         ),

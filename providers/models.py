@@ -72,6 +72,17 @@ class Model(models.Model):
     residency = models.CharField(max_length=32, blank=True)
     input_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     output_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    # Token classes (docs/configuration.md#prices): empty, priced at the input or output price.
+    cache_read_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    cache_write_price_per_mtok = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True, help_text="A 5-minute prompt-cache write."
+    )
+    cache_write_1h_price_per_mtok = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True, help_text="Empty: the 5-minute write price."
+    )
+    audio_input_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    reasoning_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    audio_output_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     connect_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
     first_token_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
     total_timeout_ms = models.PositiveIntegerField(null=True, blank=True)

@@ -99,6 +99,14 @@ class UsageRecord(models.Model):
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     completion_tokens = models.PositiveIntegerField(null=True, blank=True)
     cost = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    # The priced token classes inside prompt/completion (routing.core.prices; docs/usage-records.md#token-classes):
+    # NULL when the provider reported none.
+    cache_read_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_write_tokens = models.PositiveIntegerField(null=True, blank=True, help_text="5-minute prompt-cache writes.")
+    cache_write_1h_tokens = models.PositiveIntegerField(null=True, blank=True)
+    audio_input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    reasoning_tokens = models.PositiveIntegerField(null=True, blank=True)
+    audio_output_tokens = models.PositiveIntegerField(null=True, blank=True)
     latency_ms = models.FloatField(default=0)
     ttft_ms = models.FloatField(null=True, blank=True)
     streamed = models.BooleanField(default=False)

@@ -24,6 +24,7 @@ import orjson
 
 from routing.config.snapshot import ModelSpec
 from routing.core.errors import FailureKind, UpstreamFailure, invalid_request
+from routing.core.prices import token_classes
 from routing.core.stream import SAMPLE_BYTES, relayed_tokens
 
 # --- shared tables and helpers -----------------------------------------------------
@@ -361,6 +362,11 @@ def anthropic_usage(raw: Any) -> tuple[int | None, int | None, dict[str, Any] | 
     }
     if cached:
         openai_usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    if created:  # cache writes have no OpenAI field: Anthropic's own, so they are priced as such
+        openai_usage["cache_read_input_tokens"] = cached
+        openai_usage["cache_creation_input_tokens"] = created
+        if isinstance(raw.get("cache_creation"), dict):
+            openai_usage["cache_creation"] = raw["cache_creation"]
     return prompt, completion, openai_usage
 
 
@@ -790,14 +796,15 @@ class MessagesStream:
         "_ended",
         "_chars",
         "_frames",
+        "classes",
     )
 
     def __init__(self, message_id: str = "") -> None:
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
-        self._chars = (
-            0  # text relayed, for the estimate of a stream cut before its usage (docs/usage-records.md#partial)
-        )
+        self.classes: dict[str, int] | None = None
+        # text relayed, for the estimate of a stream cut before its usage (docs/usage-records.md#partial)
+        self._chars = 0
         self._frames = 0
         self._id = message_id
         self._buf = bytearray()
@@ -849,6 +856,7 @@ class MessagesStream:
             self.prompt_tokens = usage["prompt_tokens"]
             completion = usage.get("completion_tokens")
             self.completion_tokens = completion if type(completion) is int else None
+            self.classes = token_classes(usage)
         for choice in obj.get("choices") or ():
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._choice(choice, out)
@@ -1021,11 +1029,22 @@ class AnthropicRelay:
     reads the token usage from message_start and message_delta.
     """
 
-    __slots__ = ("prompt_tokens", "completion_tokens", "final", "_buf", "_errored", "_deltas", "_sample", "_sampled")
+    __slots__ = (
+        "prompt_tokens",
+        "completion_tokens",
+        "classes",
+        "final",
+        "_buf",
+        "_errored",
+        "_deltas",
+        "_sample",
+        "_sampled",
+    )
 
     def __init__(self) -> None:
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.classes: dict[str, int] | None = None  # cache reads and writes (routing.core.prices)
         self.final = False  # message_delta's usage arrived: the tokens are the provider's final count
         self._buf = bytearray()
         self._errored = False
@@ -1079,6 +1098,7 @@ class AnthropicRelay:
         prompt, completion, _ = anthropic_usage(usage)
         if prompt is not None:
             self.prompt_tokens = prompt
+            self.classes = token_classes(usage)  # message_start's (a message_delta may repeat them)
         if completion is not None:
             self.completion_tokens = completion
             self.final = self.final or name == b"message_delta"

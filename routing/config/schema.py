@@ -21,6 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from routing.core.kinds import ENDPOINT_KINDS
+from routing.core.prices import CLASSES as PRICE_CLASSES
 from routing.core.resilience import FALLBACK_TRIGGERS, Resilience
 
 CAPABILITIES = (*ENDPOINT_KINDS, "streaming", "tools", "structured_output", "vision")
@@ -253,6 +254,8 @@ MODEL = Entity(
     Field("fallback_on", "list", store=LIST_OR_NULL, export=TRUTHY, check="fallback_on", choices=FALLBACK_TRIGGERS),
     Field("input_price_per_mtok", "number", store=DECIMAL, check="price"),
     Field("output_price_per_mtok", "number", store=DECIMAL, check="price"),
+    # The token classes' prices (routing.core.prices; docs/configuration.md#prices): absent, priced as input/output.
+    *(Field(f"{name}_price_per_mtok", "number", store=DECIMAL, check="price") for name in PRICE_CLASSES),
     Field("cache_ttl_s", "int", check="ttl"),  # response cache, off when absent (docs/cache.md)
 )
 

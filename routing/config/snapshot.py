@@ -18,6 +18,8 @@ from typing import Any
 from policies.matcher import compile_pattern
 from routing.config.schema import MODEL, ORG, POLICY, PROVIDER, core_resilience
 from routing.config.secrets import resolve_key
+from routing.core.prices import CLASSES as PRICE_CLASSES
+from routing.core.prices import ClassPrices
 from routing.core.resilience import Resilience, Timeouts
 
 
@@ -55,6 +57,7 @@ class ModelSpec:
     # With deployments, `provider` / `upstream_model` are the first deployment's.
     routing: str = "weighted"
     deployments: tuple[DeploymentSpec, ...] = ()
+    class_prices: ClassPrices | None = None  # docs/configuration.md#prices; None: none configured
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +216,16 @@ class _PatternCache:
 _patterns = _PatternCache()
 
 
+def class_prices(m: Mapping[str, Any]) -> ClassPrices | None:
+    """A model's token-class prices (docs/configuration.md#prices); None when it sets none (no cost per request)."""
+    found = {
+        name: float(m[f"{name}_price_per_mtok"])
+        for name in PRICE_CLASSES
+        if m.get(f"{name}_price_per_mtok") is not None
+    }
+    return ClassPrices(**found) if found else None
+
+
 def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
@@ -322,6 +335,7 @@ def build_snapshot(
             fallback_on=fallback_on,
             cache_ttl_s=_opt_int(m.get("cache_ttl_s")),
             routing=m.get("routing") or _ROUTING,
+            class_prices=class_prices(m),
         )
         if listed:
             spec = dataclasses.replace(spec, deployments=_deployments(spec, listed, providers, m, timeouts_for))

@@ -25,6 +25,7 @@ import orjson
 
 from routing.core import errors
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.prices import token_classes
 
 HOLD_MAX_FRAMES = 16  # frames without content held before the commit ...
 HOLD_MAX_BYTES = 64 * 1024  # ... or bytes: past either bound the stream commits anyway
@@ -453,12 +454,13 @@ class UsageTap:
     chunks pass untouched and complete frames mentioning "usage" are parsed.
     """
 
-    __slots__ = ("strip", "prompt_tokens", "completion_tokens", "_pending", "_sample", "_sampled", "_total")
+    __slots__ = ("strip", "prompt_tokens", "completion_tokens", "classes", "_pending", "_sample", "_sampled", "_total")
 
     def __init__(self, strip: bool) -> None:
         self.strip = strip
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.classes: dict[str, int] | None = None  # cached, reasoning, audio tokens (routing.core.prices)
         self._pending = b""
         self._sample: list[bytes] = []  # the first SAMPLE_BYTES relayed, to estimate from if no usage comes
         self._sampled = 0
@@ -556,4 +558,5 @@ class UsageTap:
         self.prompt_tokens = usage["prompt_tokens"]
         completion = usage.get("completion_tokens")
         self.completion_tokens = completion if type(completion) is int else None
+        self.classes = token_classes(usage)
         return obj.get("choices") == []

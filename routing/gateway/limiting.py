@@ -14,6 +14,7 @@ from typing import NoReturn
 from routing.config.snapshot import AgentSpec, ModelSpec
 from routing.core import errors
 from routing.core.executor import Link
+from routing.core.prices import priced
 from routing.ops import metrics, shared_limits
 from routing.ops.accounting import Context
 from routing.plan.budgets import NEW, Account, Budgets, Exhausted, Hold, Unloaded, request_cost
@@ -232,4 +233,13 @@ def settle_budget(hold: Hold, ctx: Context) -> None:
         hold.settle(None)
         return
     model = link.model
-    hold.settle(request_cost(model.input_price_per_mtok, model.output_price_per_mtok, prompt or 0, completion or 0))
+    cost = priced(
+        model.input_price_per_mtok,
+        model.output_price_per_mtok,
+        model.class_prices,
+        prompt or 0,
+        completion or 0,
+        ctx.token_classes,
+        strict=False,
+    )
+    hold.settle(cost or 0.0)

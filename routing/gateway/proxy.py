@@ -98,6 +98,7 @@ async def proxy_once(
     parsed = outcome.result
     ctx.status = 200
     ctx.prompt_tokens, ctx.completion_tokens = parsed.usage
+    ctx.token_classes = parsed.classes
     return 200, answer_headers(ctx, [JSON]), parsed.body
 
 
@@ -212,6 +213,7 @@ async def proxy_stream(
         await send({"type": "http.response.body", "body": tap.flush(), "more_body": False})
     finally:
         ctx.prompt_tokens, ctx.completion_tokens = tap.prompt_tokens, tap.completion_tokens
+        ctx.token_classes = getattr(tap, "classes", None)
         if not tap.final:  # cut (client, upstream) or no usage sent: charged for what was relayed
             _estimate_usage(tap, ctx)
         _settle(outcome.settlement, committed.ending, ctx)

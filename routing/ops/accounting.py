@@ -12,6 +12,7 @@ from typing import Any
 
 from routing.config.snapshot import KeySpec
 from routing.core.executor import Outcome
+from routing.core.prices import CLASSES
 from routing.ops import metrics, usage
 from routing.ops.usage.streams import INTERRUPTED
 
@@ -45,6 +46,7 @@ class Context:
         "request_body",
         "response_body",
         "journaled",
+        "token_classes",
     )
 
     def __init__(self, request_id: str, started: float, endpoint: str) -> None:
@@ -71,6 +73,7 @@ class Context:
         self.request_body: str | None = None  # only for orgs with log_bodies (routing.ops.bodies)
         self.response_body: str | None = None
         self.journaled: Any = None  # a committed stream's routing.ops.usage.streams.OpenStream
+        self.token_classes: dict[str, int] | None = None  # routing.core.prices.token_classes of the usage
 
 
 def finish(ctx: Context) -> None:
@@ -152,7 +155,7 @@ def _row(ctx: Context, elapsed: float, record_id: str | None = None) -> dict[str
         completion_tokens=ctx.completion_tokens,
         cost=0
         if cached
-        else usage.cost(model, ctx.prompt_tokens, ctx.completion_tokens)
+        else usage.cost(model, ctx.prompt_tokens, ctx.completion_tokens, ctx.token_classes)
         if model is not None
         else None,
         latency_ms=elapsed * 1000.0,
@@ -162,7 +165,13 @@ def _row(ctx: Context, elapsed: float, record_id: str | None = None) -> dict[str
         cached=cached,
         trail=outcome.trail if outcome is not None else (),
         **(_NO_BODIES if ctx.request_body is None else _bodies(ctx)),
+        **(_NO_BODIES if ctx.token_classes is None else _classes(ctx.token_classes)),
     )
+
+
+def _classes(classes: dict[str, int]) -> dict[str, int]:
+    """The record's token-class columns (`<class>_tokens`, docs/usage-records.md#token-classes)."""
+    return {f"{name}_tokens": n for name, n in classes.items() if name in CLASSES}
 
 
 _NO_BODIES: dict[str, str] = {}
