@@ -230,7 +230,7 @@ class DeploymentInline(admin.TabularInline):
     model = Deployment
     fk_name = "model"
     formset = DeploymentFormSet
-    fields = ["position", "provider", "upstream_model", "weight", "rpm", "tpm"]
+    fields = ["position", "provider", "upstream_model", "weight", "rpm", "tpm", "prices"]
     autocomplete_fields = ["provider"]  # a search box, not one <select> of every provider per row
     ordering = ["position", "id"]
     extra = 0
@@ -341,6 +341,7 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
                     "input_price_per_mtok",
                     "output_price_per_mtok",
                     *(f"{name}_price_per_mtok" for name in PRICE_CLASSES),
+                    "price_versions",
                 ]
             },
         ),

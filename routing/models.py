@@ -107,6 +107,12 @@ class UsageRecord(models.Model):
     audio_input_tokens = models.PositiveIntegerField(null=True, blank=True)
     reasoning_tokens = models.PositiveIntegerField(null=True, blank=True)
     audio_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    price_version = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The prices used: the effective_from of the model's price entry, '' for its undated prices, "
+        "'+deployment' for a deployment's negotiated prices.",
+    )
     latency_ms = models.FloatField(default=0)
     ttft_ms = models.FloatField(null=True, blank=True)
     streamed = models.BooleanField(default=False)

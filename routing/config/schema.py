@@ -235,6 +235,7 @@ DEPLOYMENT = Entity(
     Field("weight", "int", default=None, check="weight"),  # absent: 1
     Field("rpm", "int", check="capacity"),
     Field("tpm", "int", check="capacity"),
+    Field("prices", "mapping", export=TRUTHY, check="deployment_prices"),  # negotiated prices of this deployment
 )
 
 MODEL = Entity(
@@ -256,6 +257,8 @@ MODEL = Entity(
     Field("output_price_per_mtok", "number", store=DECIMAL, check="price"),
     # The token classes' prices (routing.core.prices; docs/configuration.md#prices): absent, priced as input/output.
     *(Field(f"{name}_price_per_mtok", "number", store=DECIMAL, check="price") for name in PRICE_CLASSES),
+    # Dated price versions: [{effective_from: 2026-01-01, input: 3, ...}] (docs/configuration.md#price-versions).
+    Field("prices", "list", default=(), column="price_versions", store=LIST, export=TRUTHY, check="price_versions"),
     Field("cache_ttl_s", "int", check="ttl"),  # response cache, off when absent (docs/cache.md)
 )
 

@@ -124,3 +124,56 @@ def _class_price(name: str, prices: ClassPrices | None, plain: float | None) -> 
     if name == "cache_write_1h" and prices is not None and prices.cache_write is not None:
         return prices.cache_write
     return plain
+
+
+# The keys of a price entry (a model's `prices` version, a deployment's `prices`): input, output and the classes.
+PRICE_KEYS: tuple[str, ...] = ("input", "output", *CLASSES)
+
+
+@dataclass(frozen=True, slots=True)
+class PriceVersion:
+    """The prices in effect from `starts` (UTC epoch seconds of `effective_from`); `label` is the version a
+    usage record names (`effective_from`, plus `+deployment` when a deployment's negotiated prices apply)."""
+
+    starts: float
+    label: str
+    input: float | None
+    output: float | None
+    classes: ClassPrices | None
+
+
+def in_effect(versions: tuple[PriceVersion, ...], now: float) -> PriceVersion | None:
+    """The latest version that started by `now` (versions sorted by `starts`), or None before the first."""
+    found = None
+    for version in versions:
+        if version.starts > now:
+            break
+        found = version
+    return found
+
+
+def merged(base: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, float | None]:
+    """The prices of `entry` over `base` (both keyed by PRICE_KEYS): an entry names only what changes."""
+    out: dict[str, float | None] = {key: base.get(key) for key in PRICE_KEYS}
+    for key in PRICE_KEYS:
+        if entry.get(key) is not None:
+            out[key] = float(entry[key])
+    return out
+
+
+def version_of(starts: float, label: str, prices: Mapping[str, float | None]) -> PriceVersion:
+    found = {name: prices[name] for name in CLASSES if prices.get(name) is not None}
+    return PriceVersion(
+        starts, label, prices.get("input"), prices.get("output"), ClassPrices(**found) if found else None
+    )
+
+
+def prices_now(model: Any, now: float) -> tuple[str, float | None, float | None, ClassPrices | None]:
+    """(version label, input, output, class prices) of `model` (a ModelSpec) in effect at `now`: its
+    dated `prices` entry, else its flat price fields (label "", or "deployment" for negotiated ones)."""
+    versions = model.price_versions
+    if versions:
+        version = in_effect(versions, now)
+        if version is not None:
+            return version.label, version.input, version.output, version.classes
+    return model.price_label, model.input_price_per_mtok, model.output_price_per_mtok, model.class_prices

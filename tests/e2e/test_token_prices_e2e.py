@@ -51,6 +51,21 @@ models:
     output_price_per_mtok: 10
     audio_input_price_per_mtok: 40
     audio_output_price_per_mtok: 80
+  - id: tp-dated
+    provider: mock
+    upstream_model: {up}-dated
+    capabilities: [chat]
+    input_price_per_mtok: 1
+    output_price_per_mtok: 1000
+    prices:
+      - {{effective_from: 2020-01-01, output: 2000}}
+      - {{effective_from: 2999-01-01, output: 9000}}
+  - id: tp-deal
+    capabilities: [chat]
+    input_price_per_mtok: 1
+    output_price_per_mtok: 1000
+    deployments:
+      - {{provider: mock, upstream_model: "{up}-deal", prices: {{output: 500}}}}
 orgs:
   - name: {org}
     budget: {{usd: 5, period: total}}
@@ -89,7 +104,7 @@ def spent(gw) -> Decimal:
 
 
 def test_recorded_usage_is_stored_by_class_priced_exactly_and_settles_the_budget(gw, mock_upstream) -> None:
-    total = Decimal(0)
+    total = spent(gw)  # what the module's other test spent, whichever order they run in
     for model, fixture, usd, columns in CASES:
         upstream = gw.up + model.removeprefix("tp")
         mock_upstream.script(upstream, [{"status": 200, "body": (FIXTURES / fixture).read_text()}])
@@ -113,3 +128,25 @@ def test_recorded_usage_is_stored_by_class_priced_exactly_and_settles_the_budget
             assert record[column] == value, (model, column, record)
         total += Decimal(usd)
     assert abs(spent(gw) - total) <= Decimal("0.0001")  # the message shows four decimals
+
+
+def test_the_dated_price_in_effect_and_a_deployments_negotiated_price_are_used_and_named(gw) -> None:
+    """The mock bills 12 prompt and 7 completion tokens: at $1 / $2000 from 2020 (not the flat $1000,
+    nor 2999's $9000), and at the deployment's negotiated $500."""
+    for model, version, usd in (("tp-dated", "2020-01-01", "0.014012"), ("tp-deal", "deployment", "0.003512")):
+        rid = f"tp-{uuid.uuid4().hex[:8]}"
+        answer = httpx.post(
+            f"{gw.url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {gw.api_key}", "X-Request-Id": rid},
+            json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10},
+            timeout=20,
+        )
+        assert answer.status_code == 200, answer.text
+
+        def row(rid: str = rid) -> dict | None:
+            rows = [r for r in usage_rows(gw.database_url) if r["request_id"] == rid]
+            return rows[0] if rows else None
+
+        wait_for(lambda: row() is not None, 15, f"the record of {model}")
+        record = row()
+        assert (record["price_version"], Decimal(str(record["cost"]))) == (version, Decimal(usd)), record
