@@ -42,6 +42,7 @@ class ResilienceSettings(models.Model):
     fallback_on = models.JSONField(default=default_fallback_on)
     retry_budget_ratio = models.FloatField(default=_D["retry_budget_ratio"])
     retry_budget_min_per_s = models.FloatField(default=_D["retry_budget_min_per_s"])
+    quota_park_s = models.FloatField(default=_D["quota_park_s"])
 
     class Meta:
         verbose_name = "resilience settings"

@@ -309,6 +309,7 @@ _RESILIENCE_CHECKS = {
     "fallback_on": "fallback_on",
     "retry_budget_ratio": "ratio",
     "retry_budget_min_per_s": "min_per_s",
+    "quota_park_s": "park",
 }
 
 

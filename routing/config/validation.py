@@ -300,6 +300,12 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
         else f"breaker_cooldown_s {v!r} must be a positive number of seconds, e.g. 30",
         VALUE,
     ),
+    "park": (
+        lambda v, key, what: None
+        if _is_num(v) and v > 0
+        else f"quota_park_s {v!r} must be a positive number of seconds, e.g. 3600",
+        VALUE,
+    ),
     "min_per_s": (
         lambda v, key, what: None
         if _is_num(v) and v >= 0

@@ -26,6 +26,7 @@ from routing.core.balance import Balancer, Target
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.core.buckets import LEASE_WAIT_S
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.parking import parking
 from routing.core.resilience import LinkModel, Resilience
 from routing.core.retry_budget import RetryBudgets
 
@@ -318,6 +319,13 @@ class Executor:
                     return walk.fail(failure.to_gateway_error(), walk.last)
                 walk.leave(model.id, failure.fallback_reason)
                 continue
+            if parking.until and _parked(link.breaker_key, model.id, walk):  # docs/errors.md#upstream
+                failure = walk.last_failure
+                assert failure is not None
+                if "rate_limited" not in model.fallback_on:
+                    return walk.fail(failure.to_gateway_error(), link)
+                walk.leave(model.id, failure.fallback_reason)
+                continue
             adm = self.breakers.admit(
                 link.breaker_key, resilience.breaker_failure_threshold, resilience.breaker_cooldown_s, link.org
             )
@@ -378,11 +386,15 @@ class Executor:
         full_wait: float | None = None
         failed = False
         lease_until: float | None = None  # waiting for lease rounds (only while every deployment left is SHORT)
+        parked: Any = None  # a deployment skipped because it is parked (docs/errors.md#upstream)
         while left:
             now = self.clock()
             eligible = []
             short = False
             for t in left:
+                if parking.until and parking.parked_s(t.key) is not None:  # out of quota: skipped, no call
+                    parked = t
+                    continue
                 wait = balancer.room_s(t, tokens, now)
                 if wait == 0:
                     eligible.append(t)
@@ -447,10 +459,14 @@ class Executor:
             assert failure is not None
             if failure.is_timeout and walk.attempts - before == 1:
                 balancer.observe(key, self.clock() - started)
+            if failure.kind is FailureKind.QUOTA_EXHAUSTED:
+                continue  # this deployment's account is out of quota (now parked): another one may serve
             if not (failure.is_provider_fault and failure.is_retryable):
                 return None, None  # the provider answered (4xx, context length...): not another deployment's job
         if failed:
             return None, None
+        if parked is not None and full_wait is None and open_wait is None and _parked(parked.key, model_id, walk):
+            return None, None  # every deployment left is parked: the fallback rule of a quota failure applies
         if full_wait is not None:
             walk.found_full(model_id, full_wait)
             return None, "capacity"
@@ -508,6 +524,8 @@ class Executor:
                 except UpstreamFailure as f:
                     walk.upstream_s += clock() - now
                     failure = f
+                    if f.kind is FailureKind.QUOTA_EXHAUSTED:  # skipped until its reset (docs/errors.md#upstream)
+                        parking.park(key, f.retry_after_s or res.quota_park_s, f.message)
                     if obs is not None:
                         obs.attempt(link, f.label)
                 except TimeoutError:
@@ -583,3 +601,19 @@ class Executor:
         walk.trail.append((model_id, why))
         walk.explain(f"{label or model_id}: {why} after {tries} {_plural(tries)}{note}")
         return None
+
+
+def _parked(key: Any, model_id: str, walk: _Walk) -> bool:
+    """Whether `key` is parked (out of quota or credit); if so, the walk records it as that failure, with no call."""
+    left = parking.parked_s(key)
+    if left is None:
+        return False
+    walk.last_failure = UpstreamFailure(
+        FailureKind.QUOTA_EXHAUSTED,
+        f"{model_id} is out of quota or credit at its provider; skipped for {left:.0f} s more",
+        429,
+        left,
+    )
+    walk.trail.append((model_id, "quota_parked"))
+    walk.explain(f"{model_id}: quota_parked")
+    return True

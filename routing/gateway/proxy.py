@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from policies.idempotency import REPLAY_HEADER, store
 from providers.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
+from providers.dialects.error_classes import refine
 from providers.transport import transport
 from routing.config.snapshot import OrgSpec, Snapshot
 from routing.core import errors
@@ -335,5 +336,6 @@ async def call_upstream(
             ) from None
         raise
     if not ok:
-        raise dialect.failure(response.status, response.headers, data or b"")
+        body = data or b""
+        raise refine(dialect.name, dialect.failure(response.status, response.headers, body), response.status, body)
     return dialect, prepared, response, data, started + phase
