@@ -279,9 +279,12 @@ class Executor:
         """
         obs = self.observer
         walk = _Walk()
+        too_long: int | None = None  # the window of a link that answered "context length exceeded"
         for link in chain:
             model = link.model
             skip = link.skip_reason
+            if skip is None and too_long is not None and _window(model) <= too_long:
+                skip = "context_length"  # a prompt too long for that window is too long for this one (R2)
             if skip is not None:
                 if walk.skipped(model.id, skip):
                     if walk.prev_model is not None and obs is not None:
@@ -317,6 +320,8 @@ class Executor:
                 trigger = failure.fallback_trigger
                 if trigger is None or trigger not in model.fallback_on:
                     return walk.fail(failure.to_gateway_error(), walk.last)
+                if failure.kind is FailureKind.CONTEXT_LENGTH:
+                    too_long = max(too_long or 0, _window(model, 0))
                 walk.leave(model.id, failure.fallback_reason)
                 continue
             if parking.until and _parked(link.breaker_key, model.id, walk):  # docs/errors.md#upstream
@@ -345,6 +350,8 @@ class Executor:
             trigger = failure.fallback_trigger
             if trigger is None or trigger not in model.fallback_on:
                 return walk.fail(failure.to_gateway_error(), link)
+            if failure.kind is FailureKind.CONTEXT_LENGTH:
+                too_long = max(too_long or 0, _window(model, 0))
             walk.leave(model.id, failure.fallback_reason)
         return walk.exhausted(chain)
 
@@ -617,3 +624,9 @@ def _parked(key: Any, model_id: str, walk: _Walk) -> bool:
     walk.trail.append((model_id, "quota_parked"))
     walk.explain(f"{model_id}: quota_parked")
     return True
+
+
+def _window(model: Any, unknown: int = 1 << 62) -> int:
+    """A model's context window; one not configured is assumed large (it may fit), unless `unknown` says."""
+    window = getattr(model, "context_window", None)
+    return window if isinstance(window, int) else unknown
