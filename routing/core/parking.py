@@ -53,6 +53,11 @@ class Parking:
         _gauge(key, 0)
         return None
 
+    def left_s(self, key: Any) -> float:
+        """Seconds `key` stays parked (0: not parked), without lifting anything: for the dashboard."""
+        until = self.until.get(key)
+        return max(until - self.clock(), 0.0) if until is not None else 0.0
+
     def snapshot(self) -> list[tuple[Any, float]]:
         """(key, seconds left) of every parked link, for the dashboard."""
         now = self.clock()
