@@ -36,6 +36,22 @@ QUOTA_RULES: dict[str, list[Rule]] = {
     "vertex": [(frozenset({429}), frozenset({"quota_failure_daily"}), ())],
 }
 
+# The provider refused the gateway's credentials (any dialect): 401, or a 403 naming the key or a permission.
+AUTH_STATUSES = frozenset({401, 403})
+AUTH_CODES = frozenset(
+    {
+        "invalid_api_key",  # OpenAI, Azure OpenAI
+        "authentication_error",  # Anthropic 401
+        "permission_error",  # Anthropic 403
+        "unauthenticated",  # Gemini / Vertex 401
+        "permission_denied",  # Gemini / Vertex 403 (API_KEY_INVALID, SERVICE_DISABLED)
+        "accessdeniedexception",  # Bedrock 403
+        "unrecognizedclientexception",  # Bedrock 403: unknown access key
+        "api_key_invalid",  # Gemini 400 INVALID_ARGUMENT with ErrorInfo reason API_KEY_INVALID
+        "401",  # Azure: {"error": {"code": "401", "message": "Access denied due to invalid subscription key ..."}}
+    }
+)
+
 _DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
 
 
@@ -44,6 +60,8 @@ def _codes(err: Mapping[str, Any], raw: Mapping[str, Any]) -> set[str]:
     if isinstance(raw.get("__type"), str):  # Bedrock's exception name
         codes.add(raw["__type"].rsplit("#", 1)[-1].lower())
     for detail in err.get("details") or ():
+        if isinstance(detail, dict) and isinstance(detail.get("reason"), str):  # google.rpc.ErrorInfo
+            codes.add(detail["reason"].lower())
         if not isinstance(detail, dict) or not str(detail.get("@type", "")).endswith("QuotaFailure"):
             continue
         for violation in detail.get("violations") or ():
@@ -65,17 +83,22 @@ def _reset_s(err: Mapping[str, Any]) -> float | None:
 
 def refine(dialect: str, failure: UpstreamFailure, status: int, body: bytes) -> UpstreamFailure:
     """`failure` as QUOTA_EXHAUSTED when the dialect's table says the body is a quota or credit refusal."""
-    rules = QUOTA_RULES.get(dialect)
-    if not rules or not body or not any(status in statuses for statuses, _, _ in rules):
+    rules = QUOTA_RULES.get(dialect) or []
+    auth = status in AUTH_STATUSES or (status == 400 and b"API_KEY_INVALID" in body)
+    if not (auth or any(status in statuses for statuses, _, _ in rules)):
         return failure
+    if status == 401:
+        return _authentication(failure, status, body)
     try:
-        raw = orjson.loads(body)
+        raw = orjson.loads(failure.body or body)  # a dialect may have named the error (bedrock's exception type)
     except orjson.JSONDecodeError:
         return failure
     if not isinstance(raw, dict):
         return failure
     err = raw.get("error") if isinstance(raw.get("error"), dict) else raw
     codes = _codes(err, raw)
+    if auth and codes & AUTH_CODES:
+        return _authentication(failure, status, body)
     text = str(err.get("message") or raw.get("message") or "").lower()
     for statuses, names, phrases in rules:
         if status in statuses and (codes & names or any(p in text for p in phrases)):
@@ -88,3 +111,14 @@ def refine(dialect: str, failure: UpstreamFailure, status: int, body: bytes) -> 
                 body,
             )
     return failure
+
+
+def _authentication(failure: UpstreamFailure, status: int, body: bytes) -> UpstreamFailure:
+    return UpstreamFailure(
+        FailureKind.AUTHENTICATION,
+        f"the provider refused the gateway's credentials (HTTP {status}): an operator must fix the provider's "
+        "API key or its permissions",
+        status,
+        None,
+        body,
+    )

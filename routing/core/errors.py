@@ -37,6 +37,8 @@ class FailureKind(enum.Enum):
     CONTENT_FILTER = "content_filter"
     # Out of quota or credit until a reset (docs/errors.md#upstream): never retried, the deployment parked.
     QUOTA_EXHAUSTED = "quota_exhausted"
+    # The provider refused the gateway's credentials: an operator's fix, never retried; the link marked misconfigured.
+    AUTHENTICATION = "authentication"
 
 
 K = FailureKind
@@ -74,6 +76,7 @@ _TRIGGER: dict[FailureKind, str] = {
     K.CONTEXT_LENGTH: "context_length",
     K.CONTENT_FILTER: "content_filter",
     K.QUOTA_EXHAUSTED: "rate_limited",
+    K.AUTHENTICATION: "provider_error",
 }
 
 # X-Switchboard-Fallback values (docs/errors.md#how-upstream-failures-are-classified).
@@ -90,6 +93,7 @@ _REASON: dict[FailureKind, str] = {
     K.CONTEXT_LENGTH: "context_length",
     K.CONTENT_FILTER: "content_filter",
     K.QUOTA_EXHAUSTED: "quota_exhausted",
+    K.AUTHENTICATION: "authentication",
 }
 
 # Bounded outcome labels for switchboard_upstream_attempts_total{outcome}.

@@ -533,6 +533,8 @@ class Executor:
                     failure = f
                     if f.kind is FailureKind.QUOTA_EXHAUSTED:  # skipped until its reset (docs/errors.md#upstream)
                         parking.park(key, f.retry_after_s or res.quota_park_s, f.message)
+                    elif f.kind is FailureKind.AUTHENTICATION:
+                        parking.misconfigure(key, f.message)
                     if obs is not None:
                         obs.attempt(link, f.label)
                 except TimeoutError:
@@ -555,6 +557,8 @@ class Executor:
                     raise
                 else:
                     walk.upstream_s += clock() - now
+                    if parking.misconfigured:
+                        parking.served(key)
                     if obs is not None:
                         obs.attempt(link, "ok")
                     settled = True

@@ -28,6 +28,20 @@ class Parking:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.until: dict[Any, float] = {}
+        self.misconfigured: dict[Any, str] = {}  # links whose provider refused the credentials, until one serves
+
+    def misconfigure(self, key: Any, why: str) -> None:
+        """The provider refused `key`'s credentials: shown until a call through it succeeds (one log line)."""
+        if key not in self.misconfigured:
+            log.error("%s/%s is misconfigured: %s", key[0], key[1], why)
+            _gauge(key, 1, "MISCONFIGURED")
+        self.misconfigured[key] = why
+
+    def served(self, key: Any) -> None:
+        """A call through `key` succeeded: its credentials work again."""
+        if self.misconfigured.pop(key, None) is not None:
+            log.info("%s/%s serves again: no longer misconfigured", key[0], key[1])
+            _gauge(key, 0, "MISCONFIGURED")
 
     def park(self, key: Any, seconds: float, why: str) -> None:
         """Skip `key` for `seconds` (a park in force is extended, never shortened)."""
@@ -64,11 +78,11 @@ class Parking:
         return [(key, until - now) for key, until in self.until.items() if until > now]
 
 
-def _gauge(key: Any, value: int) -> None:
+def _gauge(key: Any, value: int, name: str = "PARKED") -> None:
     try:
         from routing.ops import metrics
 
-        metrics.PARKED.labels(provider=key[0], model=key[1]).set(value)
+        getattr(metrics, name).labels(provider=key[0], model=key[1]).set(value)
     except Exception:  # noqa: BLE001 - a metric never breaks the request path (settings not configured: tests)
         pass
 

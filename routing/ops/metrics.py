@@ -46,6 +46,12 @@ PARKED = Gauge(
     ["provider", "model"],
     multiprocess_mode="livemax",
 )
+MISCONFIGURED = Gauge(
+    "switchboard_misconfigured",
+    "1 while a link's provider refuses the gateway's credentials (401/403), until a call through it succeeds.",
+    ["provider", "model"],
+    multiprocess_mode="livemax",
+)
 PROVIDER_UP = Gauge(
     "switchboard_provider_up",
     "Last health probe: 1 up, 0 down (absent: unknown).",

@@ -65,6 +65,7 @@
           if (RANK[l.state] > RANK[cur.state]) { cur.state = l.state; cur.forced_reason = l.forced_reason; cur.forced_until = l.forced_until; }
           cur.failures = Math.max(cur.failures, l.failures);
           cur.parked_s = Math.max(cur.parked_s || 0, l.parked_s || 0);
+          cur.misconfigured = cur.misconfigured || l.misconfigured;
           cur.org_open = Array.from(new Set((cur.org_open || []).concat(l.org_open || [])));
           cur.deadline = Math.max(cur.deadline, deadline);
         }
@@ -188,7 +189,7 @@
       const badge = cell(tr, "state");
       badge.dataset.state = l.state;
       badge.textContent = LABEL[l.state] || l.state;
-      cell(tr, "forced").textContent = l.parked_s > 0 ? "parked: out of quota or credit · " + Math.ceil(l.parked_s) + " s" : l.state === "forced" ? (l.forced_reason || "") + (l.forced_until ? " · until " + new Date(l.forced_until * 1000).toLocaleTimeString() : " · until reset") : (l.org_open && l.org_open.length ? "open for org " + l.org_open.join(", ") : "");
+      cell(tr, "forced").textContent = l.misconfigured ? "misconfigured: the provider refuses its credentials" : l.parked_s > 0 ? "parked: out of quota or credit · " + Math.ceil(l.parked_s) + " s" : l.state === "forced" ? (l.forced_reason || "") + (l.forced_until ? " · until " + new Date(l.forced_until * 1000).toLocaleTimeString() : " · until reset") : (l.org_open && l.org_open.length ? "open for org " + l.org_open.join(", ") : "");
       cell(tr, "failures").textContent = l.failures;
       cooldownDeadlines.set(name, l.state === "closed" ? 0 : l.deadline);
       const pr = m.providers.get(l.provider);

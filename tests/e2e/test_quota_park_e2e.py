@@ -41,6 +41,11 @@ models:
     upstream_model: q-reset
     capabilities: [chat]
     fallbacks: [q-backup]
+  - id: q-badkey
+    provider: mock
+    upstream_model: q-badkey
+    capabilities: [chat]
+    fallbacks: [q-backup]
   - id: q-backup
     provider: mock
     upstream_model: q-backup
@@ -101,3 +106,20 @@ def test_a_parked_deployment_is_skipped_for_the_models_other_deployment(gw, mock
         answer = chat(gw, "q-two")
         assert answer.status_code == 200, answer.text
     assert mock_upstream.count("q-two-broke") - before <= 1  # at most once, then parked
+
+
+def test_refused_credentials_are_not_retried_the_link_shown_misconfigured_and_a_fallback_serves(gw, mock_upstream):
+    body = (FIXTURES / "openai_invalid_api_key.json").read_text()
+    mock_upstream.script("q-badkey", [], then={"status": 401, "body": body})
+    before = mock_upstream.count("q-badkey")
+    for _ in range(2):
+        answer = chat(gw, "q-badkey")
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["x-switchboard-fallback"] == "authentication"
+    assert mock_upstream.count("q-badkey") - before == 2  # one call a request: max_retries 2 does not apply
+    metrics = httpx.get(f"{gw.url}/metrics", timeout=10).text
+    assert 'switchboard_misconfigured{model="q-badkey",provider="mock"} 1.0' in metrics
+    mock_upstream.script("q-badkey", [], then={"status": 200})  # the operator fixed the key
+    assert chat(gw, "q-badkey").headers["x-switchboard-model-used"] == "q-badkey"
+    metrics = httpx.get(f"{gw.url}/metrics", timeout=10).text
+    assert 'switchboard_misconfigured{model="q-badkey",provider="mock"} 0.0' in metrics

@@ -52,3 +52,18 @@ def test_a_parked_link_is_shown_on_the_dashboard_with_the_time_left(snapshot) ->
     finally:
         parking.clock = clock
         parking.until.clear()
+
+
+def test_a_link_whose_provider_refuses_its_credentials_is_shown_misconfigured_until_it_serves(snapshot) -> None:
+    from routing.core.parking import parking
+
+    key = BreakerKey("op-a", "op-chat")
+    try:
+        parking.misconfigure(key, "the provider refused the gateway's credentials (HTTP 401)")
+        links = {link["link"]: link for link in dashboard_state.build_state()["links"]}
+        assert "refused" in links["op-a/op-chat"]["misconfigured"]
+        parking.served(key)
+        links = {link["link"]: link for link in dashboard_state.build_state()["links"]}
+        assert links["op-a/op-chat"]["misconfigured"] == ""
+    finally:
+        parking.misconfigured.clear()

@@ -26,12 +26,21 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "errors"
         ("gemini", 429, "gemini_quota_daily.json", K.QUOTA_EXHAUSTED, 23.0),  # RetryInfo: the reset
         ("gemini", 429, "gemini_quota_per_minute.json", K.UPSTREAM_429, None),
         ("vertex", 429, "gemini_quota_daily.json", K.QUOTA_EXHAUSTED, 23.0),
+        ("openai", 401, "openai_invalid_api_key.json", K.AUTHENTICATION, None),
+        ("azure_openai", 401, "openai_invalid_api_key.json", K.AUTHENTICATION, None),
+        ("anthropic", 401, "anthropic_authentication.json", K.AUTHENTICATION, None),
+        ("anthropic", 403, "anthropic_permission.json", K.AUTHENTICATION, None),
+        ("gemini", 403, "gemini_permission_denied.json", K.AUTHENTICATION, None),
+        ("gemini", 400, "gemini_api_key_invalid.json", K.AUTHENTICATION, None),
     ],
 )
 def test_each_dialect_classifies_its_providers_documented_error_bodies(dialect, status, fixture, kind, reset) -> None:
     body = (FIXTURES / fixture).read_bytes()
     failure = refine(dialect, get_dialect(dialect).failure(status, {}, body), status, body)
     assert failure.kind is kind, failure
+    if kind is K.AUTHENTICATION:  # the operator's fix: not retried, not the breaker's; the provider's refusal relayed
+        assert not failure.is_retryable and not failure.is_provider_fault
+        assert failure.to_gateway_error().status == status and "operator" in failure.message
     if kind is K.QUOTA_EXHAUSTED:
         assert not failure.is_retryable and not failure.is_provider_fault  # never retried, the breaker untouched
         assert failure.retry_after_s == reset
@@ -53,3 +62,8 @@ def test_a_park_runs_its_period_is_extended_never_shortened_and_lifts_itself() -
     assert parking.parked_s(key) == pytest.approx(1.0)
     now[0] += 1.5
     assert parking.parked_s(key) is None and not parking.until
+
+
+def test_a_403_that_names_no_credential_stays_a_plain_client_error() -> None:
+    body = b'{"error": {"message": "This model is not available in your region", "code": "unsupported_country"}}'
+    assert refine("openai", get_dialect("openai").failure(403, {}, body), 403, body).kind is K.UPSTREAM_4XX

@@ -96,6 +96,7 @@ def link_entry(key: BreakerKey, view: Any, org_open: list[str] | None = None) ->
         "forced_until": view.forced_until if view else None,
         "org_open": org_open or [],
         "parked_s": round(parking.left_s(key), 1) if parking.until else 0.0,  # out of quota (docs/errors.md#upstream)
+        "misconfigured": parking.misconfigured.get(key, ""),  # the provider refused the credentials
     }
 
 
