@@ -34,6 +34,8 @@ QUOTA_RULES: dict[str, list[Rule]] = {
     # rate limit, whatever its message says)
     "gemini": [(frozenset({429}), frozenset({"quota_failure_daily"}), ())],
     "vertex": [(frozenset({429}), frozenset({"quota_failure_daily"}), ())],
+    # ServiceQuotaExceededException (HTTP 400), named in x-amzn-ErrorType; ThrottlingException stays a rate limit
+    "bedrock": [(frozenset({400, 429}), frozenset({"servicequotaexceededexception"}), ())],
 }
 
 # The provider refused the gateway's credentials (any dialect): 401, or a 403 naming the key or a permission.

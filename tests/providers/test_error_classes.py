@@ -67,3 +67,19 @@ def test_a_park_runs_its_period_is_extended_never_shortened_and_lifts_itself() -
 def test_a_403_that_names_no_credential_stays_a_plain_client_error() -> None:
     body = b'{"error": {"message": "This model is not available in your region", "code": "unsupported_country"}}'
     assert refine("openai", get_dialect("openai").failure(403, {}, body), 403, body).kind is K.UPSTREAM_4XX
+
+
+@pytest.mark.parametrize(
+    ("status", "exception", "kind"),
+    [
+        (400, "ServiceQuotaExceededException", K.QUOTA_EXHAUSTED),
+        (429, "ThrottlingException", K.UPSTREAM_429),
+        (403, "AccessDeniedException", K.AUTHENTICATION),
+        (403, "UnrecognizedClientException", K.AUTHENTICATION),
+    ],
+)
+def test_bedrock_errors_are_classified_by_the_exception_it_names_in_its_header(status, exception, kind) -> None:
+    headers = {"x-amzn-ErrorType": f"{exception}:http://internal.amazon.com/coral/com.amazon.bedrock/"}
+    body = b'{"message": "The request was refused."}'
+    failure = refine("bedrock", get_dialect("bedrock").failure(status, headers, body), status, body)
+    assert failure.kind is kind, failure
