@@ -32,6 +32,7 @@ from routing.config.schema import DIALECTS, MODEL, PROVIDER, TIMEOUTS
 from routing.config.store import errors_for_edit, in_scope, rename_references, replace_item
 from routing.config.validation import add_form_validators
 from routing.core.kinds import ENDPOINT_KINDS
+from routing.core.prices import CLASSES as PRICE_CLASSES
 from routing.ops.admin_keys import StoredKeyForm
 
 Edit = Callable[[dict[str, Any]], None]
@@ -229,7 +230,7 @@ class DeploymentInline(admin.TabularInline):
     model = Deployment
     fk_name = "model"
     formset = DeploymentFormSet
-    fields = ["position", "provider", "upstream_model", "weight", "rpm", "tpm"]
+    fields = ["position", "provider", "upstream_model", "weight", "rpm", "tpm", "prices"]
     autocomplete_fields = ["provider"]  # a search box, not one <select> of every provider per row
     ordering = ["position", "id"]
     extra = 0
@@ -339,6 +340,8 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
                     "residency",
                     "input_price_per_mtok",
                     "output_price_per_mtok",
+                    *(f"{name}_price_per_mtok" for name in PRICE_CLASSES),
+                    "price_versions",
                 ]
             },
         ),

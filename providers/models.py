@@ -6,6 +6,7 @@ Saving any of these rebuilds the in-memory snapshot in every serving process
 
 from __future__ import annotations
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 
 from routing.config.schema import CAPABILITIES, DIALECTS, ROUTINGS
@@ -72,6 +73,23 @@ class Model(models.Model):
     residency = models.CharField(max_length=32, blank=True)
     input_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     output_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    # Token classes (docs/configuration.md#prices): empty, priced at the input or output price.
+    cache_read_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    cache_write_price_per_mtok = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True, help_text="A 5-minute prompt-cache write."
+    )
+    cache_write_1h_price_per_mtok = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True, help_text="Empty: the 5-minute write price."
+    )
+    audio_input_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    reasoning_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    audio_output_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    price_versions = models.JSONField(
+        default=list,
+        blank=True,
+        encoder=DjangoJSONEncoder,
+        help_text="Dated prices: [{effective_from: 2026-01-01, input: 3, output: 15, ...}] (docs/configuration.md).",
+    )
     connect_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
     first_token_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
     total_timeout_ms = models.PositiveIntegerField(null=True, blank=True)
@@ -129,6 +147,9 @@ class Deployment(models.Model):
     weight = models.PositiveIntegerField(null=True, blank=True, help_text="Share of traffic (weighted); empty: 1.")
     rpm = models.PositiveIntegerField(null=True, blank=True, help_text="Requests per minute this deployment takes.")
     tpm = models.PositiveIntegerField(null=True, blank=True, help_text="Tokens per minute this deployment takes.")
+    prices = models.JSONField(
+        null=True, blank=True, help_text="Negotiated prices of this deployment: {input: 2.4, output: 12, ...}."
+    )
     position = models.PositiveSmallIntegerField(default=0)
 
     class Meta:

@@ -42,6 +42,7 @@ class ResilienceSettings(models.Model):
     fallback_on = models.JSONField(default=default_fallback_on)
     retry_budget_ratio = models.FloatField(default=_D["retry_budget_ratio"])
     retry_budget_min_per_s = models.FloatField(default=_D["retry_budget_min_per_s"])
+    quota_park_s = models.FloatField(default=_D["quota_park_s"])
 
     class Meta:
         verbose_name = "resilience settings"
@@ -99,6 +100,20 @@ class UsageRecord(models.Model):
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     completion_tokens = models.PositiveIntegerField(null=True, blank=True)
     cost = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    # The priced token classes inside prompt/completion (routing.core.prices; docs/usage-records.md#token-classes):
+    # NULL when the provider reported none.
+    cache_read_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cache_write_tokens = models.PositiveIntegerField(null=True, blank=True, help_text="5-minute prompt-cache writes.")
+    cache_write_1h_tokens = models.PositiveIntegerField(null=True, blank=True)
+    audio_input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    reasoning_tokens = models.PositiveIntegerField(null=True, blank=True)
+    audio_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    price_version = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The prices used: the effective_from of the model's price entry, '' for its undated prices, "
+        "'+deployment' for a deployment's negotiated prices.",
+    )
     latency_ms = models.FloatField(default=0)
     ttft_ms = models.FloatField(null=True, blank=True)
     streamed = models.BooleanField(default=False)

@@ -38,6 +38,7 @@ from providers.dialects.base import (
     unsupported,
 )
 from routing.config.snapshot import ModelSpec
+from routing.core.prices import token_classes
 
 
 class AnthropicDialect(Dialect):
@@ -74,8 +75,9 @@ class AnthropicDialect(Dialect):
         return {"anthropic-version": API_VERSION}
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
-        out, prompt, completion = chat_completion_of(load_json(body, model), model.upstream_model)
-        return ParsedResponse(orjson.dumps(out), (prompt, completion))
+        data = load_json(body, model)
+        out, prompt, completion = chat_completion_of(data, model.upstream_model)
+        return ParsedResponse(orjson.dumps(out), (prompt, completion), token_classes(data.get("usage")))
 
     def translate_stream(self, chunks: AsyncIterator[bytes], model: ModelSpec) -> AsyncIterator[bytes]:
         return translate_sse(chunks, model)

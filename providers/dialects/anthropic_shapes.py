@@ -24,6 +24,8 @@ import orjson
 
 from routing.config.snapshot import ModelSpec
 from routing.core.errors import FailureKind, UpstreamFailure, invalid_request
+from routing.core.prices import token_classes
+from routing.core.stream import SAMPLE_BYTES, relayed_tokens
 
 # --- shared tables and helpers -----------------------------------------------------
 
@@ -360,6 +362,11 @@ def anthropic_usage(raw: Any) -> tuple[int | None, int | None, dict[str, Any] | 
     }
     if cached:
         openai_usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    if created:  # cache writes have no OpenAI field: Anthropic's own, so they are priced as such
+        openai_usage["cache_read_input_tokens"] = cached
+        openai_usage["cache_creation_input_tokens"] = created
+        if isinstance(raw.get("cache_creation"), dict):
+            openai_usage["cache_creation"] = raw["cache_creation"]
     return prompt, completion, openai_usage
 
 
@@ -787,11 +794,18 @@ class MessagesStream:
         "_stop",
         "_seq",
         "_ended",
+        "_chars",
+        "_frames",
+        "classes",
     )
 
     def __init__(self, message_id: str = "") -> None:
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.classes: dict[str, int] | None = None
+        # text relayed, for the estimate of a stream cut before its usage (docs/usage-records.md#partial)
+        self._chars = 0
+        self._frames = 0
         self._id = message_id
         self._buf = bytearray()
         self._started = False
@@ -842,6 +856,7 @@ class MessagesStream:
             self.prompt_tokens = usage["prompt_tokens"]
             completion = usage.get("completion_tokens")
             self.completion_tokens = completion if type(completion) is int else None
+            self.classes = token_classes(usage)
         for choice in obj.get("choices") or ():
             if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 self._choice(choice, out)
@@ -896,7 +911,18 @@ class MessagesStream:
         )
         return self._block
 
+    @property
+    def final(self) -> bool:
+        """Whether the upstream's usage arrived (else the tokens are estimated from what was relayed)."""
+        return self.prompt_tokens is not None
+
+    def estimated_completion_tokens(self) -> int:
+        """The completion tokens relayed so far (docs/usage-records.md#partial)."""
+        return relayed_tokens(self._chars, self._frames)
+
     def _delta(self, delta: dict[str, Any], index: int, out: list[bytes]) -> None:
+        self._chars += len(delta.get("text") or delta.get("partial_json") or "")
+        self._frames += 1
         out.append(event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
 
     def _close(self, out: list[bytes]) -> None:
@@ -1003,13 +1029,28 @@ class AnthropicRelay:
     reads the token usage from message_start and message_delta.
     """
 
-    __slots__ = ("prompt_tokens", "completion_tokens", "_buf", "_errored")
+    __slots__ = (
+        "prompt_tokens",
+        "completion_tokens",
+        "classes",
+        "final",
+        "_buf",
+        "_errored",
+        "_deltas",
+        "_sample",
+        "_sampled",
+    )
 
     def __init__(self) -> None:
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.classes: dict[str, int] | None = None  # cache reads and writes (routing.core.prices)
+        self.final = False  # message_delta's usage arrived: the tokens are the provider's final count
         self._buf = bytearray()
         self._errored = False
+        self._deltas = 0  # content_block_delta frames relayed (docs/usage-records.md#partial)
+        self._sample: list[bytes] = []  # their data, up to SAMPLE_BYTES, read only if the stream is cut
+        self._sampled = 0
 
     def feed(self, chunk: bytes) -> bytes:
         _normalised(self._buf, chunk)
@@ -1029,7 +1070,12 @@ class AnthropicRelay:
                 message = str(error.get("message") or "the upstream stream failed; retry the request")
                 out.append(event("error", {"type": "error", "error": {"type": error_type(500), "message": message}}))
                 continue
-            if name in (b"message_start", b"message_delta") and data is not None:
+            if name == b"content_block_delta" and data is not None:
+                self._deltas += 1
+                if self._sampled < SAMPLE_BYTES:
+                    self._sample.append(data)
+                    self._sampled += len(data)
+            elif name in (b"message_start", b"message_delta") and data is not None:
                 self._usage(name, data)
             elif name == b"error":
                 self._errored = True
@@ -1052,5 +1098,24 @@ class AnthropicRelay:
         prompt, completion, _ = anthropic_usage(usage)
         if prompt is not None:
             self.prompt_tokens = prompt
+            self.classes = token_classes(usage)  # message_start's (a message_delta may repeat them)
         if completion is not None:
             self.completion_tokens = completion
+            self.final = self.final or name == b"message_delta"
+
+    def estimated_completion_tokens(self) -> int:
+        """The completion tokens relayed before a cut: message_start's `output_tokens` counts only
+        the first; the text of the deltas at four characters a token, at least one a frame."""
+        chars = 0
+        for data in self._sample:
+            try:
+                delta = orjson.loads(data).get("delta")
+            except (orjson.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(delta, dict):
+                for key in ("text", "partial_json", "thinking"):
+                    if isinstance(delta.get(key), str):
+                        chars += len(delta[key])
+        if len(self._sample) < self._deltas and self._sample:
+            chars = chars * self._deltas // len(self._sample)
+        return relayed_tokens(chars, self._deltas)

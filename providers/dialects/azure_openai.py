@@ -19,7 +19,14 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from providers.dialects.base import Dialect, ParsedResponse, PreparedRequest, encode, load_json, unsupported, usage_of
+from providers.dialects.base import (
+    Dialect,
+    ParsedResponse,
+    PreparedRequest,
+    encode,
+    parsed_openai,
+    unsupported,
+)
 from routing.config.snapshot import ModelSpec, ProviderSpec
 
 DEFAULT_API_VERSION = "2024-10-21"  # the current GA data-plane version
@@ -72,7 +79,7 @@ class AzureOpenAIDialect(Dialect):
         return PreparedRequest("POST", url, headers, encode({**body, "model": model.upstream_model}))
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
-        return ParsedResponse(body, usage_of(load_json(body, model)))
+        return parsed_openai(body, model)
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         if not api_key:

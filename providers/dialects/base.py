@@ -20,6 +20,7 @@ from routing.config.snapshot import ModelSpec, ProviderSpec
 from routing.core import errors
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure, failure_from_response
 from routing.core.kinds import ENDPOINT_KINDS
+from routing.core.prices import token_classes
 
 KINDS = ENDPOINT_KINDS
 
@@ -49,10 +50,12 @@ class PreparedRequest:
 
 @dataclass(frozen=True, slots=True)
 class ParsedResponse:
-    """The client-facing OpenAI-shaped JSON body and (prompt_tokens, completion_tokens)."""
+    """The client-facing OpenAI-shaped JSON body, (prompt_tokens, completion_tokens), and the priced token
+    classes inside them when the provider reported any (routing.core.prices.token_classes)."""
 
     body: bytes
     usage: Usage
+    classes: dict[str, int] | None = None
 
 
 def unsupported(dialect: str, kind: str, model: ModelSpec) -> GatewayError:
@@ -93,6 +96,12 @@ def load_json(body: bytes, model: ModelSpec, expect: type = dict) -> Any:
 
 def _int_or_none(value: Any) -> int | None:
     return value if type(value) is int else None
+
+
+def parsed_openai(body: bytes, model: ModelSpec) -> ParsedResponse:
+    """An OpenAI-shaped answer relayed as is: its usage and token classes (cached, reasoning, audio)."""
+    data = load_json(body, model)
+    return ParsedResponse(body, usage_of(data), token_classes(data.get("usage")))
 
 
 def usage_of(data: Mapping[str, Any]) -> Usage:

@@ -15,9 +15,8 @@ from providers.dialects.base import (
     PreparedRequest,
     bearer_headers,
     encode,
-    load_json,
+    parsed_openai,
     unsupported,
-    usage_of,
 )
 from routing.config.snapshot import ModelSpec
 
@@ -51,4 +50,4 @@ class OpenAIDialect(Dialect):
         return PreparedRequest("POST", base_url.rstrip("/") + path, bearer_headers(api_key), payload)
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
-        return ParsedResponse(body, usage_of(load_json(body, model)))
+        return parsed_openai(body, model)

@@ -21,6 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from routing.core.kinds import ENDPOINT_KINDS
+from routing.core.prices import CLASSES as PRICE_CLASSES
 from routing.core.resilience import FALLBACK_TRIGGERS, Resilience
 
 CAPABILITIES = (*ENDPOINT_KINDS, "streaming", "tools", "structured_output", "vision")
@@ -234,6 +235,7 @@ DEPLOYMENT = Entity(
     Field("weight", "int", default=None, check="weight"),  # absent: 1
     Field("rpm", "int", check="capacity"),
     Field("tpm", "int", check="capacity"),
+    Field("prices", "mapping", export=TRUTHY, check="deployment_prices"),  # negotiated prices of this deployment
 )
 
 MODEL = Entity(
@@ -253,6 +255,10 @@ MODEL = Entity(
     Field("fallback_on", "list", store=LIST_OR_NULL, export=TRUTHY, check="fallback_on", choices=FALLBACK_TRIGGERS),
     Field("input_price_per_mtok", "number", store=DECIMAL, check="price"),
     Field("output_price_per_mtok", "number", store=DECIMAL, check="price"),
+    # The token classes' prices (routing.core.prices; docs/configuration.md#prices): absent, priced as input/output.
+    *(Field(f"{name}_price_per_mtok", "number", store=DECIMAL, check="price") for name in PRICE_CLASSES),
+    # Dated price versions: [{effective_from: 2026-01-01, input: 3, ...}] (docs/configuration.md#price-versions).
+    Field("prices", "list", default=(), column="price_versions", store=LIST, export=TRUTHY, check="price_versions"),
     Field("cache_ttl_s", "int", check="ttl"),  # response cache, off when absent (docs/cache.md)
 )
 
@@ -303,6 +309,7 @@ _RESILIENCE_CHECKS = {
     "fallback_on": "fallback_on",
     "retry_budget_ratio": "ratio",
     "retry_budget_min_per_s": "min_per_s",
+    "quota_park_s": "park",
 }
 
 

@@ -13,11 +13,14 @@ import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from typing import Any
 
 from policies.matcher import compile_pattern
 from routing.config.schema import MODEL, ORG, POLICY, PROVIDER, core_resilience
 from routing.config.secrets import resolve_key
+from routing.core.prices import CLASSES as PRICE_CLASSES
+from routing.core.prices import PRICE_KEYS, ClassPrices, PriceVersion, merged, version_of
 from routing.core.resilience import Resilience, Timeouts
 
 
@@ -55,6 +58,10 @@ class ModelSpec:
     # With deployments, `provider` / `upstream_model` are the first deployment's.
     routing: str = "weighted"
     deployments: tuple[DeploymentSpec, ...] = ()
+    class_prices: ClassPrices | None = None  # docs/configuration.md#prices; None: none configured
+    # Dated price versions (`prices`, sorted by start) and the label of the flat prices ("" or "deployment").
+    price_versions: tuple[PriceVersion, ...] = ()
+    price_label: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +198,17 @@ def _deployments(
         view = dataclasses.replace(
             spec, provider=provider, upstream_model=d["upstream_model"], timeouts=timeouts_for(m, provider.name)
         )
+        deal = d.get("prices")
+        if deal:  # negotiated prices of this deployment (docs/configuration.md#price-versions)
+            flat = version_of(0.0, "deployment", merged(flat_prices(m), deal))
+            view = dataclasses.replace(
+                view,
+                input_price_per_mtok=flat.input,
+                output_price_per_mtok=flat.output,
+                class_prices=flat.classes,
+                price_versions=price_versions(m, deal),
+                price_label="deployment",
+            )
         weight = d.get("weight")
         out.append(
             DeploymentSpec(view, 1 if weight is None else int(weight), _opt_int(d.get("rpm")), _opt_int(d.get("tpm")))
@@ -240,6 +258,43 @@ def _key_models(allowed: Any, regex: Any) -> tuple[tuple[str, Any], ...] | None:
             out.append((pattern, regex(pattern)))
         except ValueError:
             continue
+    return tuple(out)
+
+
+def class_prices(m: Mapping[str, Any]) -> ClassPrices | None:
+    """A model's token-class prices (docs/configuration.md#prices); None when it sets none (no cost per request)."""
+    found = {
+        name: float(m[f"{name}_price_per_mtok"])
+        for name in PRICE_CLASSES
+        if m.get(f"{name}_price_per_mtok") is not None
+    }
+    return ClassPrices(**found) if found else None
+
+
+def flat_prices(m: Mapping[str, Any]) -> dict[str, float | None]:
+    """A model item's undated prices keyed by PRICE_KEYS (routing.core.prices)."""
+    return {
+        key: None if m.get(f"{key}_price_per_mtok") is None else float(m[f"{key}_price_per_mtok"]) for key in PRICE_KEYS
+    }
+
+
+def _starts(effective_from: Any) -> float:
+    """UTC midnight of an `effective_from` date (a YAML date or its YYYY-MM-DD text), as epoch seconds."""
+    day = effective_from if isinstance(effective_from, date) else date.fromisoformat(str(effective_from))
+    return datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
+
+
+def price_versions(m: Mapping[str, Any], deal: Mapping[str, Any] | None = None) -> tuple[PriceVersion, ...]:
+    """A model's dated prices (docs/configuration.md#price-versions): each entry names what changes from
+    the one before (the first: from the flat fields); a deployment's `deal` is applied over each."""
+    entries = sorted(m.get("prices") or (), key=lambda e: _starts(e["effective_from"]))
+    current = flat_prices(m)
+    out = []
+    for entry in entries:
+        current = merged(current, entry)
+        label = str(entry["effective_from"])
+        prices = merged(current, deal) if deal else current
+        out.append(version_of(_starts(entry["effective_from"]), f"{label}+deployment" if deal else label, prices))
     return tuple(out)
 
 
@@ -352,6 +407,8 @@ def build_snapshot(
             fallback_on=fallback_on,
             cache_ttl_s=_opt_int(m.get("cache_ttl_s")),
             routing=m.get("routing") or _ROUTING,
+            class_prices=class_prices(m),
+            price_versions=price_versions(m),
         )
         if listed:
             spec = dataclasses.replace(spec, deployments=_deployments(spec, listed, providers, m, timeouts_for))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import date
 from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -45,6 +46,7 @@ from routing.config.schema import (
 )
 from routing.config.secrets import env_policy_problem, redact_url, stored_ref_problem, userinfo_problem
 from routing.core.kinds import ENDPOINT_KINDS
+from routing.core.prices import PRICE_KEYS
 from routing.core.resilience import FALLBACK_TRIGGERS
 
 STRUCTURE = "routing.E001"
@@ -298,6 +300,12 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
         else f"breaker_cooldown_s {v!r} must be a positive number of seconds, e.g. 30",
         VALUE,
     ),
+    "park": (
+        lambda v, key, what: None
+        if _is_num(v) and v > 0
+        else f"quota_park_s {v!r} must be a positive number of seconds, e.g. 3600",
+        VALUE,
+    ),
     "min_per_s": (
         lambda v, key, what: None
         if _is_num(v) and v >= 0
@@ -328,6 +336,8 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
     "fallback_on": (lambda v, key, what: None, VALUE),  # per-trigger paths: _Validator.fallback_on
     "limits": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.limits
     "budget": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.budget
+    "price_versions": (lambda v, key, what: None, VALUE),  # per-entry paths: _Validator.price_versions
+    "deployment_prices": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.prices
     # Names: checked with their uniqueness by _Validator.name (what is the entity kind there).
     "slug": (
         lambda v, key, what: None
@@ -436,6 +446,12 @@ class _Validator:
             if f.check == "budget":
                 self.budget(value, f"{path}.{f.name}", what)
                 continue
+            if f.check == "price_versions":
+                self.price_versions(value, f"{path}.{f.name}", what)
+                continue
+            if f.check == "deployment_prices":
+                self.prices(value, f"{path}.{f.name}", what, ())
+                continue
             rule, code = CHECKS[f.check]
             message = rule(value, f.name, what)
             if message:
@@ -475,6 +491,50 @@ class _Validator:
                     "use e.g. 60, or remove it for no limit",
                     VALUE,
                 )
+
+    def prices(self, value: Any, path: str, what: str, extra: tuple[str, ...]) -> bool:
+        """A price entry (docs/configuration.md#price-versions): USD per million tokens by class."""
+        if not isinstance(value, Mapping):
+            self.add(path, f"prices of {what} must be a mapping such as {{input: 3, output: 15}}, got {_kind(value)}")
+            return False
+        for key, number in value.items():
+            if key in extra:
+                continue
+            if key not in PRICE_KEYS:
+                self.add(f"{path}.{key}", f"unknown price {key!r} of {what}: use {', '.join(PRICE_KEYS)}")
+            elif not (_is_num(number) and number >= 0):
+                self.add(
+                    f"{path}.{key}",
+                    f"price {key} of {what} must be a number of at least 0 (USD per million tokens), "
+                    f"got {_short(number)}",
+                    VALUE,
+                )
+        return True
+
+    def price_versions(self, value: Any, path: str, what: str) -> None:
+        """A model's dated prices: a list of entries, each with its own `effective_from` date."""
+        if not isinstance(value, list):
+            self.add(path, f"prices of {what} must be a list such as [{{effective_from: 2026-01-01, input: 3}}]")
+            return
+        seen: set[str] = set()
+        for i, entry in enumerate(value):
+            here = f"{path}[{i}]"
+            if not self.prices(entry, here, what, ("effective_from",)):
+                continue
+            day = entry.get("effective_from")
+            text = day.isoformat() if isinstance(day, date) else day
+            try:
+                date.fromisoformat(text if isinstance(text, str) and len(text) == 10 else "")
+            except ValueError:
+                self.add(
+                    f"{here}.effective_from",
+                    f"effective_from of a price entry of {what} must be a date such as 2026-01-01, got {_short(day)}",
+                    VALUE,
+                )
+                continue
+            if text in seen:
+                self.add(f"{here}.effective_from", f"two price entries of {what} start on {text}: merge them", VALUE)
+            seen.add(text)
 
     def budget(self, value: Any, path: str, what: str) -> None:
         """An org's or agent's `budget: {usd, period}` (docs/limits.md#budgets): a positive amount, a known period."""

@@ -35,6 +35,10 @@ class FailureKind(enum.Enum):
     INVALID_BODY = "invalid_body"
     CONTEXT_LENGTH = "context_length"
     CONTENT_FILTER = "content_filter"
+    # Out of quota or credit until a reset (docs/errors.md#upstream): never retried, the deployment parked.
+    QUOTA_EXHAUSTED = "quota_exhausted"
+    # The provider refused the gateway's credentials: an operator's fix, never retried; the link marked misconfigured.
+    AUTHENTICATION = "authentication"
 
 
 K = FailureKind
@@ -93,6 +97,8 @@ _TRIGGER: dict[FailureKind, str] = {
     K.UPSTREAM_408: "timeout",
     K.CONTEXT_LENGTH: "context_length",
     K.CONTENT_FILTER: "content_filter",
+    K.QUOTA_EXHAUSTED: "rate_limited",
+    K.AUTHENTICATION: "provider_error",
 }
 
 # X-Switchboard-Fallback values (docs/errors.md#how-upstream-failures-are-classified).
@@ -108,6 +114,8 @@ _REASON: dict[FailureKind, str] = {
     K.STREAM_ERROR: "stream_error",
     K.CONTEXT_LENGTH: "context_length",
     K.CONTENT_FILTER: "content_filter",
+    K.QUOTA_EXHAUSTED: "quota_exhausted",
+    K.AUTHENTICATION: "authentication",
 }
 
 # Bounded outcome labels for switchboard_upstream_attempts_total{outcome}.
@@ -217,7 +225,7 @@ class UpstreamFailure(Exception):
         kind = self.kind
         if kind in (K.UPSTREAM_5XX, K.CONNECT_ERROR, K.UPSTREAM_408, K.INVALID_BODY):
             return upstream_error(self.message)
-        if kind is K.UPSTREAM_429:
+        if kind is K.UPSTREAM_429 or kind is K.QUOTA_EXHAUSTED:
             return upstream_rate_limited(self.message, self.retry_after_s)
         if kind is K.CONNECT_TIMEOUT:
             return connect_timeout(self.message)

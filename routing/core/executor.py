@@ -28,6 +28,7 @@ from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.core.buckets import LEASE_WAIT_S
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
 from routing.core.hedging import Hedges
+from routing.core.parking import parking
 from routing.core.resilience import LinkModel, Resilience
 from routing.core.retry_budget import RetryBudgets
 
@@ -330,9 +331,12 @@ class Executor:
         """
         obs = self.observer
         walk = _Walk()
+        too_long: int | None = None  # the window of a link that answered "context length exceeded"
         for link in chain:
             model = link.model
             skip = link.skip_reason
+            if skip is None and too_long is not None and _window(model) <= too_long:
+                skip = "context_length"  # a prompt too long for that window is too long for this one (R2)
             if skip is not None:
                 if walk.skipped(model.id, skip):
                     if walk.prev_model is not None and obs is not None:
@@ -368,6 +372,15 @@ class Executor:
                 trigger = failure.fallback_trigger
                 if trigger is None or trigger not in model.fallback_on:
                     return walk.fail(failure.to_gateway_error(), walk.last)
+                if failure.kind is FailureKind.CONTEXT_LENGTH:
+                    too_long = max(too_long or 0, _window(model, 0))
+                walk.leave(model.id, failure.fallback_reason)
+                continue
+            if parking.until and _parked(link.breaker_key, model.id, walk):  # docs/errors.md#upstream
+                failure = walk.last_failure
+                assert failure is not None
+                if "rate_limited" not in model.fallback_on:
+                    return walk.fail(failure.to_gateway_error(), link)
                 walk.leave(model.id, failure.fallback_reason)
                 continue
             adm = self.breakers.admit(
@@ -389,6 +402,8 @@ class Executor:
             trigger = failure.fallback_trigger
             if trigger is None or trigger not in model.fallback_on:
                 return walk.fail(failure.to_gateway_error(), link)
+            if failure.kind is FailureKind.CONTEXT_LENGTH:
+                too_long = max(too_long or 0, _window(model, 0))
             walk.leave(model.id, failure.fallback_reason)
         return walk.exhausted(chain)
 
@@ -431,11 +446,15 @@ class Executor:
         full_wait: float | None = None
         failed = False
         lease_until: float | None = None  # waiting for lease rounds (only while every deployment left is SHORT)
+        parked: Any = None  # a deployment skipped because it is parked (docs/errors.md#upstream)
         while left:
             now = self.clock()
             eligible = []
             short = False
             for t in left:
+                if parking.until and parking.parked_s(t.key) is not None:  # out of quota: skipped, no call
+                    parked = t
+                    continue
                 wait = balancer.room_s(t, tokens, now)
                 if wait == 0:
                     eligible.append(t)
@@ -500,10 +519,14 @@ class Executor:
             assert failure is not None
             if failure.is_timeout and walk.attempts - before == 1:
                 balancer.observe(key, self.clock() - started)
+            if failure.kind is FailureKind.QUOTA_EXHAUSTED:
+                continue  # this deployment's account is out of quota (now parked): another one may serve
             if not (failure.is_provider_fault and failure.is_retryable):
                 return None, None  # the provider answered (4xx, context length...): not another deployment's job
         if failed:
             return None, None
+        if parked is not None and full_wait is None and open_wait is None and _parked(parked.key, model_id, walk):
+            return None, None  # every deployment left is parked: the fallback rule of a quota failure applies
         if full_wait is not None:
             walk.found_full(model_id, full_wait)
             return None, "capacity"
@@ -713,6 +736,10 @@ class Executor:
                 except UpstreamFailure as f:
                     walk.upstream_s += clock() - now
                     failure = f
+                    if f.kind is FailureKind.QUOTA_EXHAUSTED:  # skipped until its reset (docs/errors.md#upstream)
+                        parking.park(key, f.retry_after_s or res.quota_park_s, f.message)
+                    elif f.kind is FailureKind.AUTHENTICATION:
+                        parking.misconfigure(key, f.message)
                     if obs is not None:
                         obs.attempt(link, f.label)
                 except TimeoutError:
@@ -735,6 +762,8 @@ class Executor:
                     raise
                 else:
                     walk.upstream_s += clock() - now
+                    if parking.misconfigured:
+                        parking.served(key)
                     if obs is not None:
                         obs.attempt(link, "ok")
                     settled = True
@@ -792,3 +821,25 @@ class Executor:
         walk.trail.append((model_id, why))
         walk.explain(f"{label or model_id}: {why} after {tries} {_plural(tries)}{note}")
         return None
+
+
+def _parked(key: Any, model_id: str, walk: _Walk) -> bool:
+    """Whether `key` is parked (out of quota or credit); if so, the walk records it as that failure, with no call."""
+    left = parking.parked_s(key)
+    if left is None:
+        return False
+    walk.last_failure = UpstreamFailure(
+        FailureKind.QUOTA_EXHAUSTED,
+        f"{model_id} is out of quota or credit at its provider; skipped for {left:.0f} s more",
+        429,
+        left,
+    )
+    walk.trail.append((model_id, "quota_parked"))
+    walk.explain(f"{model_id}: quota_parked")
+    return True
+
+
+def _window(model: Any, unknown: int = 1 << 62) -> int:
+    """A model's context window; one not configured is assumed large (it may fit), unless `unknown` says."""
+    window = getattr(model, "context_window", None)
+    return window if isinstance(window, int) else unknown

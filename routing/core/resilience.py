@@ -38,6 +38,8 @@ class Resilience:
     fallback_on: frozenset[str] = frozenset({"provider_error", "rate_limited", "timeout", "circuit_open"})
     retry_budget_ratio: float = 0.2
     retry_budget_min_per_s: float = 10.0
+    # How long a link out of quota or credit is skipped when its provider gives no reset time (docs/errors.md#upstream).
+    quota_park_s: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)

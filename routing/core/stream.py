@@ -25,6 +25,7 @@ import orjson
 
 from routing.core import errors
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.prices import token_classes
 
 HOLD_MAX_FRAMES = 16  # frames without content held before the commit ...
 HOLD_MAX_BYTES = 64 * 1024  # ... or bytes: past either bound the stream commits anyway
@@ -438,6 +439,11 @@ def _complete_end(data: bytes) -> int:
     return end
 
 
+def relayed_tokens(chars: int, frames: int) -> int:
+    """Completion tokens of relayed text: about four characters a token, at least one a frame of text."""
+    return max(-(-chars // 4), frames)
+
+
 class UsageTap:
     """Reads the token usage of a relayed OpenAI-style stream; optionally keeps the usage frame back.
 
@@ -448,12 +454,13 @@ class UsageTap:
     chunks pass untouched and complete frames mentioning "usage" are parsed.
     """
 
-    __slots__ = ("strip", "prompt_tokens", "completion_tokens", "_pending", "_sample", "_sampled", "_total")
+    __slots__ = ("strip", "prompt_tokens", "completion_tokens", "classes", "_pending", "_sample", "_sampled", "_total")
 
     def __init__(self, strip: bool) -> None:
         self.strip = strip
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.classes: dict[str, int] | None = None  # cached, reasoning, audio tokens (routing.core.prices)
         self._pending = b""
         self._sample: list[bytes] = []  # the first SAMPLE_BYTES relayed, to estimate from if no usage comes
         self._sampled = 0
@@ -495,9 +502,11 @@ class UsageTap:
         """Completion tokens estimated from the relayed text, for upstreams that send no usage.
 
         The text of the sampled frames (content, refusals, tool-call arguments) at about
-        four characters a token, scaled up when the stream was longer than the sample.
+        four characters a token, and at least one token for each frame that carried text (a
+        provider sends about one token a frame: short tokens would otherwise be undercounted),
+        scaled up when the stream was longer than the sample (docs/usage-records.md#partial).
         """
-        chars = 0
+        chars = frames = 0
         sample = b"".join(self._sample)
         for line in sample.split(b"\n"):
             line = line.strip()
@@ -507,6 +516,7 @@ class UsageTap:
                 chunk = orjson.loads(line[5:])
             except orjson.JSONDecodeError:
                 continue
+            before = chars
             for choice in chunk.get("choices") or () if isinstance(chunk, dict) else ():
                 if isinstance(choice, dict) and isinstance(choice.get("text"), str):  # legacy completions
                     chars += len(choice["text"])
@@ -520,9 +530,16 @@ class UsageTap:
                     arguments = call.get("function", {}).get("arguments") if isinstance(call, dict) else None
                     if isinstance(arguments, str):
                         chars += len(arguments)
+            frames += chars > before
         if self._sampled and self._total > self._sampled:
             chars = chars * self._total // self._sampled
-        return -(-chars // 4)
+            frames = frames * self._total // self._sampled
+        return relayed_tokens(chars, frames)
+
+    @property
+    def final(self) -> bool:
+        """Whether the upstream's usage frame arrived (else the tokens are estimated from what was relayed)."""
+        return self.prompt_tokens is not None
 
     def _read(self, frame: bytes) -> bool:
         """Take usage from one frame; True when it is a usage-only frame (one that may be kept back)."""
@@ -541,4 +558,5 @@ class UsageTap:
         self.prompt_tokens = usage["prompt_tokens"]
         completion = usage.get("completion_tokens")
         self.completion_tokens = completion if type(completion) is int else None
+        self.classes = token_classes(usage)
         return obj.get("choices") == []

@@ -16,6 +16,7 @@ from typing import NoReturn
 from routing.config.snapshot import AgentSpec, KeySpec, ModelSpec
 from routing.core import errors
 from routing.core.executor import Link
+from routing.core.prices import priced, prices_now
 from routing.ops import metrics, shared_limits
 from routing.ops.accounting import Context
 from routing.plan.budgets import NEW, Account, Budgets, Exhausted, Hold, Unloaded, request_cost
@@ -153,14 +154,16 @@ def worst_cost(links: list[Link], req: Requirements) -> float:
     prices of the dearest link that may serve it (a fallback may cost more than the first)."""
     prompt = req.estimated_tokens
     worst = 0.0
+    now = time.time()
     for link in links:
         if link.skip_reason is None:
             model = link.model
-            cost = request_cost(
-                model.input_price_per_mtok, model.output_price_per_mtok, prompt, _output_allowance(model, req)
-            )
-            if cost > worst:
-                worst = cost
+            # A deployment's negotiated prices may be dearer than the model's (docs/configuration.md#price-versions).
+            for served in (model, *(d.model for d in model.deployments)):
+                _, input_price, output_price, _ = prices_now(served, now)
+                cost = request_cost(input_price, output_price, prompt, _output_allowance(model, req))
+                if cost > worst:
+                    worst = cost
     return worst
 
 
@@ -261,5 +264,14 @@ def settle_budget(hold: Hold, ctx: Context) -> None:
     if (prompt is None and completion is None) or link is None:
         hold.settle(None)
         return
-    model = link.model
-    hold.settle(request_cost(model.input_price_per_mtok, model.output_price_per_mtok, prompt or 0, completion or 0))
+    _, input_price, output_price, class_prices = prices_now(link.model, time.time())
+    cost = priced(
+        input_price,
+        output_price,
+        class_prices,
+        prompt or 0,
+        completion or 0,
+        ctx.token_classes,
+        strict=False,
+    )
+    hold.settle(cost or 0.0)

@@ -30,6 +30,7 @@ from providers.dialects.base import load_json
 from providers.dialects.vertex import VertexDialect, is_anthropic
 from routing.core.errors import GatewayError
 from routing.core.executor import Link
+from routing.core.prices import token_classes
 from routing.gateway import messages_shapes, shapes
 from routing.gateway.wire import JSON, Scope, Send, answer_headers, send_response
 from routing.ops.accounting import Context
@@ -107,10 +108,11 @@ class Shape:
 
     def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:
         if _passthrough(link):
-            prompt, completion, _ = anthropic_usage(load_json(data, link.model).get("usage"))
-            return ParsedResponse(data, (prompt, completion))
+            raw = load_json(data, link.model).get("usage")
+            prompt, completion, _ = anthropic_usage(raw)
+            return ParsedResponse(data, (prompt, completion), token_classes(raw))
         parsed = dialect.parse_response("chat", data, link.model, prepared.context)
-        return ParsedResponse(orjson.dumps(message_of(orjson.loads(parsed.body))), parsed.usage)
+        return ParsedResponse(orjson.dumps(message_of(orjson.loads(parsed.body))), parsed.usage, parsed.classes)
 
     def chunks(self, dialect: Dialect, link: Link, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         if _passthrough(link):

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from policies.idempotency import REPLAY_HEADER, store
 from providers.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
+from providers.dialects.error_classes import refine
 from providers.transport import transport
 from routing.config.snapshot import OrgSpec, Snapshot
 from routing.core import errors
@@ -35,9 +36,14 @@ class Tap(Protocol):
     prompt_tokens: int | None
     completion_tokens: int | None
 
+    @property
+    def final(self) -> bool: ...  # the provider's final usage arrived
+
     def feed(self, chunk: bytes) -> bytes: ...
 
     def flush(self) -> bytes: ...
+
+    def estimated_completion_tokens(self) -> int: ...  # the tokens relayed, for a stream cut before its usage
 
 
 class Shape(Protocol):
@@ -93,6 +99,7 @@ async def proxy_once(
     parsed = outcome.result
     ctx.status = 200
     ctx.prompt_tokens, ctx.completion_tokens = parsed.usage
+    ctx.token_classes = parsed.classes
     return 200, answer_headers(ctx, [JSON]), parsed.body
 
 
@@ -207,7 +214,8 @@ async def proxy_stream(
         await send({"type": "http.response.body", "body": tap.flush(), "more_body": False})
     finally:
         ctx.prompt_tokens, ctx.completion_tokens = tap.prompt_tokens, tap.completion_tokens
-        if ctx.prompt_tokens is None and isinstance(tap, UsageTap):
+        ctx.token_classes = getattr(tap, "classes", None)
+        if not tap.final:  # cut (client, upstream) or no usage sent: charged for what was relayed
             _estimate_usage(tap, ctx)
         _settle(outcome.settlement, committed.ending, ctx)
         await committed.aclose()
@@ -236,12 +244,14 @@ def _capacity_tokens(ctx: Context, links: list[Link]) -> int:
     return 0
 
 
-def _estimate_usage(tap: UsageTap, ctx: Context) -> None:
-    """The upstream sent no usage: record the prompt estimate and the relayed text's tokens,
-    marked as estimated (docs/metrics.md#usage-records)."""
+def _estimate_usage(tap: Tap, ctx: Context) -> None:
+    """No final usage from the upstream (none sent, or the stream was cut by the client or a break):
+    the provider's prompt count when it came first (Anthropic's message_start), else the prompt
+    estimate, and the tokens relayed, marked as estimated (docs/usage-records.md#partial)."""
     req = ctx.requirements
-    ctx.prompt_tokens = req.estimated_tokens if req is not None else None
-    ctx.completion_tokens = tap.estimated_completion_tokens()
+    if ctx.prompt_tokens is None:
+        ctx.prompt_tokens = req.estimated_tokens if req is not None else None
+    ctx.completion_tokens = max(ctx.completion_tokens or 0, tap.estimated_completion_tokens())
     ctx.tokens_estimated = True
 
 
@@ -335,5 +345,6 @@ async def call_upstream(
             ) from None
         raise
     if not ok:
-        raise dialect.failure(response.status, response.headers, data or b"")
+        body = data or b""
+        raise refine(dialect.name, dialect.failure(response.status, response.headers, body), response.status, body)
     return dialect, prepared, response, data, started + phase

@@ -12,7 +12,9 @@ from typing import Any
 
 from routing.config.snapshot import KeySpec
 from routing.core.executor import Outcome
+from routing.core.prices import CLASSES, prices_now
 from routing.ops import metrics, usage
+from routing.ops.usage.pricing import priced_version
 from routing.ops.usage.streams import INTERRUPTED
 
 _perf = time.perf_counter
@@ -45,6 +47,7 @@ class Context:
         "request_body",
         "response_body",
         "journaled",
+        "token_classes",
     )
 
     def __init__(self, request_id: str, started: float, endpoint: str) -> None:
@@ -71,6 +74,7 @@ class Context:
         self.request_body: str | None = None  # only for orgs with log_bodies (routing.ops.bodies)
         self.response_body: str | None = None
         self.journaled: Any = None  # a committed stream's routing.ops.usage.streams.OpenStream
+        self.token_classes: dict[str, int] | None = None  # routing.core.prices.token_classes of the usage
 
 
 def finish(ctx: Context) -> None:
@@ -117,7 +121,8 @@ def journal_stream(ctx: Context) -> None:
         ctx.completion_tokens, ctx.tokens_estimated, ctx.error_code = 0, True, INTERRUPTED
         row = _row(ctx, _perf() - ctx.started)
         model = link.model
-        ctx.journaled = sink.streams.open(row, (model.input_price_per_mtok, model.output_price_per_mtok))
+        _, input_price, output_price, _ = prices_now(model, time.time())
+        ctx.journaled = sink.streams.open(row, (input_price, output_price))
     except Exception:  # noqa: BLE001 - the stream goes on; its record is written when it ends
         ctx.journaled = None
     finally:
@@ -133,6 +138,11 @@ def _row(ctx: Context, elapsed: float, record_id: str | None = None) -> dict[str
     fallback_reason = outcome.fallback_reason if outcome is not None and outcome.error is None else None
     cached = ctx.cache == "hit" or (ctx.cache == "coalesced" and ctx.status == 200)
     key = ctx.key
+    version, cost = (
+        priced_version(model, ctx.prompt_tokens, ctx.completion_tokens, ctx.token_classes)
+        if model is not None
+        else ("", None)
+    )
     return dict(
         record_id=record_id or uuid.uuid4().hex,
         request_id=ctx.request_id,
@@ -150,11 +160,8 @@ def _row(ctx: Context, elapsed: float, record_id: str | None = None) -> dict[str
         error_code=ctx.error_code,
         prompt_tokens=ctx.prompt_tokens,
         completion_tokens=ctx.completion_tokens,
-        cost=0
-        if cached
-        else usage.cost(model, ctx.prompt_tokens, ctx.completion_tokens)
-        if model is not None
-        else None,
+        cost=0 if cached else cost,
+        price_version=version,
         latency_ms=elapsed * 1000.0,
         ttft_ms=ctx.ttft_s * 1000.0 if ctx.ttft_s is not None else None,
         streamed=ctx.streamed,
@@ -162,7 +169,13 @@ def _row(ctx: Context, elapsed: float, record_id: str | None = None) -> dict[str
         cached=cached,
         trail=outcome.trail if outcome is not None else (),
         **(_NO_BODIES if ctx.request_body is None else _bodies(ctx)),
+        **(_NO_BODIES if ctx.token_classes is None else _classes(ctx.token_classes)),
     )
+
+
+def _classes(classes: dict[str, int]) -> dict[str, int]:
+    """The record's token-class columns (`<class>_tokens`, docs/usage-records.md#token-classes)."""
+    return {f"{name}_tokens": n for name, n in classes.items() if name in CLASSES}
 
 
 _NO_BODIES: dict[str, str] = {}

@@ -40,6 +40,18 @@ CIRCUIT_ORG_STATE = Gauge(
     ["provider", "model", "org"],
     multiprocess_mode="livemax",
 )
+PARKED = Gauge(
+    "switchboard_parked",
+    "1 while a link is parked: its provider said it is out of quota or credit (docs/errors.md#upstream).",
+    ["provider", "model"],
+    multiprocess_mode="livemax",
+)
+MISCONFIGURED = Gauge(
+    "switchboard_misconfigured",
+    "1 while a link's provider refuses the gateway's credentials (401/403), until a call through it succeeds.",
+    ["provider", "model"],
+    multiprocess_mode="livemax",
+)
 PROVIDER_UP = Gauge(
     "switchboard_provider_up",
     "Last health probe: 1 up, 0 down (absent: unknown).",

@@ -64,6 +64,8 @@
         } else {
           if (RANK[l.state] > RANK[cur.state]) { cur.state = l.state; cur.forced_reason = l.forced_reason; cur.forced_until = l.forced_until; }
           cur.failures = Math.max(cur.failures, l.failures);
+          cur.parked_s = Math.max(cur.parked_s || 0, l.parked_s || 0);
+          cur.misconfigured = cur.misconfigured || l.misconfigured;
           cur.org_open = Array.from(new Set((cur.org_open || []).concat(l.org_open || [])));
           cur.org_views = mergeOrgViews(cur.org_views, l.org_views);
           cur.deadline = Math.max(cur.deadline, deadline);

@@ -31,7 +31,15 @@ RETRYABLE = [
 # A client-caused 4xx is never retried nor charged; a 2xx with a body that is not JSON is
 # charged but never retried (docs/errors.md#codes, upstream_error).
 CHARGED_NOT_RETRIED = [K.INVALID_BODY]
-CLIENT_CAUSED = [K.UPSTREAM_4XX, K.CONTEXT_LENGTH, K.CONTENT_FILTER, K.UPSTREAM_INVALID_REQUEST]
+# Out of quota or credit: not retried, not charged, the deployment parked (docs/errors.md#upstream).
+CLIENT_CAUSED = [
+    K.UPSTREAM_4XX,
+    K.CONTEXT_LENGTH,
+    K.CONTENT_FILTER,
+    K.UPSTREAM_INVALID_REQUEST,
+    K.QUOTA_EXHAUSTED,
+    K.AUTHENTICATION,  # the operator's fix: never retried, the breaker untouched, the link marked misconfigured
+]
 
 
 def test_every_failure_kind_has_a_documented_rule() -> None:
@@ -77,6 +85,8 @@ DOCUMENTED_FALLBACKS = [
 DECIDED_FALLBACKS = [
     (K.UPSTREAM_408, "timeout", "first_token_timeout"),
     (K.UPSTREAM_INVALID_REQUEST, None, None),
+    (K.QUOTA_EXHAUSTED, "rate_limited", "quota_exhausted"),  # docs/errors.md#upstream
+    (K.AUTHENTICATION, "provider_error", "authentication"),
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import replace
 from typing import Any
 
@@ -372,7 +373,9 @@ async def test_context_length_failure_fails_over_only_when_opted_in() -> None:
     cl = fail(K.CONTEXT_LENGTH, 400, body=body)
     opted = link("chat-a", fallback_on=ALL | {"context_length"})
     h = Harness({"chat-a": [cl], "chat-b": ["b"]})
-    out = await h.run([opted, link("chat-b")])
+    b = link("chat-b")
+    larger = dataclasses.replace(b, model=dataclasses.replace(b.model, context_window=16000))  # than chat-a's 8000
+    out = await h.run([opted, larger])
     assert out.result == "b" and out.fallback_reason == "context_length"
     assert h.failures(opted) == 0 and out.attempts == 2
 
@@ -428,3 +431,27 @@ async def test_a_preflight_skip_is_reported_rather_than_a_later_silent_one() -> 
         [link("chat-a", skip_reason="model_denied"), link("chat-b", skip_reason="context_length")]
     )
     assert out.error.code == "context_length_exceeded" and "chat-b" in out.error.message
+
+
+async def test_after_a_context_length_failure_only_links_with_a_larger_window_are_tried() -> None:
+    """docs/errors.md#upstream: a fallback with the same or a smaller context window would refuse the same prompt."""
+    body = b'{"error": {"message": "too long", "code": "context_length_exceeded"}}'
+    opted = ALL | {"context_length"}
+    a = link("chat-a", fallback_on=opted)  # 8000 tokens
+    same = link("chat-same", fallback_on=opted)  # 8000 too: skipped without a call
+    small = dataclasses.replace(
+        link("chat-small"), model=dataclasses.replace(link("chat-small").model, context_window=4000)
+    )
+    big = dataclasses.replace(
+        link("chat-big"), model=dataclasses.replace(link("chat-big").model, context_window=128000)
+    )
+    h = Harness({"chat-a": [fail(K.CONTEXT_LENGTH, 400, body=body)], "chat-big": ["big"]})
+    out = await h.run([a, same, small, big])
+    assert out.result == "big"
+    assert [model_id for model_id, _ in h.calls] == ["chat-a", "chat-big"]
+    assert out.trail == [
+        ("chat-a", "context_length"),
+        ("chat-same", "context_length"),
+        ("chat-small", "context_length"),
+        ("chat-big", "ok"),
+    ]

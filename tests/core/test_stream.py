@@ -571,3 +571,15 @@ async def test_a_legacy_completions_text_chunk_commits_at_once() -> None:
     stream = await opened(src)  # without the text rule it would wait for more frames, and hang
     assert stream.first == text
     src.wake.set()
+
+
+def test_a_cut_stream_of_short_tokens_counts_at_least_one_token_a_frame_of_text() -> None:
+    """docs/usage-records.md#partial: ten frames of one character are ten tokens, not three."""
+    from routing.core.stream import UsageTap
+
+    tap = UsageTap(strip=True)
+    tap.feed(ROLE)  # no text: not a token
+    for ch in "abcdefghij":
+        tap.feed(b'data: {"choices":[{"delta":{"content":"' + ch.encode() + b'"}}]}\n\n')
+    assert not tap.final
+    assert tap.estimated_completion_tokens() == 10

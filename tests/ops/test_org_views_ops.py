@@ -35,3 +35,40 @@ def test_an_open_org_view_is_shown_on_its_link_in_the_feed_and_in_metrics(snapsh
     assert REGISTRY.get_sample_value("switchboard_circuit_org_state", labels) == 0
     links = {link["link"]: link for link in dashboard_state.build_state()["links"]}
     assert links["op-a/op-chat"]["org_open"] == []
+
+
+def test_a_parked_link_is_shown_on_the_dashboard_with_the_time_left(snapshot) -> None:
+    """docs/errors.md#upstream: an out-of-quota link is shown parked, and no longer once its park is over."""
+    from routing.core.parking import parking
+
+    key = BreakerKey("op-a", "op-chat")
+    now = [1000.0]
+    clock, parking.clock = parking.clock, lambda: now[0]
+    try:
+        parking.park(key, 90, "out of quota")
+        links = {link["link"]: link for link in dashboard_state.build_state()["links"]}
+        assert links["op-a/op-chat"]["parked_s"] == 90.0
+        assert REGISTRY.get_sample_value("switchboard_parked", {"provider": "op-a", "model": "op-chat"}) == 1
+        now[0] += 91
+        assert parking.parked_s(key) is None
+        links = {link["link"]: link for link in dashboard_state.build_state()["links"]}
+        assert links["op-a/op-chat"]["parked_s"] == 0.0
+        assert REGISTRY.get_sample_value("switchboard_parked", {"provider": "op-a", "model": "op-chat"}) == 0
+    finally:
+        parking.clock = clock
+        parking.until.clear()
+
+
+def test_a_link_whose_provider_refuses_its_credentials_is_shown_misconfigured_until_it_serves(snapshot) -> None:
+    from routing.core.parking import parking
+
+    key = BreakerKey("op-a", "op-chat")
+    try:
+        parking.misconfigure(key, "the provider refused the gateway's credentials (HTTP 401)")
+        links = {link["link"]: link for link in dashboard_state.build_state()["links"]}
+        assert "refused" in links["op-a/op-chat"]["misconfigured"]
+        parking.served(key)
+        links = {link["link"]: link for link in dashboard_state.build_state()["links"]}
+        assert links["op-a/op-chat"]["misconfigured"] == ""
+    finally:
+        parking.misconfigured.clear()

@@ -18,6 +18,7 @@ from providers import health
 from routing.config import live
 from routing.core.breaker import BreakerKey, State
 from routing.core.breaker import registry as breakers
+from routing.core.parking import parking
 from routing.ops.dashboard import feed
 from routing.ops.dashboard.counters import model_stats
 
@@ -103,6 +104,8 @@ def link_entry(key: BreakerKey, view: Any, org_views: list[dict[str, Any]] | Non
         "forced_until": view.forced_until if view else None,
         "org_open": [v["org"] for v in org_views or ()],
         "org_views": org_views or [],
+        "parked_s": round(parking.left_s(key), 1) if parking.until else 0.0,  # out of quota (docs/errors.md#upstream)
+        "misconfigured": parking.misconfigured.get(key, ""),  # the provider refused the credentials
     }
 
 
