@@ -27,6 +27,9 @@ class Parking:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
+        # (key, "PARKED" | "MISCONFIGURED", 1 | 0) on every change: the composition root points it at the
+        # metrics (routing.ops.wiring); core imports nothing above it
+        self.observe: Callable[[Any, str, int], None] | None = None
         self.until: dict[Any, float] = {}
         self.misconfigured: dict[Any, str] = {}  # links whose provider refused the credentials, until one serves
 
@@ -34,14 +37,14 @@ class Parking:
         """The provider refused `key`'s credentials: shown until a call through it succeeds (one log line)."""
         if key not in self.misconfigured:
             log.error("%s/%s is misconfigured: %s", key[0], key[1], why)
-            _gauge(key, 1, "MISCONFIGURED")
+            self._gauge(key, 1, "MISCONFIGURED")
         self.misconfigured[key] = why
 
     def served(self, key: Any) -> None:
         """A call through `key` succeeded: its credentials work again."""
         if self.misconfigured.pop(key, None) is not None:
             log.info("%s/%s serves again: no longer misconfigured", key[0], key[1])
-            _gauge(key, 0, "MISCONFIGURED")
+            self._gauge(key, 0, "MISCONFIGURED")
 
     def park(self, key: Any, seconds: float, why: str) -> None:
         """Skip `key` for `seconds` (a park in force is extended, never shortened)."""
@@ -52,7 +55,7 @@ class Parking:
         self.until[key] = until
         if known is None:
             log.warning("parked %s/%s for %.0f s: %s", key[0], key[1], seconds, why)
-            _gauge(key, 1)
+            self._gauge(key, 1)
 
     def parked_s(self, key: Any) -> float | None:
         """Seconds `key` stays parked, or None (a park that ran out is lifted here)."""
@@ -64,7 +67,7 @@ class Parking:
             return left
         del self.until[key]
         log.info("unparked %s/%s: its park period is over, the next request tries it", key[0], key[1])
-        _gauge(key, 0)
+        self._gauge(key, 0)
         return None
 
     def left_s(self, key: Any) -> float:
@@ -72,19 +75,17 @@ class Parking:
         until = self.until.get(key)
         return max(until - self.clock(), 0.0) if until is not None else 0.0
 
+    def _gauge(self, key: Any, value: int, name: str = "PARKED") -> None:
+        if self.observe is not None:
+            try:
+                self.observe(key, name, value)
+            except Exception:  # noqa: BLE001 - a metric never breaks the request path
+                log.exception("parking observer failed")
+
     def snapshot(self) -> list[tuple[Any, float]]:
         """(key, seconds left) of every parked link, for the dashboard."""
         now = self.clock()
         return [(key, until - now) for key, until in self.until.items() if until > now]
-
-
-def _gauge(key: Any, value: int, name: str = "PARKED") -> None:
-    try:
-        from routing.ops import metrics
-
-        getattr(metrics, name).labels(provider=key[0], model=key[1]).set(value)
-    except Exception:  # noqa: BLE001 - a metric never breaks the request path (settings not configured: tests)
-        pass
 
 
 parking = Parking()

@@ -346,3 +346,8 @@ async def run_refresher() -> None:
         refresh_circuits(live.current(), registry.views())
         overload.refresh_metrics()
         await asyncio.sleep(REFRESH_S)
+
+
+def parking_changed(key: Any, name: str, value: int) -> None:
+    """routing.core.parking's observer: `switchboard_parked` / `switchboard_misconfigured` per link."""
+    (PARKED if name == "PARKED" else MISCONFIGURED).labels(provider=key[0], model=key[1]).set(value)

@@ -22,6 +22,7 @@ from routing.config import live
 from routing.core import balance
 from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
+from routing.core.parking import parking
 from routing.core.retry_budget import budgets
 from routing.ops import background, breaker_sync, controls, metrics, overload, shared_limits, tracing, usage
 from routing.ops.dashboard import counters, feed, processes, state
@@ -63,6 +64,7 @@ def _build() -> Process:
     executor = Executor(breakers, budgets, observer=_Observer())
     overload.install()  # deployments' adaptive limits and queues, when configured (docs/overload.md)
     feed.install()  # breaker transitions into the dashboard feed and the circuit metric
+    parking.observe = metrics.parking_changed  # quota parks and refused credentials as gauges
     metrics.request_listeners.append(counters.note_request)
     live.swap_listeners.append(_retain_breakers)
     live.reload_listeners.append(metrics.config_reloaded)
