@@ -563,7 +563,7 @@ NEW_TOKEN_SESSION = "switchboard_new_management_token"
 class ManagementTokenAdmin(admin.ModelAdmin):
     """Management API tokens (docs/management-api.md#tokens): superusers only; shown once, like API keys."""
 
-    list_display = ["name", "prefix_display", "scope", "org", "created_at", "revoked"]
+    list_display = ["name", "prefix_display", "scope", "org", "bodies", "created_at", "revoked"]
     list_filter = ["scope", "revoked"]
     actions = ["revoke_tokens"]
 
@@ -579,10 +579,12 @@ class ManagementTokenAdmin(admin.ModelAdmin):
         return False
 
     def get_fields(self, request: HttpRequest, obj: ManagementToken | None = None) -> list[str]:
-        return ["name", "scope", "org"] if obj is None else ["name", "prefix", "scope", "org", "created_at", "revoked"]
+        if obj is None:
+            return ["name", "scope", "org", "bodies"]
+        return ["name", "prefix", "scope", "org", "bodies", "created_at", "revoked"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: ManagementToken | None = None) -> list[str]:
-        return [] if obj is None else ["name", "prefix", "scope", "org", "created_at"]
+        return [] if obj is None else ["name", "prefix", "scope", "org", "bodies", "created_at"]
 
     @admin.display(description="token", ordering="prefix")
     def prefix_display(self, obj: ManagementToken) -> str:
@@ -598,7 +600,7 @@ class ManagementTokenAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        token, plaintext = create_management_token(name=obj.name, scope=obj.scope, org=obj.org)
+        token, plaintext = create_management_token(name=obj.name, scope=obj.scope, org=obj.org, bodies=obj.bodies)
         obj.pk, obj.prefix, obj.token_hash, obj.created_at = token.pk, token.prefix, token.token_hash, token.created_at
         obj._state.adding = False
         request.session[NEW_TOKEN_SESSION] = {"pk": token.pk, "plaintext": plaintext}

@@ -157,7 +157,8 @@ class ManagementToken(models.Model):
     """A credential for the management API (docs/management-api.md), never for /v1: shown once, kept as SHA-256.
 
     `scope` read may only GET; write may change keys, orgs, agents and breakers. With `org`
-    set, the token sees and changes that org's objects only.
+    set, the token sees and changes that org's objects only. `bodies`, set by a superuser,
+    lets it read the stored request/response bodies of the request log.
     """
 
     SCOPES = [("read", "read-only"), ("write", "read-write")]
@@ -173,6 +174,10 @@ class ManagementToken(models.Model):
         on_delete=models.CASCADE,
         related_name="management_tokens",
         help_text="Limit the token to this organisation. Empty: every organisation (and the breakers).",
+    )
+    bodies = models.BooleanField(
+        default=False,
+        help_text="May read stored request/response bodies in GET /api/v1/requests (docs/security.md#bodies).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     revoked = models.BooleanField(default=False)

@@ -16,13 +16,18 @@ TOKEN_PREFIX = "sbm-"
 PREFIX_LENGTH = 11
 
 
-def create_management_token(*, name: str, scope: str = "read", org: Org | None = None) -> tuple[ManagementToken, str]:
-    """Create and save a token; the plaintext is returned once and never stored."""
+def create_management_token(
+    *, name: str, scope: str = "read", org: Org | None = None, bodies: bool = False
+) -> tuple[ManagementToken, str]:
+    """Create and save a token; the plaintext is returned once and never stored.
+
+    Only superusers create tokens (the admin page, the command), so `bodies` is theirs to grant.
+    """
     if scope not in ("read", "write"):
         raise ValueError(f"scope {scope!r}: use read or write")
     plaintext = TOKEN_PREFIX + secrets.token_urlsafe(30)
     token = ManagementToken.objects.create(
-        name=name, prefix=plaintext[:PREFIX_LENGTH], token_hash=hash_key(plaintext), scope=scope, org=org
+        name=name, prefix=plaintext[:PREFIX_LENGTH], token_hash=hash_key(plaintext), scope=scope, org=org, bodies=bodies
     )
     return token, plaintext
 

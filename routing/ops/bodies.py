@@ -34,6 +34,12 @@ def visible_to(user: object) -> bool:
     return bool(getattr(user, "is_active", False) and getattr(user, "is_superuser", False))
 
 
+def token_reads_bodies(token: object) -> bool:
+    """Whether a management API token may read stored bodies: one a superuser created with `bodies`
+    (docs/security.md#bodies). Without it, GET /api/v1/requests leaves the body fields out."""
+    return bool(getattr(token, "bodies", False) and not getattr(token, "revoked", True))
+
+
 def wanted(org: object) -> bool:
     """Whether this request's bodies are kept: the org opted in, or the global setting is on."""
     return bool(getattr(org, "log_bodies", False) or settings.SWITCHBOARD_LOG_BODIES)

@@ -306,3 +306,90 @@ def test_a_key_created_over_the_api_shows_in_the_admin_and_the_other_way_round(s
     listed = api.get("/api/v1/keys", {"org": "acme"}).json()["data"]
     mine = next(k for k in listed if k["name"] == "from-admin")
     assert mine["budget"] == {"usd": 2, "period": "month"} and mine["status"] == "active"
+
+
+def log_rows(now):
+    """Four usage records a minute apart, the newest last; the beta one carries stored bodies."""
+    rows = (
+        ("acme", "bot", "sb-aaaaaaa", "chat-a", 200, "", ""),
+        ("acme", "bot", "sb-aabbbbb", "chat-a", 429, "", ""),
+        ("acme", "ops", "sb-ccccccc", "x", 200, "", ""),
+        ("beta", "bot", "sb-ddddddd", "chat-a", 200, '{"messages": "hi"}', '{"answer": "hello"}'),
+    )
+    for minute, (org, agent, prefix, model, status, request_body, response_body) in enumerate(rows):
+        UsageRecord.objects.create(
+            created_at=now - dt.timedelta(minutes=10 - minute),
+            request_id=f"req-{minute}",
+            org=org,
+            agent=agent,
+            key_prefix=prefix,
+            endpoint="chat",
+            model_used=model,
+            status=status,
+            cost="0.5",
+            request_body=request_body,
+            response_body=response_body,
+        )
+
+
+def request_ids(api: Client, **params) -> list[str]:
+    answer = api.get("/api/v1/requests", params)
+    assert answer.status_code == 200, answer.content
+    return [row["request_id"] for row in answer.json()["data"]]
+
+
+def test_the_request_log_newest_first_with_its_filters_and_pages(setup):
+    now = timezone.now()
+    log_rows(now)
+    reader = client_for("read", name="reader")
+    assert request_ids(reader) == ["req-3", "req-2", "req-1", "req-0"]
+    assert request_ids(reader, org="acme", agent="bot") == ["req-1", "req-0"]
+    assert request_ids(reader, key="sb-aa") == ["req-1", "req-0"]  # a prefix
+    assert request_ids(reader, model="x") == ["req-2"]
+    assert request_ids(reader, status="429") == ["req-1"]
+    since, until = (now - dt.timedelta(minutes=9, seconds=30)).isoformat(), (now - dt.timedelta(minutes=7)).isoformat()
+    assert request_ids(reader, since=since, until=until) == ["req-2", "req-1"]
+    row = reader.get("/api/v1/requests", {"status": "429"}).json()["data"][0]
+    assert row["key"] == "sb-aabbbbb" and row["cost_usd"] == 0.5 and row["created_at"].endswith("Z")
+    first = reader.get("/api/v1/requests", {"limit": 3}).json()
+    assert first["total"] == 4 and first["next_offset"] == 3 and len(first["data"]) == 3
+    rest = reader.get("/api/v1/requests", {"limit": 3, "offset": first["next_offset"]}).json()
+    assert [r["request_id"] for r in rest["data"]] == ["req-0"] and rest["next_offset"] is None
+    bad = reader.get("/api/v1/requests", {"status": "ok"}).json()["error"]
+    assert bad["code"] == "invalid_request" and bad["param"] == "status"
+    assert reader.get("/api/v1/requests", {"since": until, "until": since}).json()["error"]["param"] == "since"
+
+
+def test_an_org_limited_token_reads_its_orgs_requests_only(setup):
+    log_rows(timezone.now())
+    acme = client_for("read", org="acme", name="acme-reader")
+    assert request_ids(acme) == ["req-2", "req-1", "req-0"]
+    assert request_ids(acme, org="beta") == []
+
+
+def test_bodies_only_for_a_token_created_with_bodies_otherwise_the_fields_are_absent(setup):
+    log_rows(timezone.now())
+    plain = client_for("write", name="plain").get("/api/v1/requests", {"org": "beta"}).json()["data"][0]
+    assert "request_body" not in plain and "response_body" not in plain
+    _, secret = create_management_token(name="auditor", scope="read", bodies=True)
+    auditor = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    row = auditor.get("/api/v1/requests", {"org": "beta"}).json()["data"][0]
+    assert row["request_body"] == '{"messages": "hi"}' and row["response_body"] == '{"answer": "hello"}'
+    assert auditor.get("/api/v1/requests", {"org": "acme"}).json()["data"][0]["request_body"] == ""
+
+
+def test_a_superuser_grants_bodies_in_the_admin_and_with_the_command(setup, admin_client):
+    import io
+
+    from django.core.management import call_command
+
+    added = admin_client.post(
+        "/admin/policies/managementtoken/add/", {"name": "audit", "scope": "read", "bodies": "on"}
+    )
+    assert added.status_code == 302 and ManagementToken.objects.get(name="audit").bodies
+    call_command("create_management_token", "--name", "audit-cli", "--bodies", stdout=io.StringIO())
+    call_command("create_management_token", "--name", "plain-cli", stdout=io.StringIO())
+    assert (
+        ManagementToken.objects.get(name="audit-cli").bodies
+        and not ManagementToken.objects.get(name="plain-cli").bodies
+    )

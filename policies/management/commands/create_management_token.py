@@ -1,4 +1,4 @@
-"""`manage.py create_management_token --name NAME [--scope read|write] [--org ORG]`: the new token alone on the
+"""`manage.py create_management_token --name NAME [--scope read|write] [--org ORG] [--bodies]`: the new token alone on the
 last line (docs/management-api.md#tokens)."""
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ class Command(BaseCommand):
         parser.add_argument("--name", required=True, help="Who or what uses it; recorded as the author of its changes.")
         parser.add_argument("--scope", choices=["read", "write"], default="read", help="read-only (default) or write.")
         parser.add_argument("--org", help="Limit the token to this organisation (default: every organisation).")
+        parser.add_argument(
+            "--bodies", action="store_true", help="May read stored request/response bodies in GET /api/v1/requests."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         name = options["name"].strip()
@@ -31,8 +34,9 @@ class Command(BaseCommand):
             org = Org.objects.filter(name=options["org"]).first()
             if org is None:
                 raise CommandError(f"organisation {options['org']!r} does not exist")
-        token, plaintext = create_management_token(name=name, scope=options["scope"], org=org)
+        token, plaintext = create_management_token(name=name, scope=options["scope"], org=org, bodies=options["bodies"])
         where = f"organisation {org.name}" if org else "every organisation"
+        where += ", reads bodies" if token.bodies else ""
         self.stdout.write(
             f"Management token {token.prefix}… '{name}' ({token.scope}, {where}). Store it now: only its hash is "
             "kept. Use it as 'Authorization: Bearer <token>' on /api/v1/."

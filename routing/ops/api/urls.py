@@ -15,6 +15,7 @@ urlpatterns = [
     path("orgs/<str:org>/agents", views.agents_view, name="api-agents"),
     path("orgs/<str:org>/agents/<str:agent>", views.agent_view, name="api-agent"),
     path("usage", views.usage_view, name="api-usage"),
+    path("requests", views.requests_view, name="api-requests"),
     path("breakers", views.breakers_view, name="api-breakers"),
     path("breakers/force-open", views.breaker_force_open_view, name="api-breaker-force-open"),
     path("breakers/reset", views.breaker_reset_view, name="api-breaker-reset"),

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from routing.core import errors
-from routing.ops.api import breakers, keys, orgs, usage
+from routing.ops.api import breakers, keys, orgs, requests, usage
 from routing.ops.api.http import api, error_response, respond
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
@@ -71,6 +71,11 @@ def agent_view(request: HttpRequest, token: Any, org: str, agent: str) -> Any:
 @api("GET")
 def usage_view(request: HttpRequest, token: Any) -> Any:
     return 200, usage.usage(request, token)
+
+
+@api("GET")
+def requests_view(request: HttpRequest, token: Any) -> Any:
+    return 200, requests.list_requests(request, token)
 
 
 @api("GET")
