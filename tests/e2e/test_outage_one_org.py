@@ -129,7 +129,9 @@ def test_three_connection_refusals_open_the_link_and_the_probe_closes_it(gw, moc
 
 def test_connection_refusals_open_the_link_while_another_orgs_request_is_in_flight(gw, mock_upstream, proxies):
     beta = gw.beta
-    mock_upstream.script("up-busy", [], then={"status": 200, "delay_ms": 4000})
+    # beta's answer takes 8 s: long enough that it is still in flight after acme's three refused
+    # requests and the scrape, however loaded the machine (its success would end the failure run)
+    mock_upstream.script("up-busy", [], then={"status": 200, "delay_ms": 8000})
     outcome: list[tuple[int, str | None]] = []
     slow = threading.Thread(target=lambda: outcome.append(ask(gw, "busy", beta)))
     slow.start()
