@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from providers.dialects import openai_request
+from providers.dialects._shapes import usage_object
 from routing.config.snapshot import ModelSpec
 from routing.core.errors import FailureKind, UpstreamFailure, invalid_request
 
@@ -290,14 +291,7 @@ def anthropic_usage(raw: Any) -> tuple[int | None, int | None, dict[str, Any] | 
     created = raw.get("cache_creation_input_tokens") or 0
     prompt = inp + cached + created if type(inp) is int else None
     completion = out if type(out) is int else None
-    openai_usage = {
-        "prompt_tokens": prompt or 0,
-        "completion_tokens": completion or 0,
-        "total_tokens": (prompt or 0) + (completion or 0),
-    }
-    if cached:
-        openai_usage["prompt_tokens_details"] = {"cached_tokens": cached}
-    return prompt, completion, openai_usage
+    return prompt, completion, usage_object(prompt, completion, cached)
 
 
 def _finish_choice(choice: dict[str, Any], stop_reason: Any, stop_sequence: Any) -> dict[str, Any]:

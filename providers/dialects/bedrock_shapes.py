@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from providers.dialects import openai_request
+from providers.dialects._shapes import usage_object
 from providers.dialects.anthropic_shapes import DEFAULT_MAX_TOKENS, tool_call_of, translate_messages, translate_tools
 from routing.core.errors import UpstreamFailure, invalid_request
 
@@ -126,7 +127,7 @@ def converse_request(body: dict[str, Any]) -> dict[str, Any]:
 # --- Converse answer -> chat.completion ---------------------------------------------
 
 
-def usage_of(raw: Any) -> tuple[int | None, int | None, dict[str, int] | None]:
+def usage_of(raw: Any) -> tuple[int | None, int | None, dict[str, Any] | None]:
     """(prompt tokens, completion tokens, OpenAI usage object) of Converse's `usage`."""
     if not isinstance(raw, dict):
         return None, None, None
@@ -135,14 +136,7 @@ def usage_of(raw: Any) -> tuple[int | None, int | None, dict[str, int] | None]:
     written = raw.get("cacheWriteInputTokens") if type(raw.get("cacheWriteInputTokens")) is int else 0
     prompt = inp + cached + written if type(inp) is int else None
     completion = out if type(out) is int else None
-    usage = {
-        "prompt_tokens": prompt or 0,
-        "completion_tokens": completion or 0,
-        "total_tokens": (prompt or 0) + (completion or 0),
-    }
-    if cached:
-        usage["prompt_tokens_details"] = {"cached_tokens": cached}  # type: ignore[assignment]
-    return prompt, completion, usage
+    return prompt, completion, usage_object(prompt, completion, cached)
 
 
 def _tool_call(use: dict[str, Any]) -> dict[str, Any]:

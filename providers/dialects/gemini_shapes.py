@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from providers.dialects import openai_request
+from providers.dialects._shapes import usage_object
 from providers.dialects.anthropic_shapes import DONE, _normalised, sse_events
 from routing.config.snapshot import ModelSpec
 from routing.core.errors import FailureKind, UpstreamFailure, invalid_request
@@ -176,14 +177,8 @@ def gemini_usage(raw: Any) -> tuple[int | None, int | None, dict[str, Any] | Non
     prompt = prompt if type(prompt) is int else None
     completion = (out if type(out) is int else 0) + (thoughts if type(thoughts) is int else 0)
     completion_or_none = completion if (type(out) is int or type(thoughts) is int) else None
-    usage: dict[str, Any] = {
-        "prompt_tokens": prompt or 0,
-        "completion_tokens": completion,
-        "total_tokens": (prompt or 0) + completion,
-    }
     cached = raw.get("cachedContentTokenCount")
-    if type(cached) is int and cached:
-        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    usage = usage_object(prompt, completion, cached if type(cached) is int else 0)
     if type(thoughts) is int and thoughts:
         usage["completion_tokens_details"] = {"reasoning_tokens": thoughts}
     return prompt, completion_or_none, usage
