@@ -202,28 +202,16 @@ def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, An
         messages.append({"role": role, "content": blocks})
 
 
+def _tool_result(msg: dict[str, Any], text: str) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": str(msg.get("tool_call_id", "")), "content": text}
+
+
 def translate_messages(raw: Any) -> tuple[str | None, list[dict[str, Any]]]:
-    system: list[str] = []
+    system, turns = openai_request.chat_turns(raw, _blocks, tool_use_of, _tool_result)
     messages: list[dict[str, Any]] = []
-    for role, param, msg in openai_request.messages_of(raw):
-        content = msg.get("content")
-        if role in ("system", "developer"):
-            system.append(openai_request.text_of(content, param + ".content"))
-        elif role == "user":
-            _append(messages, "user", _blocks(content, param + ".content"))
-        elif role == "assistant":
-            blocks = _blocks(content, param + ".content")
-            for p, call in openai_request.tool_calls_of(msg, param):
-                blocks.append(tool_use_of(call, p))
-            _append(messages, "assistant", blocks)
-        else:
-            result = {
-                "type": "tool_result",
-                "tool_use_id": str(msg.get("tool_call_id", "")),
-                "content": openai_request.text_of(content, param + ".content"),
-            }
-            _append(messages, "user", [result])
-    return openai_request.joined_system(system), messages
+    for role, blocks in turns:
+        _append(messages, "assistant" if role == "assistant" else "user", blocks)
+    return system, messages
 
 
 def translate_tools(tools: Any) -> list[dict[str, Any]]:

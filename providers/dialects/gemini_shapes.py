@@ -85,27 +85,22 @@ def _append(contents: list[dict[str, Any]], role: str, parts: list[dict[str, Any
 
 def contents_of(raw: Any) -> tuple[str | None, list[dict[str, Any]]]:
     """(system instruction text, contents) of OpenAI chat messages."""
-    system: list[str] = []
-    contents: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # tool call id -> function name, for the functionResponse that answers it
-    for role, param, msg in openai_request.messages_of(raw):
-        content = msg.get("content")
-        if role in ("system", "developer"):
-            system.append(openai_request.text_of(content, param + ".content"))
-        elif role == "user":
-            _append(contents, "user", _parts(content, param + ".content"))
-        elif role == "assistant":
-            parts = _parts(content, param + ".content")
-            for p, call in openai_request.tool_calls_of(msg, param):
-                call_id, name, args = openai_request.function_call(call, p)
-                names[call_id] = name
-                parts.append({"functionCall": {"name": name, "args": args}})
-            _append(contents, "model", parts)
-        else:
-            name = names.get(str(msg.get("tool_call_id", "")), str(msg.get("name") or "tool"))
-            result = {"name": name, "response": {"content": openai_request.text_of(content, param + ".content")}}
-            _append(contents, "user", [{"functionResponse": result}])
-    return openai_request.joined_system(system), contents
+
+    def call_part(call: Any, param: str) -> dict[str, Any]:
+        call_id, name, args = openai_request.function_call(call, param)
+        names[call_id] = name
+        return {"functionCall": {"name": name, "args": args}}
+
+    def result_part(msg: dict[str, Any], text: str) -> dict[str, Any]:
+        name = names.get(str(msg.get("tool_call_id", "")), str(msg.get("name") or "tool"))
+        return {"functionResponse": {"name": name, "response": {"content": text}}}
+
+    system, turns = openai_request.chat_turns(raw, _parts, call_part, result_part)
+    contents: list[dict[str, Any]] = []
+    for role, parts in turns:
+        _append(contents, "model" if role == "assistant" else "user", parts)
+    return system, contents
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ once; each translation only builds its own provider's shape from what it returns
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -36,6 +36,36 @@ def messages_of(raw: Any) -> Iterator[tuple[str, str, dict[str, Any]]]:
         if role not in ("system", "developer", "user", "assistant", "tool"):
             raise invalid_request(f"{param}.role {role!r} {ROLES_ERROR}", param + ".role")
         yield role, param, msg
+
+
+def chat_turns(
+    raw: Any,
+    content_of: Callable[[Any, str], list[Any]],
+    call_of: Callable[[Any, str], Any],
+    result_of: Callable[[dict[str, Any], str], Any],
+) -> tuple[str | None, list[tuple[str, list[Any]]]]:
+    """(system text, [(user | assistant | tool, items)]) of the chat messages, in order.
+
+    The caller says how to build its provider's items: `content_of(content, param)` for
+    user/assistant content, `call_of(call, param)` for each assistant tool call (after the
+    content), `result_of(message, text)` for a tool message's result. It then merges the
+    turns as its provider requires (both Anthropic and Gemini alternate roles).
+    """
+    system: list[str] = []
+    turns: list[tuple[str, list[Any]]] = []
+    for role, param, msg in messages_of(raw):
+        content = msg.get("content")
+        if role in ("system", "developer"):
+            system.append(text_of(content, param + ".content"))
+        elif role == "user":
+            turns.append(("user", content_of(content, param + ".content")))
+        elif role == "assistant":
+            items = content_of(content, param + ".content")
+            items.extend(call_of(call, p) for p, call in tool_calls_of(msg, param))
+            turns.append(("assistant", items))
+        else:
+            turns.append(("tool", [result_of(msg, text_of(content, param + ".content"))]))
+    return joined_system(system), turns
 
 
 def joined_system(texts: list[str]) -> str | None:
