@@ -343,6 +343,28 @@ def short_time(at: datetime | None, missing: str) -> str:
 NEW_KEY_SESSION = "switchboard_new_api_key"  # {"pk": ..., "plaintext": ...}, removed when shown
 
 
+def secret_shown_once(
+    model_admin: admin.ModelAdmin, request: HttpRequest, obj: Any, session_key: str, noun: str, name: str, template: str
+) -> HttpResponse:
+    """The page that shows a new key or token's plaintext once: it leaves the session as it is
+    rendered and the page is never cached, so a reload or the back button shows it no more."""
+    held = request.session.get(session_key) or {}
+    plaintext = None
+    if held.get("pk") == obj.pk:
+        plaintext = held["plaintext"]
+        del request.session[session_key]
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.opts,
+        "title": f"{noun} created" if plaintext else noun,
+        name: obj,
+        "plaintext": plaintext,
+    }
+    response = TemplateResponse(request, template, context)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
 def key_usage_annotated(queryset: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
     """Keys annotated with usage_requests, usage_spend and usage_last_used_at (None: never used)."""
     from django.db.models import OuterRef, Subquery
@@ -520,21 +542,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
         key = get_object_or_404(ApiKey.objects.select_related("agent__org"), pk=pk)
         if not self.has_view_permission(request, key):
             raise PermissionDenied
-        held = request.session.get(NEW_KEY_SESSION) or {}
-        plaintext = None
-        if held.get("pk") == key.pk:
-            plaintext = held["plaintext"]
-            del request.session[NEW_KEY_SESSION]
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": "API key created" if plaintext else "API key",
-            "key": key,
-            "plaintext": plaintext,
-        }
-        response = TemplateResponse(request, "admin/policies/apikey/key_created.html", context)
-        response["Cache-Control"] = "no-store"
-        return response
+        return secret_shown_once(
+            self, request, key, NEW_KEY_SESSION, "API key", "key", "admin/policies/apikey/key_created.html"
+        )
 
     def revoke_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         """The change page's Revoke button (POST): the same revocation as the list action."""
@@ -615,21 +625,15 @@ class ManagementTokenAdmin(admin.ModelAdmin):
         if not self.has_module_permission(request):
             raise PermissionDenied
         token = get_object_or_404(ManagementToken.objects.select_related("org"), pk=pk)
-        held = request.session.get(NEW_TOKEN_SESSION) or {}
-        plaintext = None
-        if held.get("pk") == token.pk:
-            plaintext = held["plaintext"]
-            del request.session[NEW_TOKEN_SESSION]
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": "Management token created" if plaintext else "Management token",
-            "token": token,
-            "plaintext": plaintext,
-        }
-        response = TemplateResponse(request, "admin/policies/managementtoken/token_created.html", context)
-        response["Cache-Control"] = "no-store"
-        return response
+        return secret_shown_once(
+            self,
+            request,
+            token,
+            NEW_TOKEN_SESSION,
+            "Management token",
+            "token",
+            "admin/policies/managementtoken/token_created.html",
+        )
 
     @admin.action(description="Revoke selected tokens")
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[ManagementToken]) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from providers.dialects import openai_request
 from routing.config.snapshot import ModelSpec
 from routing.core.errors import FailureKind, UpstreamFailure, invalid_request
 from routing.core.prices import token_classes
@@ -111,17 +112,8 @@ def image_url_of(block: dict[str, Any], param: str) -> str:
 
 def tool_use_of(call: Any, param: str) -> dict[str, Any]:
     """An OpenAI tool call as an Anthropic tool_use block (arguments parsed to `input`)."""
-    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
-        raise invalid_request(f"{param} must be a function tool call", param)
-    fn = call["function"]
-    raw = fn.get("arguments") or "{}"
-    try:
-        args = orjson.loads(raw) if isinstance(raw, str | bytes) else raw
-    except orjson.JSONDecodeError:
-        raise invalid_request(f"{param}.function.arguments is not valid JSON", param) from None
-    if not isinstance(args, dict):
-        args = {"value": args}
-    return {"type": "tool_use", "id": str(call.get("id", "")), "name": str(fn.get("name", "")), "input": args}
+    call_id, name, args = openai_request.function_call(call, param)
+    return {"type": "tool_use", "id": call_id, "name": name, "input": args}
 
 
 def tool_call_of(block: dict[str, Any]) -> dict[str, Any]:
@@ -169,49 +161,21 @@ def _normalised(buffer: bytearray, chunk: bytes) -> None:
 
 
 # --- OpenAI chat request -> Anthropic upstream request (the anthropic dialect) --------
-
-
-def _text_of(content: Any, param: str) -> str:
-    """A system/tool message's content (string or text parts) as one string."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                texts.append(str(part.get("text", "")))
-            elif isinstance(part, str):
-                texts.append(part)
-        return "\n".join(texts)
-    raise invalid_request(f"{param} must be a string or a list of content parts", param)
+# The OpenAI fields are read and checked by providers.dialects.openai_request, as for
+# every other translated provider; this part only builds Anthropic's blocks.
 
 
 def _image_block(part: dict[str, Any], param: str) -> dict[str, Any]:
-    image = part.get("image_url")
-    url = image.get("url") if isinstance(image, dict) else image
-    if not isinstance(url, str) or not url:
-        raise invalid_request(f"{param}.image_url.url must be a URL or a data: URI", param)
-    if url.startswith("data:"):
-        header, _, data = url.partition(",")
-        media_type = header[5:].split(";", 1)[0] or "image/png"
-        if ";base64" not in header:
-            raise invalid_request(f"{param}: only base64 data: URIs are supported for images", param)
+    media_type, data = openai_request.image_source(part, param)
+    if media_type is not None:
         return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
-    return {"type": "image", "source": {"type": "url", "url": url}}
+    return {"type": "image", "source": {"type": "url", "url": data}}
 
 
 def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
     """User/assistant content (string or parts) as Anthropic content blocks."""
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}] if content else []
-    if not isinstance(content, list):
-        raise invalid_request(f"{param} must be a string or a list of content parts", param)
     blocks = []
-    for i, part in enumerate(content):
+    for i, part in enumerate(openai_request.content_list(content, param)):
         p = f"{param}[{i}]"
         if isinstance(part, str):
             blocks.append({"type": "text", "text": part})
@@ -231,14 +195,6 @@ def _blocks(content: Any, param: str) -> list[dict[str, Any]]:
     return blocks
 
 
-def _stop_sequences(stop: Any) -> list[str]:
-    if isinstance(stop, str):
-        return [stop]
-    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        return stop
-    raise invalid_request("stop must be a string or a list of strings", "stop")
-
-
 def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
     """Add a turn, merging with the previous one of the same role (Anthropic alternates roles)."""
     if messages and messages[-1]["role"] == role:
@@ -247,49 +203,21 @@ def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, An
         messages.append({"role": role, "content": blocks})
 
 
+def _tool_result(msg: dict[str, Any], text: str) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": str(msg.get("tool_call_id", "")), "content": text}
+
+
 def translate_messages(raw: Any) -> tuple[str | None, list[dict[str, Any]]]:
-    if not isinstance(raw, list):
-        raise invalid_request("messages must be a list of message objects", "messages")
-    system: list[str] = []
+    system, turns = openai_request.chat_turns(raw, _blocks, tool_use_of, _tool_result)
     messages: list[dict[str, Any]] = []
-    for i, msg in enumerate(raw):
-        param = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise invalid_request(f"{param} must be an object", param)
-        role = msg.get("role")
-        content = msg.get("content")
-        if role in ("system", "developer"):
-            system.append(_text_of(content, param + ".content"))
-        elif role == "user":
-            _append(messages, "user", _blocks(content, param + ".content"))
-        elif role == "assistant":
-            blocks = _blocks(content, param + ".content")
-            calls = msg.get("tool_calls") or ()
-            if not isinstance(calls, list | tuple):
-                raise invalid_request(f"{param}.tool_calls must be a list of tool calls", param + ".tool_calls")
-            for j, call in enumerate(calls):
-                blocks.append(tool_use_of(call, f"{param}.tool_calls[{j}]"))
-            _append(messages, "assistant", blocks)
-        elif role == "tool":
-            result = {
-                "type": "tool_result",
-                "tool_use_id": str(msg.get("tool_call_id", "")),
-                "content": _text_of(content, param + ".content"),
-            }
-            _append(messages, "user", [result])
-        else:
-            raise invalid_request(f"{param}.role {role!r} is not one of system, user, assistant, tool", param + ".role")
-    return ("\n\n".join(s for s in system if s) or None), messages
+    for role, blocks in turns:
+        _append(messages, "assistant" if role == "assistant" else "user", blocks)
+    return system, messages
 
 
 def translate_tools(tools: Any) -> list[dict[str, Any]]:
-    if not isinstance(tools, list):
-        raise invalid_request("tools must be a list", "tools")
     out = []
-    for i, tool in enumerate(tools):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(fn, dict) or not fn.get("name"):
-            raise invalid_request(f"tools[{i}] must be a function tool with a name", f"tools[{i}]")
+    for fn in openai_request.function_tools(tools):
         spec: dict[str, Any] = {
             "name": fn["name"],
             "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
@@ -301,18 +229,15 @@ def translate_tools(tools: Any) -> list[dict[str, Any]]:
 
 
 def translate_tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
-    if choice is None:
+    read = openai_request.tool_choice_of(choice)
+    if read is None:
         result: dict[str, Any] | None = {"type": "auto"} if parallel is False else None
-    elif choice == "auto":
-        result = {"type": "auto"}
-    elif choice == "none":
+    elif read[0] == "none":
         return {"type": "none"}
-    elif choice == "required":
-        result = {"type": "any"}
-    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-        result = {"type": "tool", "name": choice["function"].get("name", "")}
+    elif read[0] == "function":
+        result = {"type": "tool", "name": read[1]}
     else:
-        raise invalid_request("tool_choice must be auto, none, required or a function choice", "tool_choice")
+        result = {"type": "any" if read[0] == "required" else "auto"}
     if result is not None and parallel is False:
         result["disable_parallel_tool_use"] = True
     return result
@@ -321,7 +246,7 @@ def translate_tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
 def anthropic_request(body: dict[str, Any], upstream_model: str, stream: bool) -> dict[str, Any]:
     """The Anthropic Messages body for an OpenAI chat body."""
     system, messages = translate_messages(body.get("messages"))
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
+    max_tokens = openai_request.max_tokens_of(body) or DEFAULT_MAX_TOKENS
     out: dict[str, Any] = {"model": upstream_model, "max_tokens": max_tokens, "messages": messages}
     if system:
         out["system"] = system
@@ -330,7 +255,7 @@ def anthropic_request(body: dict[str, Any], upstream_model: str, stream: bool) -
             out[name] = body[name]
     stop = body.get("stop")
     if stop:
-        out["stop_sequences"] = _stop_sequences(stop)
+        out["stop_sequences"] = openai_request.stop_sequences(stop)
     if body.get("tools"):
         out["tools"] = translate_tools(body["tools"])
     choice = translate_tool_choice(body.get("tool_choice"), body.get("parallel_tool_calls"))

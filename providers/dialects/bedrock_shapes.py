@@ -18,13 +18,9 @@ from typing import Any
 
 import orjson
 
-from providers.dialects.anthropic_shapes import (
-    DEFAULT_MAX_TOKENS,
-    _stop_sequences,
-    tool_call_of,
-    translate_messages,
-    translate_tools,
-)
+from providers.dialects import openai_request
+from providers.dialects._shapes import usage_object
+from providers.dialects.anthropic_shapes import DEFAULT_MAX_TOKENS, tool_call_of, translate_messages, translate_tools
 from routing.core.errors import UpstreamFailure, invalid_request
 
 # Converse stopReason -> OpenAI finish_reason.
@@ -100,12 +96,11 @@ def tool_config(body: dict[str, Any]) -> dict[str, Any] | None:
         for spec in translate_tools(tools)
     ]
     config: dict[str, Any] = {"tools": specs}
-    if choice == "required":
+    read = openai_request.tool_choice_of(choice)
+    if read is not None and read[0] == "required":
         config["toolChoice"] = {"any": {}}
-    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-        config["toolChoice"] = {"tool": {"name": str(choice["function"].get("name", ""))}}
-    elif choice not in (None, "auto"):
-        raise invalid_request("tool_choice must be auto, none, required or a function choice", "tool_choice")
+    elif read is not None and read[0] == "function":
+        config["toolChoice"] = {"tool": {"name": str(read[1])}}
     return config
 
 
@@ -115,15 +110,13 @@ def converse_request(body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"messages": messages}
     if system:
         out["system"] = system
-    inference: dict[str, Any] = {
-        "maxTokens": body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
-    }
+    inference: dict[str, Any] = {"maxTokens": openai_request.max_tokens_of(body) or DEFAULT_MAX_TOKENS}
     if body.get("temperature") is not None:
         inference["temperature"] = body["temperature"]
     if body.get("top_p") is not None:
         inference["topP"] = body["top_p"]
     if body.get("stop"):
-        inference["stopSequences"] = _stop_sequences(body["stop"])
+        inference["stopSequences"] = openai_request.stop_sequences(body["stop"])
     out["inferenceConfig"] = inference
     config = tool_config(body)
     if config is not None:
@@ -134,7 +127,7 @@ def converse_request(body: dict[str, Any]) -> dict[str, Any]:
 # --- Converse answer -> chat.completion ---------------------------------------------
 
 
-def usage_of(raw: Any) -> tuple[int | None, int | None, dict[str, int] | None]:
+def usage_of(raw: Any) -> tuple[int | None, int | None, dict[str, Any] | None]:
     """(prompt tokens, completion tokens, OpenAI usage object) of Converse's `usage`."""
     if not isinstance(raw, dict):
         return None, None, None
@@ -143,14 +136,7 @@ def usage_of(raw: Any) -> tuple[int | None, int | None, dict[str, int] | None]:
     written = raw.get("cacheWriteInputTokens") if type(raw.get("cacheWriteInputTokens")) is int else 0
     prompt = inp + cached + written if type(inp) is int else None
     completion = out if type(out) is int else None
-    usage = {
-        "prompt_tokens": prompt or 0,
-        "completion_tokens": completion or 0,
-        "total_tokens": (prompt or 0) + (completion or 0),
-    }
-    if cached:
-        usage["prompt_tokens_details"] = {"cached_tokens": cached}  # type: ignore[assignment]
-    return prompt, completion, usage
+    return prompt, completion, usage_object(prompt, completion, cached)
 
 
 def _tool_call(use: dict[str, Any]) -> dict[str, Any]:

@@ -20,7 +20,9 @@ from typing import Any
 
 import orjson
 
-from providers.dialects.anthropic_shapes import DONE, _normalised, _text_of, sse_events
+from providers.dialects import openai_request
+from providers.dialects._shapes import usage_object
+from providers.dialects.anthropic_shapes import DONE, _normalised, sse_events
 from routing.config.snapshot import ModelSpec
 from routing.core.errors import FailureKind, UpstreamFailure, invalid_request
 
@@ -47,14 +49,8 @@ _CONFIG = {
 
 def _parts(content: Any, param: str) -> list[dict[str, Any]]:
     """User/assistant content (string or OpenAI parts) as Gemini parts."""
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return [{"text": content}] if content else []
-    if not isinstance(content, list):
-        raise invalid_request(f"{param} must be a string or a list of content parts", param)
     parts: list[dict[str, Any]] = []
-    for i, part in enumerate(content):
+    for i, part in enumerate(openai_request.content_list(content, param)):
         p = f"{param}[{i}]"
         if isinstance(part, str):
             parts.append({"text": part})
@@ -69,33 +65,12 @@ def _parts(content: Any, param: str) -> list[dict[str, Any]]:
 
 
 def _image_part(part: dict[str, Any], param: str) -> dict[str, Any]:
-    image = part.get("image_url")
-    url = image.get("url") if isinstance(image, dict) else image
-    if not isinstance(url, str) or not url:
-        raise invalid_request(f"{param}.image_url.url must be a URL or a data: URI", param)
-    if url.startswith("data:"):
-        header, _, data = url.partition(",")
-        if ";base64" not in header:
-            raise invalid_request(f"{param}: only base64 data: URIs are supported for images", param)
-        return {"inlineData": {"mimeType": header[5:].split(";", 1)[0] or "image/png", "data": data}}
-    ext = url.rsplit("?", 1)[0].rsplit(".", 1)[-1].lower()
+    media_type, data = openai_request.image_source(part, param)
+    if media_type is not None:
+        return {"inlineData": {"mimeType": media_type, "data": data}}
+    ext = data.rsplit("?", 1)[0].rsplit(".", 1)[-1].lower()
     mime = {"png": "image/png", "webp": "image/webp", "gif": "image/gif"}.get(ext, "image/jpeg")
-    return {"fileData": {"mimeType": mime, "fileUri": url}}
-
-
-def _call_part(call: Any, param: str) -> tuple[str, dict[str, Any]]:
-    """(call id, functionCall part) of an OpenAI tool call."""
-    fn = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(fn, dict):
-        raise invalid_request(f"{param} must be a function tool call", param)
-    raw = fn.get("arguments") or "{}"
-    try:
-        args = orjson.loads(raw) if isinstance(raw, str | bytes) else raw
-    except orjson.JSONDecodeError:
-        raise invalid_request(f"{param}.function.arguments is not valid JSON", param) from None
-    if not isinstance(args, dict):
-        args = {"value": args}
-    return str(call.get("id", "")), {"functionCall": {"name": str(fn.get("name", "")), "args": args}}
+    return {"fileData": {"mimeType": mime, "fileUri": data}}
 
 
 def _append(contents: list[dict[str, Any]], role: str, parts: list[dict[str, Any]]) -> None:
@@ -110,47 +85,27 @@ def _append(contents: list[dict[str, Any]], role: str, parts: list[dict[str, Any
 
 def contents_of(raw: Any) -> tuple[str | None, list[dict[str, Any]]]:
     """(system instruction text, contents) of OpenAI chat messages."""
-    if not isinstance(raw, list):
-        raise invalid_request("messages must be a list of message objects", "messages")
-    system: list[str] = []
-    contents: list[dict[str, Any]] = []
     names: dict[str, str] = {}  # tool call id -> function name, for the functionResponse that answers it
-    for i, msg in enumerate(raw):
-        param = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise invalid_request(f"{param} must be an object", param)
-        role, content = msg.get("role"), msg.get("content")
-        if role in ("system", "developer"):
-            system.append(_text_of(content, param + ".content"))
-        elif role == "user":
-            _append(contents, "user", _parts(content, param + ".content"))
-        elif role == "assistant":
-            parts = _parts(content, param + ".content")
-            calls = msg.get("tool_calls") or ()
-            if not isinstance(calls, list | tuple):
-                raise invalid_request(f"{param}.tool_calls must be a list of tool calls", param + ".tool_calls")
-            for j, call in enumerate(calls):
-                call_id, part = _call_part(call, f"{param}.tool_calls[{j}]")
-                names[call_id] = part["functionCall"]["name"]
-                parts.append(part)
-            _append(contents, "model", parts)
-        elif role == "tool":
-            name = names.get(str(msg.get("tool_call_id", "")), str(msg.get("name") or "tool"))
-            result = {"name": name, "response": {"content": _text_of(content, param + ".content")}}
-            _append(contents, "user", [{"functionResponse": result}])
-        else:
-            raise invalid_request(f"{param}.role {role!r} is not one of system, user, assistant, tool", param + ".role")
-    return ("\n\n".join(s for s in system if s) or None), contents
+
+    def call_part(call: Any, param: str) -> dict[str, Any]:
+        call_id, name, args = openai_request.function_call(call, param)
+        names[call_id] = name
+        return {"functionCall": {"name": name, "args": args}}
+
+    def result_part(msg: dict[str, Any], text: str) -> dict[str, Any]:
+        name = names.get(str(msg.get("tool_call_id", "")), str(msg.get("name") or "tool"))
+        return {"functionResponse": {"name": name, "response": {"content": text}}}
+
+    system, turns = openai_request.chat_turns(raw, _parts, call_part, result_part)
+    contents: list[dict[str, Any]] = []
+    for role, parts in turns:
+        _append(contents, "model" if role == "assistant" else "user", parts)
+    return system, contents
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
-    if not isinstance(tools, list):
-        raise invalid_request("tools must be a list", "tools")
     declarations = []
-    for i, tool in enumerate(tools):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(fn, dict) or not fn.get("name"):
-            raise invalid_request(f"tools[{i}] must be a function tool with a name", f"tools[{i}]")
+    for fn in openai_request.function_tools(tools):
         decl: dict[str, Any] = {"name": fn["name"]}
         if fn.get("description"):
             decl["description"] = fn["description"]
@@ -161,29 +116,23 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
 
 
 def _tool_config(choice: Any) -> dict[str, Any] | None:
-    if choice is None:
+    read = openai_request.tool_choice_of(choice)
+    if read is None:
         return None
-    if choice in ("auto", "none", "required"):
-        mode = {"auto": "AUTO", "none": "NONE", "required": "ANY"}[choice]
-        return {"functionCallingConfig": {"mode": mode}}
-    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-        name = str(choice["function"].get("name", ""))
-        return {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [name]}}
-    raise invalid_request("tool_choice must be auto, none, required or a function choice", "tool_choice")
+    if read[0] == "function":
+        return {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [str(read[1])]}}
+    mode = {"auto": "AUTO", "none": "NONE", "required": "ANY"}[read[0]]
+    return {"functionCallingConfig": {"mode": mode}}
 
 
 def _generation_config(body: dict[str, Any]) -> dict[str, Any]:
     config = {target: body[name] for name, target in _CONFIG.items() if body.get(name) is not None}
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    max_tokens = openai_request.max_tokens_of(body)
     if max_tokens is not None:
         config["maxOutputTokens"] = max_tokens
     stop = body.get("stop")
     if stop:
-        if isinstance(stop, str):
-            stop = [stop]
-        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-            raise invalid_request("stop must be a string or a list of strings", "stop")
-        config["stopSequences"] = stop
+        config["stopSequences"] = openai_request.stop_sequences(stop)
     fmt = body.get("response_format")
     if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema"):
         config["responseMimeType"] = "application/json"
@@ -223,14 +172,8 @@ def gemini_usage(raw: Any) -> tuple[int | None, int | None, dict[str, Any] | Non
     prompt = prompt if type(prompt) is int else None
     completion = (out if type(out) is int else 0) + (thoughts if type(thoughts) is int else 0)
     completion_or_none = completion if (type(out) is int or type(thoughts) is int) else None
-    usage: dict[str, Any] = {
-        "prompt_tokens": prompt or 0,
-        "completion_tokens": completion,
-        "total_tokens": (prompt or 0) + completion,
-    }
     cached = raw.get("cachedContentTokenCount")
-    if type(cached) is int and cached:
-        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    usage = usage_object(prompt, completion, cached if type(cached) is int else 0)
     if type(thoughts) is int and thoughts:
         usage["completion_tokens_details"] = {"reasoning_tokens": thoughts}
     return prompt, completion_or_none, usage
