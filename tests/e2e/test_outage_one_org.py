@@ -90,6 +90,16 @@ def gauge(gw, provider: str, model: str) -> float | None:
     return None
 
 
+def wait_gauge(gw, provider: str, model: str, value: float) -> None:
+    """The gauge reaches `value`. With REDIS_URL (CI's first pass) an outage seen by one process's
+    only org is confirmed against the other processes' users first, CONFIRM_AFTER_S (2 s) later;
+    the org's own view refuses it meanwhile (docs/resilience.md#org-views)."""
+    deadline = time.monotonic() + 3.0 + SLACK_S
+    while (seen := gauge(gw, provider, model)) != value:
+        assert time.monotonic() < deadline, f"switchboard_circuit_state of {provider}/{model} is {seen}, not {value}"
+        time.sleep(0.05)
+
+
 def probe_closes(gw, model: str, upstream: str, mock_upstream, provider: str) -> None:
     """After the cooldown, one request is the probe: it reaches the upstream, succeeds, closes the link."""
     time.sleep(COOLDOWN_S)
@@ -106,7 +116,7 @@ def test_three_500s_of_the_only_org_open_the_link_and_the_probe_closes_it(gw, mo
     mock_upstream.script("up-solo", [], then={"status": 500})
     for _ in range(THRESHOLD):
         assert ask(gw, "solo") == (502, "upstream_error")
-    assert gauge(gw, "mock", "solo") == 1  # an outage: the link itself is open, not only acme's view
+    wait_gauge(gw, "mock", "solo", 1)  # an outage: the link itself is open, not only acme's view
     before = mock_upstream.count("up-solo")
     assert ask(gw, "solo") == (503, "circuit_open")
     assert mock_upstream.count("up-solo") == before  # skipped without an upstream call
