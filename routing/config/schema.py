@@ -27,7 +27,6 @@ from routing.core.resilience import FALLBACK_TRIGGERS, Resilience
 CAPABILITIES = (*ENDPOINT_KINDS, "streaming", "tools", "structured_output", "vision")
 ACTIONS = ("allow", "deny")
 MAX_CHAIN = 8
-LIMIT_KEYS = ("rpm", "tpm")  # an org's or agent's `limits` (docs/limits.md)
 BUDGET_KEYS = ("usd", "period")  # an org's or agent's `budget` (docs/limits.md#budgets)
 BUDGET_PERIODS = ("day", "month", "total")  # UTC calendar periods; total never resets
 ROUTINGS = ("weighted", "least_busy", "latency")  # how a model picks among its deployments (docs/deployments.md)

@@ -19,6 +19,7 @@ from typing import Any
 from policies.matcher import compile_pattern
 from routing.config.schema import MODEL, ORG, POLICY, PROVIDER, core_resilience
 from routing.config.secrets import resolve_key
+from routing.core.dimensions import Limits, limits_of
 from routing.core.prices import CLASSES as PRICE_CLASSES
 from routing.core.prices import PRICE_KEYS, ClassPrices, PriceVersion, merged, version_of
 from routing.core.resilience import Resilience, Timeouts
@@ -105,7 +106,7 @@ class OrgSpec:
     default_action: str
     policies: tuple[PolicySpec, ...]  # ascending priority
     credentials: Mapping[str, CredentialSpec]  # provider name -> override
-    limits: tuple[int | None, int | None] | None = None  # (rpm, tpm), docs/limits.md
+    limits: Limits | None = None  # one value per LIMIT_DIMENSIONS row, docs/limits.md
     log_bodies: bool = False  # store bodies with usage records (docs/operations.md#bodies)
     budget: tuple[float, str] | None = None  # (usd, period), docs/limits.md#budgets
 
@@ -115,7 +116,7 @@ class AgentSpec:
     name: str
     org: OrgSpec
     default_model: str | None
-    limits: tuple[int | None, int | None] | None = None  # (rpm, tpm), docs/limits.md
+    limits: Limits | None = None  # one value per LIMIT_DIMENSIONS row, docs/limits.md
     budget: tuple[float, str] | None = None  # (usd, period), docs/limits.md#budgets
 
 
@@ -130,7 +131,7 @@ class KeySpec:
     agent: AgentSpec
     expires_at: float | None  # epoch seconds
     enabled: bool = True
-    limits: tuple[int | None, int | None] | None = None  # (rpm, tpm)
+    limits: Limits | None = None  # one value per LIMIT_DIMENSIONS row
     budget: tuple[float, str] | None = None  # (usd, period)
     models: tuple[tuple[str, Any], ...] | None = None  # (pattern, compiled) allow-list; None: the org decides
     rotated: bool = False  # the previous secret of a rotated key, valid until expires_at
@@ -302,14 +303,6 @@ def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _limits(raw: Mapping[str, Any] | None) -> tuple[int | None, int | None] | None:
-    """(rpm, tpm) of a `limits` mapping, or None when it sets neither (the caller pays nothing)."""
-    if not raw:
-        return None
-    rpm, tpm = raw.get("rpm"), raw.get("tpm")
-    return None if rpm is None and tpm is None else (rpm, tpm)
-
-
 def _budget(raw: Mapping[str, Any] | None) -> tuple[float, str] | None:
     """(usd, period) of a `budget` mapping, or None (the caller pays nothing)."""
     if not raw:
@@ -445,7 +438,7 @@ def build_snapshot(
                 for p in policies
             ),
             credentials=credentials,
-            limits=_limits(o.get("limits")),
+            limits=limits_of(o.get("limits")),
             log_bodies=o.get("log_bodies") is True,
             budget=_budget(o.get("budget")),
         )
@@ -455,7 +448,7 @@ def build_snapshot(
                 name=a["name"],
                 org=org,
                 default_model=(a.get("default_model") or "").strip() or None,
-                limits=_limits(a.get("limits")),
+                limits=limits_of(a.get("limits")),
                 budget=_budget(a.get("budget")),
             )
 
@@ -473,7 +466,7 @@ def build_snapshot(
             agent=agent,
             expires_at=row.get("expires_at"),
             enabled=row.get("enabled", True) is not False,
-            limits=_limits(row.get("limits")),
+            limits=limits_of(row.get("limits")),
             budget=_budget(row.get("budget")),
             models=_key_models(allowed, regex),
             rotated=row.get("rotated", False) is True,

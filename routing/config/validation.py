@@ -33,7 +33,6 @@ from routing.config.schema import (
     DEPLOYMENT,
     DIALECT_KINDS,
     DIALECTS,
-    LIMIT_KEYS,
     MAX_CHAIN,
     MODEL,
     ORG,
@@ -45,6 +44,8 @@ from routing.config.schema import (
     Entity,
 )
 from routing.config.secrets import env_policy_problem, redact_url, stored_ref_problem, userinfo_problem
+from routing.core.dimensions import LIMIT_DIMENSIONS, LIMIT_KEYS
+from routing.core.dimensions import describe as describe_limits
 from routing.core.kinds import ENDPOINT_KINDS
 from routing.core.prices import PRICE_KEYS
 from routing.core.resilience import FALLBACK_TRIGGERS
@@ -55,6 +56,7 @@ CAPABILITY = "routing.E003"
 PATTERN = "routing.E004"
 URL = "routing.E005"
 VALUE = "routing.E006"
+_UNITS = {d.key: d.unit for d in LIMIT_DIMENSIONS}  # "rpm" -> "requests per minute"
 ALIAS = "routing.E007"
 REFERENCE = "routing.E008"
 
@@ -329,7 +331,7 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
         lambda v, key, what: None
         if _is_int(v) and v > 0
         else f"{key} of {what} must be a positive whole number of "
-        f"{'requests' if key == 'rpm' else 'tokens'} per minute, got {_short(v)}: use e.g. 600, "
+        f"{_UNITS[key]}, got {_short(v)}: use e.g. 600, "
         "or remove it for no limit",
         VALUE,
     ),
@@ -480,14 +482,12 @@ class _Validator:
             if key not in LIMIT_KEYS:
                 self.add(
                     f"{path}.{key}",
-                    f"unknown limit {key!r} of {what}: remove it (allowed: rpm = requests per minute, "
-                    "tpm = tokens per minute)",
+                    f"unknown limit {key!r} of {what}: remove it (allowed: {describe_limits()})",
                 )
             elif not (_is_int(number) and number > 0):
-                unit = "requests" if key == "rpm" else "tokens"
                 self.add(
                     f"{path}.{key}",
-                    f"{key} of {what} must be a positive whole number of {unit} per minute, got {_short(number)}: "
+                    f"{key} of {what} must be a positive whole number of {_UNITS[key]}, got {_short(number)}: "
                     "use e.g. 60, or remove it for no limit",
                     VALUE,
                 )

@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from routing.core.dimensions import BY_NAME
+
 
 class FailureKind(enum.Enum):
     UPSTREAM_5XX = "upstream_5xx"
@@ -874,7 +876,7 @@ def rate_limit_exceeded(name: str, kind: str, limit: int, requested: int, retry_
     or "tokens", `limit` the per-minute limit, `requested` what this request needed.
     """
     headers = _retry_after(retry_after_s)
-    per_minute = "rpm" if kind == "requests" else "tpm"
+    per_minute = BY_NAME[kind].key if kind in BY_NAME else kind  # "rpm" for "requests" (routing.core.dimensions)
     if requested > limit:
         detail = (
             f"this request needs {requested} tokens (prompt estimate + max output), more than the {name} "

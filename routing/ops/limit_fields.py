@@ -13,15 +13,17 @@ from typing import Any
 
 from django import forms
 
-from routing.config.schema import BUDGET_PERIODS, LIMIT_KEYS
+from routing.config.schema import BUDGET_PERIODS
+from routing.core.dimensions import LIMIT_DIMENSIONS, LIMIT_KEYS
 
-LIMITS_HELP = "Requests and tokens per minute (docs/limits.md). Blank: no limit."
+LIMITS_HELP = (
+    f"{' and '.join(d.name for d in LIMIT_DIMENSIONS).capitalize()} per minute (docs/limits.md). Blank: no limit."
+)
 BUDGET_HELP = (
     "Spend cap in US dollars per period (UTC calendar day or month, or total: never resets). Requests are admitted "
     "while their worst-case cost fits what is left (docs/limits.md#budgets). Models without prices cost 0. "
     "Blank amount: no budget."
 )
-_UNITS = {"rpm": "requests/min", "tpm": "tokens/min"}
 
 
 def parse_number(text: str) -> Any:
@@ -52,7 +54,7 @@ def _number_input(placeholder: str, step: str) -> forms.NumberInput:
 
 
 class LimitsWidget(LabelledMultiWidget):
-    labels = tuple(_UNITS[k] for k in LIMIT_KEYS)
+    labels = tuple(f"{d.name}/min" for d in LIMIT_DIMENSIONS)
 
     def __init__(self) -> None:
         super().__init__({key: _number_input("none", "1") for key in LIMIT_KEYS})
@@ -75,7 +77,7 @@ class BudgetWidget(LabelledMultiWidget):
 
 
 class LimitsField(forms.MultiValueField):
-    """{rpm, tpm} from two number boxes; both blank: None (no limits)."""
+    """A `limits` mapping from one number box per LIMIT_DIMENSIONS row; all blank: None (no limits)."""
 
     widget = LimitsWidget
 

@@ -27,6 +27,7 @@ from django.conf import settings
 from prometheus_client import Counter, Gauge, Histogram
 
 from routing.core.breaker import BreakerKey
+from routing.core.dimensions import LIMIT_DIMENSIONS
 
 CIRCUIT_STATE = Gauge(
     "switchboard_circuit_state",
@@ -111,7 +112,7 @@ RATE_LIMITED = Counter(
     "Requests refused by an org's, agent's or API key's own rate limit or budget (docs/limits.md).",
     ["scope", "limit"],
 )
-_LIMIT_LABEL = {"requests": "rpm", "tokens": "tpm", "budget": "budget"}
+_LIMIT_LABEL = {**{d.name: d.key for d in LIMIT_DIMENSIONS}, "budget": "budget"}
 _rate_limited = {
     (s, k): RATE_LIMITED.labels(s, label) for s in ("org", "agent", "key") for k, label in _LIMIT_LABEL.items()
 }

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 
 from routing.core.buckets import Bucket, SharedBucket
+from routing.core.dimensions import LIMIT_DIMENSIONS, Dimension, Limits
 
-REQUESTS, TOKENS = "requests", "tokens"
 ORG, AGENT, KEY = "org", "agent", "key"
 
 
@@ -62,11 +62,10 @@ class Refused(Exception):
 class Ticket:
     """What one admitted request took, to correct it later and to build its headers."""
 
-    __slots__ = ("requests", "tokens", "reserved", "settled")
+    __slots__ = ("buckets", "reserved", "settled")
 
-    def __init__(self, requests: list[Bucket], tokens: list[Bucket], reserved: int) -> None:
-        self.requests = requests
-        self.tokens = tokens
+    def __init__(self, buckets: list[list[Bucket]], reserved: int) -> None:
+        self.buckets = buckets  # the buckets taken from, one list per row of LIMIT_DIMENSIONS
         self.reserved = reserved
         self.settled = False
 
@@ -79,21 +78,24 @@ class Ticket:
         if self.settled:
             return
         self.settled = True
-        if used is None or not self.tokens:
+        if used is None:
             return
         diff = used - self.reserved
-        for bucket in self.tokens:
-            level = bucket.level - diff  # a refund when negative; a charge may go into debt
-            bucket.level = bucket.capacity if level > bucket.capacity else level
+        for dimension, taken in zip(LIMIT_DIMENSIONS, self.buckets, strict=True):
+            if not dimension.per_token:
+                continue
+            for bucket in taken:
+                level = bucket.level - diff  # a refund when negative; a charge may go into debt
+                bucket.level = bucket.capacity if level > bucket.capacity else level
 
     def refund(self) -> None:
         """Give the whole token reservation back: no upstream produced an answer (error, cancel)."""
         self.settle(0)
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        """The x-ratelimit-* headers of the tightest bucket of each kind (docs/limits.md#headers)."""
+        """The x-ratelimit-* headers of the tightest bucket of each dimension (docs/limits.md#headers)."""
         out: list[tuple[bytes, bytes]] = []
-        for names, buckets in ((_REQUEST_HEADERS, self.requests), (_TOKEN_HEADERS, self.tokens)):
+        for dimension, buckets in zip(LIMIT_DIMENSIONS, self.buckets, strict=True):
             if not buckets:
                 continue
             tight = buckets[0]
@@ -102,16 +104,12 @@ class Ticket:
                 other_level = other.remaining()
                 if other_level < level:
                     tight, level = other, other_level
-            limit, remaining, reset = names
+            limit, remaining, reset = dimension.headers
             left = int(level) if level > 0 else 0
             out.append((limit, b"%d" % tight.capacity))
             out.append((remaining, b"%d" % left))
             out.append((reset, format_duration(tight.reset_s()).encode()))
         return out
-
-
-_REQUEST_HEADERS = (b"x-ratelimit-limit-requests", b"x-ratelimit-remaining-requests", b"x-ratelimit-reset-requests")
-_TOKEN_HEADERS = (b"x-ratelimit-limit-tokens", b"x-ratelimit-remaining-tokens", b"x-ratelimit-reset-tokens")
 
 
 def format_duration(seconds: float) -> str:
@@ -146,48 +144,46 @@ class Limiter:
     def admit(
         self,
         org: str,
-        org_limits: tuple[int | None, int | None] | None,
+        org_limits: Limits | None,
         agent: str,
-        agent_limits: tuple[int | None, int | None] | None,
+        agent_limits: Limits | None,
         tokens: Callable[[], int],
         key: str = "",
-        key_limits: tuple[int | None, int | None] | None = None,
+        key_limits: Limits | None = None,
     ) -> Ticket:
         """Take one request and `tokens()` tokens from every bucket that applies, or raise `Refused`.
 
-        `*_limits` are (rpm, tpm) or None; `tokens` is called only when a tpm limit applies. `key` is
-        the API key's prefix, its identity across rotations (docs/limits.md#keys).
+        `*_limits` are `Limits` (one value per LIMIT_DIMENSIONS row) or None; `tokens` is called only
+        when a per-token limit applies. `key` is the API key's prefix, its identity across rotations
+        (docs/limits.md#keys).
         """
         now = self._clock()
-        requests: list[Bucket] = []
-        token_buckets: list[Bucket] = []
-        scopes: list[tuple[str, str, int, Bucket]] = []
+        taken: list[list[Bucket]] = [[] for _ in LIMIT_DIMENSIONS]
+        scopes: list[tuple[str, Dimension, int, Bucket]] = []
+        per_token = False
         applies = ((AGENT, (AGENT, org, agent), agent_limits), (ORG, (ORG, org), org_limits))
         if key_limits is not None:
             applies = ((KEY, (KEY, key), key_limits), *applies)
         for scope, ident, limits in applies:
             if limits is None:
                 continue
-            rpm, tpm = limits
-            if rpm is not None:
-                bucket = self._bucket((*ident, REQUESTS), rpm, now)
-                requests.append(bucket)
-                scopes.append((scope, REQUESTS, rpm, bucket))
-            if tpm is not None:
-                bucket = self._bucket((*ident, TOKENS), tpm, now)
-                token_buckets.append(bucket)
-                scopes.append((scope, TOKENS, tpm, bucket))
-        amount = tokens() if token_buckets else 0
-        ticket = Ticket(requests, token_buckets, amount)
-        for _, limit, _, bucket in scopes:
-            need = 1 if limit == REQUESTS else amount
+            for dimension, value, buckets in zip(LIMIT_DIMENSIONS, limits, taken, strict=True):
+                if value is not None:
+                    bucket = self._bucket((*ident, dimension.name), value, now)
+                    buckets.append(bucket)
+                    scopes.append((scope, dimension, value, bucket))
+                    per_token = per_token or dimension.per_token
+        amount = tokens() if per_token else 0
+        ticket = Ticket(taken, amount)
+        for _, dimension, _, bucket in scopes:
+            need = amount if dimension.per_token else 1
             if bucket.level < need or need > bucket.capacity:
                 ticket.settled = True
                 raise _refusal(scopes, amount, ticket)
-        for bucket in requests:
-            bucket.level -= 1
-        for bucket in token_buckets:
-            bucket.level -= amount
+        for dimension, buckets in zip(LIMIT_DIMENSIONS, taken, strict=True):
+            need = amount if dimension.per_token else 1
+            for bucket in buckets:
+                bucket.level -= need
         return ticket
 
     def peek(self, key: tuple[str, ...]) -> tuple[float, float, float] | None:
@@ -210,28 +206,28 @@ class Limiter:
         self._buckets.clear()
 
 
-def _refusal(scopes: list[tuple[str, str, int, Bucket]], amount: int, ticket: Ticket) -> Refused:
+def _refusal(scopes: list[tuple[str, Dimension, int, Bucket]], amount: int, ticket: Ticket) -> Refused:
     """Why a request is refused: the first bucket that cannot take it, not even with a lease from
     its cluster bucket; else (only leased shares are short) a `short` refusal, each short share
     having added this request's amount to what the lessor's next round asks for (so one round
     leases for every waiter, on the agent's and the org's rpm and tpm at once)."""
     short: tuple[str, str, int, int, Bucket] | None = None
-    for scope, limit, value, bucket in scopes:
-        need = 1 if limit == REQUESTS else amount
+    for scope, dimension, value, bucket in scopes:
+        need = amount if dimension.per_token else 1
         if bucket.level >= need and need <= bucket.capacity:
             continue
         if not bucket.may_lease(need):
-            refused = Refused(scope, limit, value, need, bucket.wait(need), ticket, bucket)
-            for _, kind, _, other in scopes:
-                amount_of = 1 if kind == REQUESTS else amount
+            refused = Refused(scope, dimension.name, value, need, bucket.wait(need), ticket, bucket)
+            for _, other_dimension, _, other in scopes:
+                amount_of = amount if other_dimension.per_token else 1
                 if isinstance(other, SharedBucket) and not other.divisor and other.level < amount_of <= other.capacity:
                     refused.lacking.append((other, amount_of))
             return refused
         if short is None:
-            short = (scope, limit, value, need, bucket)
+            short = (scope, dimension.name, value, need, bucket)
     assert short is not None
-    for _, limit, _, bucket in scopes:
-        need = 1 if limit == REQUESTS else amount
+    for _, dimension, _, bucket in scopes:
+        need = amount if dimension.per_token else 1
         if bucket.level < need:
             bucket.short(need)
     scope, limit, value, need, bucket = short

@@ -15,11 +15,12 @@ from django.shortcuts import render
 
 from routing.config import live
 from routing.config.snapshot import Snapshot
+from routing.core.dimensions import LIMIT_DIMENSIONS
 from routing.ops import wiring
 from routing.ops.dashboard import feed
 from routing.ops.dashboard.views import staff_only
 from routing.plan.budgets import Budgets, period_bounds
-from routing.plan.limits import AGENT, ORG, REQUESTS, TOKENS, Limiter
+from routing.plan.limits import AGENT, ORG, Limiter
 
 
 def _bucket(limiter: Limiter, key: tuple[str, ...], limit: int | None) -> dict[str, Any] | None:
@@ -66,15 +67,13 @@ def limits_rows(snapshot: Snapshot, limiter: Limiter, budgets: Budgets, now: flo
         for name, agent in sorted(agents.get(org.name, {}).items()):
             entries.append((AGENT, f"{org.name}/{name}", (AGENT, org.name, name), agent.limits, agent.budget))
         for scope, label, key, limits, budget in entries:
-            rpm, tpm = limits if limits is not None else (None, None)
+            values = limits or (None,) * len(LIMIT_DIMENSIONS)
+            buckets = [
+                (d.key, _bucket(limiter, (*key, d.name), value))
+                for d, value in zip(LIMIT_DIMENSIONS, values, strict=True)
+            ]
             rows.append(
-                {
-                    "scope": scope,
-                    "name": label,
-                    "rpm": _bucket(limiter, (*key, REQUESTS), rpm),
-                    "tpm": _bucket(limiter, (*key, TOKENS), tpm),
-                    "budget": _budget(budgets, key, budget, now),
-                }
+                {"scope": scope, "name": label, "limits": buckets, "budget": _budget(budgets, key, budget, now)}
             )
     return rows
 
@@ -88,7 +87,7 @@ def limits_view(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "dashboard/limits.html",
-        {"rows": rows, "title": "Limits and budgets", "shared": proc.limiter.shared},
+        {"rows": rows, "title": "Limits and budgets", "shared": proc.limiter.shared, "dimensions": LIMIT_DIMENSIONS},
     )
 
 
