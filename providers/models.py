@@ -18,7 +18,7 @@ class Provider(models.Model):
     """An upstream API endpoint speaking one dialect."""
 
     name = models.SlugField(max_length=64, unique=True)
-    # No `choices`: the dialect table (routing.config.schema.DIALECT_KINDS) is checked by validation and
+    # No `choices`: the dialect table (routing.core.kinds.DIALECT_KINDS) is checked by validation and
     # offered as a select by the admin, so adding a dialect needs no migration.
     dialect = models.CharField(max_length=16, default="openai", help_text="The upstream API family.")
     base_url = models.CharField(max_length=500, help_text="http(s) URL, e.g. https://api.openai.com/v1")

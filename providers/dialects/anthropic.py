@@ -43,7 +43,6 @@ from routing.core.prices import token_classes
 
 class AnthropicDialect(Dialect):
     name = "anthropic"
-    kinds = frozenset({"chat"})
 
     def build_request(
         self,

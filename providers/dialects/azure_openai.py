@@ -52,7 +52,6 @@ def is_entra_token(secret: str) -> bool:
 
 class AzureOpenAIDialect(Dialect):
     name = "azure_openai"
-    kinds = frozenset({"chat", "embeddings", "responses"})
     stream_usage_option = True  # Azure honours stream_options.include_usage since 2024-09-01
 
     def build_request(

@@ -19,7 +19,7 @@ import orjson
 from routing.config.snapshot import ModelSpec, ProviderSpec
 from routing.core import errors
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure, failure_from_response
-from routing.core.kinds import ENDPOINT_KINDS
+from routing.core.kinds import DIALECT_KINDS, ENDPOINT_KINDS
 from routing.core.prices import token_classes
 
 KINDS = ENDPOINT_KINDS
@@ -125,10 +125,19 @@ def join_url(base_url: str, path: str) -> str:
 
 
 class Dialect:
-    """Base adapter: subclasses set `name` and `kinds` and override what differs."""
+    """Base adapter: subclasses set `name` and override what differs.
+
+    `kinds`, the endpoint kinds the adapter serves, is the dialect table's row for `name`
+    (routing.core.kinds.DIALECT_KINDS), set once per class: the schema and the adapters read one list.
+    """
 
     name = "base"
     kinds: frozenset[str] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kinds = DIALECT_KINDS.get(cls.name, frozenset())
+
     # Whether the upstream honours `stream_options.include_usage`: the gateway then asks for the
     # usage frame on every stream and keeps it from clients that did not ask (docs/metrics.md#usage).
     stream_usage_option = False

@@ -138,7 +138,6 @@ def bedrock_failure(
 
 class BedrockDialect(Dialect):
     name = "bedrock"
-    kinds = frozenset({"chat"})
 
     def build_request(
         self,

@@ -35,7 +35,6 @@ def _billed(data: dict[str, Any]) -> tuple[int | None, int | None]:
 
 class CohereDialect(Dialect):
     name = "cohere"
-    kinds = frozenset({"embeddings", "rerank"})
 
     def build_request(
         self,

@@ -35,7 +35,6 @@ def chat_url(base_url: str, resource: str, stream: bool) -> str:
 
 class GeminiDialect(Dialect):
     name = "gemini"
-    kinds = frozenset({"chat", "embeddings"})
 
     def build_request(
         self,

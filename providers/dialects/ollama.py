@@ -9,7 +9,6 @@ from routing.config.snapshot import ProviderSpec
 
 class OllamaDialect(OpenAIDialect):
     name = "ollama"
-    kinds = frozenset({"chat", "embeddings"})
 
     def health_url(self, provider: ProviderSpec) -> str:
         """`/api/tags` on Ollama's native root (lists the pulled models) unless a path is set."""

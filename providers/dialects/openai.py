@@ -31,7 +31,6 @@ PATHS = {
 
 class OpenAIDialect(Dialect):
     name = "openai"
-    kinds = frozenset(PATHS)
     stream_usage_option = True
 
     def build_request(

@@ -27,7 +27,6 @@ from routing.config.snapshot import ModelSpec, ProviderSpec
 
 class TEIDialect(Dialect):
     name = "tei"
-    kinds = frozenset({"embeddings", "rerank"})
 
     def build_request(
         self,

@@ -129,7 +129,6 @@ tokens = ServiceAccountTokens()
 
 class VertexDialect(Dialect):
     name = "vertex"
-    kinds = frozenset({"chat"})
     authorizes = True
 
     def build_request(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from routing.core.kinds import ENDPOINT_KINDS
+from routing.core.kinds import DIALECTS, ENDPOINT_KINDS
 from routing.core.prices import CLASSES as PRICE_CLASSES
 from routing.core.resilience import FALLBACK_TRIGGERS, Resilience
 
@@ -30,25 +30,7 @@ MAX_CHAIN = 8
 BUDGET_KEYS = ("usd", "period")  # an org's or agent's `budget` (docs/limits.md#budgets)
 BUDGET_PERIODS = ("day", "month", "total")  # UTC calendar periods; total never resets
 ROUTINGS = ("weighted", "least_busy", "latency")  # how a model picks among its deployments (docs/deployments.md)
-# The endpoint kinds each dialect's adapter can serve (providers/dialects/*: `kinds`), for the
-# deployment rule "the provider's dialect serves the model's kinds" (docs/deployments.md#validation).
-DIALECT_KINDS: dict[str, frozenset[str]] = {
-    "openai": frozenset({"chat", "embeddings", "rerank", "responses", "completions"}),
-    "anthropic": frozenset({"chat"}),
-    "ollama": frozenset({"chat", "embeddings"}),
-    "tei": frozenset({"embeddings", "rerank"}),
-    "cohere": frozenset({"embeddings", "rerank"}),
-    "bedrock": frozenset({"chat"}),
-}
-DIALECT_KINDS.update(  # cloud providers' APIs (docs/providers.md)
-    {
-        "azure_openai": frozenset({"chat", "embeddings", "responses"}),
-        "gemini": frozenset({"chat", "embeddings"}),
-        "vertex": frozenset({"chat"}),
-    }
-)
-# The one dialect table: a new dialect is a row above (and its adapter), never a migration.
-DIALECTS: tuple[str, ...] = tuple(DIALECT_KINDS)
+# The one dialect table is routing.core.kinds.DIALECT_KINDS (docs/architecture.md#what-a-change-touches).
 
 # When export writes a field: always, when not None, or when truthy (not None/""/False/[]).
 ALWAYS, SET, TRUTHY = "always", "set", "truthy"

@@ -31,7 +31,6 @@ from routing.config.schema import (
     CAPABILITIES,
     CREDENTIAL,
     DEPLOYMENT,
-    DIALECT_KINDS,
     DIALECTS,
     MAX_CHAIN,
     MODEL,
@@ -46,7 +45,7 @@ from routing.config.schema import (
 from routing.config.secrets import env_policy_problem, redact_url, stored_ref_problem, userinfo_problem
 from routing.core.dimensions import LIMIT_DIMENSIONS, LIMIT_KEYS
 from routing.core.dimensions import describe as describe_limits
-from routing.core.kinds import ENDPOINT_KINDS
+from routing.core.kinds import DIALECT_KINDS, ENDPOINT_KINDS
 from routing.core.prices import PRICE_KEYS
 from routing.core.resilience import FALLBACK_TRIGGERS
 
@@ -150,7 +149,7 @@ def health_path_problem(value: Any) -> str | None:
 
 
 def dialect_problem(value: Any) -> str | None:
-    """The dialect table (routing.config.schema.DIALECT_KINDS) is the only list of dialects."""
+    """The dialect table (routing.core.kinds.DIALECT_KINDS) is the only list of dialects."""
     if isinstance(value, str) and value in DIALECTS:
         return None
     return f"unknown dialect {_short(value)}: use one of {' | '.join(DIALECTS)}"

@@ -8,3 +8,24 @@ explain_route all take the list from here.
 from __future__ import annotations
 
 ENDPOINT_KINDS: tuple[str, ...] = ("chat", "embeddings", "rerank", "responses", "completions")
+
+# The endpoint kinds each dialect's adapter can serve (providers.dialects.base.Dialect.kinds), for the
+# deployment rule "the provider's dialect serves the model's kinds" (docs/deployments.md#validation).
+DIALECT_KINDS: dict[str, frozenset[str]] = {
+    "openai": frozenset({"chat", "embeddings", "rerank", "responses", "completions"}),
+    "anthropic": frozenset({"chat"}),
+    "ollama": frozenset({"chat", "embeddings"}),
+    "tei": frozenset({"embeddings", "rerank"}),
+    "cohere": frozenset({"embeddings", "rerank"}),
+    "bedrock": frozenset({"chat"}),
+}
+DIALECT_KINDS.update(  # cloud providers' APIs (docs/providers.md)
+    {
+        "azure_openai": frozenset({"chat", "embeddings", "responses"}),
+        "gemini": frozenset({"chat", "embeddings"}),
+        "vertex": frozenset({"chat"}),
+    }
+)
+# The one dialect table: a new dialect is a row above (and its adapter), never a migration. Validation,
+# the admin's select, the schema and the adapters (`Dialect.kinds`) read it.
+DIALECTS: tuple[str, ...] = tuple(DIALECT_KINDS)

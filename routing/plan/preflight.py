@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from routing.config.schema import DIALECT_KINDS
 from routing.config.snapshot import ModelSpec
 from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.core.executor import Link
-from routing.core.kinds import ENDPOINT_KINDS
+from routing.core.kinds import DIALECT_KINDS, ENDPOINT_KINDS
 
 KINDS = frozenset(ENDPOINT_KINDS)
 CHARS_PER_TOKEN = 4

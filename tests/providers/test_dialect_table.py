@@ -7,8 +7,9 @@ import pytest
 from providers.admin import ProviderForm
 from providers.dialects import DIALECTS as ADAPTERS
 from providers.models import Provider
-from routing.config.schema import DIALECT_KINDS, DIALECTS
+from routing.config.schema import DIALECTS
 from routing.config.validation import dialect_problem
+from routing.core.kinds import DIALECT_KINDS
 
 
 def test_every_dialect_of_the_table_has_an_adapter_serving_its_kinds():
