@@ -29,7 +29,7 @@ import orjson
 
 from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec, Snapshot
-from routing.core.errors import UpstreamFailure
+from routing.core.failures import UpstreamFailure
 from routing.ops import metrics
 from routing.ops.outage import Outage
 

@@ -27,7 +27,7 @@ import aiohttp
 
 from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec
-from routing.core.errors import FailureKind, UpstreamFailure
+from routing.core.failures import FailureKind, UpstreamFailure
 
 log = logging.getLogger("switchboard.upstream")
 # Seconds between two "could not reach" log lines of one provider: an outage fails every request.

@@ -24,7 +24,8 @@ import orjson
 
 from providers.dialects import openai_request
 from routing.config.snapshot import ModelSpec
-from routing.core.errors import FailureKind, UpstreamFailure, invalid_request
+from routing.core.errors import invalid_request
+from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.prices import token_classes
 from routing.core.stream import SAMPLE_BYTES, relayed_tokens
 

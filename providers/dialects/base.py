@@ -4,7 +4,7 @@ A dialect is stateless and shared by every request. `build_request` turns the
 client's OpenAI-shaped body into the upstream's request; `parse_response` turns a
 2xx upstream body back into the OpenAI shape the client expects (and reads the token
 usage); `translate_stream` turns the upstream's SSE bytes into OpenAI SSE bytes.
-Non-2xx answers are classified by `failure`: routing.core.errors.failure_from_response
+Non-2xx answers are classified by `failure`: routing.core.failures.failure_from_response
 unless the dialect knows its upstream's error shape better.
 """
 
@@ -18,7 +18,8 @@ import orjson
 
 from routing.config.snapshot import ModelSpec, ProviderSpec
 from routing.core import errors
-from routing.core.errors import FailureKind, GatewayError, UpstreamFailure, failure_from_response
+from routing.core.errors import GatewayError
+from routing.core.failures import FailureKind, UpstreamFailure, failure_from_response
 from routing.core.kinds import DIALECT_KINDS, ENDPOINT_KINDS
 from routing.core.prices import token_classes
 

@@ -12,7 +12,7 @@ one). The provider's secret (api_key_env or a stored key) is the credential trip
 `ACCESS_KEY_ID:SECRET_ACCESS_KEY[:SESSION_TOKEN]`.
 
 Errors: Bedrock names them in `x-amzn-ErrorType` with a `{"message": ...}` body. They are
-classified by status as for every dialect (routing.core.errors.failure_from_response),
+classified by status as for every dialect (routing.core.failures.failure_from_response),
 with two corrections: ModelNotReadyException (sent as 429) and ModelErrorException (424)
 are the provider's fault (retried, charged to the breaker, failed over), and the body is
 turned into an error object that names the exception, which `upstream_client_error` relays.
@@ -33,7 +33,7 @@ from providers.dialects.base import Dialect, ParsedResponse, PreparedRequest, en
 from providers.dialects.bedrock_shapes import chat_completion_of, converse_request, translate_events
 from routing.config.snapshot import ModelSpec, ProviderSpec
 from routing.config.validation import bedrock_region
-from routing.core.errors import FailureKind, UpstreamFailure, failure_from_response
+from routing.core.failures import FailureKind, UpstreamFailure, failure_from_response
 
 SERVICE = "bedrock"  # the SigV4 signing name of bedrock-runtime
 HEALTH_PATH = "/async-invoke?maxResults=1"

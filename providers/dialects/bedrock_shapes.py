@@ -21,7 +21,8 @@ import orjson
 from providers.dialects import openai_request
 from providers.dialects._shapes import usage_object
 from providers.dialects.anthropic_shapes import DEFAULT_MAX_TOKENS, tool_call_of, translate_messages, translate_tools
-from routing.core.errors import UpstreamFailure, invalid_request
+from routing.core.errors import invalid_request
+from routing.core.failures import UpstreamFailure
 
 # Converse stopReason -> OpenAI finish_reason.
 FINISH_REASONS = {

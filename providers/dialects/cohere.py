@@ -18,7 +18,7 @@ from providers.dialects.base import (
     unsupported,
 )
 from routing.config.snapshot import ModelSpec
-from routing.core.errors import FailureKind, UpstreamFailure
+from routing.core.failures import FailureKind, UpstreamFailure
 
 
 def _billed(data: dict[str, Any]) -> tuple[int | None, int | None]:

@@ -3,7 +3,7 @@
 A 429 can mean "slow down for a second" or "out of credit until the month ends"; a 400 can be a
 credit-balance refusal. Retrying the second kind burns the retry budget and churns the breaker
 for nothing, so the table below, from each provider's documented error bodies, tells them apart;
-every other answer keeps the classification of routing.core.errors.failure_from_response (rate
+every other answer keeps the classification of routing.core.failures.failure_from_response (rate
 limit, overloaded, context length, content filter, ...). It is data: a dialect's row is a list
 of rules, each (HTTP statuses, the error object's code/type/status values, phrases of its
 message); a rule matches when the status is listed and a code or a phrase matches.
@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from routing.core.errors import FailureKind, UpstreamFailure
+from routing.core.failures import FailureKind, UpstreamFailure
 
 Rule = tuple[frozenset[int], frozenset[str], tuple[str, ...]]
 

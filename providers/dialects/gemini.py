@@ -19,7 +19,7 @@ from providers.dialects import gemini_shapes
 from providers.dialects._shapes import embedding_inputs, embeddings_list
 from providers.dialects.base import Dialect, ParsedResponse, PreparedRequest, encode, join_url, load_json, unsupported
 from routing.config.snapshot import ModelSpec
-from routing.core.errors import FailureKind, UpstreamFailure
+from routing.core.failures import FailureKind, UpstreamFailure
 
 
 def model_path(upstream_model: str) -> str:

@@ -24,7 +24,8 @@ from providers.dialects import openai_request
 from providers.dialects._shapes import usage_object
 from providers.dialects.anthropic_shapes import DONE, _normalised, sse_events
 from routing.config.snapshot import ModelSpec
-from routing.core.errors import FailureKind, UpstreamFailure, invalid_request
+from routing.core.errors import invalid_request
+from routing.core.failures import FailureKind, UpstreamFailure
 
 FINISH_REASONS = {
     "STOP": "stop",

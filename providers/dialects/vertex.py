@@ -31,7 +31,7 @@ import orjson
 from providers.dialects import anthropic_shapes, gemini_shapes
 from providers.dialects.base import Dialect, ParsedResponse, PreparedRequest, encode, join_url, load_json, unsupported
 from routing.config.snapshot import ModelSpec, ProviderSpec
-from routing.core.errors import FailureKind, UpstreamFailure
+from routing.core.failures import FailureKind, UpstreamFailure
 
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 ANTHROPIC_VERSION = "vertex-2023-10-16"

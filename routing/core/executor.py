@@ -26,7 +26,8 @@ from routing.core.backoff import backoff_delay
 from routing.core.balance import Balancer, Target
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.core.buckets import LEASE_WAIT_S
-from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.errors import GatewayError
+from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.hedging import Hedges
 from routing.core.parking import parking
 from routing.core.resilience import LinkModel, Resilience

@@ -24,7 +24,8 @@ from typing import Any
 import orjson
 
 from routing.core import errors
-from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.errors import GatewayError
+from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.prices import token_classes
 
 HOLD_MAX_FRAMES = 16  # frames without content held before the commit ...

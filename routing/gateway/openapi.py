@@ -13,7 +13,8 @@ from typing import Any
 
 import orjson
 
-from routing.core.errors import _REASON, CATALOGUE
+from routing.core.errors import CATALOGUE
+from routing.core.failures import _REASON
 
 PATH = "/v1/openapi.json"
 VERSION = "1.0.0"

@@ -19,8 +19,8 @@ from providers.dialects.error_classes import refine
 from providers.transport import transport
 from routing.config.snapshot import OrgSpec, Snapshot
 from routing.core import errors
-from routing.core.errors import FailureKind, UpstreamFailure
 from routing.core.executor import Executor, Link, Settlement
+from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
 from routing.ops.accounting import Context, journal_stream

@@ -12,7 +12,7 @@ from routing.config.secrets import redact_url
 from routing.config.snapshot import build_snapshot
 from routing.config.store import ConfigInvalid, import_document
 from routing.config.validation import validate_document
-from routing.core.errors import UpstreamFailure
+from routing.core.failures import UpstreamFailure
 from tests.config.conftest import VALID
 from tests.providers.conftest import provider
 

@@ -9,8 +9,9 @@ import orjson
 import pytest
 
 from routing.core import errors
-from routing.core.errors import FailureKind as K
-from routing.core.errors import GatewayError, UpstreamFailure, failure_from_response, parse_retry_after
+from routing.core.errors import GatewayError
+from routing.core.failures import FailureKind as K
+from routing.core.failures import UpstreamFailure, failure_from_response, parse_retry_after
 from tests.core.error_table import rows
 
 TABLE = rows()

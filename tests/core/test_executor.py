@@ -11,9 +11,10 @@ import pytest
 
 from routing.config.snapshot import Resilience
 from routing.core.breaker import BreakerRegistry, State
-from routing.core.errors import FailureKind as K
-from routing.core.errors import UpstreamFailure, unsupported_capability
+from routing.core.errors import unsupported_capability
 from routing.core.executor import Executor, Link
+from routing.core.failures import FailureKind as K
+from routing.core.failures import UpstreamFailure
 from routing.core.retry_budget import RetryBudgets
 from tests.core.fakes import FakeClock, link
 

@@ -9,8 +9,8 @@ from routing.config.snapshot import Resilience
 from routing.core.admission_queue import Gates
 from routing.core.breaker import BreakerRegistry
 from routing.core.concurrency import LimitSettings
-from routing.core.errors import FailureKind, UpstreamFailure
 from routing.core.executor import Executor, Link
+from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.retry_budget import RetryBudgets
 from tests.core.fakes import link
 

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from routing.core.errors import FailureKind as K
-from routing.core.errors import UpstreamFailure
+from routing.core.failures import FailureKind as K
+from routing.core.failures import UpstreamFailure
 from routing.core.stream import open_stream
 from tests.core.fakes import FakeClock
 

@@ -13,7 +13,7 @@ from providers.dialects.base import ParsedResponse
 from providers.mock.upstream import MockState, start_mock, state_of
 from providers.transport import Transport
 from routing.config.snapshot import ModelSpec, ProviderSpec, Timeouts
-from routing.core.errors import failure_from_response
+from routing.core.failures import failure_from_response
 
 MOUNTS = {"openai": "/v1", "ollama": "/v1", "anthropic": "/anthropic/v1", "tei": "/tei", "cohere": "/cohere/v2"}
 

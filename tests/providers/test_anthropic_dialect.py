@@ -10,7 +10,8 @@ import pytest
 
 from providers.dialects import get_dialect
 from providers.dialects.anthropic import translate_sse
-from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.errors import GatewayError
+from routing.core.failures import FailureKind, UpstreamFailure
 from tests.providers.conftest import call, model, model_at, provider, sse_payloads, stream
 
 PNG = "data:image/png;base64,iVBORw0KGgo="

@@ -20,7 +20,8 @@ from providers.dialects.anthropic_shapes import (
     held_until_content,
     message_of,
 )
-from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.errors import GatewayError
+from routing.core.failures import FailureKind, UpstreamFailure
 
 PNG = "iVBORw0KGgo="
 TOOL = {"name": "lookup", "description": "Look it up", "input_schema": {"type": "object", "properties": {}}}

@@ -19,7 +19,8 @@ from providers.dialects import get_dialect
 from providers.dialects.bedrock import credentials_of, endpoint_of, sign, wire_url
 from providers.mock import bedrock as mock_bedrock
 from routing.config.validation import bedrock_region_problem, validate_document
-from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.errors import GatewayError
+from routing.core.failures import FailureKind, UpstreamFailure
 from tests.providers.conftest import model, provider, sse_payloads
 
 MODEL_ID = "anthropic.claude-3-haiku-20240307-v1:0"

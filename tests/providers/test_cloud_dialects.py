@@ -14,7 +14,7 @@ from providers.dialects import get_dialect, vertex
 from providers.dialects.gemini_shapes import gemini_request
 from providers.mock import clouds
 from providers.mock.upstream import start_mock
-from routing.core.errors import FailureKind, UpstreamFailure, failure_from_response
+from routing.core.failures import FailureKind, UpstreamFailure, failure_from_response
 from tests.e2e.test_cloud_dialects import service_account
 from tests.providers.conftest import model, provider
 

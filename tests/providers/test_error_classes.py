@@ -9,7 +9,7 @@ import pytest
 
 from providers.dialects import get_dialect
 from providers.dialects.error_classes import refine
-from routing.core.errors import FailureKind as K
+from routing.core.failures import FailureKind as K
 from routing.core.parking import Parking
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "errors"

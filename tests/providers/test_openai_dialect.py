@@ -6,7 +6,8 @@ import orjson
 import pytest
 
 from providers.dialects import get_dialect
-from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
+from routing.core.errors import GatewayError
+from routing.core.failures import FailureKind, UpstreamFailure
 from tests.providers.conftest import call, model, model_at, provider, sse_payloads, stream
 
 

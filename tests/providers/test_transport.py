@@ -10,7 +10,7 @@ import pytest
 from providers.mock.upstream import blackhole, start_mock, state_of
 from providers.transport import Transport, UpstreamResponse, client_reason
 from providers.transport import transport as singleton
-from routing.core.errors import FailureKind, UpstreamFailure
+from routing.core.failures import FailureKind, UpstreamFailure
 from tests.providers.conftest import provider
 
 CHAT = b'{"model": "m1", "messages": [{"role": "user", "content": "hi"}]}'
