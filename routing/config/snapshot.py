@@ -315,88 +315,81 @@ def build_resilience(raw: Mapping[str, Any] | None) -> Resilience:
     return core_resilience(raw)
 
 
-def build_snapshot(
-    document: Mapping[str, Any],
-    key_rows: list[Mapping[str, Any]],
-    environ: Mapping[str, str],
-    version: int = 0,
-    stored_keys: Mapping[tuple[str, ...], str] | None = None,
-    config_version: int = 0,
-) -> Snapshot:
-    """Build the frozen snapshot. The document must already be valid (routing.config.validation)."""
-    res = build_resilience(document.get("resilience"))
+def _provider(p: Mapping[str, Any], environ: Mapping[str, str], stored_keys: Any) -> ProviderSpec:
+    """One `providers` item (schema PROVIDER) with its key resolved."""
+    key_env = p.get("api_key_env") or None
+    return ProviderSpec(
+        name=p["name"],
+        dialect=p.get("dialect") or _DIALECT,
+        base_url=p["base_url"].rstrip("/"),
+        api_key=resolve_key(environ, key_env, stored_keys, ("provider", p["name"])),
+        api_key_env=key_env,
+        connect_timeout_ms=_opt_int(p.get("connect_timeout_ms")),
+        first_token_timeout_ms=_opt_int(p.get("first_token_timeout_ms")),
+        total_timeout_ms=_opt_int(p.get("total_timeout_ms")),
+        health_check_path=p.get("health_check_path") or "",
+        health_probe=bool(p.get("health_probe", False)),
+    )
 
-    providers: dict[str, ProviderSpec] = {}
-    for p in document.get("providers") or []:
-        key_env = p.get("api_key_env") or None
-        providers[p["name"]] = ProviderSpec(
-            name=p["name"],
-            dialect=p.get("dialect") or _DIALECT,
-            base_url=p["base_url"].rstrip("/"),
-            api_key=resolve_key(environ, key_env, stored_keys, ("provider", p["name"])),
-            api_key_env=key_env,
-            connect_timeout_ms=_opt_int(p.get("connect_timeout_ms")),
-            first_token_timeout_ms=_opt_int(p.get("first_token_timeout_ms")),
-            total_timeout_ms=_opt_int(p.get("total_timeout_ms")),
-            health_check_path=p.get("health_check_path") or "",
-            health_probe=bool(p.get("health_probe", False)),
-        )
 
-    models: dict[str, ModelSpec] = {}
-    # Values many models share are built once: per-provider timeout defaults, Timeouts,
-    # capability sets (a 10 000-model rebuild is in docs/configuration-at-scale.md#rebuild).
-    provider_defaults = {
-        name: tuple(res_value if own is None else own for own, res_value in zip(
-            (p.connect_timeout_ms, p.first_token_timeout_ms, p.total_timeout_ms),
-            (res.connect_timeout_ms, res.first_token_timeout_ms, res.total_timeout_ms),
-            strict=True,
-        ))
-        for name, p in providers.items()
-    }  # fmt: skip
-    timeouts_of: dict[tuple[int, int, int], Timeouts] = {}
-    frozen: dict[tuple[str, ...], frozenset[str]] = {}
-    stream_idle = res.stream_idle_timeout_ms
+class _ModelBuilder:
+    """Builds `models` items (schema MODEL); values many models share are built once: per-provider
+    timeout defaults, Timeouts, capability sets (a 10 000-model rebuild is in
+    docs/configuration-at-scale.md#rebuild)."""
 
-    def timeouts_for(m: Mapping[str, Any], provider_name: str) -> Timeouts:
-        connect, first, total = provider_defaults[provider_name]
+    def __init__(self, res: Resilience, providers: Mapping[str, ProviderSpec]) -> None:
+        self.res = res
+        self.providers = providers
+        self.provider_defaults = {
+            name: tuple(res_value if own is None else own for own, res_value in zip(
+                (p.connect_timeout_ms, p.first_token_timeout_ms, p.total_timeout_ms),
+                (res.connect_timeout_ms, res.first_token_timeout_ms, res.total_timeout_ms),
+                strict=True,
+            ))
+            for name, p in providers.items()
+        }  # fmt: skip
+        self.timeouts_of: dict[tuple[int, int, int], Timeouts] = {}
+        self.frozen: dict[tuple[str, ...], frozenset[str]] = {}
+
+    def timeouts_for(self, m: Mapping[str, Any], provider_name: str) -> Timeouts:
+        """R4: the model's timeout overrides beat its provider's, which beat the global ones."""
+        connect, first, total = self.provider_defaults[provider_name]
         value = m.get("connect_timeout_ms")
         connect = int(connect if value is None else value)
         value = m.get("first_token_timeout_ms")
         first = int(first if value is None else value)
         value = m.get("total_timeout_ms")
         total = int(total if value is None else value)
-        timeouts = timeouts_of.get((connect, first, total))
+        timeouts = self.timeouts_of.get((connect, first, total))
         if timeouts is None:
-            timeouts = timeouts_of[(connect, first, total)] = Timeouts(
-                connect_ms=connect, first_token_ms=first, stream_idle_ms=stream_idle, total_ms=total
+            timeouts = self.timeouts_of[(connect, first, total)] = Timeouts(
+                connect_ms=connect, first_token_ms=first, stream_idle_ms=self.res.stream_idle_timeout_ms, total_ms=total
             )
         return timeouts
 
-    for m in document.get("models") or []:
+    def _frozen(self, items: tuple[str, ...]) -> frozenset[str]:
+        found = self.frozen.get(items)
+        if found is None:
+            found = self.frozen[items] = frozenset(items)
+        return found
+
+    def build(self, m: Mapping[str, Any]) -> ModelSpec:
         listed = m.get("deployments") or ()
-        provider = providers[listed[0]["provider"] if listed else m["provider"]]
-        timeouts = timeouts_for(m, provider.name)
-        caps = tuple(m.get("capabilities") or ())
-        capabilities = frozen.get(caps)
-        if capabilities is None:
-            capabilities = frozen[caps] = frozenset(caps)
-        fallback_on = res.fallback_on
-        if m.get("fallback_on"):
-            triggers = tuple(m["fallback_on"])
-            fallback_on = frozen.get(triggers) or frozen.setdefault(triggers, frozenset(triggers))
+        provider = self.providers[listed[0]["provider"] if listed else m["provider"]]
+        fallback_on = self._frozen(tuple(m["fallback_on"])) if m.get("fallback_on") else self.res.fallback_on
         prices = (m.get("input_price_per_mtok"), m.get("output_price_per_mtok"))
         spec = ModelSpec(
             id=m["id"],
             provider=provider,
             upstream_model=listed[0]["upstream_model"] if listed else m["upstream_model"],
-            capabilities=capabilities,
+            capabilities=self._frozen(tuple(m.get("capabilities") or ())),
             context_window=_opt_int(m.get("context_window")),
             max_output_tokens=_opt_int(m.get("max_output_tokens")),
             residency=m.get("residency") or "",
             input_price_per_mtok=None if prices[0] is None else float(prices[0]),
             output_price_per_mtok=None if prices[1] is None else float(prices[1]),
             fallbacks=tuple(m.get("fallbacks") or ()),
-            timeouts=timeouts,
+            timeouts=self.timeouts_for(m, provider.name),
             fallback_on=fallback_on,
             cache_ttl_s=_opt_int(m.get("cache_ttl_s")),
             routing=m.get("routing") or _ROUTING,
@@ -404,54 +397,77 @@ def build_snapshot(
             price_versions=price_versions(m),
         )
         if listed:
-            spec = dataclasses.replace(spec, deployments=_deployments(spec, listed, providers, m, timeouts_for))
-        models[m["id"]] = spec
+            deployments = _deployments(spec, listed, self.providers, m, self.timeouts_for)
+            spec = dataclasses.replace(spec, deployments=deployments)
+        return spec
 
-    aliases = dict(document.get("aliases") or {})
 
-    regex = _patterns.compiler()
-    orgs: dict[str, OrgSpec] = {}
-    agents: dict[tuple[str, str], AgentSpec] = {}
-    for o in document.get("orgs") or []:
-        policies = sorted(o.get("policies") or [], key=lambda p: int(p.get("priority", _PRIORITY)))
-        credentials = {}
-        for c in o.get("credentials") or []:
-            key_env = c.get("api_key_env") or None
-            credentials[c["provider"]] = CredentialSpec(
-                provider=c["provider"],
-                api_key=resolve_key(environ, key_env, stored_keys, ("credential", o["name"], c["provider"])),
-                api_key_env=key_env,
-                base_url=(c.get("base_url") or "").rstrip("/") or None,
-                overrides_key=bool(key_env or c.get("api_key")),
-            )
-        org = OrgSpec(
-            name=o["name"],
-            default_action=o.get("default_action", _DEFAULT_ACTION),
-            policies=tuple(
-                PolicySpec(
-                    pattern=p["pattern"],
-                    regex=regex(p["pattern"]),
-                    action=p.get("action", _ACTION),
-                    priority=int(p.get("priority", _PRIORITY)),
-                    fallback_chain=None if p.get("fallback_chain") is None else tuple(p["fallback_chain"]),
-                )
-                for p in policies
-            ),
-            credentials=credentials,
-            limits=limits_of(o.get("limits")),
-            log_bodies=o.get("log_bodies") is True,
-            budget=_budget(o.get("budget")),
+def _org(o: Mapping[str, Any], regex: Any, environ: Mapping[str, str], stored_keys: Any) -> OrgSpec:
+    """One `orgs` item (schema ORG) with its policies (POLICY, ascending priority) and credentials."""
+    policies = sorted(o.get("policies") or [], key=lambda p: int(p.get("priority", _PRIORITY)))
+    credentials = {}
+    for c in o.get("credentials") or []:
+        key_env = c.get("api_key_env") or None
+        credentials[c["provider"]] = CredentialSpec(
+            provider=c["provider"],
+            api_key=resolve_key(environ, key_env, stored_keys, ("credential", o["name"], c["provider"])),
+            api_key_env=key_env,
+            base_url=(c.get("base_url") or "").rstrip("/") or None,
+            overrides_key=bool(key_env or c.get("api_key")),
         )
-        orgs[org.name] = org
-        for a in o.get("agents") or []:
-            agents[(org.name, a["name"])] = AgentSpec(
-                name=a["name"],
-                org=org,
-                default_model=(a.get("default_model") or "").strip() or None,
-                limits=limits_of(a.get("limits")),
-                budget=_budget(a.get("budget")),
+    return OrgSpec(
+        name=o["name"],
+        default_action=o.get("default_action", _DEFAULT_ACTION),
+        policies=tuple(
+            PolicySpec(
+                pattern=p["pattern"],
+                regex=regex(p["pattern"]),
+                action=p.get("action", _ACTION),
+                priority=int(p.get("priority", _PRIORITY)),
+                fallback_chain=None if p.get("fallback_chain") is None else tuple(p["fallback_chain"]),
             )
+            for p in policies
+        ),
+        credentials=credentials,
+        limits=limits_of(o.get("limits")),
+        log_bodies=o.get("log_bodies") is True,
+        budget=_budget(o.get("budget")),
+    )
 
+
+def _agent(a: Mapping[str, Any], org: OrgSpec) -> AgentSpec:
+    """One of an org's `agents` (schema AGENT)."""
+    return AgentSpec(
+        name=a["name"],
+        org=org,
+        default_model=(a.get("default_model") or "").strip() or None,
+        limits=limits_of(a.get("limits")),
+        budget=_budget(a.get("budget")),
+    )
+
+
+def _key(row: Mapping[str, Any], agent: AgentSpec, regex: Any) -> KeySpec:
+    """One API key row (the database's, not the document's) as the request path sees it."""
+    return KeySpec(
+        prefix=row["prefix"],
+        agent=agent,
+        expires_at=row.get("expires_at"),
+        enabled=row.get("enabled", True) is not False,
+        limits=limits_of(row.get("limits")),
+        budget=_budget(row.get("budget")),
+        models=_key_models(row.get("models"), regex),
+        rotated=row.get("rotated", False) is True,
+    )
+
+
+def _keys(
+    key_rows: list[Mapping[str, Any]],
+    orgs: Mapping[str, OrgSpec],
+    agents: Mapping[tuple[str, str], AgentSpec],
+    regex: Any,
+) -> dict[str, KeySpec]:
+    """sha256 hex -> key; a key of an agent the document does not list gets a plain agent of its org,
+    a key of an unknown org is left out."""
     keys: dict[str, KeySpec] = {}
     for row in key_rows:
         agent = agents.get((row["org"], row["agent"]))
@@ -460,18 +476,32 @@ def build_snapshot(
             if org is None:
                 continue
             agent = AgentSpec(name=row["agent"], org=org, default_model=None)
-        allowed = row.get("models")
-        keys[row["key_hash"]] = KeySpec(
-            prefix=row["prefix"],
-            agent=agent,
-            expires_at=row.get("expires_at"),
-            enabled=row.get("enabled", True) is not False,
-            limits=limits_of(row.get("limits")),
-            budget=_budget(row.get("budget")),
-            models=_key_models(allowed, regex),
-            rotated=row.get("rotated", False) is True,
-        )
+        keys[row["key_hash"]] = _key(row, agent, regex)
+    return keys
 
+
+def build_snapshot(
+    document: Mapping[str, Any],
+    key_rows: list[Mapping[str, Any]],
+    environ: Mapping[str, str],
+    version: int = 0,
+    stored_keys: Mapping[tuple[str, ...], str] | None = None,
+    config_version: int = 0,
+) -> Snapshot:
+    """Build the frozen snapshot, one entity builder per schema entity. The document must already
+    be valid (routing.config.validation)."""
+    res = build_resilience(document.get("resilience"))
+    providers = {p["name"]: _provider(p, environ, stored_keys) for p in document.get("providers") or []}
+    model_builder = _ModelBuilder(res, providers)
+    models = {m["id"]: model_builder.build(m) for m in document.get("models") or []}
+    regex = _patterns.compiler()
+    orgs: dict[str, OrgSpec] = {}
+    agents: dict[tuple[str, str], AgentSpec] = {}
+    for o in document.get("orgs") or []:
+        org = orgs[o["name"]] = _org(o, regex, environ, stored_keys)
+        for a in o.get("agents") or []:
+            agents[(org.name, a["name"])] = _agent(a, org)
+    keys = _keys(key_rows, orgs, agents, regex)
     _patterns.keep(regex)
     return Snapshot(
         version=version,
@@ -479,7 +509,7 @@ def build_snapshot(
         resilience=res,
         providers=providers,
         models=models,
-        aliases=aliases,
+        aliases=dict(document.get("aliases") or {}),
         orgs=orgs,
         keys=keys,
     )
