@@ -2,7 +2,7 @@
 
 It knows nothing about chat, embeddings or rerank: it walks a resolved chain of
 `Link`s and calls `attempt(link, deadline)` for each upstream try. `attempt`
-returns a result or raises `UpstreamFailure` (classified in routing.core.errors, the
+returns a result or raises `UpstreamFailure` (classified in routing.core.failures, the
 single source of truth for retry, fallback and breaker decisions).
 
 One logical request charges each link's breaker once: one success, or one failure
@@ -147,8 +147,6 @@ class _Race:
     probe: int
     tries: int
     delay: float
-    tokens: int
-    discard: Callable[[Any], Awaitable[None]] | None
 
 
 class Observer(Protocol):
@@ -172,9 +170,17 @@ def _plural(n: int) -> str:
 
 
 class _Walk:
-    """One request's walk along its chain: what has happened so far, and every Outcome it ends with."""
+    """One request's walk along its chain: what it calls with (fixed for the run), what has happened
+    so far, and every Outcome it ends with. A hedged call walks on a `sub` walk, merged by `absorb`."""
 
     __slots__ = (
+        "attempt",
+        "res",
+        "deadline",
+        "settle_later",
+        "tokens",
+        "discard",
+        "too_long",
         "trail",
         "details",
         "attempts",
@@ -191,7 +197,22 @@ class _Walk:
         "first_skip",
     )
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        attempt: Callable[[Link, float], Awaitable[Any]],
+        res: Resilience,
+        deadline: float,
+        settle_later: bool = False,
+        tokens: int = 0,
+        discard: Callable[[Any], Awaitable[None]] | None = None,
+    ) -> None:
+        self.attempt = attempt  # one upstream try: a result, or UpstreamFailure
+        self.res = res
+        self.deadline = deadline  # on the executor's clock
+        self.settle_later = settle_later  # the caller settles the serving link's breaker (a stream)
+        self.tokens = tokens  # the request's estimate, against deployments' tpm capacity
+        self.discard = discard  # closes a result that lost a hedge race; None: never hedged if settle_later
+        self.too_long: int | None = None  # the window of a link that answered "context length exceeded"
         self.trail: list[tuple[str, str]] = []
         self.details: list[str] | None = None  # per-link explanation, built only when something fails
         self.attempts = 0
@@ -206,6 +227,10 @@ class _Walk:
         self.full_retry: float | None = None  # the soonest deployment capacity free again
         self.full_model: str | None = None
         self.first_skip: tuple[str, str] | None = None  # (reason, model id) of the skip that explains a dead chain
+
+    def sub(self) -> _Walk:
+        """A fresh walk with this one's constants, for one call of a hedge race."""
+        return _Walk(self.attempt, self.res, self.deadline, self.settle_later, self.tokens, self.discard)
 
     def done(self, result: Any, link: Link) -> Outcome:
         return Outcome(result, None, link, self.attempts, self.reason, self.upstream_s, self.trail)
@@ -331,12 +356,11 @@ class Executor:
         hedge race (an open stream); without it, streams are never hedged.
         """
         obs = self.observer
-        walk = _Walk()
-        too_long: int | None = None  # the window of a link that answered "context length exceeded"
+        walk = _Walk(attempt, resilience, deadline, settle_later, tokens, discard)
         for link in chain:
             model = link.model
             skip = link.skip_reason
-            if skip is None and too_long is not None and _window(model) <= too_long:
+            if skip is None and walk.too_long is not None and _window(model) <= walk.too_long:
                 skip = "context_length"  # a prompt too long for that window is too long for this one (R2)
             if skip is not None:
                 if walk.skipped(model.id, skip):
@@ -345,80 +369,61 @@ class Executor:
                     walk.explain(f"{model.id}: {skip}")
                     walk.leave(model.id, skip)
                 continue
-
             if walk.prev_model is not None and obs is not None and walk.reason is not None:
                 obs.fallback(walk.prev_model, model.id, walk.reason)
             walk.involved += 1
             walk.last = link
             if link.deployments:
-                ended, why = await self._try_deployments(
-                    link, attempt, resilience, deadline, walk, settle_later, tokens, discard
-                )
-                if ended is not None:
-                    return ended
-                if why == "circuit_open":
-                    if "circuit_open" not in model.fallback_on:
-                        return walk.fail(errors.circuit_open(model.id, walk.open_retry or 0.0), walk.last)
-                    walk.explain(f"{model.id}: circuit_open (every deployment)")
-                    walk.leave(model.id, "circuit_open")
-                    continue
-                if why == "capacity":
-                    if "rate_limited" not in model.fallback_on:
-                        return walk.fail(errors.deployments_at_capacity(model.id, walk.full_retry or 0.0), walk.last)
-                    walk.explain(f"{model.id}: every deployment at capacity")
-                    walk.leave(model.id, "upstream_429")
-                    continue
-                failure = walk.last_failure
-                assert failure is not None
-                trigger = failure.fallback_trigger
-                if trigger is None or trigger not in model.fallback_on:
-                    return walk.fail(failure.to_gateway_error(), walk.last)
-                if failure.kind is FailureKind.CONTEXT_LENGTH:
-                    too_long = max(too_long or 0, _window(model, 0))
-                walk.leave(model.id, failure.fallback_reason)
-                continue
-            if parking.until and _parked(link.breaker_key, model.id, walk):  # docs/errors.md#upstream
-                failure = walk.last_failure
-                assert failure is not None
-                if "rate_limited" not in model.fallback_on:
-                    return walk.fail(failure.to_gateway_error(), link)
-                walk.leave(model.id, failure.fallback_reason)
-                continue
-            adm = self.breakers.admit(
-                link.breaker_key, resilience.breaker_failure_threshold, resilience.breaker_cooldown_s, link.org
-            )
-            if not adm.allowed:
-                walk.found_open(model.id, adm.retry_after_s)
-                if "circuit_open" not in model.fallback_on:
-                    return walk.fail(errors.circuit_open(model.id, adm.retry_after_s), link)
-                walk.explain(f"{model.id}: circuit_open")
-                walk.leave(model.id, "circuit_open")
-                continue
-
-            ended = await self._try_link(link, adm.probe, attempt, resilience, deadline, walk, settle_later)
+                ended = await self._serve_deployments(link, walk)
+            else:
+                ended = await self._serve_link(link, walk)
             if ended is not None:
                 return ended
-            failure = walk.last_failure
-            assert failure is not None
-            trigger = failure.fallback_trigger
-            if trigger is None or trigger not in model.fallback_on:
-                return walk.fail(failure.to_gateway_error(), link)
-            if failure.kind is FailureKind.CONTEXT_LENGTH:
-                too_long = max(too_long or 0, _window(model, 0))
-            walk.leave(model.id, failure.fallback_reason)
         return walk.exhausted(chain)
 
-    async def _try_deployments(
-        self,
-        link: Link,
-        attempt: Callable[[Link, float], Awaitable[Any]],
-        res: Resilience,
-        deadline: float,
-        walk: _Walk,
-        settle_later: bool,
-        tokens: int,
-        discard: Callable[[Any], Awaitable[None]] | None = None,
-    ) -> tuple[Outcome | None, str | None]:
+    async def _serve_link(self, link: Link, walk: _Walk) -> Outcome | None:
+        """A model served by its one provider: the request's Outcome, or None to go on down the chain."""
+        model = link.model
+        if parking.until and _parked(link.breaker_key, model.id, walk):  # docs/errors.md#upstream
+            failure = walk.last_failure
+            assert failure is not None
+            if "rate_limited" not in model.fallback_on:
+                return walk.fail(failure.to_gateway_error(), link)
+            walk.leave(model.id, failure.fallback_reason)
+            return None
+        res = walk.res
+        adm = self.breakers.admit(link.breaker_key, res.breaker_failure_threshold, res.breaker_cooldown_s, link.org)
+        if not adm.allowed:
+            walk.found_open(model.id, adm.retry_after_s)
+            if "circuit_open" not in model.fallback_on:
+                return walk.fail(errors.circuit_open(model.id, adm.retry_after_s), link)
+            walk.explain(f"{model.id}: circuit_open")
+            walk.leave(model.id, "circuit_open")
+            return None
+        ended = await self._try_link(link, adm.probe, walk)
+        return ended if ended is not None else _move_on(link, walk)
+
+    async def _serve_deployments(self, link: Link, walk: _Walk) -> Outcome | None:
+        """A model with deployments: the request's Outcome, or None to go on down the chain."""
+        ended, why = await self._try_deployments(link, walk)
+        if ended is not None:
+            return ended
+        model = link.model
+        if why == "circuit_open":
+            if "circuit_open" not in model.fallback_on:
+                return walk.fail(errors.circuit_open(model.id, walk.open_retry or 0.0), walk.last)
+            walk.explain(f"{model.id}: circuit_open (every deployment)")
+            walk.leave(model.id, "circuit_open")
+            return None
+        if why == "capacity":
+            if "rate_limited" not in model.fallback_on:
+                return walk.fail(errors.deployments_at_capacity(model.id, walk.full_retry or 0.0), walk.last)
+            walk.explain(f"{model.id}: every deployment at capacity")
+            walk.leave(model.id, "upstream_429")
+            return None
+        return _move_on(link, walk)
+
+    async def _try_deployments(self, link: Link, walk: _Walk) -> tuple[Outcome | None, str | None]:
         """Try the deployments of one model (docs/deployments.md#retry-and-fallback).
 
         Each try picks, by the model's routing, a deployment not yet tried by this
@@ -436,103 +441,108 @@ class Executor:
         failed (`walk.last_failure`); (None, "circuit_open" | "capacity") when nothing
         was tried because every deployment was open, or at capacity.
         """
-        balancer = self.balancer
-        breakers = self.breakers
-        threshold = res.breaker_failure_threshold
-        cooldown = res.breaker_cooldown_s
-        model_id = link.model.id
-        left = list(link.deployments)
-        tries_left = 1 + max(res.max_retries, 0)
-        open_wait: float | None = None
-        full_wait: float | None = None
-        failed = False
-        lease_until: float | None = None  # waiting for lease rounds (only while every deployment left is SHORT)
-        parked: Any = None  # a deployment skipped because it is parked (docs/errors.md#upstream)
-        while left:
+        res = walk.res
+        spread = _Spread(link.deployments, 1 + max(res.max_retries, 0))
+        while spread.left:
             now = self.clock()
-            eligible = []
-            short = False
-            for t in left:
-                if parking.until and parking.parked_s(t.key) is not None:  # out of quota: skipped, no call
-                    parked = t
-                    continue
-                wait = balancer.room_s(t, tokens, now)
-                if wait == 0:
-                    eligible.append(t)
-                elif wait > 0:
-                    full_wait = wait if full_wait is None or wait < full_wait else full_wait
-                else:
-                    short = True
+            eligible, short = self._eligible(spread, walk.tokens, now)
             if not eligible:
-                if short:
-                    # rounds until one sees the cluster bucket lack it (then not SHORT), within LEASE_WAIT_S
-                    if lease_until is None:
-                        lease_until = min(now + LEASE_WAIT_S, deadline)
-                    if now < lease_until and await balancer.lease(lease_until - now):
-                        continue
-                    full_wait = _SHORT_RETRY_S if full_wait is None else min(full_wait, _SHORT_RETRY_S)
+                if short and await self._await_lease(spread, walk.deadline, now):
+                    continue
                 break
-            target = balancer.pick(link.routing, eligible, self.rand)
+            target = self.balancer.pick(link.routing, eligible, self.rand)
             assert target is not None
-            left.remove(target)
-            adm = breakers.admit(target.key, threshold, cooldown, target.link.org)
-            if not adm.allowed:
-                open_wait = adm.retry_after_s if open_wait is None or adm.retry_after_s < open_wait else open_wait
-                continue
-            balancer.take(target, tokens)
-            others = any(
-                t is not target
-                and breakers.state(t.key) is State.CLOSED
-                and balancer.room_s(t, tokens, now, hint=False) == 0
-                for t in left
+            spread.left.remove(target)
+            adm = self.breakers.admit(
+                target.key, res.breaker_failure_threshold, res.breaker_cooldown_s, target.link.org
             )
-            walk.last = target.link
+            if not adm.allowed:
+                wait = adm.retry_after_s
+                spread.open_wait = wait if spread.open_wait is None or wait < spread.open_wait else spread.open_wait
+                continue
             before = walk.attempts
-            key = target.key
-            balancer.started(key)
-            started = self.clock()
-            ended = None
-            tries = 1 if others else tries_left
-            delay = self._hedge_delay(link, key, left, settle_later, discard) if self.hedges.on else None
-            try:
-                if delay is None:
-                    ended = await self._try_link(
-                        target.link, adm.probe, attempt, res, deadline, walk, settle_later, tries, f"{model_id}@{target.name}"
-                    )  # fmt: skip
-                else:
-                    race = _Race(target, adm.probe, tries, delay, tokens, discard)
-                    ended = await self._hedged(link, race, left, attempt, res, deadline, walk, settle_later)
-            finally:
-                settlement = ended.settlement if ended is not None and walk.last is target.link else None
-                if settlement is None:
-                    balancer.finished(key)
-                else:  # a stream stays in flight until it ends
-                    settlement.then(functools.partial(balancer.finished, key))
+            ended = await self._call_deployment(link, target, adm.probe, spread, walk, now)
             if ended is not None:
-                if ended.error is None and walk.attempts - before == 1:  # one call: its time is the figure
-                    balancer.observe(key, self.clock() - started)
-                    if self.hedges.on:
-                        self.hedges.observe(key, self.clock() - started)
                 return ended, None
-            failed = True
-            tries_left = max(tries_left - (walk.attempts - before), 1)
+            spread.failed = True
+            spread.tries_left = max(spread.tries_left - (walk.attempts - before), 1)
             failure = walk.last_failure
             assert failure is not None
-            if failure.is_timeout and walk.attempts - before == 1:
-                balancer.observe(key, self.clock() - started)
             if failure.kind is FailureKind.QUOTA_EXHAUSTED:
                 continue  # this deployment's account is out of quota (now parked): another one may serve
             if not (failure.is_provider_fault and failure.is_retryable):
                 return None, None  # the provider answered (4xx, context length...): not another deployment's job
-        if failed:
-            return None, None
-        if parked is not None and full_wait is None and open_wait is None and _parked(parked.key, model_id, walk):
-            return None, None  # every deployment left is parked: the fallback rule of a quota failure applies
-        if full_wait is not None:
-            walk.found_full(model_id, full_wait)
-            return None, "capacity"
-        walk.found_open(model_id, open_wait or 0.0)
-        return None, "circuit_open"
+        return None, _none_served(spread, link.model.id, walk)
+
+    def _eligible(self, spread: _Spread, tokens: int, now: float) -> tuple[list[Target], bool]:
+        """The deployments left that can take the request now, and whether one's shared share is short;
+        notes the soonest capacity wait and a parked deployment on `spread`."""
+        eligible = []
+        short = False
+        for t in spread.left:
+            if parking.until and parking.parked_s(t.key) is not None:  # out of quota: skipped, no call
+                spread.parked = t
+                continue
+            wait = self.balancer.room_s(t, tokens, now)
+            if wait == 0:
+                eligible.append(t)
+            elif wait > 0:
+                spread.full_wait = wait if spread.full_wait is None or wait < spread.full_wait else spread.full_wait
+            else:
+                short = True
+        return eligible, short
+
+    async def _await_lease(self, spread: _Spread, deadline: float, now: float) -> bool:
+        """Every deployment left is short of its shared share: wait for lease rounds until one sees the
+        cluster bucket lack it, within LEASE_WAIT_S; True when a round brought room (try again)."""
+        if spread.lease_until is None:
+            spread.lease_until = min(now + LEASE_WAIT_S, deadline)
+        if now < spread.lease_until and await self.balancer.lease(spread.lease_until - now):
+            return True
+        spread.full_wait = _SHORT_RETRY_S if spread.full_wait is None else min(spread.full_wait, _SHORT_RETRY_S)
+        return False
+
+    async def _call_deployment(
+        self, link: Link, target: Target, probe: int, spread: _Spread, walk: _Walk, now: float
+    ) -> Outcome | None:
+        """Call one admitted deployment (hedged when due), counting it in flight; returns like `_try_link`."""
+        balancer = self.balancer
+        tokens = walk.tokens
+        balancer.take(target, tokens)
+        others = any(
+            t is not target
+            and self.breakers.state(t.key) is State.CLOSED
+            and balancer.room_s(t, tokens, now, hint=False) == 0
+            for t in spread.left
+        )
+        walk.last = target.link
+        before = walk.attempts
+        key = target.key
+        balancer.started(key)
+        started = self.clock()
+        ended = None
+        tries = 1 if others else spread.tries_left
+        delay = self._hedge_delay(link, key, spread.left, walk.settle_later, walk.discard) if self.hedges.on else None
+        try:
+            if delay is None:
+                ended = await self._try_link(target.link, probe, walk, tries, f"{link.model.id}@{target.name}")
+            else:
+                ended = await self._hedged(link, _Race(target, probe, tries, delay), spread.left, walk)
+        finally:
+            settlement = ended.settlement if ended is not None and walk.last is target.link else None
+            if settlement is None:
+                balancer.finished(key)
+            else:  # a stream stays in flight until it ends
+                settlement.then(functools.partial(balancer.finished, key))
+        one_call = walk.attempts - before == 1  # one call: its time is the figure
+        if ended is not None:
+            if ended.error is None and one_call:
+                balancer.observe(key, self.clock() - started)
+                if self.hedges.on:
+                    self.hedges.observe(key, self.clock() - started)
+        elif one_call and walk.last_failure is not None and walk.last_failure.is_timeout:
+            balancer.observe(key, self.clock() - started)
+        return ended
 
     def _hedge_delay(self, link: Link, key: Any, left: list[Target], settle_later: bool, discard: Any) -> float | None:
         """After how long this request's call to `key` is hedged; None: not hedged (docs/overload.md#hedging)."""
@@ -544,33 +554,20 @@ class Executor:
             return None
         return hedges.delay(link.model.id, key)
 
-    async def _hedged(
-        self,
-        link: Link,
-        race: _Race,
-        left: list[Target],
-        attempt: Callable[[Link, float], Awaitable[Any]],
-        res: Resilience,
-        deadline: float,
-        walk: _Walk,
-        settle_later: bool,
-    ) -> Outcome | None:
+    async def _hedged(self, link: Link, race: _Race, left: list[Target], walk: _Walk) -> Outcome | None:
         """Call `race.first`; if it has not answered after `race.delay`, call another deployment too and
         keep whichever commits first, cancelling the other at once. Each call charges its own breaker;
         a hedge launched is removed from `left` (it was tried). Returns like `_try_link`."""
         model_id = link.model.id
         first = race.first
-        wa = _Walk()
-        a = asyncio.ensure_future(
-            self._try_link(first.link, race.probe, attempt, res, deadline, wa, settle_later, race.tries,
-                           f"{model_id}@{first.name}")
-        )  # fmt: skip
+        wa = walk.sub()
+        a = asyncio.ensure_future(self._try_link(first.link, race.probe, wa, race.tries, f"{model_id}@{first.name}"))
         calls: list[tuple[asyncio.Future, Target, _Walk]] = [(a, first, wa)]
         winner = None
         try:
             done, _ = await asyncio.wait({a}, timeout=race.delay)
             if not done:
-                self._launch_hedge(link, race, left, attempt, res, deadline, settle_later, calls)
+                self._launch_hedge(link, left, walk, calls)
             pending = {c[0] for c in calls}
             while pending and winner is None:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -588,20 +585,13 @@ class Executor:
         return await self._settle_race(calls, winner, race, walk)
 
     def _launch_hedge(
-        self,
-        link: Link,
-        race: _Race,
-        left: list[Target],
-        attempt: Callable[[Link, float], Awaitable[Any]],
-        res: Resilience,
-        deadline: float,
-        settle_later: bool,
-        calls: list[tuple[asyncio.Future, Target, _Walk]],
+        self, link: Link, left: list[Target], walk: _Walk, calls: list[tuple[asyncio.Future, Target, _Walk]]
     ) -> None:
         """Send the hedge to the best other deployment that has room and whose breaker is closed."""
         now = self.clock()
+        res = walk.res
         others = [
-            t for t in left if self.breakers.state(t.key) is State.CLOSED and self.balancer.room_s(t, race.tokens, now) == 0
+            t for t in left if self.breakers.state(t.key) is State.CLOSED and self.balancer.room_s(t, walk.tokens, now) == 0
         ]  # fmt: skip
         second = self.balancer.pick(link.routing, others, self.rand) if others else None
         if second is None or not self.hedges.spend(link.model.id):
@@ -610,13 +600,10 @@ class Executor:
         if not adm.allowed:
             return
         left.remove(second)
-        self.balancer.take(second, race.tokens)
+        self.balancer.take(second, walk.tokens)
         self.balancer.started(second.key)
-        wb = _Walk()
-        b = asyncio.ensure_future(
-            self._try_link(second.link, adm.probe, attempt, res, deadline, wb, settle_later, 1,
-                           f"{link.model.id}@{second.name}")
-        )  # fmt: skip
+        wb = walk.sub()
+        b = asyncio.ensure_future(self._try_link(second.link, adm.probe, wb, 1, f"{link.model.id}@{second.name}"))
         calls.append((b, second, wb))
 
     async def _settle_race(
@@ -637,8 +624,8 @@ class Executor:
             elif out is not None and out.error is None:  # committed in the same instant: not needed
                 if out.settlement is not None:
                     out.settlement.release()
-                if race.discard is not None:
-                    await race.discard(out.result)
+                if walk.discard is not None:
+                    await walk.discard(out.result)
             elif ended is None and out is not None:  # this call ended the request (deadline, 4xx)
                 ended, served = out, target.link
             if target is not race.first:  # the hedge's in-flight count, as the caller does for the first
@@ -682,16 +669,7 @@ class Executor:
         return result
 
     async def _try_link(
-        self,
-        link: Link,
-        probe: int,
-        attempt: Callable[[Link, float], Awaitable[Any]],
-        res: Resilience,
-        deadline: float,
-        walk: _Walk,
-        settle_later: bool = False,
-        max_tries: int | None = None,
-        label: str | None = None,
+        self, link: Link, probe: int, walk: _Walk, max_tries: int | None = None, label: str | None = None
     ) -> Outcome | None:
         """Call one link with its retries, charging its breaker once.
 
@@ -699,16 +677,13 @@ class Executor:
         failure that must not be retried elsewhere); None when the link failed after its
         retries, with the failure in `walk.last_failure`, for `run` to decide on fallback.
         """
-        clock = self.clock
         breakers = self.breakers
-        obs = self.observer
+        res = walk.res
         threshold = res.breaker_failure_threshold
         cooldown = res.breaker_cooldown_s
         if max_tries is None:
             max_tries = 1 + max(res.max_retries, 0)
-        key = link.breaker_key
-        org = link.org
-        model_id = link.model.id
+        key, org, model_id = link.breaker_key, link.org, link.model.id
         self.budgets.record_request(key)
         gates = self.gates
         gate = gates.gate(key, model_id, label or model_id) if gates.on else None  # docs/overload.md
@@ -718,8 +693,8 @@ class Executor:
         settled = False
         try:
             while True:
-                now = clock()
-                if now >= deadline:
+                now = self.clock()
+                if now >= walk.deadline:
                     if failure is not None and failure.is_provider_fault and not failure.is_timeout:
                         breakers.record_failure(key, probe, threshold, cooldown, org, failure.charges_link)
                         settled = True
@@ -727,60 +702,11 @@ class Executor:
                     return walk.fail(errors.total_timeout(), link)
                 tries += 1
                 walk.attempts += 1
-                cm = asyncio.timeout(deadline - now)
-                try:
-                    async with cm:
-                        if gate is None:
-                            result = await attempt(link, deadline)
-                        else:
-                            result = await self._gated(gate, attempt, link, deadline)
-                except UpstreamFailure as f:
-                    walk.upstream_s += clock() - now
-                    failure = f
-                    if f.kind is FailureKind.QUOTA_EXHAUSTED:  # skipped until its reset (docs/errors.md#upstream)
-                        parking.park(key, f.retry_after_s or res.quota_park_s, f.message)
-                    elif f.kind is FailureKind.AUTHENTICATION:
-                        parking.misconfigure(key, f.message)
-                    if obs is not None:
-                        obs.attempt(link, f.label)
-                except TimeoutError:
-                    walk.upstream_s += clock() - now
-                    if cm.expired():
-                        if obs is not None:
-                            obs.attempt(link, "total_timeout")
-                        walk.trail.append((model_id, "total_timeout"))
-                        return walk.fail(errors.total_timeout(), link)
-                    failure = UpstreamFailure(FailureKind.READ_TIMEOUT, "the upstream call timed out")
-                    if obs is not None:
-                        obs.attempt(link, failure.label)
-                except GatewayError as e:  # the request cannot be sent to this link at all
-                    walk.attempts -= 1
-                    walk.trail.append((model_id, e.code))
-                    return walk.fail(e, link)
-                except asyncio.CancelledError:
-                    if obs is not None:
-                        obs.attempt(link, "cancelled")
-                    raise
-                else:
-                    walk.upstream_s += clock() - now
-                    if parking.misconfigured:
-                        parking.served(key)
-                    if obs is not None:
-                        obs.attempt(link, "ok")
-                    settled = True
-                    walk.trail.append((model_id, "ok"))
-                    outcome = walk.done(result, link)
-                    if settle_later:
-                        outcome.settlement = Settlement(breakers, key, probe, threshold, cooldown, org)
-                        if gate is not None:  # a stream holds its slot until it ends
-                            outcome.settlement.then(gate.release)
-                    else:
-                        breakers.record_success(key, probe, org)
-                        if gate is not None:
-                            gate.release()
-                    return outcome
-
-                assert failure is not None
+                got = await self._attempt(link, probe, walk, gate, now)
+                if isinstance(got, Outcome):  # served, or ended here (total timeout, unsendable)
+                    settled = got.error is None
+                    return got
+                failure = got
                 if not failure.is_provider_fault:
                     # the provider answered (4xx, context length, content filter): not its fault
                     if probe:
@@ -792,22 +718,12 @@ class Executor:
                     settled = True
                     walk.trail.append((model_id, failure.label))
                     return walk.fail(failure.to_gateway_error(), link)
-                if clock() >= deadline:
+                if self.clock() >= walk.deadline:
                     continue  # reported as total_timeout at the top of the loop
                 if tries >= max_tries:
                     break
-                if not self.budgets.try_spend_retry(key, res.retry_budget_ratio, res.retry_budget_min_per_s):
-                    note = ", retry budget spent"
-                    break
-                delay = backoff_delay(
-                    tries - 1,
-                    res.backoff_base_ms / 1000.0,
-                    res.backoff_max_ms / 1000.0,
-                    failure.retry_after_s,
-                    self.rand(),
-                )
-                if clock() + delay >= deadline:
-                    note = ", next retry would pass the deadline"
+                delay, note = self._retry_delay(key, res, failure, tries, walk.deadline)
+                if note:
                     break
                 await self.sleep(delay)
             if not settled:
@@ -822,6 +738,129 @@ class Executor:
         walk.trail.append((model_id, why))
         walk.explain(f"{label or model_id}: {why} after {tries} {_plural(tries)}{note}")
         return None
+
+    async def _attempt(
+        self, link: Link, probe: int, walk: _Walk, gate: Gate | None, now: float
+    ) -> Outcome | UpstreamFailure:
+        """One upstream call: the Outcome when it ends the request (served, total timeout, a request
+        this link cannot take), else its classified failure for `_try_link` to retry or report."""
+        obs = self.observer
+        cm = asyncio.timeout(walk.deadline - now)
+        try:
+            async with cm:
+                if gate is None:
+                    result = await walk.attempt(link, walk.deadline)
+                else:
+                    result = await self._gated(gate, walk.attempt, link, walk.deadline)
+        except UpstreamFailure as f:
+            walk.upstream_s += self.clock() - now
+            if f.kind is FailureKind.QUOTA_EXHAUSTED:  # skipped until its reset (docs/errors.md#upstream)
+                parking.park(link.breaker_key, f.retry_after_s or walk.res.quota_park_s, f.message)
+            elif f.kind is FailureKind.AUTHENTICATION:
+                parking.misconfigure(link.breaker_key, f.message)
+            if obs is not None:
+                obs.attempt(link, f.label)
+            return f
+        except TimeoutError:
+            walk.upstream_s += self.clock() - now
+            if cm.expired():
+                if obs is not None:
+                    obs.attempt(link, "total_timeout")
+                walk.trail.append((link.model.id, "total_timeout"))
+                return walk.fail(errors.total_timeout(), link)
+            failure = UpstreamFailure(FailureKind.READ_TIMEOUT, "the upstream call timed out")
+            if obs is not None:
+                obs.attempt(link, failure.label)
+            return failure
+        except GatewayError as e:  # the request cannot be sent to this link at all
+            walk.attempts -= 1
+            walk.trail.append((link.model.id, e.code))
+            return walk.fail(e, link)
+        except asyncio.CancelledError:
+            if obs is not None:
+                obs.attempt(link, "cancelled")
+            raise
+        walk.upstream_s += self.clock() - now
+        if parking.misconfigured:
+            parking.served(link.breaker_key)
+        if obs is not None:
+            obs.attempt(link, "ok")
+        walk.trail.append((link.model.id, "ok"))
+        return self._served(result, link, probe, walk, gate)
+
+    def _served(self, result: Any, link: Link, probe: int, walk: _Walk, gate: Gate | None) -> Outcome:
+        """The served Outcome; the breaker is charged now, or by its Settlement (a stream, at its end)."""
+        outcome = walk.done(result, link)
+        key, org = link.breaker_key, link.org
+        if walk.settle_later:
+            res = walk.res
+            outcome.settlement = Settlement(
+                self.breakers, key, probe, res.breaker_failure_threshold, res.breaker_cooldown_s, org
+            )
+            if gate is not None:  # a stream holds its slot until it ends
+                outcome.settlement.then(gate.release)
+        else:
+            self.breakers.record_success(key, probe, org)
+            if gate is not None:
+                gate.release()
+        return outcome
+
+    def _retry_delay(
+        self, key: Any, res: Resilience, failure: UpstreamFailure, tries: int, deadline: float
+    ) -> tuple[float, str]:
+        """(backoff before the next try, "") or (0, why there is no next try): the retry budget, the deadline."""
+        if not self.budgets.try_spend_retry(key, res.retry_budget_ratio, res.retry_budget_min_per_s):
+            return 0.0, ", retry budget spent"
+        delay = backoff_delay(
+            tries - 1, res.backoff_base_ms / 1000.0, res.backoff_max_ms / 1000.0, failure.retry_after_s, self.rand()
+        )
+        if self.clock() + delay >= deadline:
+            return 0.0, ", next retry would pass the deadline"
+        return delay, ""
+
+
+class _Spread:
+    """One model's deployments as one request tries them (docs/deployments.md#retry-and-fallback)."""
+
+    __slots__ = ("left", "tries_left", "open_wait", "full_wait", "failed", "lease_until", "parked")
+
+    def __init__(self, deployments: Sequence[Target], tries: int) -> None:
+        self.left = list(deployments)  # not yet tried
+        self.tries_left = tries  # the model's calls left, spent by the last deployment standing
+        self.open_wait: float | None = None  # the soonest open breaker's cooldown left
+        self.full_wait: float | None = None  # the soonest capacity free again
+        self.failed = False  # a deployment was called and failed
+        self.lease_until: float | None = None  # waiting for lease rounds (only while every one left is SHORT)
+        self.parked: Target | None = None  # a deployment skipped because it is parked (docs/errors.md#upstream)
+
+
+def _none_served(spread: _Spread, model_id: str, walk: _Walk) -> str | None:
+    """Why no deployment served: None (tried and failed, or all parked: `walk.last_failure`),
+    "capacity" or "circuit_open" (nothing could be tried)."""
+    if spread.failed:
+        return None
+    if spread.parked is not None and spread.full_wait is None and spread.open_wait is None:
+        if _parked(spread.parked.key, model_id, walk):
+            return None  # every deployment left is parked: the fallback rule of a quota failure applies
+    if spread.full_wait is not None:
+        walk.found_full(model_id, spread.full_wait)
+        return "capacity"
+    walk.found_open(model_id, spread.open_wait or 0.0)
+    return "circuit_open"
+
+
+def _move_on(link: Link, walk: _Walk) -> Outcome | None:
+    """After the link failed: the request's Outcome unless the model's `fallback_on` lets it move on."""
+    model = link.model
+    failure = walk.last_failure
+    assert failure is not None
+    trigger = failure.fallback_trigger
+    if trigger is None or trigger not in model.fallback_on:
+        return walk.fail(failure.to_gateway_error(), walk.last)
+    if failure.kind is FailureKind.CONTEXT_LENGTH:
+        walk.too_long = max(walk.too_long or 0, _window(model, 0))
+    walk.leave(model.id, failure.fallback_reason)
+    return None
 
 
 def _parked(key: Any, model_id: str, walk: _Walk) -> bool:
