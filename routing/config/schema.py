@@ -31,7 +31,7 @@ LIMIT_KEYS = ("rpm", "tpm")  # an org's or agent's `limits` (docs/limits.md)
 BUDGET_KEYS = ("usd", "period")  # an org's or agent's `budget` (docs/limits.md#budgets)
 BUDGET_PERIODS = ("day", "month", "total")  # UTC calendar periods; total never resets
 ROUTINGS = ("weighted", "least_busy", "latency")  # how a model picks among its deployments (docs/deployments.md)
-# The endpoint kinds each dialect's adapter can serve (providers/dialects/*: `kinds`), for the
+# The endpoint kinds each dialect's adapter can serve (routing/upstream/dialects/*: `kinds`), for the
 # deployment rule "the provider's dialect serves the model's kinds" (docs/deployments.md#validation).
 DIALECT_KINDS: dict[str, frozenset[str]] = {
     "openai": frozenset({"chat", "embeddings", "rerank", "responses", "completions"}),
