@@ -93,7 +93,7 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
-            for alias in node.names:  # `from routing.ops import usage` imports routing.runtime.usage
+            for alias in node.names:  # `from routing.ops import usage` imports routing.ops.usage
                 candidate = f"{node.module}.{alias.name}"
                 if candidate in known:
                     found.add(candidate)

@@ -323,7 +323,7 @@ os.environ["DJANGO_SETTINGS_MODULE"] = "gateway_project.settings"
 os.environ["DATABASE_URL"] = "sqlite:///{tmp_path}/missing/db.sqlite3"
 os.environ["SWITCHBOARD_USAGE_SPOOL_DIR"] = "{tmp_path}/spool"
 django.setup()
-from routing.ops import usage
+from routing.runtime import usage
 for n in range(3):
     usage.record(request_id=f"sig-{{n}}", status=200)
 assert usage.install_signal_handlers()
