@@ -68,11 +68,11 @@ bench-workers: $(BIN)/.installed
 REPLICAS ?= 3
 WORKERS ?= 2
 cluster: $(BIN)/.installed
-	$(BIN)/python -m gateway_project.cluster up --replicas $(REPLICAS) --workers $(WORKERS) \
+	$(BIN)/python -m tools.local_cluster up --replicas $(REPLICAS) --workers $(WORKERS) \
 		--port $(or $(PORT),8100) --mock-port $(or $(MOCK_PORT),9101) --stats-port $(or $(STATS_PORT),8199)
 
 cluster-down: $(BIN)/.installed
-	$(BIN)/python -m gateway_project.cluster down
+	$(BIN)/python -m tools.local_cluster down
 
 # Mutation testing of the core, limits, budgets, cache key, breaker sync, shared limits and usage
 # journal with their fast tests (docs/testing.md; Redis via SWITCHBOARD_TEST_REDIS_URL); not part of `make test`.

@@ -51,7 +51,7 @@ def _fill_sqlite(rows: int) -> None:
     import random
     from datetime import UTC, datetime, timedelta
 
-    from routing.ops import usage
+    from routing.runtime import usage
 
     rng = random.Random(7)
     now = datetime.now(tz=UTC)
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         from django.db import connection
 
         from routing.models import UsageRecord, UsageRollup
-        from routing.ops.usage import rollup
+        from routing.runtime.usage import rollup
 
         postgres = connection.vendor == "postgresql"
         rows = args.rows or (1_000_000 if postgres else 100_000)

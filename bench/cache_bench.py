@@ -123,9 +123,9 @@ async def _run(args: argparse.Namespace, result: dict) -> None:
     from routing.core.executor import Outcome
     from routing.gateway import caching
     from routing.gateway.wire import JSON, answer_headers
-    from routing.ops.accounting import Context
-    from routing.ops.response_cache import Coalescer, MemoryCache, RedisCache
     from routing.plan import cache_key, chain
+    from routing.runtime.accounting import Context
+    from routing.runtime.response_cache import Coalescer, MemoryCache, RedisCache
 
     doc = {
         "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],

@@ -127,7 +127,7 @@ def reload_to_served(samples: int = 5) -> list[float]:
 
     from providers.models import Model
     from routing.config import live
-    from routing.ops.background import config_poller
+    from routing.runtime.background import config_poller
 
     live.rebuild_from_db("bench")
     loop = asyncio.new_event_loop()

@@ -30,9 +30,9 @@ NAMES = ("d1", "d2", "d3", "d4")
 
 def _links(routing: str, weights: tuple[int, ...] = (1, 1, 1, 1)) -> tuple[Any, Any]:
     from routing.config.snapshot import ModelSpec, ProviderSpec, Timeouts
-    from routing.core.balance import Target
     from routing.core.breaker import BreakerKey
     from routing.core.executor import Link
+    from routing.core.picking import Target
 
     def provider(name: str) -> ProviderSpec:
         return ProviderSpec(name, "openai", f"http://127.0.0.1:1/{name}", None, None, None, None, None, "", False)
@@ -66,9 +66,9 @@ def _p50_us(samples: list[int]) -> float:
 
 
 async def _cost(runs: int) -> dict[str, float]:
-    from routing.core.balance import Balancer
     from routing.core.breaker import BreakerRegistry
     from routing.core.executor import Executor
+    from routing.core.picking import Balancer
     from routing.core.resilience import Resilience
     from routing.core.retry_budget import RetryBudgets
 
@@ -94,7 +94,7 @@ async def _cost(runs: int) -> dict[str, float]:
                 samples.append(ns() - t0)
             out[label] = _p50_us(samples)
 
-    from routing.core.balance import Balancer
+    from routing.core.picking import Balancer
 
     bal = Balancer()
     _, multi = _links("weighted")
@@ -107,9 +107,9 @@ async def _cost(runs: int) -> dict[str, float]:
 
 
 async def _distribution(requests: int) -> dict[str, dict[str, int]]:
-    from routing.core.balance import Balancer
     from routing.core.breaker import BreakerRegistry
     from routing.core.executor import Executor
+    from routing.core.picking import Balancer
     from routing.core.resilience import Resilience
     from routing.core.retry_budget import RetryBudgets
 

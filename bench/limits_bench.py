@@ -31,10 +31,10 @@ def main() -> None:
     from routing.config.snapshot import build_snapshot
     from routing.core.executor import Outcome
     from routing.gateway import limiting
-    from routing.ops.accounting import Context
     from routing.plan import chain, preflight
     from routing.plan.budgets import Budgets
     from routing.plan.limits import Limiter
+    from routing.runtime.accounting import Context
 
     doc = {
         "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],

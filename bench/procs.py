@@ -148,7 +148,7 @@ def wait_http(url: str, proc: Proc, timeout: float = 60.0) -> None:
 
 def start_mock(log_dir: Path, port: int | None = None) -> tuple[Proc, str]:
     port = port or free_port()
-    proc = Proc("mock", [PY, "-m", "providers.mock.upstream", "--port", str(port)], log_dir)
+    proc = Proc("mock", [PY, "-m", "tools.mock.upstream", "--port", str(port)], log_dir)
     url = f"http://127.0.0.1:{port}"
     wait_http(f"{url}/v1/models", proc, timeout=30)
     return proc, url

@@ -1,6 +1,6 @@
 """`python -m bench.shapes_bench`: what edge shape validation costs a request (docs/request-validation.md#cost).
 
-timeit, best of several repeats, in microseconds per call: `shapes.check` on typical
+timeit, best of several repeats, in microseconds per call: `body_schemas.check` on typical
 bodies of each endpoint, the depth check on a large body and on a body with many
 brackets, and — for scale — the `orjson.loads` every request already pays.
 No server and no Django settings needed.
@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import orjson
 
-from routing.gateway import shapes
+from routing.gateway import body_schemas
 
 TYPICAL_CHAT = {
     "model": "gpt-4o-mini",
@@ -87,17 +87,22 @@ def main(argv: list[str] | None = None) -> None:
         ("responses", "responses", RESPONSES),
     ):
         raw = orjson.dumps(body)
-        rows.append((f"shapes.check: {label}", per_call_us(lambda k=kind, b=body, w=raw: shapes.check(k, b, w), n, r)))
+        rows.append(
+            (
+                f"body_schemas.check: {label}",
+                per_call_us(lambda k=kind, b=body, w=raw: body_schemas.check(k, b, w), n, r),
+            )
+        )
         rows.append(
             (f"  (orjson.loads of the same body: {len(raw)} B)", per_call_us(lambda w=raw: orjson.loads(w), n, r))
         )
     big = orjson.loads(BIG_RAW)
     rows += [
         (
-            f"shapes.check: chat, one 1 MiB message ({len(BIG_RAW)} B)",
-            per_call_us(lambda: shapes.check("chat", big, BIG_RAW), 200, r),
+            f"body_schemas.check: chat, one 1 MiB message ({len(BIG_RAW)} B)",
+            per_call_us(lambda: body_schemas.check("chat", big, BIG_RAW), 200, r),
         ),
-        ("  of which the depth check (trial encode)", per_call_us(lambda: shapes.check_depth(big), 200, r)),
+        ("  of which the depth check (trial encode)", per_call_us(lambda: body_schemas.check_depth(big), 200, r)),
         ("  (orjson.loads of the same body)", per_call_us(lambda: orjson.loads(BIG_RAW), 200, r)),
         (
             "  (counting brackets instead, for comparison)",
@@ -107,8 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     brackety_raw = orjson.dumps(BRACKETY)
     rows.append(
         (
-            f"shapes.check: embeddings of 2048 token lists ({len(brackety_raw)} B, depth checked)",
-            per_call_us(lambda: shapes.check("embeddings", BRACKETY, brackety_raw), 200, r),
+            f"body_schemas.check: embeddings of 2048 token lists ({len(brackety_raw)} B, depth checked)",
+            per_call_us(lambda: body_schemas.check("embeddings", BRACKETY, brackety_raw), 200, r),
         )
     )
     width = max(len(label) for label, _ in rows)

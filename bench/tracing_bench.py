@@ -21,12 +21,13 @@ async def _run(requests: int, rounds: int) -> dict[str, list[float]]:
     import httpx
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-    from providers.mock.upstream import start_mock
-    from providers.transport import transport
     from routing.config import live
     from routing.config.snapshot import build_snapshot
     from routing.gateway.app import gateway_application
-    from routing.ops import tracing, wiring
+    from routing.ops import wiring
+    from routing.runtime import tracing
+    from routing.upstream.transport import transport
+    from tools.mock.upstream import start_mock
 
     class Drop(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:

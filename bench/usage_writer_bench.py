@@ -8,7 +8,7 @@ and drained by `UsageSink.drain` on a writer thread of its own, interleaving:
 
 - python: the batch converted, deduplicated and aggregated in Python (`db_insert_python`,
   the path before the one-statement batch, and still SQLite's and the fallback);
-- statement: one statement from the journal lines (routing.ops.usage.pgbatch).
+- statement: one statement from the journal lines (routing.runtime.usage.pgbatch).
 
 CPU s is `time.thread_time()` of the writer thread around one drain: CPU time that
 thread spent, an upper bound on how long it held the GIL (time in libpq waiting on the
@@ -107,8 +107,8 @@ def p99(values: list[float]) -> float:
 
 
 async def measure(args: argparse.Namespace, alias: str) -> list[tuple[str, int, dict[str, float]]]:
-    from routing.ops.request_log import log_requests
-    from routing.ops.usage import UsageSink, writer
+    from routing.runtime.request_log import log_requests
+    from routing.runtime.usage import UsageSink, writer
 
     rng = random.Random(11)
     spool = tempfile.mkdtemp(prefix="sb-usage-bench-")

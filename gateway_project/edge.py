@@ -100,7 +100,7 @@ def too_large_body(limit: int, path: str = "") -> bytes:
 
     error = request_too_large(limit)
     if path.rstrip("/").startswith("/v1/messages"):
-        from providers.dialects.anthropic_shapes import error_body
+        from routing.upstream.dialects.anthropic_translation import error_body
 
         return error_body(error.status, error.message)
     return error.body()

@@ -3,7 +3,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from routing.ops import admin_views, metrics_view, site
+from routing.ops import admin_views, landing, metrics_view
 
 # "View site" in the admin header: the operators' live page; `/` is the landing page for everyone.
 admin.site.site_url = "/dashboard/"
@@ -14,9 +14,9 @@ admin.site.index_title = "Switchboard: configuration and operations"
 admin.site.enable_nav_sidebar = False
 
 urlpatterns = [
-    path("", site.landing_view, name="landing"),
-    path("docs/<str:name>.md", site.doc_view, name="doc"),
-    path("favicon.ico", site.favicon_view, name="favicon"),
+    path("", landing.landing_view, name="landing"),
+    path("docs/<str:name>.md", landing.doc_view, name="doc"),
+    path("favicon.ico", landing.favicon_view, name="favicon"),
     path("admin/explain-route/", admin.site.admin_view(admin_views.explain_route_view), name="explain-route"),
     path("admin/", admin.site.urls),
     path("dashboard/", include("routing.ops.dashboard.urls")),

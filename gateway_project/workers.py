@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gateway_project.servers import worker_command
-from routing.ops.usage.spool import pid_alive
+from routing.runtime.usage.spool import pid_alive
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _PID_FILE = re.compile(r"_(\d+)\.db$")

@@ -101,14 +101,14 @@ class ProviderAdmin(admin.ModelAdmin):
     @admin.display(description="health probe", ordering="health_probe_enabled")
     def probing(self, obj: Provider) -> str:
         """Whether serving processes probe it in the background: words, not a red cross."""
-        from providers import health
+        from routing.runtime import health
 
         return health.probe_mode(obj.health_probe_enabled, bool(settings.SWITCHBOARD_HEALTH_PROBES))
 
     @admin.display(description="last probe")
     def last_probe(self, obj: Provider) -> str:
         """The last result this process holds, else the one stored by probe_providers."""
-        from providers import health
+        from routing.runtime import health
 
         status, checked, detail = health.last_probe(
             obj.name,

@@ -23,9 +23,9 @@ from routing.config.schema import RESILIENCE
 from routing.config.store import errors_for_edit, in_scope
 from routing.config.validation import ConfigError, add_form_validators
 from routing.models import BreakerAction, BreakerOverride, ConfigRevision, ResilienceSettings, UsageRecord
-from routing.ops import bodies
 from routing.ops.admin_base import ReadOnlyAdmin
 from routing.ops.admin_history import ConfigRevisionAdmin
+from routing.runtime import bodies
 
 FORM_FIELD = {"id": "public_id", "health_probe": "health_probe_enabled"}
 _LEAD = re.compile(r"^(?:\[([^\]]*)\])?(?:\.(\w+))?")

@@ -148,11 +148,11 @@ class UsageRecord(models.Model):
         return f"{self.request_id} {self.endpoint} {self.status}"
 
 
-ROLLUP_LATENCY_BUCKETS = 40  # routing.ops.usage.rollup.LATENCY_BUCKETS
+ROLLUP_LATENCY_BUCKETS = 40  # routing.runtime.usage.rollup.LATENCY_BUCKETS
 
 
 class UsageRollup(models.Model):
-    """Usage per hour and grouping, kept by the usage writer (routing.ops.usage.rollup; docs/operations.md#analytics).
+    """Usage per hour and grouping, kept by the usage writer (routing.runtime.usage.rollup; docs/operations.md#analytics).
 
     `grouping` says which dimensions a row keeps ("all", "org", "key", "model", "full");
     the others are stored empty. lat_00..lat_39 are a latency histogram.

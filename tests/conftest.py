@@ -22,7 +22,8 @@ def _spool_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory) ->
 def _no_background_tasks_in_process() -> Iterator[None]:
     """In-process tests call the ASGI handler directly; the per-process background tasks
     (usage writer, config listener, prober) run in the real servers of tests/e2e."""
-    from routing.ops import usage, wiring
+    from routing.ops import wiring
+    from routing.runtime import usage
 
     wiring.disable_background()
     wiring.process()

@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("routing", "providers", "policies", "gateway_project")
+PACKAGES = ("routing", "providers", "policies", "gateway_project", "tools")
 
 # Lowest first. The first matching prefix wins, so list specific prefixes before general ones.
 FLOORS: list[tuple[str, list[str]]] = [
@@ -32,14 +32,14 @@ FLOORS: list[tuple[str, list[str]]] = [
             "policies.tokens",
         ],
     ),
-    ("plan", ["routing.plan", "policies.decision", "policies.idempotency"]),
-    ("upstream", ["providers.dialects", "providers.transport", "providers.mock"]),
+    ("plan", ["routing.plan", "policies.decision"]),
+    ("upstream", ["routing.upstream"]),
+    ("runtime", ["routing.runtime"]),
     (
         "ops",
         [
             "routing.ops",
             "routing.templatetags",
-            "providers.health",
             "routing.admin",
             "providers.admin",
             "policies.admin",
@@ -56,6 +56,7 @@ FLOORS: list[tuple[str, list[str]]] = [
             "routing.apps",
             "providers.apps",
             "policies.apps",
+            "tools",
         ],
     ),
 ]

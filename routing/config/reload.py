@@ -3,7 +3,7 @@
 Any save or delete of a configuration model (admin, import_config, shell) bumps
 ConfigVersion in the same transaction and, once committed, publishes
 `config.changed` on the channel layer group. Every serving process listens
-(routing.ops.background) and rebuilds; a periodic version check catches writes whose
+(routing.runtime.background) and rebuilds; a periodic version check catches writes whose
 broadcast it could not receive (another process with the in-memory layer).
 """
 

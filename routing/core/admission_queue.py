@@ -180,7 +180,7 @@ class Gate:
 
 
 class Ticket:
-    """Who is asking, for the queue: set once per request by the gateway (routing.ops.overload)."""
+    """Who is asking, for the queue: set once per request by the gateway (routing.runtime.overload)."""
 
     __slots__ = ("org", "priority", "weight", "wait_until", "hedge")
 

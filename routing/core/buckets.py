@@ -1,7 +1,7 @@
 """Token buckets, local or leased from a cluster bucket: the one bucket type of rate limits and capacity.
 
 Pure: no Django, no Redis; the clock is the caller's. Org and agent limits
-(routing.plan.limits, docs/limits.md) and deployment capacity (routing.core.balance,
+(routing.plan.limits, docs/limits.md) and deployment capacity (routing.core.picking,
 docs/deployments.md#capacity) both count in these.
 
 - `Bucket`: in memory, per process. Holds at most `capacity` (the per-minute figure,
@@ -9,7 +9,7 @@ docs/deployments.md#capacity) both count in these.
 - `SharedBucket`: this process's *share* of a cluster-wide bucket (docs/limits.md#shared).
   Its `level` is what a background task leased from the cluster bucket and the process has
   not used yet; it does not refill here. The request path takes from it exactly as from a
-  `Bucket` (a few float operations); the lessor (routing.ops.shared_limits.Syncer) tops it
+  `Bucket` (a few float operations); the lessor (routing.runtime.shared_limits.Syncer) tops it
   up, gives idle shares back, and on a Redis outage sets `divisor` so it refills locally
   as an even share of the limit.
 
@@ -150,7 +150,7 @@ class SharedBucket(Bucket):
 
 
 class Lessor(Protocol):
-    """What keeps shared buckets' shares topped up (routing.ops.shared_limits.Syncer)."""
+    """What keeps shared buckets' shares topped up (routing.runtime.shared_limits.Syncer)."""
 
     def starved(self) -> None:
         """A share was short: run a round soon (request path: sets an event, no I/O)."""

@@ -23,13 +23,13 @@ from typing import Any, Protocol, TypeVar
 from routing.core import errors
 from routing.core.admission_queue import Gate, Gates, current
 from routing.core.backoff import backoff_delay
-from routing.core.balance import Balancer, Target
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.core.buckets import LEASE_WAIT_S
 from routing.core.errors import GatewayError
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.hedging import Hedges
 from routing.core.parking import parking
+from routing.core.picking import Balancer, Target
 from routing.core.resilience import LinkModel, Resilience
 from routing.core.retry_budget import RetryBudgets
 
@@ -322,7 +322,7 @@ class Executor:
         if budgets is None:
             from routing.core.retry_budget import budgets
         if balancer is None:
-            from routing.core.balance import balancer
+            from routing.core.picking import balancer
         self.breakers = breakers
         self.budgets = budgets
         self.balancer = balancer

@@ -17,11 +17,10 @@ import time
 from django.conf import settings
 
 from policies.decision import decide, select_model_name
-from providers.health import health_providers_payload
 from routing.config import live
 from routing.core import errors
 from routing.core.errors import GatewayError
-from routing.gateway import caching, limiting, messages, openapi, request, shapes
+from routing.gateway import body_schemas, caching, limiting, messages, openapi, request
 from routing.gateway.pacing import Pacer
 from routing.gateway.proxy import proxy_idempotent, proxy_once, proxy_stream
 from routing.gateway.wire import (
@@ -36,10 +35,12 @@ from routing.gateway.wire import (
     watch_disconnect,
     worker_header,
 )
-from routing.ops import accounting, bodies, overload, tracing, wiring
-from routing.ops.accounting import Context
-from routing.ops.dashboard.processes import tally
+from routing.ops import wiring
 from routing.plan import cache_key, chain, preflight
+from routing.runtime import accounting, bodies, overload, tracing
+from routing.runtime.accounting import Context
+from routing.runtime.health import health_providers_payload
+from routing.runtime.processes import tally
 
 log = logging.getLogger("switchboard.requests")
 
@@ -175,7 +176,7 @@ async def _handle(
     shape = None
     if kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat
         body, shape, kind = messages.chat_body(kind, body, raw), messages.Shape(body, scope), "chat"
-    shapes.check(kind, body, raw)
+    body_schemas.check(kind, body, raw)
 
     agent = key.agent
     org = agent.org

@@ -17,11 +17,11 @@ from routing.config.snapshot import AgentSpec, KeySpec, ModelSpec
 from routing.core import errors
 from routing.core.executor import Link
 from routing.core.prices import priced, prices_now
-from routing.ops import metrics, shared_limits
-from routing.ops.accounting import Context
 from routing.plan.budgets import NEW, Account, Budgets, Exhausted, Hold, Unloaded, request_cost
 from routing.plan.limits import Limiter, Refused, Ticket
 from routing.plan.preflight import Requirements
+from routing.runtime import metrics, shared_limits
+from routing.runtime.accounting import Context
 
 # Output allowance when neither the request (max_tokens / max_completion_tokens) nor
 # the model (max_output_tokens) gives one (docs/limits.md#tokens).

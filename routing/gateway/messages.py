@@ -1,12 +1,12 @@
 """The Anthropic Messages endpoint: `POST /v1/messages` and `/v1/messages/count_tokens`.
 
-docs/anthropic-messages.md. The request is checked (routing.gateway.messages_shapes),
+docs/anthropic-messages.md. The request is checked (routing.gateway.messages_fields),
 translated into the internal chat shape and then runs the chat path unchanged (model
 selection, policy, chain, preflight, executor, usage records) over any chat dialect.
 This module supplies what differs at the edges: the `x-api-key` credential, the
 per-link request and answer (`Shape`: passthrough to Anthropic upstreams, translation
 to and from the others), the Anthropic event stream and errors in Anthropic's shape.
-The translations themselves are in providers.dialects.anthropic_shapes.
+The translations themselves are in routing.upstream.dialects.anthropic_translation.
 """
 
 from __future__ import annotations
@@ -16,8 +16,15 @@ from typing import Any
 
 import orjson
 
-from providers.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
-from providers.dialects.anthropic_shapes import (
+from routing.core.errors import GatewayError
+from routing.core.executor import Link
+from routing.core.prices import token_classes
+from routing.gateway import body_schemas, messages_fields
+from routing.gateway.wire import JSON, Scope, Send, answer_headers, send_response
+from routing.plan import preflight
+from routing.runtime.accounting import Context
+from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
+from routing.upstream.dialects.anthropic_translation import (
     AnthropicRelay,
     MessagesStream,
     anthropic_usage,
@@ -26,15 +33,8 @@ from providers.dialects.anthropic_shapes import (
     held_until_content,
     message_of,
 )
-from providers.dialects.base import load_json
-from providers.dialects.vertex import VertexDialect, is_anthropic
-from routing.core.errors import GatewayError
-from routing.core.executor import Link
-from routing.core.prices import token_classes
-from routing.gateway import messages_shapes, shapes
-from routing.gateway.wire import JSON, Scope, Send, answer_headers, send_response
-from routing.ops.accounting import Context
-from routing.plan import preflight
+from routing.upstream.dialects.base import load_json
+from routing.upstream.dialects.vertex import VertexDialect, is_anthropic
 
 ENDPOINTS = frozenset({"messages", "count_tokens"})
 _ANTHROPIC = get_dialect("anthropic")
@@ -53,8 +53,8 @@ def chat_body(endpoint: str, body: dict[str, Any], raw: bytes) -> dict[str, Any]
 
     The depth check comes first: the translation encodes tool inputs itself.
     """
-    messages_shapes.check(body, count_tokens=endpoint == "count_tokens")
-    shapes.check_depth_of(body, raw)
+    messages_fields.check(body, count_tokens=endpoint == "count_tokens")
+    body_schemas.check_depth_of(body, raw)
     return chat_request(body)
 
 

@@ -13,18 +13,18 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
-from policies.idempotency import REPLAY_HEADER, store
-from providers.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
-from providers.dialects.error_classes import refine
-from providers.transport import transport
 from routing.config.snapshot import OrgSpec, Snapshot
 from routing.core import errors
 from routing.core.executor import Executor, Link, Settlement
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
-from routing.ops.accounting import Context, journal_stream
-from routing.ops.tracing import RequestTrace
+from routing.runtime.accounting import Context, journal_stream
+from routing.runtime.idempotency import REPLAY_HEADER, store
+from routing.runtime.tracing import RequestTrace
+from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
+from routing.upstream.dialects.error_classes import refine
+from routing.upstream.transport import transport
 
 _monotonic = time.monotonic
 _perf = time.perf_counter

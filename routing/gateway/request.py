@@ -1,4 +1,4 @@
-"""Reading a request: headers, request id, authentication, the body, the models list (shapes: routing.gateway.shapes)."""
+"""Reading a request: headers, request id, authentication, the body, the models list (shapes: routing.gateway.body_schemas)."""
 
 from __future__ import annotations
 

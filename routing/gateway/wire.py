@@ -9,7 +9,7 @@ from typing import Any
 
 from routing.core import errors
 from routing.core.errors import GatewayError
-from routing.ops.accounting import Context
+from routing.runtime.accounting import Context
 
 Scope = dict[str, Any]
 Message = dict[str, Any]

@@ -1,4 +1,4 @@
-"""The hourly aggregates' latency histogram starts at 0.25 ms instead of 16 ms (routing.ops.usage.rollup).
+"""The hourly aggregates' latency histogram starts at 0.25 ms instead of 16 ms (routing.runtime.usage.rollup).
 
 Twelve more buckets below 16 ms: bucket i of the old histogram is bucket i + 12 of the new
 one (same bounds). The old first bucket (everything under 16 ms) cannot be split: its counts

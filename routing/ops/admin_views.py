@@ -16,9 +16,9 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from routing.config import live
-from routing.ops.breaker_sync import breaker_states
 from routing.plan.explain import explain
 from routing.plan.preflight import KINDS
+from routing.runtime.breaker_sync import breaker_states
 
 
 class ExplainForm(forms.Form):

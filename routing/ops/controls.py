@@ -38,7 +38,8 @@ from routing.config.reload import shared_timeout_s
 from routing.config.snapshot import Snapshot
 from routing.core.breaker import BreakerKey
 from routing.core.breaker import registry as breakers
-from routing.ops.dashboard import feed, state
+from routing.ops.dashboard import state
+from routing.runtime import feed
 
 log = logging.getLogger("switchboard.dashboard")
 

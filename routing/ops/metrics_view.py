@@ -29,8 +29,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
 
     from routing.config import live
     from routing.core.breaker import registry
-    from routing.ops import metrics, overload
-    from routing.ops.dashboard import feed
+    from routing.runtime import feed, metrics, overload
 
     views = feed.call_on_loop(registry.views)  # breakers belong to the serving loop's thread
     metrics.refresh_circuits(live.current(), views)

@@ -16,21 +16,33 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from providers import health
-from providers.transport import transport
 from routing.config import live
-from routing.core import balance
+from routing.core import picking
 from routing.core.breaker import registry as breakers
 from routing.core.executor import Executor
 from routing.core.parking import parking
 from routing.core.retry_budget import budgets
-from routing.ops import background, breaker_sync, controls, metrics, overload, shared_limits, tracing, usage
-from routing.ops.dashboard import counters, feed, processes, state
-from routing.ops.outage import Outage
-from routing.ops.response_cache import Coalescer, Store, build_store
+from routing.ops import controls
+from routing.ops.dashboard import state
 from routing.plan.budgets import Budgets
 from routing.plan.chain import breaker_keys
 from routing.plan.limits import Limiter
+from routing.runtime import (
+    background,
+    breaker_sync,
+    counters,
+    feed,
+    health,
+    metrics,
+    overload,
+    processes,
+    shared_limits,
+    tracing,
+    usage,
+)
+from routing.runtime.outage import Outage
+from routing.runtime.response_cache import Coalescer, Store, build_store
+from routing.upstream.transport import transport
 
 log = logging.getLogger("switchboard")
 
@@ -94,7 +106,7 @@ class _Observer(metrics.MetricsObserver):
 def _retain_breakers(snapshot: live.Snapshot) -> None:
     keys = breaker_keys(snapshot)
     breakers.retain(keys)
-    balance.balancer.retain(keys)  # deployment figures (docs/deployments.md) follow the same keys
+    picking.balancer.retain(keys)  # deployment figures (docs/deployments.md) follow the same keys
     breaker_sync.set_known(keys)  # transitions heard from other processes apply to these links only
     if snapshot.overrides:  # operators' stored force-open / reset (docs/scale-out.md#controls)
         try:
@@ -174,7 +186,7 @@ def _recovered(outage: Outage, failures: int) -> None:
 def _spawn(name: str, func: Callable[[], Awaitable[None]]) -> asyncio.Task:
     """Run `func` for the life of the process, restarting it with a backoff when it fails: one
     log line when it starts failing (a traceback only for what is not an outage of Redis or
-    the database), one when a restart has run RECOVERED_S (routing.ops.outage)."""
+    the database), one when a restart has run RECOVERED_S (routing.runtime.outage)."""
     outage = Outage(log, f"background task {name}", "restarting it with a backoff until it runs again")
 
     async def guarded() -> None:

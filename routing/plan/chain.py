@@ -36,9 +36,9 @@ from dataclasses import replace
 
 from policies.decision import decide
 from routing.config.snapshot import ModelSpec, OrgSpec, ProviderSpec, Snapshot, Timeouts
-from routing.core.balance import Target
 from routing.core.breaker import BreakerKey
 from routing.core.executor import Link
+from routing.core.picking import Target
 
 
 def policy_hops(snapshot: Snapshot, org: OrgSpec, model: ModelSpec) -> tuple[str, ...]:

@@ -168,7 +168,7 @@ def test_generated_configuration_makes_every_policy_count() -> None:
 
 async def test_load_generator_times_interleaved_batches_against_the_mock() -> None:
     from bench.loadgen import run_latency
-    from providers.mock.upstream import start_mock, state_of
+    from tools.mock.upstream import start_mock, state_of
 
     runner, port = await start_mock()
     try:
@@ -210,7 +210,7 @@ def test_feature_configuration_is_valid_and_enables_every_feature_on_one_model_a
 
 async def test_a_varying_target_sends_a_different_body_each_request_so_the_cache_always_misses() -> None:
     from bench.loadgen import run_latency
-    from providers.mock.upstream import start_mock, state_of
+    from tools.mock.upstream import start_mock, state_of
 
     runner, port = await start_mock()
     try:

@@ -6,9 +6,9 @@ import pytest
 from cryptography.fernet import Fernet
 from django.urls import reverse
 
-from providers.dialects import get_dialect
 from providers.models import Provider
 from routing.config import live
+from routing.upstream.dialects import get_dialect
 from tests.config.admin_helpers import page_data, text
 
 KEY_ID, SECRET, TOKEN = "ASIASTOREDEXAMPLE", "stored/Secret+DO-NOT-SHOW-4411", "stored-session-token-8821"

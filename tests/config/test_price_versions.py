@@ -11,7 +11,7 @@ import yaml
 from routing.config.snapshot import build_snapshot
 from routing.config.validation import validate_document
 from routing.core.prices import prices_now
-from routing.ops.usage.pricing import priced_version
+from routing.runtime.usage.pricing import priced_version
 
 DOC = """
 providers:

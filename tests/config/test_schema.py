@@ -68,8 +68,8 @@ def test_choices_in_the_schema_are_enforced(valid_doc):
 
 
 def test_one_list_of_endpoint_kinds():
-    from providers.dialects.base import KINDS as dialect_kinds
     from routing.plan.preflight import KINDS as preflight_kinds
+    from routing.upstream.dialects.base import KINDS as dialect_kinds
 
     assert set(dialect_kinds) == set(preflight_kinds) == set(ENDPOINT_KINDS)
     assert set(ENDPOINT_KINDS) <= set(MODEL["capabilities"].choices)

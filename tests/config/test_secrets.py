@@ -7,14 +7,14 @@ import socket
 
 import pytest
 
-from providers.transport import Transport
 from routing.config.secrets import redact_url
 from routing.config.snapshot import build_snapshot
 from routing.config.store import ConfigInvalid, import_document
 from routing.config.validation import validate_document
 from routing.core.failures import UpstreamFailure
+from routing.upstream.transport import Transport
 from tests.config.conftest import VALID
-from tests.providers.conftest import provider
+from tests.upstream.conftest import provider
 
 ENV = {"SECRET_KEY": "django-secret", "DATABASE_URL": "postgres://u:dbpass@h/db", "SWITCHBOARD_UPSTREAM_LOCAL_A": "k"}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from routing.core.balance import Target
 from routing.core.breaker import BreakerKey
 from routing.core.executor import Link
+from routing.core.picking import Target
 from tests.core.fakes import model, provider
 
 

@@ -7,11 +7,11 @@ from collections import Counter
 from typing import Any
 
 from routing.config.snapshot import Resilience
-from routing.core.balance import Balancer
 from routing.core.breaker import BreakerRegistry, State
 from routing.core.executor import Executor, Link
 from routing.core.failures import FailureKind as K
 from routing.core.failures import UpstreamFailure
+from routing.core.picking import Balancer
 from routing.core.retry_budget import RetryBudgets
 from tests.core.deployments_fakes import multi
 from tests.core.fakes import FakeClock

@@ -8,10 +8,10 @@ from typing import Any
 
 from routing.config.snapshot import Resilience
 from routing.core.admission_queue import Gates, Ticket, current
-from routing.core.balance import Balancer
 from routing.core.breaker import BreakerRegistry
 from routing.core.executor import Executor, Link
 from routing.core.hedging import MIN_SAMPLES, Hedges, HedgeSettings
+from routing.core.picking import Balancer
 from routing.core.retry_budget import RetryBudgets
 from tests.core.deployments_fakes import multi
 

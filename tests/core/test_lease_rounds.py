@@ -3,7 +3,7 @@ records for the lessor, when it is refused at once, and what a round asks the cl
 
 No Redis and no event loop: the clocks are injected, and a round's planning is the Syncer's own
 (`_plan_bucket`, `_plan_account`, which touch no Redis); the cluster's answer is applied by hand as the
-Lua scripts would. Real rounds on a real Redis are tests/ops/test_shared_limits.py; real processes are
+Lua scripts would. Real rounds on a real Redis are tests/runtime/test_shared_limits.py; real processes are
 tests/e2e/test_limit_bursts_e2e.py.
 """
 
@@ -14,9 +14,9 @@ import math
 import pytest
 
 from routing.core.buckets import SharedBucket
-from routing.ops.shared_limits import Syncer
 from routing.plan.budgets import Budgets, Exhausted
 from routing.plan.limits import Limiter, Refused
+from routing.runtime.shared_limits import Syncer
 
 
 class Clock:

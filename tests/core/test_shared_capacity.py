@@ -1,9 +1,9 @@
 """Deployment capacity counted in shares of cluster buckets (docs/deployments.md#capacity), pure.
 
 The lessor here is a fake cluster in memory with the Syncer's contract
-(routing.ops.shared_limits): a round tops each share up to one request from the cluster
+(routing.runtime.shared_limits): a round tops each share up to one request from the cluster
 bucket, never past its level, and tells the bucket the cluster's level. The real
-Syncer on a real Redis is tests/ops/test_shared_capacity.py; real processes are
+Syncer on a real Redis is tests/runtime/test_shared_capacity.py; real processes are
 tests/e2e/test_shared_capacity_e2e.py.
 """
 
@@ -15,10 +15,10 @@ from collections import Counter
 from typing import Any
 
 from routing.config.snapshot import Resilience
-from routing.core.balance import SHORT, Balancer
 from routing.core.breaker import BreakerRegistry
 from routing.core.buckets import LEASE_WAIT_S, Bucket, SharedBucket
 from routing.core.executor import Executor, Link
+from routing.core.picking import SHORT, Balancer
 from routing.core.retry_budget import RetryBudgets
 from tests.core.deployments_fakes import multi
 from tests.core.fakes import FakeClock

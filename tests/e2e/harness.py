@@ -67,7 +67,7 @@ class MockUpstream:
     def __init__(self) -> None:
         self.port = free_port()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "providers.mock.upstream", "--port", str(self.port)],
+            [sys.executable, "-m", "tools.mock.upstream", "--port", str(self.port)],
             cwd=ROOT,
         )
         wait_for_port(self.port, self.process)

@@ -11,8 +11,8 @@ import anthropic
 import openai
 import pytest
 
-from providers.mock.bedrock import CREDENTIALS, TEXT, USAGE, demo_credentials
 from tests.e2e.test_usage_e2e import usage_rows, wait_for
+from tools.mock.bedrock import CREDENTIALS, TEXT, USAGE, demo_credentials
 
 KEY_ID = "ASIAMOCKSWITCHBOARD"
 SECRET, TOKEN = CREDENTIALS[KEY_ID]

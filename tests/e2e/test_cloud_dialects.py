@@ -18,8 +18,8 @@ import httpx
 import openai
 import pytest
 
-from providers.mock.clouds import new_service_account
 from tests.e2e.test_usage_e2e import usage_rows, wait_for
+from tools.mock.clouds import new_service_account
 
 CONFIG = """
 resilience:

@@ -2,7 +2,7 @@
 
 The replicas are real server processes (daphne or uvicorn, as the rest of tests/e2e),
 each on its own loopback port; HAProxy runs with the configuration `make cluster`
-writes (gateway_project.cluster.haproxy_config), health-checking /health. Through the
+writes (tools.local_cluster.haproxy_config), health-checking /health. Through the
 balancer:
 
 - requests reach every replica (each answer names its replica: X-Switchboard-Replica);
@@ -33,11 +33,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway_project.cluster import haproxy_config
 from gateway_project.servers import command
-from policies.idempotency import IdempotencyStore
-from routing.ops.dashboard.processes import STALE_BEATS
+from routing.runtime.idempotency import IdempotencyStore
+from routing.runtime.processes import STALE_BEATS
 from tests.e2e.harness import ROOT, SERVER, SLACK_S, Gateway, free_port, manage, migrated_postgres, wait_for_port
+from tools.local_cluster import haproxy_config
 
 HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
 

@@ -1,4 +1,4 @@
-"""`make cluster` / `make cluster-down` (gateway_project.cluster) as an operator runs them.
+"""`make cluster` / `make cluster-down` (tools.local_cluster) as an operator runs them.
 
 `up` on the running PostgreSQL and Redis (its own database and db index, as on a
 machine where they already run), two replicas behind HAProxy on free ports: the key
@@ -22,8 +22,8 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
-from gateway_project.cluster import running
 from tests.e2e.harness import ROOT, SERVER
+from tools.local_cluster import running
 
 HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
 
@@ -50,7 +50,7 @@ def test_cluster_up_prints_a_working_key_and_down_stops_everything(postgres_url,
 
     def cluster(*verb: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "gateway_project.cluster", *verb],
+            [sys.executable, "-m", "tools.local_cluster", *verb],
             cwd=ROOT,
             env=env,
             capture_output=True,

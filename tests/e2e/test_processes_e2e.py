@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from routing.ops.dashboard.processes import STALE_BEATS
+from routing.runtime.processes import STALE_BEATS
 from tests.e2e.harness import SERVER, SLACK_S, Gateway, manage
 from tests.e2e.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS
 

@@ -90,7 +90,7 @@ def _models_yaml() -> str:
 
 @pytest.fixture(scope="module")
 def blackhole():
-    from providers.mock.upstream import blackhole as make_blackhole
+    from tools.mock.upstream import blackhole as make_blackhole
 
     hole = make_blackhole()
     yield hole

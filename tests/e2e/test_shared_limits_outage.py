@@ -127,7 +127,7 @@ def redis_to_stop(make_gateway, mock_upstream):
 
 
 def test_with_redis_stopped_two_processes_together_admit_at_most_the_limit(redis_to_stop):
-    """The property over many processes and windows is tests/ops/test_fail_open_share.py; this is the real thing."""
+    """The property over many processes and windows is tests/runtime/test_fail_open_share.py; this is the real thing."""
     from concurrent.futures import ThreadPoolExecutor
 
     server, a, b = redis_to_stop

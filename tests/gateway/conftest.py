@@ -66,7 +66,7 @@ def key_rows(agent: str = "bot") -> list[dict]:
 
 @pytest.fixture
 async def upstream() -> AsyncIterator[str]:
-    from providers.mock.upstream import start_mock
+    from tools.mock.upstream import start_mock
 
     runner, port = await start_mock(0)
     yield f"http://127.0.0.1:{port}"
@@ -83,6 +83,6 @@ async def gateway(upstream: str) -> AsyncIterator[httpx.AsyncClient]:
     ) as client:
         yield client
     live.swap(previous)
-    from providers.transport import transport as upstream_transport
+    from routing.upstream.transport import transport as upstream_transport
 
     await upstream_transport.aclose()

@@ -15,8 +15,9 @@ import pytest
 from routing.config import live
 from routing.config.snapshot import build_snapshot
 from routing.gateway.limiting import worst_cost
-from routing.ops import usage, wiring
+from routing.ops import wiring
 from routing.plan import chain, preflight
+from routing.runtime import usage
 from tests.gateway.conftest import document, key_rows
 
 CHEAP = {"input_price_per_mtok": 0.1, "output_price_per_mtok": 100.0}

@@ -10,7 +10,8 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.ops import usage, wiring
+from routing.ops import wiring
+from routing.runtime import usage
 from tests.gateway.conftest import document, key_rows
 
 # $1 per million prompt tokens, $1000 per million completion tokens: max_tokens decides the worst case.
@@ -107,7 +108,7 @@ async def test_a_total_budget_says_it_does_not_reset(gateway, budgeted):
 
 
 async def test_a_cache_hit_costs_the_budget_nothing(gateway, upstream, budgeted, monkeypatch):
-    from routing.ops.response_cache import Coalescer, MemoryCache
+    from routing.runtime.response_cache import Coalescer, MemoryCache
 
     proc = wiring.process()
     monkeypatch.setattr(proc, "cache", MemoryCache())

@@ -16,8 +16,9 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.ops import usage, wiring
-from routing.ops.response_cache import Coalescer, MemoryCache, RedisCache
+from routing.ops import wiring
+from routing.runtime import usage
+from routing.runtime.response_cache import Coalescer, MemoryCache, RedisCache
 from tests.gateway.conftest import document, key_rows
 
 OTHER_KEY = "sb-other-org-key-987654321"

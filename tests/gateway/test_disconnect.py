@@ -15,10 +15,10 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from providers.transport import transport
 from routing.config import live
 from routing.config.snapshot import build_snapshot
 from routing.gateway.app import gateway_application
+from routing.upstream.transport import transport
 from tests.gateway.conftest import API_KEY, document, key_rows
 
 PASSES = 10  # loop passes the abort may take: the watcher's wake-up, the request task's unwinding

@@ -10,7 +10,8 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.ops import usage, wiring
+from routing.ops import wiring
+from routing.runtime import usage
 from tests.gateway.conftest import API_KEY, document, key_rows
 
 PRICES = {"input_price_per_mtok": 1.0, "output_price_per_mtok": 1000.0}

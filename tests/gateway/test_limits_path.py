@@ -8,7 +8,8 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.ops import usage, wiring
+from routing.ops import wiring
+from routing.runtime import usage
 from tests.gateway.conftest import document, key_rows
 
 

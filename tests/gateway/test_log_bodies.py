@@ -9,13 +9,13 @@ import pytest
 from routing.config import live
 from routing.config.snapshot import build_snapshot
 from routing.gateway.app import gateway_application
-from routing.ops import bodies
+from routing.runtime import bodies
 from tests.gateway.conftest import API_KEY, document, key_rows
 
 
 @pytest.fixture
 def records(monkeypatch) -> list[dict]:
-    from routing.ops import usage
+    from routing.runtime import usage
 
     seen: list[dict] = []
     monkeypatch.setattr(usage, "record", lambda **kw: seen.append(kw))
@@ -35,7 +35,7 @@ async def send(upstream: str, log_bodies: bool, payload: dict) -> httpx.Response
             return await client.post("/v1/chat/completions", json=payload)
     finally:
         live.swap(previous)
-        from providers.transport import transport as upstream_transport
+        from routing.upstream.transport import transport as upstream_transport
 
         await upstream_transport.aclose()
 

@@ -24,7 +24,7 @@ def test_request_path_makes_no_database_queries(django_assert_num_queries):
     """A full proxied request (auth, policy, chain, upstream call, accounting) runs zero queries."""
 
     async def one_request() -> httpx.Response:
-        from providers.mock.upstream import start_mock
+        from tools.mock.upstream import start_mock
 
         runner, port = await start_mock(0)
         live.swap(build_snapshot(document(f"http://127.0.0.1:{port}"), key_rows(), {}, version=1))
@@ -37,7 +37,7 @@ def test_request_path_makes_no_database_queries(django_assert_num_queries):
                     headers={"Authorization": f"Bearer {API_KEY}"},
                 )
         finally:
-            from providers.transport import transport as upstream_transport
+            from routing.upstream.transport import transport as upstream_transport
 
             await upstream_transport.aclose()
             await runner.cleanup()

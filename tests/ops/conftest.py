@@ -10,7 +10,7 @@ from channels.layers import channel_layers
 from routing.config import live
 from routing.config.snapshot import build_snapshot
 from routing.core.breaker import registry
-from routing.ops.dashboard import feed
+from routing.runtime import feed
 
 DOCUMENT = {
     "providers": [

@@ -11,8 +11,9 @@ import pytest
 from django.db.models import Sum
 
 from routing.models import UsageRecord
-from routing.ops import usage
-from routing.ops.usage import analytics, browse, rollup
+from routing.ops.usage import analytics, browse
+from routing.runtime import usage
+from routing.runtime.usage import rollup
 
 # A fixed "now" in the middle of a minute, so bucket arithmetic is exact.
 NOW = datetime(2026, 6, 1, 12, 30, 30, tzinfo=UTC)
@@ -197,7 +198,7 @@ def test_request_page_explains_the_trail(client, snapshot, staff_user):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_usage_writer_stores_the_trail_it_is_handed():
-    from routing.ops import usage
+    from routing.runtime import usage
 
     trail = [("op-chat", "circuit_open"), ("op-chat-b", "upstream_429"), ("op-chat-c", "ok")]
     base = {"created_at": NOW.timestamp(), "endpoint": "chat", "status": 200}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from routing.models import UsageRecord
-from routing.ops import usage
+from routing.runtime import usage
 
 pytestmark = pytest.mark.django_db
 

@@ -18,7 +18,7 @@ from django.core.management import call_command
 from routing.core.breaker import BreakerKey, State, registry
 from routing.models import BreakerAction
 from routing.ops import controls
-from routing.ops.dashboard import feed
+from routing.runtime import feed
 from tests.ops.conftest import DOCUMENT
 
 BYO = BreakerKey("op-a", "op-chat", "acme")

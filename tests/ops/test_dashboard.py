@@ -15,8 +15,9 @@ from django.test import Client
 from routing.core.breaker import State, registry
 from routing.models import BreakerAction, UsageRecord
 from routing.ops import controls
-from routing.ops.dashboard import consumer, counters, feed
+from routing.ops.dashboard import consumer
 from routing.ops.dashboard import state as dashboard_state
+from routing.runtime import counters, feed
 
 APP = URLRouter(consumer.websocket_urlpatterns)
 
@@ -129,7 +130,7 @@ def test_rolling_counters_give_rates_over_the_window(monkeypatch):
 
 
 def test_request_metrics_feed_the_dashboard_counters(snapshot):
-    from routing.ops import metrics
+    from routing.runtime import metrics
 
     for model in ("op-chat", "op-chat-b"):
         counters._stats.pop(model, None)

@@ -74,7 +74,7 @@ def test_a_deployment_breaker_may_be_controlled_and_an_unknown_provider_may_not(
 def test_the_circuit_gauge_has_a_series_per_deployment(spread_snapshot):
     from prometheus_client import REGISTRY
 
-    from routing.ops import metrics
+    from routing.runtime import metrics
 
     registry.record_failure(BreakerKey("op-b", "op-spread"), False, 1, 30.0)
     metrics.refresh_circuits(live.current(), registry.views())
@@ -87,7 +87,7 @@ def test_the_circuit_gauge_has_a_series_per_deployment(spread_snapshot):
 
 @pytest.mark.django_db
 def test_the_admin_explain_page_lists_the_deployments_with_live_figures(client, spread_snapshot, django_user_model):
-    from routing.core.balance import balancer
+    from routing.core.picking import balancer
 
     user = django_user_model.objects.create_superuser("dep-op", password="pw-dep-123")
     client.force_login(user)
@@ -109,7 +109,7 @@ def test_a_deployment_with_an_adaptive_limit_shows_its_limit_in_flight_and_queue
     client, spread_snapshot, staff_user, settings
 ):
     from routing.core.admission_queue import gates
-    from routing.ops import overload
+    from routing.runtime import overload
 
     settings.SWITCHBOARD_OVERLOAD = json.dumps({"models": {"op-spread": {"initial": 7}}})
     overload.install()

@@ -5,9 +5,8 @@ from __future__ import annotations
 from prometheus_client import REGISTRY
 
 from routing.core.breaker import BreakerKey, registry
-from routing.ops import metrics
-from routing.ops.dashboard import feed
 from routing.ops.dashboard import state as dashboard_state
+from routing.runtime import feed, metrics
 
 KEY = BreakerKey("op-a", "op-chat")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from routing.gateway.shapes import ChatRequest, EmbeddingsRequest, RerankRequest
+from routing.gateway.body_schemas import ChatRequest, EmbeddingsRequest, RerankRequest
 from routing.plan.cache_key import Plan, cache_key, canonical_body, directives, plan
 
 BODY = {
@@ -83,7 +83,7 @@ WALK = [(endpoint, f.encode_name) for endpoint, shape, _ in SHAPES for f in msgs
 
 @pytest.mark.parametrize(("endpoint", "field"), WALK, ids=[f"{e}.{f}" for e, f in WALK])
 def test_every_request_field_changes_the_key_unless_documented_as_ignored(endpoint, field):
-    """Walks every field of the chat, embeddings and rerank request shapes (routing/gateway/shapes.py),
+    """Walks every field of the chat, embeddings and rerank request shapes (routing/gateway/body_schemas.py),
     so a field added to the shapes or to the ignore list without the docs fails here."""
     base = next(body for e, _, body in SHAPES if e == endpoint)
     keys = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from routing.core.balance import balancer
 from routing.core.breaker import BreakerKey, registry
+from routing.core.picking import balancer
 from routing.plan.chain import breaker_keys, build_chain
 from routing.plan.explain import explain, render
 from tests.factories import snapshot

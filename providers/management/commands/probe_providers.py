@@ -28,8 +28,8 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=5.0, help="Seconds to wait for each provider (default 5).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from providers.health import UP, probe_all, publish_results, store_results
         from routing.config import live
+        from routing.runtime.health import UP, probe_all, publish_results, store_results
 
         try:
             snapshot = live.load_snapshot()

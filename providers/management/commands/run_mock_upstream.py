@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from providers.mock.upstream import HOST, serve
+from tools.mock.upstream import HOST, serve
 
 
 class Command(BaseCommand):

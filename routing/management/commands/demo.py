@@ -126,8 +126,8 @@ class Command(BaseCommand):
         from django.contrib.auth import get_user_model
 
         from policies.models import Agent
-        from providers.mock.bedrock import demo_credentials
         from routing.config.store import import_document, load_yaml
+        from tools.mock.bedrock import demo_credentials
 
         # Before anything is touched: a running demo keeps its database, password and configuration.
         self._lock = take_lock(options["port"], options["mock_port"])
@@ -195,7 +195,7 @@ Try (the README's examples use $KEY):
 
     def _start_mock(self, port: int) -> subprocess.Popen:
         process = subprocess.Popen(
-            [sys.executable, "-m", "providers.mock.upstream", "--port", str(port)], cwd=settings.BASE_DIR
+            [sys.executable, "-m", "tools.mock.upstream", "--port", str(port)], cwd=settings.BASE_DIR
         )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
@@ -210,7 +210,7 @@ Try (the README's examples use $KEY):
 
     def _vertex_account(self, port: int) -> str:
         """A service account made for this run, whose key the mock's token endpoint trusts (vertex demo)."""
-        from providers.mock.clouds import new_service_account
+        from tools.mock.clouds import new_service_account
 
         account, public = new_service_account(f"http://127.0.0.1:{port}/vertex/token")
         email = orjson.loads(account)["client_email"]

@@ -22,7 +22,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from routing.ops.usage import rollup
+        from routing.runtime.usage import rollup
 
         hours = options["since_hours"]
         if hours is not None and hours <= 0:

@@ -11,8 +11,8 @@ from django.conf import settings
 from django.urls import path
 
 from routing.ops import controls
-from routing.ops.dashboard import feed
 from routing.ops.dashboard.state import build_state
+from routing.runtime import feed
 
 
 def _is_staff(user: Any) -> bool:

@@ -17,10 +17,10 @@ from routing.config import live
 from routing.config.snapshot import Snapshot
 from routing.core.dimensions import LIMIT_DIMENSIONS
 from routing.ops import wiring
-from routing.ops.dashboard import feed
 from routing.ops.dashboard.views import staff_only
 from routing.plan.budgets import Budgets, period_bounds
 from routing.plan.limits import AGENT, ORG, Limiter
+from routing.runtime import feed
 
 
 def _bucket(limiter: Limiter, key: tuple[str, ...], limit: int | None) -> dict[str, Any] | None:

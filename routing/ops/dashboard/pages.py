@@ -19,8 +19,8 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidde
 from django.shortcuts import render
 
 from routing.config import live
-from routing.ops import bodies
 from routing.ops.usage import analytics, browse
+from routing.runtime import bodies
 
 VIEW_USAGE = "routing.view_usagerecord"
 UPLOT_DIR = "vendor/uplot-1.6.32"  # routing/static/vendor/uplot-1.6.32/VENDORED.md

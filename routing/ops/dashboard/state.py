@@ -14,13 +14,12 @@ from typing import Any
 
 from django.conf import settings
 
-from providers import health
 from routing.config import live
 from routing.core.breaker import BreakerKey, State
 from routing.core.breaker import registry as breakers
 from routing.core.parking import parking
-from routing.ops.dashboard import feed
-from routing.ops.dashboard.counters import model_stats
+from routing.runtime import feed, health
+from routing.runtime.counters import model_stats
 
 
 def refresh_s() -> float:
@@ -111,8 +110,8 @@ def link_entry(key: BreakerKey, view: Any, org_views: list[dict[str, Any]] | Non
 
 def deployment_rows(model: Any, views: dict[BreakerKey, Any], seen: set[BreakerKey]) -> list[dict[str, Any]]:
     """The rows of a model's deployments, in configuration order, each saying which of how many it is."""
-    from routing.core.balance import balancer
-    from routing.ops import overload
+    from routing.core.picking import balancer
+    from routing.runtime import overload
 
     rows = []
     count = len(model.deployments)

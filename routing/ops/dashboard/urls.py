@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from routing.ops.dashboard import limits, pages, playground, processes, views
+from routing.ops.dashboard import limits, pages, playground, views
 
 app_name = "dashboard"
 
@@ -12,7 +12,7 @@ urlpatterns = [
     path("analytics/", pages.analytics_page, name="analytics"),
     path("requests/", pages.request_log, name="requests"),
     path("requests/<str:record_id>/", pages.request_detail, name="request"),
-    path("processes/", processes.view, name="processes"),
+    path("processes/", views.processes_view, name="processes"),
     path("limits/", limits.limits_view, name="limits"),
     path("playground/", playground.page, name="playground"),
     path("playground/key/", playground.key, name="playground-key"),

@@ -15,12 +15,13 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.db.models import Count, Q, Sum
-from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
 from routing.ops import controls
-from routing.ops.dashboard import feed, state
+from routing.ops.dashboard import state
+from routing.runtime import feed, processes
 
 
 def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -58,7 +59,7 @@ USAGE_WINDOWS = {"1": 1, "24": 24, "168": 168, "720": 720}
 def usage_summary(request: HttpRequest) -> HttpResponse:
     """Per model over a time window: requests, errors, fallbacks, tokens, cost."""
     from routing.models import UsageRecord
-    from routing.ops import usage
+    from routing.runtime import usage
 
     hours = USAGE_WINDOWS.get(request.GET.get("hours", "24"), 24)
     since = timezone.now() - timedelta(hours=hours)
@@ -91,3 +92,9 @@ def usage_summary(request: HttpRequest) -> HttpResponse:
             "title": "Usage",
         },
     )
+
+
+@staff_only
+def processes_view(request: HttpRequest) -> JsonResponse:
+    """GET /dashboard/processes/: the process list as JSON (staff only, like the dashboard)."""
+    return JsonResponse(processes.listing())

@@ -6,7 +6,7 @@ tokens, spend per bucket), `latency` (p50/p95 per bucket) and `top` (the biggest
 keys, models or orgs by spend). The last hour (minute buckets) reads the usage
 records themselves (p50/p95 exact: `percentile_cont` on PostgreSQL, computed here on
 SQLite, which has no percentile aggregate); longer ranges read the hourly aggregates
-the usage writer keeps (routing.ops.usage.rollup), so a month costs 720 rows per
+the usage writer keeps (routing.runtime.usage.rollup), so a month costs 720 rows per
 grouping rather than every request.
 `View.parse` turns query parameters into a validated view or a `ViewError` that
 says which parameter is wrong and what it accepts.
@@ -25,7 +25,7 @@ from django.db import connections
 from django.db.models import Aggregate, Count, F, FloatField, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, Trunc
 
-from routing.ops.usage import rollup
+from routing.runtime.usage import rollup
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,94 @@
+"""Anthropic Messages API behind the OpenAI Chat Completions shape (chat only).
+
+Requests: system messages become `system`, image_url parts become image blocks,
+assistant tool_calls become tool_use blocks, tool messages become user tool_result
+blocks, OpenAI function tools become Anthropic tools. Answers and SSE streams are
+translated back to chat.completion / chat.completion.chunk, so clients never see
+the difference. The translations themselves live in
+routing.upstream.dialects.anthropic_translation, beside their reverse directions (the
+/v1/messages endpoint). Non-2xx bodies are left to routing.core.errors (529
+overloaded is a 5xx).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from routing.config.snapshot import ModelSpec
+from routing.core.prices import token_classes
+from routing.upstream.dialects.anthropic_translation import (
+    API_VERSION,
+    DEFAULT_MAX_TOKENS,
+    FINISH_REASONS,
+    anthropic_request,
+    chat_completion_of,
+    translate_messages,
+    translate_sse,
+    translate_tool_choice,
+    translate_tools,
+)
+from routing.upstream.dialects.base import (
+    Dialect,
+    ParsedResponse,
+    PreparedRequest,
+    encode,
+    join_url,
+    load_json,
+    unsupported,
+)
+
+
+class AnthropicDialect(Dialect):
+    name = "anthropic"
+
+    def build_request(
+        self,
+        kind: str,
+        body: dict[str, Any],
+        model: ModelSpec,
+        base_url: str,
+        api_key: str | None,
+        stream: bool,
+    ) -> PreparedRequest:
+        if kind != "chat":
+            raise unsupported(self.name, kind, model)
+        return self.prepare(anthropic_request(body, model.upstream_model, stream), base_url, api_key)
+
+    def prepare(
+        self, payload: dict[str, Any], base_url: str, api_key: str | None, beta: str | None = None
+    ) -> PreparedRequest:
+        """The upstream request for an Anthropic Messages body (also /v1/messages' passthrough,
+        which forwards the client's `anthropic-beta`)."""
+        headers = {"Content-Type": "application/json", **self.auth_headers(api_key)}
+        if beta:
+            headers["anthropic-beta"] = beta
+        return PreparedRequest("POST", join_url(base_url, "/messages"), headers, encode(payload))
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        """Anthropic authenticates with `x-api-key` and needs `anthropic-version` on every call."""
+        if api_key:
+            return {"anthropic-version": API_VERSION, "x-api-key": api_key}
+        return {"anthropic-version": API_VERSION}
+
+    def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
+        data = load_json(body, model)
+        out, prompt, completion = chat_completion_of(data, model.upstream_model)
+        return ParsedResponse(orjson.dumps(out), (prompt, completion), token_classes(data.get("usage")))
+
+    def translate_stream(self, chunks: AsyncIterator[bytes], model: ModelSpec) -> AsyncIterator[bytes]:
+        return translate_sse(chunks, model)
+
+
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_MAX_TOKENS",
+    "FINISH_REASONS",
+    "AnthropicDialect",
+    "translate_messages",
+    "translate_sse",
+    "translate_tool_choice",
+    "translate_tools",
+]

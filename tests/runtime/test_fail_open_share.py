@@ -1,0 +1,106 @@
+"""With Redis unreachable, N processes together admit at most the limit (docs/limits.md#fail-open).
+
+Each process enforces a local bucket of capacity ÷ N that refills at rate ÷ N, so over a
+window of W seconds the cluster admits at most the limit's burst (the shares start full)
+plus the limit's refill over W, and the shares are not stingy either. A property over
+random clusters, limits, windows and arrival orders, on an injected clock: each
+"process" is a Limiter + Syncer put into its outage share by the syncer's own code.
+"""
+
+from __future__ import annotations
+
+import random
+import types
+
+import pytest
+
+from routing.config import live
+from routing.plan.budgets import Budgets
+from routing.plan.limits import Limiter, Refused
+from routing.runtime import shared_limits
+from routing.runtime.shared_limits import Syncer
+
+SEEDS = range(24)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 5_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    clock = Clock()
+    # The syncer stamps the outage share with time.monotonic: the same injected clock.
+    monkeypatch.setattr(shared_limits, "time", types.SimpleNamespace(monotonic=clock, time=clock))
+    yield clock
+    live.set_degraded("redis", False, "limits")
+
+
+def cluster_in_outage(clock: Clock, n: int, rpm: int) -> list[Limiter]:
+    """N processes whose rounds fail: each puts its buckets on the outage share (Syncer._fail_open)."""
+    limiters = []
+    for _ in range(n):
+        limiter = Limiter(clock)
+        syncer = Syncer(Budgets(clock), limiter, "redis://127.0.0.1:1/0", clock=clock)
+        syncer.processes = n  # the heartbeats seen before Redis went away
+        with pytest.raises(Refused):  # no share leased yet: the bucket exists, empty
+            limiter.admit("acme", None, "bot", (rpm, None), lambda: 0)
+        syncer._fail_open([], [bucket for _, bucket in limiter.items()], ConnectionError("Redis is gone"))
+        limiters.append(limiter)
+    return limiters
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_n_processes_without_redis_admit_at_most_the_limit_over_a_window(clock, seed):
+    rng = random.Random(seed)
+    n, rpm, window_s = rng.randint(2, 5), rng.choice([10, 60, 120, 600]), rng.choice([30.0, 60.0, 150.0])
+    limiters = cluster_in_outage(clock, n, rpm)
+    start, admitted, asked = clock.now, 0, 0
+    mean_gap = 60.0 / rpm / 4  # the clients ask four times faster than the limit allows
+    while clock.now - start < window_s:
+        clock.now += rng.expovariate(1 / mean_gap)
+        try:
+            rng.choice(limiters).admit("acme", None, "bot", (rpm, None), lambda: 0)
+        except Refused:
+            pass
+        else:
+            admitted += 1
+        asked += 1
+    allowed = rpm + rpm * (clock.now - start) / 60.0  # the burst, then the limit's rate
+    context = f"{n} processes, rpm {rpm}, {clock.now - start:.0f} s: {admitted} admitted of {asked}"
+    assert admitted <= allowed + n, f"over the limit: {context}, at most {allowed:.0f} allowed"
+    assert admitted >= allowed - 2 * n, f"shares too small: {context}, {allowed:.0f} allowed"
+
+
+def admitted(limiter: Limiter, rpm: int, asked: int) -> int:
+    n = 0
+    for _ in range(asked):
+        try:
+            limiter.admit("acme", None, "bot", (rpm, None), lambda: 0)
+        except Refused:
+            continue
+        n += 1
+    return n
+
+
+def test_an_idle_process_without_redis_holds_no_more_than_its_share(clock):
+    """Found by mutation testing: the share's cap is what bounds a burst after an idle spell."""
+    (one, _, _) = cluster_in_outage(clock, 3, 60)
+    assert admitted(one, 60, 100) == 20  # the full share: 60 ÷ 3
+    clock.now += 600.0  # ten idle minutes refill it, but only up to the share
+    assert admitted(one, 60, 100) == 20
+    clock.now += 3.0  # then 1 request every 3 s: rate 1 a second ÷ 3
+    assert admitted(one, 60, 100) == 1
+
+
+def test_a_limit_changed_during_the_outage_changes_the_share_and_its_rate(clock):
+    (one, _) = cluster_in_outage(clock, 2, 60)
+    assert admitted(one, 60, 100) == 30
+    clock.now += 600.0
+    assert admitted(one, 120, 100) == 60  # the new limit's share: 120 ÷ 2
+    clock.now += 1.0
+    assert admitted(one, 120, 100) == 1  # its rate: 2 a second ÷ 2

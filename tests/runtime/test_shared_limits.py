@@ -1,0 +1,329 @@
+"""Cluster leases of budgets and rate limits on a real Redis, two "processes" in one test (docs/limits.md#shared).
+
+Each process is its own Budgets + Limiter + Syncer; the rounds are driven by hand
+(`sync_once`, what the background task runs every interval), the wall clock is injected.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from routing.config import live
+from routing.plan.budgets import Budgets, Exhausted
+from routing.plan.limits import Limiter, Refused
+from routing.runtime.shared_limits import Syncer, account_key
+from tests.e2e.harness import free_port
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_780_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def cluster(redis_url):
+    clock = Clock()
+    made: list[Syncer] = []
+
+    def process() -> Syncer:
+        syncer = Syncer(Budgets(clock), Limiter(), redis_url, clock=clock, seed_wait_s=0)
+        syncer.connect()
+        made.append(syncer)
+        return syncer
+
+    yield clock, process
+    for syncer in made:
+        await syncer.close()
+
+
+def org_name() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+async def admit_budget(p: Syncer, org: str, budget, amount: float):
+    """What the request path does: admit; when the lease is short, one round, then once more."""
+    try:
+        return p.budgets.admit(org, None, "bot", budget, amount)
+    except Exhausted:
+        await p.sync_once()
+    try:
+        return p.budgets.admit(org, None, "bot", budget, amount)
+    except Exhausted:
+        return None
+
+
+async def test_a_budget_leased_by_two_processes_never_admits_more_than_it_holds(cluster):
+    clock, process = cluster
+    p1, p2 = process(), process()
+    org, budget = org_name(), (1.0, "day")
+    admitted = 0
+    for p in (p1, p2) * 4:  # without sharing each would admit 3 worst cases of $0.3
+        hold = await admit_budget(p, org, budget, 0.3)
+        if hold is not None:
+            admitted += 1
+            hold.settle(0.3)
+    # At most what fits ($0.9); at most one lease ($0.3, held by the other process) refused too early.
+    assert 2 <= admitted <= 3
+    counter = int(await p1._redis.get(account_key(p1.budgets.find(("agent", org, "bot")), p1.prefix))) / 1e6
+    assert counter <= 1.0
+
+    clock.now += 3  # idle leases are given back, so the whole budget can be used
+    await p1.sync_once()
+    await p2.sync_once()
+    while (hold := await admit_budget(p1, org, budget, 0.3)) is not None:
+        admitted += 1
+        hold.settle(0.3)
+    assert admitted == 3
+    await p1.sync_once()
+    account = p1.budgets.find(("agent", org, "bot"))
+    assert account.spend() == pytest.approx(0.9)  # the cluster's spend, as this process sees it
+
+
+async def test_spend_beyond_the_lease_is_owed_to_the_counter(cluster):
+    _, process = cluster
+    p1, p2 = process(), process()
+    org, budget = org_name(), (1.0, "month")
+    hold = await admit_budget(p1, org, budget, 0.1)
+    account = p1.budgets.find(("agent", org, "bot"))
+    assert account.lease == 0  # the round it waited for leased what it waited for, nothing ahead
+    hold.settle(0.5)  # the estimate was far short: $0.4 beyond the lease
+    assert account.owed == pytest.approx(0.4)
+    await p1.sync_once()
+    assert account.owed == 0
+    assert account.cluster >= 0.5
+    # p2 sees what is left: $1 - $0.5 spent (- what p1 leases ahead, if it still does so near the end).
+    assert await admit_budget(p2, org, budget, 0.55) is None
+    assert await admit_budget(p2, org, budget, 0.3) is not None
+
+
+async def test_after_an_idle_give_back_one_round_leases_for_the_agent_and_its_org(cluster):
+    """Both budgets short at once: the first request after a quiet spell waits one round, not one per budget."""
+    clock, process = cluster
+    p = process()
+    org, budget = org_name(), (1000.0, "month")
+
+    async def admit():
+        try:
+            return p.budgets.admit(org, budget, "bot", budget, 0.01)
+        except Exhausted:
+            await p.sync_once()  # the one round the request path waits for
+        try:
+            return p.budgets.admit(org, budget, "bot", budget, 0.01)
+        except Exhausted:
+            return None
+
+    (await admit()).settle(0.01)
+    clock.now += 3  # idle: both leases are given back
+    await p.sync_once()
+    assert p.budgets.find(("agent", org, "bot")).lease == 0
+    assert p.budgets.find(("org", org)).lease == 0
+    hold = await admit()
+    assert hold is not None  # refused (402) when only the agent's lease came back from the round
+    hold.settle(0.01)
+
+
+async def test_one_round_leases_every_short_share_a_request_needs(cluster):
+    """rpm and tpm both short (a first request, or after an idle give-back) and the request's tokens
+    above the usual 5 % share: the one round the request waits for leases what it needs on both."""
+    clock, process = cluster
+    p = process()
+    org, limits = org_name(), (100, 10_000)
+
+    async def admit():
+        try:
+            return p.limiter.admit(org, None, "bot", limits, lambda: 1_500)
+        except Refused:
+            await p.sync_once()  # the one round the request path waits for
+        try:
+            return p.limiter.admit(org, None, "bot", limits, lambda: 1_500)
+        except Refused:
+            return None
+
+    assert await admit() is not None  # 429 when only the rpm share was asked for what it needed
+    clock.now += 3
+    await p.sync_once()
+    assert await admit() is not None
+
+
+async def test_a_cluster_rpm_bucket_holds_across_two_processes(cluster):
+    _, process = cluster
+    p1, p2 = process(), process()
+    org = org_name()
+    limits = (10, None)
+    admitted = 0
+    for p in (p1, p2) * 10:
+        for attempt in range(2):
+            try:
+                p.limiter.admit(org, None, "bot", limits, lambda: 0)
+            except Refused as refused:
+                refused.bucket.need = max(refused.bucket.need, 1)
+                if attempt == 0:
+                    await p.sync_once()
+                continue
+            admitted += 1
+            break
+    # The cluster bucket holds 10 (plus what refills in the test's fraction of a second); shares are 1 each.
+    assert 10 <= admitted <= 12, admitted
+    ticket_headers = None
+    try:
+        p1.limiter.admit(org, None, "bot", limits, lambda: 0)
+    except Refused as refused:
+        ticket_headers = dict(refused.ticket.headers())
+    assert ticket_headers is not None
+    assert ticket_headers[b"x-ratelimit-limit-requests"] == b"10"
+    assert int(ticket_headers[b"x-ratelimit-remaining-requests"]) <= 1
+
+
+async def test_redis_down_each_process_carries_on_with_an_even_share_and_recovers(cluster):
+    clock, process = cluster
+    p1, p2 = process(), process()
+    org, budget = org_name(), (1.0, "day")
+    (await admit_budget(p1, org, budget, 0.1)).settle(0.1)
+    (await admit_budget(p2, org, budget, 0.1)).settle(0.1)
+    await p1.sync_once()
+    assert p1.processes >= 2
+    p1.processes = 2  # other tests' processes may still be listed as alive
+    account = p1.budgets.find(("agent", org, "bot"))
+    counter_before = account.cluster
+
+    live_redis = p1._redis
+    p1.redis_url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    p1.connect()
+    await p1.sync_once()
+    assert p1.degraded
+    assert live.degraded["redis"] is True  # switchboard_degraded{component="redis"}
+    # An even share of what was left, on top of the lease it held: never a refusal because Redis is down.
+    assert account.left() == pytest.approx(account.lease)
+    assert account.left() >= (1.0 - counter_before) / 2 - 1e-9
+    admitted = 0
+    while (hold := p1.budgets.admit(org, None, "bot", budget, 0.05)) is not None:
+        admitted += 1
+        hold.settle(0.05)
+        if admitted == 4:
+            break
+    assert admitted == 4
+
+    await p1.close()
+    p1._redis = live_redis  # Redis is back
+    p1._lease = live_redis.register_script(p1._lease.script)
+    p1._take = live_redis.register_script(p1._take.script)
+    await p1.sync_once()
+    assert not p1.degraded
+    assert live.degraded["redis"] is False
+    assert account.owed == 0
+    # The outage's spend ($0.2) is in the counter now; the unused share went back.
+    clock.now += 3
+    await p1.sync_once()
+    counter = int(await live_redis.get(account_key(account, p1.prefix))) / 1e6
+    assert 0.4 - 1e-6 <= counter <= 0.4 + 0.1 + 1e-6  # spend $0.4, and p2 may still hold its $0.1 lease
+
+
+async def test_the_first_limited_request_of_a_process_waits_for_a_syncer_not_yet_begun(cluster):
+    """daphne sends no lifespan: the first request spawns the syncer and is admitted before it runs."""
+    import asyncio
+
+    from routing.runtime import shared_limits
+
+    _, process = cluster
+    p = process()
+    org, limits = org_name(), (10, None)
+    task = asyncio.get_running_loop().create_task(p.run())  # spawned, not begun
+    shared_limits.install(p)
+    try:
+        with pytest.raises(Refused):
+            p.limiter.admit(org, None, "bot", limits, lambda: 0)  # no share yet
+        assert shared_limits.wake()  # not refused for want of a running syncer
+        assert await shared_limits.wait_round(2.0)
+        p.limiter.admit(org, None, "bot", limits, lambda: 0)
+    finally:
+        shared_limits.install(None)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_a_burst_of_waiters_is_admitted_up_to_the_cluster_bucket_by_the_request_path(cluster):
+    """The request path's own admission (routing.gateway.limiting) with the syncer's task running on a
+    real Redis: 30 concurrent requests on rpm 60 are all admitted; of 100 more, the 30 left are, and the
+    rest get 429 `rate_limited` with the cluster bucket's Retry-After."""
+    import asyncio
+
+    from routing.config.snapshot import build_snapshot
+    from routing.core.errors import GatewayError
+    from routing.gateway import limiting
+    from routing.plan import preflight
+    from routing.runtime import shared_limits
+    from routing.runtime.accounting import Context
+
+    _, process = cluster
+    p = process()
+    org = org_name()
+    doc = {
+        "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
+        "models": [{"id": "m", "provider": "p", "upstream_model": "m", "capabilities": ["chat"]}],
+        "orgs": [{"name": org, "limits": {"rpm": 60}, "agents": [{"name": "bot"}]}],
+    }
+    snap = build_snapshot(doc, [{"key_hash": "k", "prefix": "k", "org": org, "agent": "bot"}], {})
+    agent, model = snap.keys["k"].agent, snap.models["m"]
+    req = preflight.requirements("chat", {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+
+    async def one() -> int | float:
+        ctx = Context("r", 0.0, "chat")
+        try:
+            try:
+                limiting.admit(p.limiter, ctx, agent, model, req)
+            except limiting.LeaseNeeded:
+                await limiting.admit_after_lease(p.limiter, ctx, agent, model, req)
+        except GatewayError as error:
+            assert error.code == "rate_limited"
+            return float(dict(error.headers)["Retry-After"])
+        return 200
+
+    task = asyncio.get_running_loop().create_task(p.run())
+    shared_limits.install(p)
+    try:
+        first = await asyncio.gather(*(one() for _ in range(30)))
+        assert first == [200] * 30  # before: a few (its round asked for the largest need, one request)
+        second = await asyncio.gather(*(one() for _ in range(100)))
+        assert 30 <= second.count(200) <= 31  # what was left, and what refilled meanwhile
+        assert {w for w in second if w != 200} == {1.0}  # one request a second comes back
+    finally:
+        shared_limits.install(None)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+
+async def test_a_flushed_redis_is_rebuilt_from_every_process_s_records_plus_what_each_holds(cluster, monkeypatch):
+    """docs/limits.md#reseed: not from one process's view, which misses the others' spend."""
+    from routing.runtime import shared_limits
+
+    _, process = cluster
+    p1, p2 = process(), process()
+    org, budget = org_name(), (1.0, "total")
+    key = ("agent", org, "bot")
+    (await admit_budget(p1, org, budget, 0.2)).settle(0.2)
+    (await admit_budget(p2, org, budget, 0.2)).settle(0.2)
+    in_flight = await admit_budget(p2, org, budget, 0.1)
+    await p1.sync_once()
+    await p2.sync_once()
+    # The usage records of both processes (and of a process gone since): $0.5 in all.
+    monkeypatch.setattr(shared_limits, "query_spend", lambda starts, until=None: {(key, 0.0): 0.5})
+    counter = account_key(p1.budgets.find(key), p1.prefix)
+    await p1._redis.delete(p1.prefix + "epoch", counter)  # Redis restarted empty
+
+    await p1.sync_once()  # finds no marker: rebuilds from the records, then adds what it holds
+    await p2.sync_once()  # a new marker: adds what it holds and what is in flight
+    a1, a2 = p1.budgets.find(key), p2.budgets.find(key)
+    rebuilt = int(await p1._redis.get(counter)) / 1e6
+    assert rebuilt == pytest.approx(0.5 + a1.lease + a2.lease + 0.1)
+    assert p1.epoch == p2.epoch is not None
+    in_flight.settle(0.1)
+    # What is left for anyone: $1 - $0.6 spent - the leases held; never the $0.6 again.
+    left = 1.0 - 0.6 - a1.lease - a2.lease
+    assert await admit_budget(p1, org, budget, left + a1.lease + 0.01) is None
