@@ -123,55 +123,55 @@ def explain(
     decision = decide(snapshot, org, model.id)
     out["allowed"] = decision.allowed
     out["decision"] = decision.reason
-    if decision.policy is not None:
-        p = decision.policy
-        out["policy"] = {
-            "pattern": p.pattern,
-            "priority": p.priority,
-            "action": p.action,
-            "fallback_chain": None if p.fallback_chain is None else list(p.fallback_chain),
-        }
-
+    out["policy"] = _policy(decision.policy)
     req = preflight.Requirements(kind=kind, streaming=stream, tools=tools, known_tokens=tokens or 0)
     out["requirements"] = {"kind": kind, "needs": list(req.needs), "estimated_tokens": tokens}
 
     links = preflight.apply(chain_mod.build_chain(snapshot, org, model, name), req)
     states = states if states is not None else local_states()
     out["breakers_from"] = states.source
+    serves, open_left = _chain(links, states, req, org.name, out["chain"])
+    if not decision.allowed:
+        out["error"] = _error(errors.model_denied(model.id))
+    elif not preflight.servable(links):
+        out["error"] = _error(preflight.no_link_error(links, req))
+    elif serves is None:  # every kept link is open for this request
+        out["error"] = _error(errors.circuit_open(model.id, min(open_left, default=0.0)))
+    else:
+        out["serves"] = serves
+    return out
+
+
+def _policy(p: Any) -> dict[str, Any] | None:
+    """The org policy that decided, as explain shows it; None when the org's default action did."""
+    if p is None:
+        return None
+    return {
+        "pattern": p.pattern,
+        "priority": p.priority,
+        "action": p.action,
+        "fallback_chain": None if p.fallback_chain is None else list(p.fallback_chain),
+    }
+
+
+def _chain(
+    links: list[Any], states: BreakerStates, req: preflight.Requirements, org: str, entries: list[dict[str, Any]]
+) -> tuple[str | None, list[float]]:
+    """Append one entry per link to `entries`; returns the model that would serve (None: none) and the
+    cooldowns left of the kept links a request would find open."""
     # a forced breaker is an open one (the detail says who holds it)
     breakers = {key: "open" if state == "forced" else state for key, (state, _) in states.links.items()}
-    open_left: list[float] = []  # cooldowns left of the kept links a request would find open
+    open_left: list[float] = []
     serves = None
     for position, link in enumerate(links):
         m = link.model
-        byo = link.breaker_key.org is not None
         state, left = states.link(link.breaker_key)
         view, view_left = states.org(link.breaker_key, link.org)
-        entry: dict[str, Any] = {
-            "position": position,
-            "model": m.id,
-            "provider": m.provider.name or None,
-            "base_url": link.base_url or None,
-            "credentials": "org" if byo else "platform",
-            "breaker_key": link.breaker_key.wire(),
-            "breaker": breakers.get(link.breaker_key, "closed") if link.skip_reason != "model_not_found" else None,
-            "org_view": view if view != "closed" else None,
-            "kept": link.skip_reason is None,
-            "skip_reason": link.skip_reason,
-            "detail": _SKIP_DETAIL.get(link.skip_reason or ""),
-        }
+        entry = _entry(position, link, breakers, view)
         if link.skip_reason in (preflight.UNSUPPORTED, preflight.CONTEXT_LENGTH):
-            found = preflight.missing(m, req)
-            if found is not None:
-                what = found[1]
-                if what == "context_window":
-                    entry["detail"] = f"estimated {req.estimated_tokens} tokens > context_window {m.context_window}"
-                elif what == "max_output_tokens":
-                    entry["detail"] = f"requested output exceeds max_output_tokens {m.max_output_tokens}"
-                else:
-                    entry["detail"] = f"missing capability '{what}'"
+            entry["detail"] = _unfit(m, req) or entry["detail"]
         elif link.skip_reason is None and not link.deployments:
-            refused = _refusal(state, left, view, view_left, org.name)
+            refused = _refusal(state, left, view, view_left, org)
             if refused is not None:
                 entry["detail"], wait = refused
                 open_left.append(wait)
@@ -182,17 +182,39 @@ def explain(
         if link.deployments:
             entry["routing"] = link.routing
             entry["deployments"] = deployments(link, breakers)
-        out["chain"].append(entry)
+        entries.append(entry)
+    return serves, open_left
 
-    if not decision.allowed:
-        out["error"] = _error(errors.model_denied(model.id))
-    elif not preflight.servable(links):
-        out["error"] = _error(preflight.no_link_error(links, req))
-    elif serves is None:  # every kept link is open for this request
-        out["error"] = _error(errors.circuit_open(model.id, min(open_left, default=0.0)))
-    else:
-        out["serves"] = serves
-    return out
+
+def _entry(position: int, link: Any, breakers: dict[Any, str], view: str) -> dict[str, Any]:
+    """One link of the chain as explain shows it (no secrets: the credentials' owner, not the key)."""
+    m = link.model
+    return {
+        "position": position,
+        "model": m.id,
+        "provider": m.provider.name or None,
+        "base_url": link.base_url or None,
+        "credentials": "org" if link.breaker_key.org is not None else "platform",
+        "breaker_key": link.breaker_key.wire(),
+        "breaker": breakers.get(link.breaker_key, "closed") if link.skip_reason != "model_not_found" else None,
+        "org_view": view if view != "closed" else None,
+        "kept": link.skip_reason is None,
+        "skip_reason": link.skip_reason,
+        "detail": _SKIP_DETAIL.get(link.skip_reason or ""),
+    }
+
+
+def _unfit(m: Any, req: preflight.Requirements) -> str | None:
+    """Why preflight skipped the model for this request: the window, the output cap or a capability."""
+    found = preflight.missing(m, req)
+    if found is None:
+        return None
+    what = found[1]
+    if what == "context_window":
+        return f"estimated {req.estimated_tokens} tokens > context_window {m.context_window}"
+    if what == "max_output_tokens":
+        return f"requested output exceeds max_output_tokens {m.max_output_tokens}"
+    return f"missing capability '{what}'"
 
 
 def _refusal(state: str, left: float, view: str, view_left: float, org: str) -> tuple[str, float] | None:
