@@ -24,6 +24,7 @@ from functools import cache
 from typing import Any
 
 import orjson
+from django.apps import apps
 
 from routing.config.schema import (
     AGENT,
@@ -146,38 +147,73 @@ class _Reading:
 _reading = _Reading()
 
 
-def _read_document() -> dict[str, Any]:
-    from policies.models import Agent, Org, OrgCredential, OrgPolicy
-    from providers.models import Alias, Deployment, FallbackLink, Model, Provider
-    from routing.models import ResilienceSettings
+def _model(label: str) -> Any:
+    """A model class by its label, from Django's app registry: the apps' models are not imported here."""
+    return apps.get_model(label)
 
+
+def _read_document() -> dict[str, Any]:
     read = _readers()
-    settings_row = _reading.at(ResilienceSettings.objects.filter(pk=1)).values(*RESILIENCE.column_attrs).first()
+    resilience = _read_resilience()
+    providers, provider_names = _read_providers(read)
+    models, model_ids = _read_models(read, provider_names)
+    aliases = {
+        name: model_ids[target]
+        for name, target in _reading.at(_model("providers.Alias").objects.order_by("name")).values_list(
+            "name", "target_id"
+        )
+    }
+    orgs = _read_orgs(read, provider_names)
+    return {
+        "resilience": resilience,
+        "providers": providers,
+        "models": models,
+        "aliases": aliases,
+        "orgs": orgs,
+    }
+
+
+def _read_resilience() -> dict[str, Any]:
+    settings_row = (
+        _reading.at(_model("routing.ResilienceSettings").objects.filter(pk=1)).values(*RESILIENCE.column_attrs).first()
+    )
     resilience = {}
     for f in RESILIENCE:
         value = settings_row[f.attr] if settings_row else f.default
         resilience[f.name] = list(value) if isinstance(value, list) else f.to_doc(value)
+    return resilience
 
+
+def _read_providers(read: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    """The `providers` items, and each provider's name by pk (the other entities refer to it)."""
     provider_names: dict[int, str] = {}
     providers = []
     read_provider = read["provider"]
-    for pk, secret, *row in _reading.at(Provider.objects.order_by("name")).values_list(
+    for pk, secret, *row in _reading.at(_model("providers.Provider").objects.order_by("name")).values_list(
         "id", "api_key_encrypted", *_select(PROVIDER)
     ):
         item = read_provider(tuple(row), "stored" if secret else None)  # a reference, never the secret
         provider_names[pk] = item["name"]
         providers.append(item)
+    return providers, provider_names
 
-    model_rows = _reading.at(Model.objects.order_by("public_id")).values_list("id", "provider_id", *_select(MODEL))
+
+def _read_models(read: dict[str, Any], provider_names: dict[int, str]) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    """The `models` items with their deployments and fallbacks, and each model's public id by pk."""
+    model_rows = _reading.at(_model("providers.Model").objects.order_by("public_id")).values_list(
+        "id", "provider_id", *_select(MODEL)
+    )
     model_rows = list(model_rows)
     model_ids = {row[0]: row[2] for row in model_rows}  # public_id is the first column
     chains: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
     for link_id, model_pk, target_pk, position in (
-        _reading.at(FallbackLink.objects.all()).values_list("id", "model_id", "target_id", "position").order_by()
+        _reading.at(_model("providers.FallbackLink").objects.all())
+        .values_list("id", "model_id", "target_id", "position")
+        .order_by()
     ):
         chains[model_pk].append((position, link_id, target_pk))
     read_model = read["model"]
-    deployments = _deployments(read["deployment"], provider_names, Deployment)
+    deployments = _deployments(read["deployment"], provider_names, _model("providers.Deployment"))
     models = []
     no_links: list[tuple[int, int, int]] = []
     for pk, provider_pk, *row in model_rows:
@@ -193,41 +229,40 @@ def _read_document() -> dict[str, Any]:
                 [model_ids[target] for _, _, target in links],
             )
         )
+    return models, model_ids
 
-    aliases = {
-        name: model_ids[target]
-        for name, target in _reading.at(Alias.objects.order_by("name")).values_list("name", "target_id")
-    }
 
+def _read_orgs(read: dict[str, Any], provider_names: dict[int, str]) -> list[dict[str, Any]]:
+    """The `orgs` items with their agents, policies (by priority) and credentials (references, never secrets)."""
+    agent_model, org_model, credential_model, policy_model = (
+        _model(f"policies.{name}") for name in ("Agent", "Org", "OrgCredential", "OrgPolicy")
+    )
     read_agent, read_policy, read_credential = read["agent"], read["policy"], read["credential"]
     agents: dict[int, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    for org_pk, *row in _reading.at(Agent.objects.order_by()).values_list("org_id", *_select(AGENT)):
+    for org_pk, *row in _reading.at(agent_model.objects.order_by()).values_list("org_id", *_select(AGENT)):
         item = read_agent(tuple(row))
         agents[org_pk].append((item["name"], item))
     policies: dict[int, list[tuple[int, int, dict[str, Any]]]] = defaultdict(list)
-    for pk, org_pk, *row in _reading.at(OrgPolicy.objects.order_by()).values_list("id", "org_id", *_select(POLICY)):
+    for pk, org_pk, *row in _reading.at(policy_model.objects.order_by()).values_list("id", "org_id", *_select(POLICY)):
         item = read_policy(tuple(row))
         policies[org_pk].append((item["priority"], pk, item))
     credentials: dict[int, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-    for org_pk, provider_pk, secret, *row in _reading.at(OrgCredential.objects.order_by()).values_list(
+    for org_pk, provider_pk, secret, *row in _reading.at(credential_model.objects.order_by()).values_list(
         "org_id", "provider_id", "api_key_encrypted", *_select(CREDENTIAL)
     ):
         provider = provider_names[provider_pk]
         credentials[org_pk].append((provider, read_credential(tuple(row), provider, "stored" if secret else None)))
 
     read_org = read["org"]
-    orgs = []
-    for pk, *row in _reading.at(Org.objects.order_by("name")).values_list("id", *_select(ORG)):
-        orgs.append(
-            read_org(
-                tuple(row),
-                [item for _, item in sorted(agents.get(pk, ()), key=_first)],
-                [item for _, _, item in sorted(policies.get(pk, ()), key=_first_two)],
-                [item for _, item in sorted(credentials.get(pk, ()), key=_first)],
-            )
+    return [
+        read_org(
+            tuple(row),
+            [item for _, item in sorted(agents.get(pk, ()), key=_first)],
+            [item for _, _, item in sorted(policies.get(pk, ()), key=_first_two)],
+            [item for _, item in sorted(credentials.get(pk, ()), key=_first)],
         )
-
-    return {"resilience": resilience, "providers": providers, "models": models, "aliases": aliases, "orgs": orgs}
+        for pk, *row in _reading.at(org_model.objects.order_by("name")).values_list("id", *_select(ORG))
+    ]
 
 
 def _deployments(read: Any, provider_names: dict[int, str], table: Any) -> dict[int, list[Any]]:

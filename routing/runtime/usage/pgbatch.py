@@ -134,28 +134,22 @@ def _columns() -> list[tuple[str, str, str]]:
     return out
 
 
-def statement(quote: Any) -> str:
-    """The batch statement (one parameter: a JSON array of usage records); returns (refused shapes, inserted)."""
-    from routing.models import KeyUsage, UsageRecord, UsageRollup
+# Raw values the aggregates use (the Python path sums the record's own numbers, not the column's).
+_RAW = (
+    "CASE WHEN jsonb_typeof(j->'cost') IN ('number', 'string') THEN (j->>'cost')::numeric END AS cost_raw, "
+    "trunc(coalesce((j->>'prompt_tokens')::numeric, 0))::bigint AS pt_raw, "
+    "trunc(coalesce((j->>'completion_tokens')::numeric, 0))::bigint AS ct_raw, "
+    "coalesce((j->>'latency_ms')::float8, 0) AS lat_ms, "
+    "CASE WHEN jsonb_typeof(j->'created_at') = 'number' "
+    "THEN to_timestamp(div((j->>'created_at')::numeric, 3600) * 3600) "
+    "ELSE date_trunc('hour', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' END AS hour"
+)
+# width_bucket counts the bounds at or below the value: rollup.latency_bucket's bisect, exactly.
+_LAT = f"width_bucket(c.lat_ms, ARRAY[{', '.join(repr(b) for b in rollup.LATENCY_BOUNDS_MS)}]::float8[])"
 
-    q = quote
-    cols = _columns()
-    usage, keys, roll = (q(m._meta.db_table) for m in (UsageRecord, KeyUsage, UsageRollup))
-    names = [c for c, _, _ in cols]
-    conv = ",\n    ".join(f"{v} AS {q(c)}" for c, v, _ in cols)
-    shape = " AND ".join(f"({check})" for _, _, check in cols)
-    # width_bucket counts the bounds at or below the value: rollup.latency_bucket's bisect, exactly.
-    lat = f"width_bucket(c.lat_ms, ARRAY[{', '.join(repr(b) for b in rollup.LATENCY_BOUNDS_MS)}]::float8[])"
-    # Raw values the aggregates use (the Python path sums the record's own numbers, not the column's).
-    raw = (
-        "CASE WHEN jsonb_typeof(j->'cost') IN ('number', 'string') THEN (j->>'cost')::numeric END AS cost_raw, "
-        "trunc(coalesce((j->>'prompt_tokens')::numeric, 0))::bigint AS pt_raw, "
-        "trunc(coalesce((j->>'completion_tokens')::numeric, 0))::bigint AS ct_raw, "
-        "coalesce((j->>'latency_ms')::float8, 0) AS lat_ms, "
-        "CASE WHEN jsonb_typeof(j->'created_at') = 'number' "
-        "THEN to_timestamp(div((j->>'created_at')::numeric, 3600) * 3600) "
-        "ELSE date_trunc('hour', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' END AS hour"
-    )
+
+def _rollup_parts(q: Any, roll: str) -> dict[str, str]:
+    """The rollup upsert's SQL pieces: its counters, grouping sets and conflict update (routing.runtime.usage.rollup)."""
     dims = rollup.DIMENSIONS
     counters = {
         "requests": "count(*)",
@@ -178,7 +172,28 @@ def statement(quote: Any) -> str:
         "(" + ", ".join(["r.hour", *(f"r.{q(d)}" for d in kept)]) + ")" for kept in rollup.GROUPINGS.values()
     )
     roll_keys = ("grouping", "bucket", *dims)
-    roll_updates = ", ".join(f"{q(c)} = {roll}.{q(c)} + excluded.{q(c)}" for c in number_cols)
+    return {
+        "columns": ", ".join(q(c) for c in (*roll_keys, *number_cols)),
+        "grouping": f"CASE GROUPING({dim_args}) {name_case} END",
+        "dims": ", ".join(f"coalesce(r.{q(d)}, '')" for d in dims),
+        "numbers": ", ".join(numbers),
+        "sets": sets,
+        "keys": ", ".join(q(c) for c in roll_keys),
+        "updates": ", ".join(f"{q(c)} = {roll}.{q(c)} + excluded.{q(c)}" for c in number_cols),
+    }
+
+
+def statement(quote: Any) -> str:
+    """The batch statement (one parameter: a JSON array of usage records); returns (refused shapes, inserted)."""
+    from routing.models import KeyUsage, UsageRecord, UsageRollup
+
+    q = quote
+    cols = _columns()
+    usage, keys, roll = (q(m._meta.db_table) for m in (UsageRecord, KeyUsage, UsageRollup))
+    names = [c for c, _, _ in cols]
+    conv = ",\n    ".join(f"{v} AS {q(c)}" for c, v, _ in cols)
+    shape = " AND ".join(f"({check})" for _, _, check in cols)
+    rp = _rollup_parts(q, roll)
     req, spend, last = q("requests"), q("spend"), q("last_used_at")
     return f"""
 WITH src AS (
@@ -188,7 +203,7 @@ WITH src AS (
 ), conv AS (
   SELECT src.o,
     {conv},
-    {raw}
+    {_RAW}
   FROM src WHERE (SELECT n FROM refused) = 0
 ), fresh AS (
   INSERT INTO {usage} ({", ".join(q(c) for c in names)})
@@ -196,7 +211,7 @@ WITH src AS (
   ON CONFLICT ({q("record_id")}) DO NOTHING
   RETURNING {q("record_id")}
 ), r AS (
-  SELECT DISTINCT ON (c.{q("record_id")}) c.*, {lat} AS lat
+  SELECT DISTINCT ON (c.{q("record_id")}) c.*, {_LAT} AS lat
   FROM conv c JOIN fresh f ON f.{q("record_id")} = c.{q("record_id")}
   ORDER BY c.{q("record_id")}, c.o
 ), k AS (
@@ -212,12 +227,12 @@ WITH src AS (
       ELSE {keys}.{last} END
   RETURNING 1
 ), g AS (
-  INSERT INTO {roll} ({", ".join(q(c) for c in (*roll_keys, *number_cols))})
-  SELECT CASE GROUPING({dim_args}) {name_case} END, r.hour,
-    {", ".join(f"coalesce(r.{q(d)}, '')" for d in dims)},
-    {", ".join(numbers)}
-  FROM r GROUP BY GROUPING SETS ({sets}) ORDER BY 1, 2, 3, 4, 5, 6, 7
-  ON CONFLICT ({", ".join(q(c) for c in roll_keys)}) DO UPDATE SET {roll_updates}
+  INSERT INTO {roll} ({rp["columns"]})
+  SELECT {rp["grouping"]}, r.hour,
+    {rp["dims"]},
+    {rp["numbers"]}
+  FROM r GROUP BY GROUPING SETS ({rp["sets"]}) ORDER BY 1, 2, 3, 4, 5, 6, 7
+  ON CONFLICT ({rp["keys"]}) DO UPDATE SET {rp["updates"]}
   RETURNING 1
 )
 SELECT (SELECT n FROM refused), (SELECT count(*) FROM fresh), (SELECT count(*) FROM k), (SELECT count(*) FROM g)
