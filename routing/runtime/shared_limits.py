@@ -450,8 +450,44 @@ class Syncer:
             await self._sync_round(budgets_only=True)  # the buckets had theirs: asking again would give back
 
     async def _sync_round(self, budgets_only: bool = False) -> bool:
+        """One pipeline to Redis for every due budget and bucket; True when counters rebuilt under a new
+        marker refused some of it (the caller runs once more)."""
         now = self.clock()
         mono = time.monotonic()
+        accounts, buckets = self._due(now, mono, budgets_only)
+        if not accounts and not buckets and not self.degraded:
+            return False  # nothing to share now: no Redis traffic (while degraded, the heartbeat tells when it is back)
+        # a re-run right after adopting rebuilt counters only redoes what they refused: no share ahead,
+        # which a round with waiters never takes (docs/limits.md#shared)
+        account_plans = [
+            (a, a.start, *self._plan_account(a, now, not budgets_only)) for a in accounts if a.state != NEW
+        ]
+        bucket_plans = [(b, *self._plan_bucket(b, mono)) for _, b in buckets]
+        try:
+            results = await self._send(now, account_plans, buckets, bucket_plans)
+        except Exception as exc:  # noqa: BLE001 - Redis down: fail open on local shares
+            for account, start, want, _, _ in account_plans:
+                if want < 0 and account.start == start:
+                    account.lease = (account.lease or 0.0) - want / _MICRO  # the give-back did not happen
+            for bucket, want, owed in bucket_plans:
+                if not bucket.divisor:
+                    bucket.level += (-want if want < 0 else 0.0) - owed
+            self._fail_open(accounts, [b for _, b in buckets], exc)
+            return False
+        self.processes = max(1, int(results[2]))
+        metrics.LIMIT_PROCESSES.set(self.processes)
+        marker = results[3].decode() if results[3] else None
+        rest = results[4:]
+        self._apply(account_plans, bucket_plans, rest, mono)
+        if self.degraded:
+            self.degraded = False
+            self._outage.clear()
+            live.set_degraded("redis", False, "limits")  # the aggregate component of docs/metrics.md
+            log.warning("shared limits: Redis reachable again; limits and budgets are shared across processes again")
+        return await self._follow_marker(marker, rest[: len(account_plans)])
+
+    def _due(self, now: float, mono: float, budgets_only: bool) -> tuple[list[Account], list[tuple[Any, SharedBucket]]]:
+        """The budgets and buckets this round syncs."""
         # Idle ones holding nothing and owing nothing cost no Redis call (removed limits, quiet callers).
         accounts = [
             a
@@ -466,43 +502,28 @@ class Syncer:
             for k, b in items
             if isinstance(b, SharedBucket) and (b.level or b.divisor or mono - b.used_at <= IDLE_S) and not budgets_only
         ]
-        if not accounts and not buckets and not self.degraded:
-            return False  # nothing to share now: no Redis traffic (while degraded, the heartbeat tells when it is back)
-        # a re-run right after adopting rebuilt counters only redoes what they refused: no share ahead,
-        # which a round with waiters never takes (docs/limits.md#shared)
-        account_plans = [
-            (a, a.start, *self._plan_account(a, now, not budgets_only)) for a in accounts if a.state != NEW
-        ]
-        bucket_plans = [(b, *self._plan_bucket(b, mono)) for _, b in buckets]
-        try:
-            pipe = self._redis.pipeline(transaction=False)
-            processes = self.prefix + "processes"
-            pipe.zadd(processes, {self.id: now})
-            pipe.zremrangebyscore(processes, 0, now - PROCESS_TTL_S)
-            pipe.zcard(processes)
-            pipe.get(self.prefix + "epoch")
-            for account, _start, want, owed, seed in account_plans:
-                ttl = int((account.end - now) + 86400) if account.end is not None else 400 * 86400
-                args = [int(account.usd * _MICRO), want, owed, seed, max(ttl, 60), self.epoch or "", int(account.floor)]
-                keys = [account_key(account, self.prefix), self.prefix + "epoch"]
-                await self._lease(keys=keys, args=args, client=pipe)
-            for (key, bucket), (_, want, owed) in zip(buckets, bucket_plans, strict=True):
-                args = [repr(bucket.capacity), repr(want), repr(owed), BUCKET_TTL_S]
-                await self._take(keys=[bucket_key(key, self.prefix)], args=args, client=pipe)
-            results = await asyncio.wait_for(pipe.execute(), self.timeout_s * 2)
-        except Exception as exc:  # noqa: BLE001 - Redis down: fail open on local shares
-            for account, start, want, _, _ in account_plans:
-                if want < 0 and account.start == start:
-                    account.lease = (account.lease or 0.0) - want / _MICRO  # the give-back did not happen
-            for bucket, want, owed in bucket_plans:
-                if not bucket.divisor:
-                    bucket.level += (-want if want < 0 else 0.0) - owed
-            self._fail_open(accounts, [b for _, b in buckets], exc)
-            return False
-        self.processes = max(1, int(results[2]))
-        metrics.LIMIT_PROCESSES.set(self.processes)
-        marker = results[3].decode() if results[3] else None
-        rest = results[4:]
+        return accounts, buckets
+
+    async def _send(self, now: float, account_plans: list[Any], buckets: list[Any], bucket_plans: list[Any]) -> Any:
+        """The round's pipeline: heartbeat, epoch, one lease per budget and one take per bucket."""
+        pipe = self._redis.pipeline(transaction=False)
+        processes = self.prefix + "processes"
+        pipe.zadd(processes, {self.id: now})
+        pipe.zremrangebyscore(processes, 0, now - PROCESS_TTL_S)
+        pipe.zcard(processes)
+        pipe.get(self.prefix + "epoch")
+        for account, _start, want, owed, seed in account_plans:
+            ttl = int((account.end - now) + 86400) if account.end is not None else 400 * 86400
+            args = [int(account.usd * _MICRO), want, owed, seed, max(ttl, 60), self.epoch or "", int(account.floor)]
+            keys = [account_key(account, self.prefix), self.prefix + "epoch"]
+            await self._lease(keys=keys, args=args, client=pipe)
+        for (key, bucket), (_, want, owed) in zip(buckets, bucket_plans, strict=True):
+            args = [repr(bucket.capacity), repr(want), repr(owed), BUCKET_TTL_S]
+            await self._take(keys=[bucket_key(key, self.prefix)], args=args, client=pipe)
+        return await asyncio.wait_for(pipe.execute(), self.timeout_s * 2)
+
+    def _apply(self, account_plans: list[Any], bucket_plans: list[Any], rest: list[Any], mono: float) -> None:
+        """What the counters granted: leases and spend for the budgets, shares and pools for the buckets."""
         for (account, start, want, owed, _), (grant, counter) in zip(account_plans, rest, strict=False):
             if int(counter) == -1:  # the counters are being rebuilt: nothing happened, the give-back neither
                 if want < 0 and account.start == start:
@@ -526,11 +547,10 @@ class Syncer:
                 bucket.level += granted
             bucket.pool = float(pool)
             bucket.pool_at = mono
-        if self.degraded:
-            self.degraded = False
-            self._outage.clear()
-            live.set_degraded("redis", False, "limits")  # the aggregate component of docs/metrics.md
-            log.warning("shared limits: Redis reachable again; limits and budgets are shared across processes again")
+
+    async def _follow_marker(self, marker: str | None, account_results: list[Any]) -> bool:
+        """Follow the counters' seed marker: rebuild them when Redis lost them, adopt a new one; True when
+        adopting it refused some of this round's budgets (the caller runs once more)."""
         if marker is not None and marker == self.epoch:
             self.reseeding = False
             return False
@@ -546,7 +566,7 @@ class Syncer:
                 return False
             marker = marker.decode()
         self._adopt(marker)
-        return any(int(counter) == -1 for _, counter in rest[: len(account_plans)])
+        return any(int(counter) == -1 for _, counter in account_results)
 
     def _adopt(self, marker: str) -> None:
         """Counters rebuilt from the usage records under `marker`: add what they cannot know of this process.
