@@ -122,6 +122,7 @@ async def _run(args: argparse.Namespace, result: dict) -> None:
     from routing.config.snapshot import build_snapshot
     from routing.core.executor import Outcome
     from routing.gateway import caching
+    from routing.gateway.proxy import Call
     from routing.gateway.wire import JSON, answer_headers
     from routing.plan import cache_key, chain
     from routing.runtime.accounting import Context
@@ -155,10 +156,16 @@ async def _run(args: argparse.Namespace, result: dict) -> None:
         }
 
     def plan_of(b: dict) -> cache_key.Plan:
-        return cache_key.plan("chat", "acme", "m", "m-up", 300, b, False, False, b"")
+        return cache_key.plan("chat", "acme", model, b, False, False, b"")
 
     def context() -> Context:
         return Context("r", 0.0, "chat")
+
+    def call_of(ctx: Context, b: dict) -> Call:
+        """The request object the gateway builds once per request: here the cache's plan, chain and deadline."""
+        call = Call(ctx, None, None)  # type: ignore[arg-type]  # no client connection, no executor
+        call.plan, call.links, call.deadline = plan_of(b), links, 1e12
+        return call
 
     async def upstream(ctx: Context) -> tuple[int, list, bytes]:  # a stand-in that answers at once
         ctx.outcome = Outcome(None, None, links[0], 1, None, 0.0, [])
@@ -184,13 +191,13 @@ async def _run(args: argparse.Namespace, result: dict) -> None:
         started = time.perf_counter()
         for b in bodies:
             ctx = context()
-            await caching.serve(store, coalescer, ctx, plan_of(b), links, 1e12, lambda ctx=ctx: upstream(ctx))
+            await caching.serve(store, coalescer, call_of(ctx, b), lambda ctx=ctx: upstream(ctx))
         best["miss"] = min(best["miss"], (time.perf_counter() - started) / n * 1e6)
 
         started = time.perf_counter()
         for b in bodies:
             ctx = context()
-            await caching.serve(store, coalescer, ctx, plan_of(b), links, 1e12, lambda ctx=ctx: upstream(ctx))
+            await caching.serve(store, coalescer, call_of(ctx, b), lambda ctx=ctx: upstream(ctx))
             assert ctx.cache == "hit"
         best["hit"] = min(best["hit"], (time.perf_counter() - started) / n * 1e6)
 
@@ -213,14 +220,14 @@ async def _run(args: argparse.Namespace, result: dict) -> None:
     keyed = [{**b, "seed": tag} for b in bodies[: min(n, 2000)]]
     for b in keyed:  # stored by "another process": through Redis, not this one's write buffer
         ctx = context()
-        await caching.serve(store, coalescer, ctx, plan_of(b), links, 1e12, lambda ctx=ctx: upstream(ctx))
+        await caching.serve(store, coalescer, call_of(ctx, b), lambda ctx=ctx: upstream(ctx))
     await store.drain()
     reader = RedisCache(args.redis, timeout_s=1.0)
     samples = []
     for b in keyed:
         ctx = context()
         started = time.perf_counter()
-        await caching.serve(reader, coalescer, ctx, plan_of(b), links, 1e12, lambda ctx=ctx: upstream(ctx))
+        await caching.serve(reader, coalescer, call_of(ctx, b), lambda ctx=ctx: upstream(ctx))
         samples.append((time.perf_counter() - started) * 1e6)
         assert ctx.cache == "hit", ctx.cache
     samples.sort()

@@ -18,11 +18,12 @@ from django.conf import settings
 
 from policies.decision import decide, select_model_name
 from routing.config import live
+from routing.config.snapshot import ModelSpec
 from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.gateway import body_schemas, caching, limiting, messages, openapi, request
 from routing.gateway.pacing import Pacer
-from routing.gateway.proxy import proxy_idempotent, proxy_once, proxy_stream
+from routing.gateway.proxy import Call, proxy_idempotent, proxy_once, proxy_stream
 from routing.gateway.wire import (
     JSON,
     ClientGone,
@@ -94,11 +95,13 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
     anthropic = ctx.endpoint in messages.ENDPOINTS
     if anthropic:
         auth = messages.credential(auth, x_api_key)
+    call = Call(ctx, send, process.executor, idempotency_key, cache_control)  # the one request object
     tally.in_flight += 1  # the dashboard's process list (docs/scale-out.md#processes)
     try:
         if auth_headers > 0:
             raise errors.duplicate_authorization()
-        await _handle(process, ctx, scope, receive, send, path, auth, content_length, idempotency_key, cache_control)
+        if await _admit(process, call, scope, receive, auth, content_length):
+            await _serve(process, call, receive)
     except GatewayError as exc:
         ctx.status, ctx.error_code = exc.status, exc.code
         await send_error(send, ctx, exc, messages.error_answer(ctx, exc) if anthropic else None)
@@ -136,135 +139,134 @@ async def lifespan_application(scope: Scope, receive: Receive, send: Send) -> No
             return
 
 
-async def _handle(
-    process: wiring.Process,
-    ctx: Context,
-    scope: Scope,
-    receive: Receive,
-    send: Send,
-    path: str,
-    auth: bytes,
-    content_length: int,
-    idempotency_key: bytes,
-    cache_control: bytes = b"",
-) -> None:
-    method = scope["method"]
+async def _admit(
+    process: wiring.Process, call: Call, scope: Scope, receive: Receive, auth: bytes, content_length: int
+) -> bool:
+    """Everything decided before an upstream is called: the key, the body, the model and its policy,
+    the chain, the rate limits, the cache plan. False when the request was answered here (the model
+    list, a token count); a refusal raises its GatewayError."""
+    ctx = call.ctx
+    method, path = scope["method"], scope["path"]
     if ctx.endpoint == "unknown":
         raise errors.not_found_endpoint(path)
     if content_length > settings.SWITCHBOARD_MAX_BODY_BYTES:  # before the key: nothing of it is read
         raise errors.request_too_large(settings.SWITCHBOARD_MAX_BODY_BYTES)
-    snap = live.current()
-    key = request.authenticate(snap, auth)
-    ctx.key = key
+    snap = call.snap = live.current()
+    key = ctx.key = request.authenticate(snap, auth)
     if ctx.endpoint == "models":
         if method != "GET":
             raise errors.method_not_allowed(method, path, "GET")
         ctx.status = 200
-        await send_response(
-            send,
-            200,
-            request.models_payload(snap, key.agent.org, key),
-            [JSON, (b"x-request-id", ctx.request_id.encode())],
-        )
-        return
+        payload = request.models_payload(snap, key.agent.org, key)
+        await send_response(call.send, 200, payload, [JSON, (b"x-request-id", ctx.request_id.encode())])
+        return False
     if method != "POST":
         raise errors.method_not_allowed(method, path, "POST")
+    await _read(call, scope, receive, content_length)
+    model = _model(call, scope)
+    if ctx.endpoint == "count_tokens":
+        await messages.send_count(call.send, ctx, call.body)
+        return False
+    stream = call.stream = call.body.get("stream", False) is True and call.kind not in ("embeddings", "rerank")
+    if stream and call.kind == "responses":
+        raise errors.streaming_not_supported(path)
+    if stream and call.idempotency_key:
+        raise errors.idempotency_stream_conflict()
+    await _route(process, call, model)
+    return True
 
-    raw = await read_body(receive, content_length, ctx, settings.SWITCHBOARD_MAX_BODY_BYTES)
+
+async def _read(call: Call, scope: Scope, receive: Receive, content_length: int) -> None:
+    """The body, read within its size limit and checked against its endpoint's schema; an Anthropic
+    Messages body becomes the chat body its Shape serves."""
+    ctx = call.ctx
+    raw = call.raw = await read_body(receive, content_length, ctx, settings.SWITCHBOARD_MAX_BODY_BYTES)
     body = request.parse_body(raw)
-    kind = ctx.endpoint
-    shape = None
-    if kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat
-        body, shape, kind = messages.chat_body(kind, body, raw), messages.Shape(body, scope), "chat"
-    body_schemas.check(kind, body, raw)
+    if call.kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat
+        body, call.shape, call.kind = messages.chat_body(call.kind, body, raw), messages.Shape(body, scope), "chat"
+    body_schemas.check(call.kind, body, raw)
+    call.body = body
 
+
+def _model(call: Call, scope: Scope) -> ModelSpec:
+    """The model the request names (or its agent's default), if it exists and the org and key allow it."""
+    ctx, body = call.ctx, call.body
+    key = ctx.key
     agent = key.agent
     org = agent.org
     if overload.ON:  # priority class and max wait for the deployments' queues (docs/overload.md)
         overload.admit(scope["headers"], key, body)
     if org.log_bodies or settings.SWITCHBOARD_LOG_BODIES:  # opted in: docs/operations.md#bodies
-        ctx.request_body = bodies.capture(raw)
+        ctx.request_body = bodies.capture(call.raw)
     name = select_model_name(body.get("model"), agent)
     ctx.requested = name
-    model = snap.resolve(name)
+    model = call.snap.resolve(name)
     if model is None:
         raise errors.model_not_found(name)
     ctx.resolved = model.id
-    if not decide(snap, org, model.id).allowed:
+    if not decide(call.snap, org, model.id).allowed:
         raise errors.model_denied(model.id)
     if key.models is not None and not key.allows(name, model.id):  # the key narrows its org (docs/limits.md#keys)
         raise errors.key_model_denied(name)
-    if ctx.endpoint == "count_tokens":
-        await messages.send_count(send, ctx, body)
-        return
+    return model
 
-    stream = body.get("stream", False) is True
-    if stream and kind == "responses":
-        raise errors.streaming_not_supported(path)
-    if kind in ("embeddings", "rerank"):
-        stream = False
-    if stream and idempotency_key:
-        raise errors.idempotency_stream_conflict()
 
-    req = preflight.requirements(kind, body)
-    ctx.requirements = req
-    built = chain.build_chain(snap, org, model, name)
+async def _route(process: wiring.Process, call: Call, model: ModelSpec) -> None:
+    """The chain after preflight, the rate limits' ticket and the cache plan."""
+    ctx = call.ctx
+    key = ctx.key
+    org = key.agent.org
+    req = ctx.requirements = preflight.requirements(call.kind, call.body)
+    built = chain.build_chain(call.snap, org, model, ctx.requested)
     if key.models is not None:
         built = chain.narrow_to_key(built, key.allows)
-    links = preflight.apply(built, req)
+    links = call.links = preflight.apply(built, req)
     if all(link.skip_reason is not None for link in links):
         raise preflight.no_link_error(links, req)
     try:
-        ticket = limiting.admit(process.limiter, ctx, key, model, req)
+        call.ticket = limiting.admit(process.limiter, ctx, key, model, req)
     except limiting.LeaseNeeded:  # shared limits: only this process's share was short
-        ticket = await limiting.admit_after_lease(process.limiter, ctx, key, model, req)
-    plan = cache_key.plan(
-        ctx.endpoint, org.name, model.id, model.upstream_model, model.cache_ttl_s, body, stream,
-        bool(idempotency_key), cache_control,
-    )  # fmt: skip
+        call.ticket = await limiting.admit_after_lease(process.limiter, ctx, key, model, req)
+    plan = call.plan = cache_key.plan(
+        ctx.endpoint, org.name, model, call.body, call.stream, bool(call.idempotency_key), call.cache_control
+    )
     if plan is not None and not plan.key:
         ctx.cache = cache_key.BYPASS  # a stream, an Idempotency-Key call, another endpoint (docs/cache.md)
 
-    executor = process.executor
+
+async def _serve(process: wiring.Process, call: Call, receive: Receive) -> None:
+    """Serve an admitted call: its budget hold, then the chain as a stream, an idempotent call, through the
+    response cache, or once; the rate-limit ticket and the budget hold are settled whatever happens."""
+    ctx = call.ctx
+    key = ctx.key
+    agent = key.agent
+    org = agent.org
     hold = None
     watcher = watch_disconnect(receive, ctx)
     try:
         if agent.budget is not None or org.budget is not None or key.budget is not None:  # docs/limits.md#budgets
-            hold = await limiting.reserve(process.budgets, key, links, req)
-        deadline = _monotonic() + links[0].model.timeouts.total_ms / 1000.0
-        if stream:
+            hold = await limiting.reserve(process.budgets, key, call.links, ctx.requirements)
+        call.deadline = _monotonic() + call.links[0].model.timeouts.total_ms / 1000.0
+        plan = call.plan
+        if call.stream:
             ctx.streamed = True
-            await proxy_stream(executor, ctx, snap, kind, body, links, deadline, send, shape)
-        elif idempotency_key and kind == "chat":
-            await proxy_idempotent(
-                executor,
-                ctx,
-                snap,
-                org,
-                kind,
-                body,
-                raw,
-                links,
-                deadline,
-                send,
-                idempotency_key.decode("latin-1"),
-                shape,
-            )
+            await proxy_stream(call)
+        elif call.idempotency_key and call.kind == "chat":
+            await proxy_idempotent(call, call.idempotency_key.decode("latin-1"))
         elif plan is not None and plan.key:
             status, headers, payload = await caching.serve(
-                process.cache, process.coalescer, ctx, plan, links, deadline,
-                lambda: proxy_once(executor, ctx, snap, kind, body, links, deadline, shape),
-            )  # fmt: skip
-            await send_response(send, status, payload, headers)
+                process.cache, process.coalescer, call, lambda: proxy_once(call)
+            )
+            await send_response(call.send, status, payload, headers)
         else:
-            status, headers, payload = await proxy_once(executor, ctx, snap, kind, body, links, deadline, shape)
+            status, headers, payload = await proxy_once(call)
             if ctx.request_body is not None:
                 ctx.response_body = bodies.capture(payload)
-            await send_response(send, status, payload, headers)
+            await send_response(call.send, status, payload, headers)
     finally:
         watcher.cancel()
-        if ticket is not None:
-            limiting.settle(ticket, ctx)
+        if call.ticket is not None:
+            limiting.settle(call.ticket, ctx)
         if hold is not None:
             limiting.settle_budget(hold, ctx)
 

@@ -13,9 +13,10 @@ from collections.abc import Awaitable, Callable
 from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.core.executor import Link, Outcome
+from routing.gateway.proxy import Call
 from routing.gateway.wire import JSON, Headers, answer_headers
 from routing.plan.cache_key import BYPASS as BYPASSED
-from routing.plan.cache_key import COALESCED, HIT, MISS, Plan
+from routing.plan.cache_key import COALESCED, HIT, MISS
 from routing.runtime.accounting import Context
 from routing.runtime.response_cache import BYPASS, Coalescer, Entry, Handover, Store
 
@@ -23,16 +24,12 @@ Answer = tuple[int, Headers, bytes]
 _monotonic = time.monotonic
 
 
-async def serve(
-    store: Store,
-    coalescer: Coalescer,
-    ctx: Context,
-    plan: Plan,
-    links: list[Link],
-    deadline: float,
-    compute: Callable[[], Awaitable[Answer]],
-) -> Answer:
-    """The answer of a request to a cached model: stored, shared with an identical one in flight, or fresh."""
+async def serve(store: Store, coalescer: Coalescer, call: Call, compute: Callable[[], Awaitable[Answer]]) -> Answer:
+    """The answer of a request to a cached model (`call.plan`): stored, shared with an identical one in
+    flight, or fresh from `compute`."""
+    ctx, links, deadline = call.ctx, call.links, call.deadline
+    plan = call.plan
+    assert plan is not None
     if not plan.read:
         ctx.cache = BYPASSED
         answer = await compute()

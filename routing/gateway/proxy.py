@@ -2,7 +2,8 @@
 
 Each mode hands the executor an `attempt(link, deadline)` that makes one upstream
 call through the link's dialect; the executor carries retries, breakers and
-fallbacks. The answer is relayed as bytes.
+fallbacks. The answer is relayed as bytes. What the modes share about the request
+travels as one `Call`; one upstream try answers with an `Upstream`.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
-from routing.config.snapshot import OrgSpec, Snapshot
+from routing.config.snapshot import Snapshot
 from routing.core import errors
 from routing.core.executor import Executor, Link, Settlement
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
+from routing.plan.cache_key import Plan
+from routing.plan.limits import Ticket
 from routing.runtime.accounting import Context, journal_stream
 from routing.runtime.idempotency import REPLAY_HEADER, store
 from routing.runtime.tracing import RequestTrace
@@ -63,35 +66,88 @@ class Shape(Protocol):
     def tap(self, link: Link, strip: bool) -> Tap: ...
 
 
-async def proxy_once(
-    executor: Executor,
-    ctx: Context,
-    snap: Snapshot,
-    kind: str,
-    body: dict,
-    links: list[Link],
-    deadline: float,
-    shape: Shape | None = None,
-) -> tuple[int, Headers, bytes]:
+class Call:
+    """One client call on its way through the gateway: what admission decided and every proxy mode,
+    the response cache and the upstream try read (docs/architecture.md#the-call).
+
+    "Call" is the client's one request, as against an attempt (one upstream try, the executor's
+    word). Built once per request by routing.gateway.app, before the key is checked, and filled
+    in as admission decides; it replaces the 7 to 12 loose parameters the modes used to pass.
+    """
+
+    __slots__ = (
+        "ctx",
+        "send",
+        "executor",
+        "idempotency_key",
+        "cache_control",
+        "snap",
+        "kind",
+        "body",
+        "raw",
+        "shape",
+        "stream",
+        "links",
+        "deadline",
+        "ticket",
+        "plan",
+    )
+
+    def __init__(
+        self, ctx: Context, send: Send, executor: Executor, idempotency_key: bytes = b"", cache_control: bytes = b""
+    ) -> None:
+        self.ctx = ctx  # what the request learned, for headers, usage record, metrics and log
+        self.send = send  # the ASGI send of the client's connection
+        self.executor = executor
+        self.idempotency_key = idempotency_key  # the Idempotency-Key header, b"" when none
+        self.cache_control = cache_control  # the Cache-Control header, b"" when none
+        self.snap: Snapshot = None  # type: ignore[assignment]  # the configuration the request is served by
+        self.kind = ctx.endpoint  # the endpoint kind the chain serves ("chat" for Anthropic Messages)
+        self.body: dict[str, Any] = None  # type: ignore[assignment]  # the body as the chain serves it
+        self.raw = b""  # the body as received
+        self.shape: Shape | None = None  # another API than chat over the same chain (see Shape)
+        self.stream = False
+        self.links: list[Link] = []  # the chain after preflight
+        self.deadline = 0.0  # the total deadline, on the monotonic clock
+        self.ticket: Ticket | None = None  # the rate-limit admission, settled once the answer is known
+        self.plan: Plan | None = None  # the response cache's plan; None: the model is not cached
+
+
+class Upstream:
+    """One upstream try's answer (`call_upstream`): read for a plain call, open for a stream."""
+
+    __slots__ = ("dialect", "prepared", "response", "data", "phase_end")
+
+    def __init__(
+        self, dialect: Dialect, prepared: PreparedRequest, response: Any, data: bytes | None, phase_end: float
+    ) -> None:
+        self.dialect = dialect
+        self.prepared = prepared  # the request as sent (its context parses the answer)
+        self.response = response  # the transport's response (closed unless a stream's)
+        self.data = data  # the whole answer read; None for a stream
+        self.phase_end = phase_end  # when the first-token phase ends (a stream's first frame is due)
+
+
+async def proxy_once(call: Call) -> tuple[int, Headers, bytes]:
     """Run the chain for a non-streaming call; return (status, headers, body) or raise GatewayError.
 
     With a `shape`, the request and answer are its (see Shape).
     """
-
+    ctx, kind, shape = call.ctx, call.kind, call.shape
     trace = ctx.trace
 
     async def attempt(link: Link, deadline: float) -> Any:
-        dialect, prepared, _, data, _ = await call_upstream(link, kind, body, False, deadline, shape, trace)
+        up = await call_upstream(call, link, call.body, False, deadline)
         if shape is not None:
-            return shape.parse(dialect, link, data, prepared)
-        return dialect.parse_response(kind, data, link.model, prepared.context)
+            return shape.parse(up.dialect, link, up.data, up.prepared)
+        return up.dialect.parse_response(kind, up.data, link.model, up.prepared.context)
 
-    outcome = await executor.run(
-        links,
+    outcome = await call.executor.run(
+        call.links,
         attempt if trace is None else traced(trace, attempt),
-        snap.resilience,
-        deadline,
-        tokens=_capacity_tokens(ctx, links),
+        call.snap.resilience,
+        call.deadline,
+        tokens=_capacity_tokens(ctx, call.links),
     )
     ctx.outcome = outcome
     if outcome.error is not None:
@@ -103,22 +159,10 @@ async def proxy_once(
     return 200, answer_headers(ctx, [JSON]), parsed.body
 
 
-async def proxy_idempotent(
-    executor: Executor,
-    ctx: Context,
-    snap: Snapshot,
-    org: OrgSpec,
-    kind: str,
-    body: dict,
-    raw: bytes,
-    links: list[Link],
-    deadline: float,
-    send: Send,
-    key: str,
-    shape: Shape | None = None,
-) -> None:
+async def proxy_idempotent(call: Call, key: str) -> None:
     """Replay the stored answer of an Idempotency-Key, or make the call once and store it."""
-    claim = await store.begin(org.name, key, hashlib.sha256(raw).hexdigest())
+    ctx, send = call.ctx, call.send
+    claim = await store.begin(ctx.key.agent.org.name, key, hashlib.sha256(call.raw).hexdigest())
     if claim.conflict:
         raise errors.idempotency_key_reused()
     if claim.replay is not None:
@@ -137,7 +181,7 @@ async def proxy_idempotent(
         )
         return
     try:
-        status, headers, payload = await proxy_once(executor, ctx, snap, kind, body, links, deadline, shape)
+        status, headers, payload = await proxy_once(call)
     except BaseException:
         store.release(claim)
         raise
@@ -146,23 +190,14 @@ async def proxy_idempotent(
     await send_response(send, status, payload, headers)
 
 
-async def proxy_stream(
-    executor: Executor,
-    ctx: Context,
-    snap: Snapshot,
-    kind: str,
-    body: dict,
-    links: list[Link],
-    deadline: float,
-    send: Send,
-    shape: Shape | None = None,
-) -> None:
+async def proxy_stream(call: Call) -> None:
     """Run the chain until a stream commits, then relay it byte-identical.
 
     Clients that did not ask for `stream_options.include_usage` still get their tokens
     recorded: the gateway asks upstreams that support it and keeps that one frame back.
     With a `shape`, the request, the stream and its tap are the shape's (see Shape).
     """
+    ctx, send, body, shape = call.ctx, call.send, call.body, call.shape
     options = body.get("stream_options")
     client_asked = isinstance(options, dict) and options.get("include_usage") is True
     with_usage = body if client_asked else {**body, "stream_options": {**(options or {}), "include_usage": True}}
@@ -173,15 +208,16 @@ async def proxy_stream(
         model = link.model
         timeouts = model.timeouts
         send_body = with_usage if get_dialect(model.provider.dialect).stream_usage_option else body
-        dialect, _, response, _, phase_end = await call_upstream(link, kind, send_body, True, deadline, shape, trace)
+        up = await call_upstream(call, link, send_body, True, deadline)
+        response = up.response
         if shape is None:
-            chunks = dialect.translate_stream(response.iter_chunks(), model)
+            chunks = up.dialect.translate_stream(response.iter_chunks(), model)
         else:
-            chunks = shape.chunks(dialect, link, response.iter_chunks())
+            chunks = shape.chunks(up.dialect, link, response.iter_chunks())
         try:
             committed = await open_stream(
                 chunks,
-                max(0.0, phase_end - _monotonic()),
+                max(0.0, up.phase_end - _monotonic()),
                 timeouts.stream_idle_ms / 1000.0,
                 deadline,
             )
@@ -191,8 +227,15 @@ async def proxy_stream(
         return committed, response
 
     run = attempt if trace is None else traced(trace, attempt)
-    outcome = await executor.run(
-        links, run, snap.resilience, deadline, settle_later=True, tokens=_capacity_tokens(ctx, links), discard=_discard
+    links = call.links
+    outcome = await call.executor.run(
+        links,
+        run,
+        call.snap.resilience,
+        call.deadline,
+        settle_later=True,
+        tokens=_capacity_tokens(ctx, links),
+        discard=_discard,
     )
     ctx.outcome = outcome
     if outcome.error is not None:
@@ -289,27 +332,21 @@ def traced(trace: RequestTrace, attempt: Callable[[Link, float], Awaitable[Any]]
     return run
 
 
-async def call_upstream(
-    link: Link,
-    kind: str,
-    body: dict,
-    stream: bool,
-    deadline: float,
-    shape: Shape | None = None,
-    trace: RequestTrace | None = None,
-) -> tuple[Any, Any, Any, bytes | None, float]:
-    """One upstream try under the first-token timeout (capped by the total deadline).
+async def call_upstream(call: Call, link: Link, body: dict, stream: bool, deadline: float) -> Upstream:
+    """One upstream try of `call` over `link` under the first-token timeout (capped by the total deadline).
 
     Non-streaming: the whole answer must arrive within the phase, and is returned read.
     Streaming: the phase covers the status line here; the first frame is awaited by the
     caller until `phase_end`. A non-2xx answer is read and raised as its classified failure.
-    Returns (dialect, prepared request, response, body or None, phase_end).
+    `body` is the call's, or a stream's with the usage option added.
     """
     model = link.model
     dialect = get_dialect(model.provider.dialect)
+    shape = call.shape
+    trace = call.ctx.trace
     prepared = shape.prepare(link, stream) if shape is not None else None
     if prepared is None:
-        prepared = dialect.build_request(kind, body, model, link.base_url, link.api_key, stream)
+        prepared = dialect.build_request(call.kind, body, model, link.base_url, link.api_key, stream)
     timeouts = model.timeouts
     headers = prepared.headers if trace is None else {**prepared.headers, **trace.headers}
     phase = timeouts.first_token_ms / 1000.0
@@ -347,4 +384,4 @@ async def call_upstream(
     if not ok:
         body = data or b""
         raise refine(dialect.name, dialect.failure(response.status, response.headers, body), response.status, body)
-    return dialect, prepared, response, data, started + phase
+    return Upstream(dialect, prepared, response, data, started + phase)

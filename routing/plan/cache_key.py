@@ -77,17 +77,11 @@ def cache_key(endpoint: str, org: str, model_id: str, upstream: str, body: dict[
 
 
 def plan(
-    endpoint: str,
-    org: str,
-    model_id: str,
-    upstream: str,
-    ttl_s: int | None,
-    body: dict[str, Any],
-    stream: bool,
-    idempotent: bool,
-    cache_control: bytes,
+    endpoint: str, org: str, model: Any, body: dict[str, Any], stream: bool, idempotent: bool, cache_control: bytes
 ) -> Plan | None:
-    """The cache's plan for a request, or None when its model has no cache (no header, no cost)."""
+    """The cache's plan for a request to `model` (its `id`, `upstream_model`, `cache_ttl_s`), or None
+    when the model has no cache (no header, no cost)."""
+    ttl_s = model.cache_ttl_s
     if ttl_s is None:
         return None
     if stream or idempotent or endpoint not in CACHEABLE_ENDPOINTS:
@@ -95,4 +89,4 @@ def plan(
     read, store = directives(cache_control)
     if not (read or store):
         return Plan("", ttl_s, False, False)
-    return Plan(cache_key(endpoint, org, model_id, upstream, body), ttl_s, read, store)
+    return Plan(cache_key(endpoint, org, model.id, model.upstream_model, body), ttl_s, read, store)

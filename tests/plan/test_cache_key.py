@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import msgspec
 import pytest
@@ -137,7 +138,11 @@ def args(**over):
         endpoint="chat", org="acme", model_id="chat-a", upstream="x", ttl_s=60, body=BODY,
         stream=False, idempotent=False, cache_control=b"",
     )  # fmt: skip
-    return {**base, **over}
+    given = {**base, **over}
+    model = SimpleNamespace(
+        id=given.pop("model_id"), upstream_model=given.pop("upstream"), cache_ttl_s=given.pop("ttl_s")
+    )
+    return {**given, "model": model}
 
 
 def test_a_model_without_a_ttl_has_no_plan():
