@@ -27,7 +27,7 @@ from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.core.buckets import LEASE_WAIT_S
 from routing.core.errors import FailureKind, GatewayError, UpstreamFailure
 from routing.core.hedging import Hedges
-from routing.core.parking import parking
+from routing.core.parking import Parking
 from routing.core.picking import Balancer, Target
 from routing.core.resilience import LinkModel, Resilience
 from routing.core.retry_budget import RetryBudgets
@@ -290,22 +290,15 @@ class Executor:
         balancer: Balancer | None = None,
         gates: Gates | None = None,
         hedges: Hedges | None = None,
+        parking: Parking | None = None,
     ) -> None:
-        if breakers is None:
-            from routing.core.breaker import registry as breakers
-        if budgets is None:
-            from routing.core.retry_budget import budgets
-        if balancer is None:
-            from routing.core.picking import balancer
-        self.breakers = breakers
-        self.budgets = budgets
-        self.balancer = balancer
-        if gates is None:
-            from routing.core.admission_queue import gates
-        self.gates = gates
-        if hedges is None:
-            from routing.core.hedging import hedges
-        self.hedges = hedges
+        # Each part defaults to a fresh one: the composition root (gateway_project.process) passes the process's.
+        self.breakers = breakers if breakers is not None else BreakerRegistry()
+        self.budgets = budgets if budgets is not None else RetryBudgets()
+        self.balancer = balancer if balancer is not None else Balancer()
+        self.gates = gates if gates is not None else Gates()
+        self.hedges = hedges if hedges is not None else Hedges()
+        self.parking = parking if parking is not None else Parking()
         self.clock = clock
         self.sleep = sleep
         self.rand = rand
@@ -376,7 +369,9 @@ class Executor:
                     too_long = max(too_long or 0, _window(model, 0))
                 walk.leave(model.id, failure.fallback_reason)
                 continue
-            if parking.until and _parked(link.breaker_key, model.id, walk):  # docs/errors.md#upstream
+            if self.parking.until and _parked(
+                self.parking, link.breaker_key, model.id, walk
+            ):  # docs/errors.md#upstream
                 failure = walk.last_failure
                 assert failure is not None
                 if "rate_limited" not in model.fallback_on:
@@ -452,7 +447,7 @@ class Executor:
             eligible = []
             short = False
             for t in left:
-                if parking.until and parking.parked_s(t.key) is not None:  # out of quota: skipped, no call
+                if self.parking.until and self.parking.parked_s(t.key) is not None:  # out of quota: skipped, no call
                     parked = t
                     continue
                 wait = balancer.room_s(t, tokens, now)
@@ -525,7 +520,12 @@ class Executor:
                 return None, None  # the provider answered (4xx, context length...): not another deployment's job
         if failed:
             return None, None
-        if parked is not None and full_wait is None and open_wait is None and _parked(parked.key, model_id, walk):
+        if (
+            parked is not None
+            and full_wait is None
+            and open_wait is None
+            and _parked(self.parking, parked.key, model_id, walk)
+        ):
             return None, None  # every deployment left is parked: the fallback rule of a quota failure applies
         if full_wait is not None:
             walk.found_full(model_id, full_wait)
@@ -737,9 +737,9 @@ class Executor:
                     walk.upstream_s += clock() - now
                     failure = f
                     if f.kind is FailureKind.QUOTA_EXHAUSTED:  # skipped until its reset (docs/errors.md#upstream)
-                        parking.park(key, f.retry_after_s or res.quota_park_s, f.message)
+                        self.parking.park(key, f.retry_after_s or res.quota_park_s, f.message)
                     elif f.kind is FailureKind.AUTHENTICATION:
-                        parking.misconfigure(key, f.message)
+                        self.parking.misconfigure(key, f.message)
                     if obs is not None:
                         obs.attempt(link, f.label)
                 except TimeoutError:
@@ -762,8 +762,8 @@ class Executor:
                     raise
                 else:
                     walk.upstream_s += clock() - now
-                    if parking.misconfigured:
-                        parking.served(key)
+                    if self.parking.misconfigured:
+                        self.parking.served(key)
                     if obs is not None:
                         obs.attempt(link, "ok")
                     settled = True
@@ -823,7 +823,7 @@ class Executor:
         return None
 
 
-def _parked(key: Any, model_id: str, walk: _Walk) -> bool:
+def _parked(parking: Parking, key: Any, model_id: str, walk: _Walk) -> bool:
     """Whether `key` is parked (out of quota or credit); if so, the walk records it as that failure, with no call."""
     left = parking.parked_s(key)
     if left is None:

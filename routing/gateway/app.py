@@ -4,8 +4,8 @@ It sits ahead of Django's handler (see gateway_project.asgi) and reads only the
 in-memory snapshot: authentication, model selection, org policy, chain and
 preflight are lookups and pure functions; the executor carries the call across
 retries and fallbacks (routing.gateway.proxy); the upstream answer is relayed as
-bytes. The process's parts (executor, listeners, background tasks) come from the
-composition root, routing.ops.wiring.
+bytes. The process's parts (executor, transport, stores, background tasks) come from the
+composition root, gateway_project.process, whose `make_gateway(process)` calls `serve`.
 """
 
 from __future__ import annotations
@@ -35,41 +35,34 @@ from routing.gateway.wire import (
     watch_disconnect,
     worker_header,
 )
-from routing.ops import wiring
 from routing.plan import cache_key, chain, preflight
 from routing.runtime import accounting, bodies, overload, tracing
 from routing.runtime.accounting import Context
 from routing.runtime.health import health_providers_payload
-from routing.runtime.processes import tally
+from routing.runtime.process import Process
 
 log = logging.getLogger("switchboard.requests")
 
 _HEALTH_BODY = b'{"status":"ok"}'
 _monotonic = time.monotonic
 _perf = time.perf_counter
-_pacer: Pacer | None = None
 
 
-def _make_pacer() -> Pacer:
-    global _pacer
-    _pacer = Pacer(settings.SWITCHBOARD_REQUESTS_PER_TICK, lambda: tally.in_flight)
-    return _pacer
-
-
-async def gateway_application(scope: Scope, receive: Receive, send: Send) -> None:
-    process = wiring.start()
+async def serve(process: Process, pacer: Pacer, scope: Scope, receive: Receive, send: Send) -> None:
+    """One HTTP request to /v1/* or /health*, served with the process's parts."""
     path = scope["path"]
     if path == "/health":
         await send_response(send, 200, _HEALTH_BODY, [JSON, worker_header()])
         return
     if path == "/health/providers":
-        await send_response(send, 200, health_providers_payload(live.current()), [JSON, worker_header()])
+        await send_response(
+            send, 200, health_providers_payload(live.current(), process.breakers), [JSON, worker_header()]
+        )
         return
     if path == openapi.PATH:  # the API's own description, no key needed (docs/api.md#openapi)
         await send_response(send, 200, openapi.body(), [JSON, (b"access-control-allow-origin", b"*")])
         return
     started = _perf()
-    pacer = _pacer or _make_pacer()
     if pacer.per_tick > 0 and not pacer.admit_now():  # a burst: the loop polls between (pacing.py)
         await pacer.wait()
     auth = request_id = idempotency_key = x_api_key = cache_control = b""
@@ -94,6 +87,7 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
     anthropic = ctx.endpoint in messages.ENDPOINTS
     if anthropic:
         auth = messages.credential(auth, x_api_key)
+    tally = process.tally
     tally.in_flight += 1  # the dashboard's process list (docs/scale-out.md#processes)
     try:
         if auth_headers > 0:
@@ -118,26 +112,13 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
         tally.in_flight -= 1
         tally.served += 1
         if ctx.endpoint != "unknown" and ctx.status:
-            _account(ctx)
+            _account(ctx, process)
         if ctx.trace is not None:
             tracing.finish(ctx.trace, ctx)
 
 
-async def lifespan_application(scope: Scope, receive: Receive, send: Send) -> None:
-    """Minimal lifespan support for servers that send it (uvicorn, granian)."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            wiring.start()
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await wiring.shutdown()
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
 async def _handle(
-    process: wiring.Process,
+    process: Process,
     ctx: Context,
     scope: Scope,
     receive: Receive,
@@ -225,7 +206,6 @@ async def _handle(
     if plan is not None and not plan.key:
         ctx.cache = cache_key.BYPASS  # a stream, an Idempotency-Key call, another endpoint (docs/cache.md)
 
-    executor = process.executor
     hold = None
     watcher = watch_disconnect(receive, ctx)
     try:
@@ -234,10 +214,10 @@ async def _handle(
         deadline = _monotonic() + links[0].model.timeouts.total_ms / 1000.0
         if stream:
             ctx.streamed = True
-            await proxy_stream(executor, ctx, snap, kind, body, links, deadline, send, shape)
+            await proxy_stream(process, ctx, snap, kind, body, links, deadline, send, shape)
         elif idempotency_key and kind == "chat":
             await proxy_idempotent(
-                executor,
+                process,
                 ctx,
                 snap,
                 org,
@@ -253,11 +233,11 @@ async def _handle(
         elif plan is not None and plan.key:
             status, headers, payload = await caching.serve(
                 process.cache, process.coalescer, ctx, plan, links, deadline,
-                lambda: proxy_once(executor, ctx, snap, kind, body, links, deadline, shape),
+                lambda: proxy_once(process, ctx, snap, kind, body, links, deadline, shape),
             )  # fmt: skip
             await send_response(send, status, payload, headers)
         else:
-            status, headers, payload = await proxy_once(executor, ctx, snap, kind, body, links, deadline, shape)
+            status, headers, payload = await proxy_once(process, ctx, snap, kind, body, links, deadline, shape)
             if ctx.request_body is not None:
                 ctx.response_body = bodies.capture(payload)
             await send_response(send, status, payload, headers)
@@ -269,12 +249,12 @@ async def _handle(
             limiting.settle_budget(hold, ctx)
 
 
-def _account(ctx: Context) -> None:
+def _account(ctx: Context, process: Process) -> None:
     """Usage record, metrics and the request log line: after the answer, never raising."""
     try:
-        accounting.finish(ctx)
+        accounting.finish(ctx, process.usage)
     except Exception:  # noqa: BLE001
         log.exception("accounting failed for request %s", ctx.request_id)
 
 
-__all__ = ["gateway_application", "lifespan_application"]
+__all__ = ["serve"]

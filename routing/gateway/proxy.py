@@ -16,15 +16,16 @@ from typing import Any, Protocol
 from routing.config.snapshot import OrgSpec, Snapshot
 from routing.core import errors
 from routing.core.errors import FailureKind, UpstreamFailure
-from routing.core.executor import Executor, Link, Settlement
+from routing.core.executor import Link, Settlement
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
 from routing.runtime.accounting import Context, journal_stream
-from routing.runtime.idempotency import REPLAY_HEADER, store
+from routing.runtime.idempotency import REPLAY_HEADER
+from routing.runtime.process import Process
 from routing.runtime.tracing import RequestTrace
 from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
 from routing.upstream.dialects.error_classes import refine
-from routing.upstream.transport import transport
+from routing.upstream.transport import Transport
 
 _monotonic = time.monotonic
 _perf = time.perf_counter
@@ -64,7 +65,7 @@ class Shape(Protocol):
 
 
 async def proxy_once(
-    executor: Executor,
+    process: Process,
     ctx: Context,
     snap: Snapshot,
     kind: str,
@@ -81,12 +82,14 @@ async def proxy_once(
     trace = ctx.trace
 
     async def attempt(link: Link, deadline: float) -> Any:
-        dialect, prepared, _, data, _ = await call_upstream(link, kind, body, False, deadline, shape, trace)
+        dialect, prepared, _, data, _ = await call_upstream(
+            process.transport, link, kind, body, False, deadline, shape, trace
+        )
         if shape is not None:
             return shape.parse(dialect, link, data, prepared)
         return dialect.parse_response(kind, data, link.model, prepared.context)
 
-    outcome = await executor.run(
+    outcome = await process.executor.run(
         links,
         attempt if trace is None else traced(trace, attempt),
         snap.resilience,
@@ -104,7 +107,7 @@ async def proxy_once(
 
 
 async def proxy_idempotent(
-    executor: Executor,
+    process: Process,
     ctx: Context,
     snap: Snapshot,
     org: OrgSpec,
@@ -118,6 +121,7 @@ async def proxy_idempotent(
     shape: Shape | None = None,
 ) -> None:
     """Replay the stored answer of an Idempotency-Key, or make the call once and store it."""
+    store = process.idempotency
     claim = await store.begin(org.name, key, hashlib.sha256(raw).hexdigest())
     if claim.conflict:
         raise errors.idempotency_key_reused()
@@ -137,7 +141,7 @@ async def proxy_idempotent(
         )
         return
     try:
-        status, headers, payload = await proxy_once(executor, ctx, snap, kind, body, links, deadline, shape)
+        status, headers, payload = await proxy_once(process, ctx, snap, kind, body, links, deadline, shape)
     except BaseException:
         store.release(claim)
         raise
@@ -147,7 +151,7 @@ async def proxy_idempotent(
 
 
 async def proxy_stream(
-    executor: Executor,
+    process: Process,
     ctx: Context,
     snap: Snapshot,
     kind: str,
@@ -173,7 +177,9 @@ async def proxy_stream(
         model = link.model
         timeouts = model.timeouts
         send_body = with_usage if get_dialect(model.provider.dialect).stream_usage_option else body
-        dialect, _, response, _, phase_end = await call_upstream(link, kind, send_body, True, deadline, shape, trace)
+        dialect, _, response, _, phase_end = await call_upstream(
+            process.transport, link, kind, send_body, True, deadline, shape, trace
+        )
         if shape is None:
             chunks = dialect.translate_stream(response.iter_chunks(), model)
         else:
@@ -191,7 +197,7 @@ async def proxy_stream(
         return committed, response
 
     run = attempt if trace is None else traced(trace, attempt)
-    outcome = await executor.run(
+    outcome = await process.executor.run(
         links, run, snap.resilience, deadline, settle_later=True, tokens=_capacity_tokens(ctx, links), discard=_discard
     )
     ctx.outcome = outcome
@@ -201,7 +207,9 @@ async def proxy_stream(
     ctx.status = 200
     ctx.ttft_s = _perf() - ctx.started
     tap: Tap = UsageTap(strip=not client_asked) if shape is None else shape.tap(outcome.link, not client_asked)
-    journal_stream(ctx)  # journaled from its first frame: a crash leaves it recorded (docs/usage-records.md#streams)
+    journal_stream(
+        ctx, process.usage
+    )  # journaled from its first frame: a crash leaves it recorded (docs/usage-records.md#streams)
     journaled = ctx.journaled
     try:
         await send({"type": "http.response.start", "status": 200, "headers": answer_headers(ctx, list(SSE_HEADERS))})
@@ -290,6 +298,7 @@ def traced(trace: RequestTrace, attempt: Callable[[Link, float], Awaitable[Any]]
 
 
 async def call_upstream(
+    transport: Transport,
     link: Link,
     kind: str,
     body: dict,
