@@ -21,19 +21,18 @@ async def _run(requests: int, rounds: int) -> dict[str, list[float]]:
     import httpx
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+    from gateway_project.process import build_process, make_gateway
     from routing.config import live
     from routing.config.snapshot import build_snapshot
-    from routing.gateway.app import gateway_application
-    from routing.ops import wiring
     from routing.runtime import tracing
-    from routing.upstream.transport import transport
     from tools.mock.upstream import start_mock
 
     class Drop(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
-    wiring.disable_background()
+    process = build_process(background=False)
+    gateway_application = make_gateway(process)
     runner, port = await start_mock(0)
     key = "sb-bench-tracing-0123456789"
     doc = {
@@ -64,7 +63,7 @@ async def _run(requests: int, rounds: int) -> dict[str, list[float]]:
                     assert response.status_code == 200
                 if mode == "on":
                     tracing.shutdown()
-    await transport.aclose()
+    await process.transport.aclose()
     await runner.cleanup()
     return times
 

@@ -27,15 +27,16 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from gateway_project.process import build_process, make_gateway, make_lifespan, start  # noqa: E402
 from routing.config import live  # noqa: E402
-from routing.gateway.app import gateway_application, lifespan_application  # noqa: E402
 from routing.gateway.paths import is_gateway_path  # noqa: E402
-from routing.ops import wiring  # noqa: E402
 from routing.ops.dashboard.consumer import websocket_urlpatterns  # noqa: E402
 
 if settings.SWITCHBOARD_VALIDATE_ON_BOOT:
     live.boot()
-wiring.process()  # the composition root: executor, observers, listeners (tasks start on the loop)
+# The composition root: every long-lived part, its listeners connected (tasks start on the loop).
+process = build_process(settings)
+gateway_application = make_gateway(process)
 
 # Everything imported so far lives as long as the process: keep the cyclic GC from
 # rescanning it on every full collection (those passes showed up as latency spikes).
@@ -52,7 +53,7 @@ async def http_application(scope, receive, send) -> None:
     if is_gateway_path(path):
         await gateway_application(scope, receive, send)
     else:
-        wiring.start()
+        start(process)
         await django_application(scope, receive, send)
 
 
@@ -60,7 +61,7 @@ _router = ProtocolTypeRouter(
     {
         "http": http_application,
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-        "lifespan": lifespan_application,
+        "lifespan": make_lifespan(process),
     }
 )
 
@@ -69,5 +70,5 @@ async def application(scope, receive, send) -> None:
     if scope["type"] == "http":
         await http_application(scope, receive, send)
     else:
-        wiring.start()
+        start(process)
         await _router(scope, receive, send)

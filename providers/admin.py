@@ -383,8 +383,9 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
         from django.utils.html import format_html_join
 
         from routing.core.breaker import BreakerKey
-        from routing.core.breaker import registry as breakers
+        from routing.runtime.process import current
 
+        breakers = current().breakers
         if obj.pk is None:
             return "—"
         names = [d.provider.name for d in obj.deployments.all()] or ([obj.provider.name] if obj.provider_id else [])

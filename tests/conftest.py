@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -19,17 +20,30 @@ def _spool_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _no_background_tasks_in_process() -> Iterator[None]:
-    """In-process tests call the ASGI handler directly; the per-process background tasks
-    (usage writer, config listener, prober) run in the real servers of tests/e2e."""
-    from routing.ops import wiring
-    from routing.runtime import usage
+def _no_background_tasks_in_process(_spool_in_a_temporary_directory: None) -> Iterator[None]:
+    """The session's serving process, built by the composition root as a server builds its own,
+    without background tasks: in-process tests call the ASGI handler directly; the per-process
+    background tasks (usage writer, config listener, prober) run in the real servers of tests/e2e."""
+    from gateway_project.process import build_process
 
-    wiring.disable_background()
-    wiring.process()
+    session = build_process(background=False)
     yield
     # Records queued by in-process requests belong to no database; never flush them at exit.
-    usage.sink.discard()
+    session.usage.discard()
+
+
+@pytest.fixture
+def process() -> Iterator[Any]:
+    """A serving process of this test's own (fresh breakers, picker, parking, sink...), installed as
+    the current one for the test; the session's comes back after."""
+    from gateway_project.process import build_process
+    from routing.runtime.process import current, install
+
+    previous = current()
+    own = build_process(background=False)
+    yield own
+    own.usage.discard()
+    install(previous)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -23,7 +23,7 @@ _current: Snapshot = EMPTY
 _rebuild_lock = threading.Lock()
 last_error: str | None = None  # why the last rebuild was rejected (shown in the admin)
 rejected_version: int | None = None  # the version that failed validation (not retried until it changes)
-# Installed by the composition root (routing.ops.wiring): called with every snapshot swapped in,
+# Installed by the composition root (gateway_project.process): called with every snapshot swapped in,
 # and with True/False after every rebuild. The configuration floor calls up through these only.
 swap_listeners: list[Callable[[Snapshot], None]] = []
 reload_listeners: list[Callable[[bool], None]] = []

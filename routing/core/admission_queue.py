@@ -229,6 +229,3 @@ class Gates:
         if t.wait_until is not None and t.wait_until < until:
             until = t.wait_until
         await gate.acquire(t.org, t.priority, t.weight, until)
-
-
-gates = Gates()

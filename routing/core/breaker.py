@@ -639,6 +639,3 @@ class BreakerRegistry:
                 fn(key, old, new)
             except Exception:  # a broken listener must not break routing
                 log.exception("breaker listener failed for %s", key)
-
-
-registry = BreakerRegistry()

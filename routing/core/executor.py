@@ -28,7 +28,7 @@ from routing.core.buckets import LEASE_WAIT_S
 from routing.core.errors import GatewayError
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.hedging import Hedges
-from routing.core.parking import parking
+from routing.core.parking import Parking
 from routing.core.picking import Balancer, Target
 from routing.core.resilience import LinkModel, Resilience
 from routing.core.retry_budget import RetryBudgets
@@ -316,22 +316,15 @@ class Executor:
         balancer: Balancer | None = None,
         gates: Gates | None = None,
         hedges: Hedges | None = None,
+        parking: Parking | None = None,
     ) -> None:
-        if breakers is None:
-            from routing.core.breaker import registry as breakers
-        if budgets is None:
-            from routing.core.retry_budget import budgets
-        if balancer is None:
-            from routing.core.picking import balancer
-        self.breakers = breakers
-        self.budgets = budgets
-        self.balancer = balancer
-        if gates is None:
-            from routing.core.admission_queue import gates
-        self.gates = gates
-        if hedges is None:
-            from routing.core.hedging import hedges
-        self.hedges = hedges
+        # Each part defaults to a fresh one: the composition root (gateway_project.process) passes the process's.
+        self.breakers = breakers if breakers is not None else BreakerRegistry()
+        self.budgets = budgets if budgets is not None else RetryBudgets()
+        self.balancer = balancer if balancer is not None else Balancer()
+        self.gates = gates if gates is not None else Gates()
+        self.hedges = hedges if hedges is not None else Hedges()
+        self.parking = parking if parking is not None else Parking()
         self.clock = clock
         self.sleep = sleep
         self.rand = rand
@@ -384,7 +377,7 @@ class Executor:
     async def _serve_link(self, link: Link, walk: _Walk) -> Outcome | None:
         """A model served by its one provider: the request's Outcome, or None to go on down the chain."""
         model = link.model
-        if parking.until and _parked(link.breaker_key, model.id, walk):  # docs/errors.md#upstream
+        if self.parking.until and _parked(self.parking, link.breaker_key, model.id, walk):  # docs/errors.md#upstream
             failure = walk.last_failure
             assert failure is not None
             if "rate_limited" not in model.fallback_on:
@@ -472,7 +465,7 @@ class Executor:
                 continue  # this deployment's account is out of quota (now parked): another one may serve
             if not (failure.is_provider_fault and failure.is_retryable):
                 return None, None  # the provider answered (4xx, context length...): not another deployment's job
-        return None, _none_served(spread, link.model.id, walk)
+        return None, _none_served(self.parking, spread, link.model.id, walk)
 
     def _eligible(self, spread: _Spread, tokens: int, now: float) -> tuple[list[Target], bool]:
         """The deployments left that can take the request now, and whether one's shared share is short;
@@ -480,7 +473,7 @@ class Executor:
         eligible = []
         short = False
         for t in spread.left:
-            if parking.until and parking.parked_s(t.key) is not None:  # out of quota: skipped, no call
+            if self.parking.until and self.parking.parked_s(t.key) is not None:  # out of quota: skipped, no call
                 spread.parked = t
                 continue
             wait = self.balancer.room_s(t, tokens, now)
@@ -755,9 +748,9 @@ class Executor:
         except UpstreamFailure as f:
             walk.upstream_s += self.clock() - now
             if f.kind is FailureKind.QUOTA_EXHAUSTED:  # skipped until its reset (docs/errors.md#upstream)
-                parking.park(link.breaker_key, f.retry_after_s or walk.res.quota_park_s, f.message)
+                self.parking.park(link.breaker_key, f.retry_after_s or walk.res.quota_park_s, f.message)
             elif f.kind is FailureKind.AUTHENTICATION:
-                parking.misconfigure(link.breaker_key, f.message)
+                self.parking.misconfigure(link.breaker_key, f.message)
             if obs is not None:
                 obs.attempt(link, f.label)
             return f
@@ -781,8 +774,8 @@ class Executor:
                 obs.attempt(link, "cancelled")
             raise
         walk.upstream_s += self.clock() - now
-        if parking.misconfigured:
-            parking.served(link.breaker_key)
+        if self.parking.misconfigured:
+            self.parking.served(link.breaker_key)
         if obs is not None:
             obs.attempt(link, "ok")
         walk.trail.append((link.model.id, "ok"))
@@ -834,13 +827,13 @@ class _Spread:
         self.parked: Target | None = None  # a deployment skipped because it is parked (docs/errors.md#upstream)
 
 
-def _none_served(spread: _Spread, model_id: str, walk: _Walk) -> str | None:
+def _none_served(parking: Parking, spread: _Spread, model_id: str, walk: _Walk) -> str | None:
     """Why no deployment served: None (tried and failed, or all parked: `walk.last_failure`),
     "capacity" or "circuit_open" (nothing could be tried)."""
     if spread.failed:
         return None
     if spread.parked is not None and spread.full_wait is None and spread.open_wait is None:
-        if _parked(spread.parked.key, model_id, walk):
+        if _parked(parking, spread.parked.key, model_id, walk):
             return None  # every deployment left is parked: the fallback rule of a quota failure applies
     if spread.full_wait is not None:
         walk.found_full(model_id, spread.full_wait)
@@ -863,7 +856,7 @@ def _move_on(link: Link, walk: _Walk) -> Outcome | None:
     return None
 
 
-def _parked(key: Any, model_id: str, walk: _Walk) -> bool:
+def _parked(parking: Parking, key: Any, model_id: str, walk: _Walk) -> bool:
     """Whether `key` is parked (out of quota or credit); if so, the walk records it as that failure, with no call."""
     left = parking.parked_s(key)
     if left is None:

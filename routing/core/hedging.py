@@ -87,6 +87,3 @@ class Hedges:
     def note(self, outcome: str) -> None:
         if self.on_outcome is not None:
             self.on_outcome(outcome)
-
-
-hedges = Hedges()

@@ -28,7 +28,7 @@ class Parking:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         # (key, "PARKED" | "MISCONFIGURED", 1 | 0) on every change: the composition root points it at the
-        # metrics (routing.ops.wiring); core imports nothing above it
+        # metrics (gateway_project.process); core imports nothing above it
         self.observe: Callable[[Any, str, int], None] | None = None
         self.until: dict[Any, float] = {}
         self.misconfigured: dict[Any, str] = {}  # links whose provider refused the credentials, until one serves
@@ -86,6 +86,3 @@ class Parking:
         """(key, seconds left) of every parked link, for the dashboard."""
         now = self.clock()
         return [(key, until - now) for key, until in self.until.items() if until > now]
-
-
-parking = Parking()

@@ -249,6 +249,3 @@ def pick_weighted(eligible: Sequence[Target], u: float) -> Target:
         if point < acc:
             return t
     return eligible[-1]
-
-
-balancer = Balancer()

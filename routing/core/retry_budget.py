@@ -90,6 +90,3 @@ class RetryBudgets:
 
     def clear(self) -> None:
         self._windows.clear()
-
-
-budgets = RetryBudgets()

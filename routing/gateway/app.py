@@ -4,8 +4,8 @@ It sits ahead of Django's handler (see gateway_project.asgi) and reads only the
 in-memory snapshot: authentication, model selection, org policy, chain and
 preflight are lookups and pure functions; the executor carries the call across
 retries and fallbacks (routing.gateway.proxy); the upstream answer is relayed as
-bytes. The process's parts (executor, listeners, background tasks) come from the
-composition root, routing.ops.wiring.
+bytes. The process's parts (executor, transport, stores, background tasks) come from the
+composition root, gateway_project.process, whose `make_gateway(process)` calls `serve`.
 """
 
 from __future__ import annotations
@@ -36,41 +36,34 @@ from routing.gateway.wire import (
     watch_disconnect,
     worker_header,
 )
-from routing.ops import wiring
 from routing.plan import cache_key, chain, preflight
 from routing.runtime import accounting, bodies, overload, tracing
 from routing.runtime.accounting import Context
 from routing.runtime.health import health_providers_payload
-from routing.runtime.processes import tally
+from routing.runtime.process import Process
 
 log = logging.getLogger("switchboard.requests")
 
 _HEALTH_BODY = b'{"status":"ok"}'
 _monotonic = time.monotonic
 _perf = time.perf_counter
-_pacer: Pacer | None = None
 
 
-def _make_pacer() -> Pacer:
-    global _pacer
-    _pacer = Pacer(settings.SWITCHBOARD_REQUESTS_PER_TICK, lambda: tally.in_flight)
-    return _pacer
-
-
-async def gateway_application(scope: Scope, receive: Receive, send: Send) -> None:
-    process = wiring.start()
+async def serve(process: Process, pacer: Pacer, scope: Scope, receive: Receive, send: Send) -> None:
+    """One HTTP request to /v1/* or /health*, served with the process's parts."""
     path = scope["path"]
     if path == "/health":
         await send_response(send, 200, _HEALTH_BODY, [JSON, worker_header()])
         return
     if path == "/health/providers":
-        await send_response(send, 200, health_providers_payload(live.current()), [JSON, worker_header()])
+        await send_response(
+            send, 200, health_providers_payload(live.current(), process.breakers), [JSON, worker_header()]
+        )
         return
     if path == openapi.PATH:  # the API's own description, no key needed (docs/api.md#openapi)
         await send_response(send, 200, openapi.body(), [JSON, (b"access-control-allow-origin", b"*")])
         return
     started = _perf()
-    pacer = _pacer or _make_pacer()
     if pacer.per_tick > 0 and not pacer.admit_now():  # a burst: the loop polls between (pacing.py)
         await pacer.wait()
     auth = request_id = idempotency_key = x_api_key = cache_control = b""
@@ -95,13 +88,14 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
     anthropic = ctx.endpoint in messages.ENDPOINTS
     if anthropic:
         auth = messages.credential(auth, x_api_key)
-    call = Call(ctx, send, process.executor, idempotency_key, cache_control)  # the one request object
+    tally = process.tally
+    call = Call(ctx, send, process, idempotency_key, cache_control)  # the one request object
     tally.in_flight += 1  # the dashboard's process list (docs/scale-out.md#processes)
     try:
         if auth_headers > 0:
             raise errors.duplicate_authorization()
-        if await _admit(process, call, scope, receive, auth, content_length):
-            await _serve(process, call, receive)
+        if await _admit(call, scope, receive, auth, content_length):
+            await _serve(call, receive)
     except GatewayError as exc:
         ctx.status, ctx.error_code = exc.status, exc.code
         await send_error(send, ctx, exc, messages.error_answer(ctx, exc) if anthropic else None)
@@ -121,27 +115,12 @@ async def gateway_application(scope: Scope, receive: Receive, send: Send) -> Non
         tally.in_flight -= 1
         tally.served += 1
         if ctx.endpoint != "unknown" and ctx.status:
-            _account(ctx)
+            _account(ctx, process)
         if ctx.trace is not None:
             tracing.finish(ctx.trace, ctx)
 
 
-async def lifespan_application(scope: Scope, receive: Receive, send: Send) -> None:
-    """Minimal lifespan support for servers that send it (uvicorn, granian)."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            wiring.start()
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await wiring.shutdown()
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
-async def _admit(
-    process: wiring.Process, call: Call, scope: Scope, receive: Receive, auth: bytes, content_length: int
-) -> bool:
+async def _admit(call: Call, scope: Scope, receive: Receive, auth: bytes, content_length: int) -> bool:
     """Everything decided before an upstream is called: the key, the body, the model and its policy,
     the chain, the rate limits, the cache plan. False when the request was answered here (the model
     list, a token count); a refusal raises its GatewayError."""
@@ -172,7 +151,7 @@ async def _admit(
         raise errors.streaming_not_supported(path)
     if stream and call.idempotency_key:
         raise errors.idempotency_stream_conflict()
-    await _route(process, call, model)
+    await _route(call, model)
     return True
 
 
@@ -211,7 +190,7 @@ def _model(call: Call, scope: Scope) -> ModelSpec:
     return model
 
 
-async def _route(process: wiring.Process, call: Call, model: ModelSpec) -> None:
+async def _route(call: Call, model: ModelSpec) -> None:
     """The chain after preflight, the rate limits' ticket and the cache plan."""
     ctx = call.ctx
     key = ctx.key
@@ -224,9 +203,9 @@ async def _route(process: wiring.Process, call: Call, model: ModelSpec) -> None:
     if all(link.skip_reason is not None for link in links):
         raise preflight.no_link_error(links, req)
     try:
-        call.ticket = limiting.admit(process.limiter, ctx, key, model, req)
+        call.ticket = limiting.admit(call.process.limiter, ctx, key, model, req)
     except limiting.LeaseNeeded:  # shared limits: only this process's share was short
-        call.ticket = await limiting.admit_after_lease(process.limiter, ctx, key, model, req)
+        call.ticket = await limiting.admit_after_lease(call.process.limiter, ctx, key, model, req)
     plan = call.plan = cache_key.plan(
         ctx.endpoint, org.name, model, call.body, call.stream, bool(call.idempotency_key), call.cache_control
     )
@@ -234,10 +213,10 @@ async def _route(process: wiring.Process, call: Call, model: ModelSpec) -> None:
         ctx.cache = cache_key.BYPASS  # a stream, an Idempotency-Key call, another endpoint (docs/cache.md)
 
 
-async def _serve(process: wiring.Process, call: Call, receive: Receive) -> None:
+async def _serve(call: Call, receive: Receive) -> None:
     """Serve an admitted call: its budget hold, then the chain as a stream, an idempotent call, through the
     response cache, or once; the rate-limit ticket and the budget hold are settled whatever happens."""
-    ctx = call.ctx
+    ctx, process = call.ctx, call.process
     key = ctx.key
     agent = key.agent
     org = agent.org
@@ -271,12 +250,12 @@ async def _serve(process: wiring.Process, call: Call, receive: Receive) -> None:
             limiting.settle_budget(hold, ctx)
 
 
-def _account(ctx: Context) -> None:
+def _account(ctx: Context, process: Process) -> None:
     """Usage record, metrics and the request log line: after the answer, never raising."""
     try:
-        accounting.finish(ctx)
+        accounting.finish(ctx, process.usage)
     except Exception:  # noqa: BLE001
         log.exception("accounting failed for request %s", ctx.request_id)
 
 
-__all__ = ["gateway_application", "lifespan_application"]
+__all__ = ["serve"]

@@ -16,18 +16,18 @@ from typing import Any, Protocol
 
 from routing.config.snapshot import Snapshot
 from routing.core import errors
-from routing.core.executor import Executor, Link, Settlement
+from routing.core.executor import Link, Settlement
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
 from routing.plan.cache_key import Plan
 from routing.plan.limits import Ticket
 from routing.runtime.accounting import Context, journal_stream
-from routing.runtime.idempotency import REPLAY_HEADER, store
+from routing.runtime.idempotency import REPLAY_HEADER
+from routing.runtime.process import Process
 from routing.runtime.tracing import RequestTrace
 from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
 from routing.upstream.dialects.error_classes import refine
-from routing.upstream.transport import transport
 
 _monotonic = time.monotonic
 _perf = time.perf_counter
@@ -78,7 +78,7 @@ class Call:
     __slots__ = (
         "ctx",
         "send",
-        "executor",
+        "process",
         "idempotency_key",
         "cache_control",
         "snap",
@@ -94,11 +94,11 @@ class Call:
     )
 
     def __init__(
-        self, ctx: Context, send: Send, executor: Executor, idempotency_key: bytes = b"", cache_control: bytes = b""
+        self, ctx: Context, send: Send, process: Process, idempotency_key: bytes = b"", cache_control: bytes = b""
     ) -> None:
         self.ctx = ctx  # what the request learned, for headers, usage record, metrics and log
         self.send = send  # the ASGI send of the client's connection
-        self.executor = executor
+        self.process = process  # the long-lived parts: executor, transport, idempotency store, usage sink
         self.idempotency_key = idempotency_key  # the Idempotency-Key header, b"" when none
         self.cache_control = cache_control  # the Cache-Control header, b"" when none
         self.snap: Snapshot = None  # type: ignore[assignment]  # the configuration the request is served by
@@ -142,7 +142,7 @@ async def proxy_once(call: Call) -> tuple[int, Headers, bytes]:
             return shape.parse(up.dialect, link, up.data, up.prepared)
         return up.dialect.parse_response(kind, up.data, link.model, up.prepared.context)
 
-    outcome = await call.executor.run(
+    outcome = await call.process.executor.run(
         call.links,
         attempt if trace is None else traced(trace, attempt),
         call.snap.resilience,
@@ -162,6 +162,7 @@ async def proxy_once(call: Call) -> tuple[int, Headers, bytes]:
 async def proxy_idempotent(call: Call, key: str) -> None:
     """Replay the stored answer of an Idempotency-Key, or make the call once and store it."""
     ctx, send = call.ctx, call.send
+    store = call.process.idempotency
     claim = await store.begin(ctx.key.agent.org.name, key, hashlib.sha256(call.raw).hexdigest())
     if claim.conflict:
         raise errors.idempotency_key_reused()
@@ -228,7 +229,7 @@ async def proxy_stream(call: Call) -> None:
 
     run = attempt if trace is None else traced(trace, attempt)
     links = call.links
-    outcome = await call.executor.run(
+    outcome = await call.process.executor.run(
         links,
         run,
         call.snap.resilience,
@@ -244,7 +245,8 @@ async def proxy_stream(call: Call) -> None:
     ctx.status = 200
     ctx.ttft_s = _perf() - ctx.started
     tap: Tap = UsageTap(strip=not client_asked) if shape is None else shape.tap(outcome.link, not client_asked)
-    journal_stream(ctx)  # journaled from its first frame: a crash leaves it recorded (docs/usage-records.md#streams)
+    # journaled from its first frame: a crash leaves it recorded (docs/usage-records.md#streams)
+    journal_stream(ctx, call.process.usage)
     journaled = ctx.journaled
     try:
         await send({"type": "http.response.start", "status": 200, "headers": answer_headers(ctx, list(SSE_HEADERS))})
@@ -358,7 +360,7 @@ async def call_upstream(call: Call, link: Link, body: dict, stream: bool, deadli
             if dialect.authorizes:
                 prepared = await dialect.authorize(prepared, model.provider, link.api_key)
                 headers = prepared.headers if trace is None else {**prepared.headers, **trace.headers}
-            response = await transport.send(
+            response = await call.process.transport.send(
                 model.provider,
                 prepared.method,
                 prepared.url,

@@ -19,6 +19,7 @@ from routing.config import live
 from routing.plan.explain import explain
 from routing.plan.preflight import KINDS
 from routing.runtime.breaker_sync import breaker_states
+from routing.runtime.process import current
 
 
 class ExplainForm(forms.Form):
@@ -40,6 +41,7 @@ def explain_route_view(request: HttpRequest) -> HttpResponse:
     result = None
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
+        process = current()  # this process's breakers and deployment figures (docs/architecture.md#composition-root)
         result = explain(
             snapshot,
             data["org"],
@@ -48,7 +50,8 @@ def explain_route_view(request: HttpRequest) -> HttpResponse:
             data["tools"],
             data["tokens"],
             data["kind"],
-            states=breaker_states(snapshot, serving=True),
+            states=breaker_states(snapshot, serving=True, local=process.breakers),
+            picker=process.picker,
         )
     context = {
         **admin.site.each_context(request),

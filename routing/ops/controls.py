@@ -37,9 +37,9 @@ from routing.config import live
 from routing.config.reload import shared_timeout_s
 from routing.config.snapshot import Snapshot
 from routing.core.breaker import BreakerKey
-from routing.core.breaker import registry as breakers
 from routing.ops.dashboard import state
 from routing.runtime import feed
+from routing.runtime.process import current
 
 log = logging.getLogger("switchboard.dashboard")
 
@@ -160,9 +160,9 @@ def parse(content: dict[str, Any], snapshot: Snapshot | None = None) -> Control:
 def apply_here(control: Control) -> None:
     """Apply to this process's breakers (on the loop thread, which owns them)."""
     if control.action == "reset":
-        breakers.reset(control.key)
+        current().breakers.reset(control.key)
     else:
-        breakers.force_open(control.key, control.reason or "forced open from the dashboard", control.until)
+        current().breakers.force_open(control.key, control.reason or "forced open from the dashboard", control.until)
 
 
 async def perform(user: str, control: Control) -> None:
@@ -238,9 +238,11 @@ def apply_persisted(overrides: tuple[Any, ...], known: set[BreakerKey] | frozens
         if override.key not in known:
             continue
         if override.action == RESET:
-            breakers.reset(override.key)
+            current().breakers.reset(override.key)
         elif override.until is None or override.until > now:
-            breakers.force_open(override.key, override.reason or f"forced open by {override.user}", override.until)
+            current().breakers.force_open(
+                override.key, override.reason or f"forced open by {override.user}", override.until
+            )
         else:
             continue
         applied += 1
@@ -295,7 +297,7 @@ def audit(user: str, control: Control) -> None:
 
 async def control_listener() -> None:
     """Apply controls sent from any other process; answer a new page's "hello" with this state."""
-    feed.install()
+    feed.install(current().breakers)
     layer = layers.get_channel_layer()
     if layer is None:
         return

@@ -28,10 +28,10 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     from django_prometheus.exports import ExportToDjangoView
 
     from routing.config import live
-    from routing.core.breaker import registry
     from routing.runtime import feed, metrics, overload
+    from routing.runtime.process import current
 
-    views = feed.call_on_loop(registry.views)  # breakers belong to the serving loop's thread
+    views = feed.call_on_loop(current().breakers.views)  # breakers belong to the serving loop's thread
     metrics.refresh_circuits(live.current(), views)
     feed.call_on_loop(overload.refresh_metrics)  # gates belong to the serving loop too (docs/overload.md)
     return ExportToDjangoView(request)

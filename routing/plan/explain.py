@@ -14,13 +14,16 @@ requests; a link open for the request is skipped as the executor would skip it.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
 from policies.decision import decide
 from routing.config.snapshot import Snapshot
 from routing.core import errors
+from routing.core.breaker import BreakerRegistry
 from routing.core.errors import GatewayError
+from routing.core.picking import Balancer
 from routing.plan import chain as chain_mod
 from routing.plan import preflight
 
@@ -59,10 +62,8 @@ class BreakerStates:
         return self.orgs.get((key, org), ("closed", 0.0)) if org is not None else ("closed", 0.0)
 
 
-def local_states(states: BreakerStates | None = None) -> BreakerStates:
+def local_states(registry: BreakerRegistry, states: BreakerStates | None = None) -> BreakerStates:
     """This process's breaker registry (links, org views, forced): truthful for the process serving."""
-    from routing.core.breaker import registry
-
     states = states if states is not None else BreakerStates("this process")
     for view in registry.views():
         name = "forced" if view.forced_reason is not None else view.state.name.lower()
@@ -85,6 +86,8 @@ def explain(
     tokens: int | None = None,
     kind: str = "chat",
     states: BreakerStates | None = None,
+    registry: BreakerRegistry | None = None,
+    picker: Balancer | None = None,
 ) -> dict[str, Any]:
     """Describe the routing of a request by `org_name` for `model_name`.
 
@@ -92,7 +95,8 @@ def explain(
     request would get (None when some link would be tried), `serves` the first
     link that would be tried: a link whose breaker (or the org's view of it) is open
     is skipped as a request would skip it. `states`: the breaker states to use
-    (default: this process's registry).
+    (default: those of `registry`, the process's breakers); `picker`: the process's
+    deployment picker, whose figures the deployments show.
     """
     org = snapshot.orgs.get(org_name)
     if org is None:
@@ -128,9 +132,9 @@ def explain(
     out["requirements"] = {"kind": kind, "needs": list(req.needs), "estimated_tokens": tokens}
 
     links = preflight.apply(chain_mod.build_chain(snapshot, org, model, name), req)
-    states = states if states is not None else local_states()
+    states = states if states is not None else local_states(registry if registry is not None else BreakerRegistry())
     out["breakers_from"] = states.source
-    serves, open_left = _chain(links, states, req, org.name, out["chain"])
+    serves, open_left = _chain(links, states, req, org.name, out["chain"], picker)
     if not decision.allowed:
         out["error"] = _error(errors.model_denied(model.id))
     elif not preflight.servable(links):
@@ -155,7 +159,12 @@ def _policy(p: Any) -> dict[str, Any] | None:
 
 
 def _chain(
-    links: list[Any], states: BreakerStates, req: preflight.Requirements, org: str, entries: list[dict[str, Any]]
+    links: list[Any],
+    states: BreakerStates,
+    req: preflight.Requirements,
+    org: str,
+    entries: list[dict[str, Any]],
+    picker: Balancer | None,
 ) -> tuple[str | None, list[float]]:
     """Append one entry per link to `entries`; returns the model that would serve (None: none) and the
     cooldowns left of the kept links a request would find open."""
@@ -181,7 +190,7 @@ def _chain(
             serves = serves or m.id
         if link.deployments:
             entry["routing"] = link.routing
-            entry["deployments"] = deployments(link, breakers)
+            entry["deployments"] = deployments(link, breakers, picker=picker)
         entries.append(entry)
     return serves, open_left
 
@@ -230,14 +239,13 @@ def _refusal(state: str, left: float, view: str, view_left: float, org: str) -> 
     return None
 
 
-def deployments(link: Any, breakers: dict[tuple[str, ...], str], rand: Any = None) -> list[dict[str, Any]]:
+def deployments(
+    link: Any, breakers: dict[tuple[str, ...], str], rand: Any = None, picker: Balancer | None = None
+) -> list[dict[str, Any]]:
     """Each deployment of a link with its live figures in this process, and which one the
     next try would pick (docs/deployments.md#visibility; `weighted` draws at random, so its
     `share` is the probability and `next` one draw)."""
-    import random
-
-    from routing.core.picking import balancer
-
+    balancer = picker if picker is not None else Balancer()
     rows: list[dict[str, Any]] = []
     eligible = []
     for target in link.deployments:

@@ -13,8 +13,9 @@ from typing import Any
 from routing.config.snapshot import KeySpec
 from routing.core.executor import Outcome
 from routing.core.prices import CLASSES, prices_now
-from routing.runtime import metrics, usage
+from routing.runtime import metrics
 from routing.runtime.usage.pricing import priced_version
+from routing.runtime.usage.queue import UsageSink
 from routing.runtime.usage.streams import INTERRUPTED
 
 _perf = time.perf_counter
@@ -77,8 +78,8 @@ class Context:
         self.token_classes: dict[str, int] | None = None  # routing.core.prices.token_classes of the usage
 
 
-def finish(ctx: Context) -> None:
-    """Record one finished request: metrics now, the usage record queued for the writer."""
+def finish(ctx: Context, sink: UsageSink) -> None:
+    """Record one finished request: metrics now, the usage record queued for the process's `sink`."""
     elapsed = _perf() - ctx.started
     outcome = ctx.outcome
     link = outcome.link if outcome is not None else None
@@ -100,17 +101,16 @@ def finish(ctx: Context) -> None:
         metrics.cache_result(ctx.resolved, ctx.cache)
     journaled = ctx.journaled
     if journaled is None:
-        usage.record(**_row(ctx, elapsed))
+        sink.record(**_row(ctx, elapsed))
         return
-    usage.record(**_row(ctx, elapsed, journaled.record_id))  # the settle replaces the commit's entry
-    usage.sink.streams.close(journaled)
+    sink.record(**_row(ctx, elapsed, journaled.record_id))  # the settle replaces the commit's entry
+    sink.streams.close(journaled)
 
 
-def journal_stream(ctx: Context) -> None:
+def journal_stream(ctx: Context, sink: UsageSink) -> None:
     """A stream committed: journal its record now, as a crash would leave it (docs/usage-records.md#streams).
 
     Never raises; without a journal the stream is recorded when it ends, as any request."""
-    sink = usage.sink
     outcome = ctx.outcome
     link = outcome.link if outcome is not None else None
     if not sink.journal_enabled or link is None:

@@ -1,6 +1,6 @@
 """The configuration tasks of a serving process: the reload listener and the version poll.
 
-routing.ops.wiring starts them (lazily on the first ASGI event, since daphne has no
+gateway_project.process starts them (lazily on the first ASGI event, since daphne has no
 lifespan protocol, or from the lifespan startup event). Each survives Redis or
 database outages by logging and retrying; neither is on the request path.
 """

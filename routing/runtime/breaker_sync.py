@@ -1,7 +1,7 @@
 """Breaker transitions shared by every process over Redis pub/sub, off the request path.
 
 docs/scale-out.md#shared-breakers. With REDIS_URL set, each serving process runs one
-background task (`BreakerSync.run`, started by routing.ops.wiring):
+background task (`BreakerSync.run`, started by gateway_project.process):
 
 - **Publish.** The registry listener `on_transition` turns a local open / half-open /
   close into a `Transition` and appends it to an outbox; the task publishes it. The
@@ -574,13 +574,12 @@ def current() -> BreakerSync | None:
     return _sync
 
 
-async def run() -> None:
-    """Background task of routing.ops.wiring: share this process's breakers while REDIS_URL is set."""
+async def run(registry: BreakerRegistry) -> None:
+    """Background task of gateway_project.process: share this process's breakers while REDIS_URL is set."""
     global _sync
     from django.conf import settings
 
     from routing.config.reload import shared_timeout_s
-    from routing.core.breaker import registry
     from routing.runtime import feed
 
     url = getattr(settings, "REDIS_URL", "") or ""
@@ -604,8 +603,8 @@ def set_known(keys: set[BreakerKey]) -> None:
         _sync.known = keys
 
 
-def breaker_states(snapshot: Snapshot, serving: bool) -> BreakerStates:
-    """What requests meet cluster-wide. `serving`: this process serves requests (its registry counts).
+def breaker_states(snapshot: Snapshot, serving: bool, local: BreakerRegistry | None = None) -> BreakerStates:
+    """What requests meet cluster-wide. `serving`: this process serves requests (its registry, `local`, counts).
 
     With REDIS_URL: the cluster's shared state plus the snapshot's force-opens; Redis
     unreachable, or no REDIS_URL in a process that serves nothing: says so in `source`.
@@ -647,6 +646,6 @@ def breaker_states(snapshot: Snapshot, serving: bool) -> BreakerStates:
         until = override.until
         if override.action == "force_open" and (until is None or until > now):
             states.put(tuple(override.key), None, "forced", 0.0 if until is None else until - now)
-    if serving:
-        local_states(states)
+    if serving and local is not None:
+        local_states(local, states)
     return states

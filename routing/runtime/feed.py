@@ -24,8 +24,7 @@ from typing import Any
 from channels import layers
 
 from routing.config.reload import shared_timeout_s
-from routing.core.breaker import BreakerKey
-from routing.core.breaker import registry as breakers
+from routing.core.breaker import BreakerKey, BreakerRegistry
 from routing.runtime import metrics
 
 log = logging.getLogger("switchboard.dashboard")
@@ -146,22 +145,22 @@ def note_probe(result: Any) -> None:
 
 # --------------------------------------------------------------------------- the serving loop
 
-_installed = False
+_installed: set[int] = set()  # ids of the registries listened to
 
 
-def install() -> None:
-    """Register the breaker listeners (dashboard + metrics) once; remember the serving loop."""
-    global _installed, _loop
+def install(breakers: BreakerRegistry) -> None:
+    """Register the breaker listeners (dashboard + metrics) once per registry; remember the serving loop."""
+    global _loop
     try:
         _loop = asyncio.get_running_loop()
     except RuntimeError:
         pass
-    if _installed:
+    if id(breakers) in _installed:
         return
     breakers.add_listener(on_breaker_change)
     breakers.add_org_listener(on_org_breaker_change)
-    metrics.install()
-    _installed = True
+    metrics.install(breakers)
+    _installed.add(id(breakers))
 
 
 def call_on_loop(fn: Callable[[], Any], timeout_s: float = 2.0) -> Any:

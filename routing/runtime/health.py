@@ -29,6 +29,7 @@ import orjson
 
 from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec, Snapshot
+from routing.core.breaker import BreakerRegistry, State
 from routing.core.failures import UpstreamFailure
 from routing.runtime import metrics
 from routing.runtime.outage import Outage
@@ -303,7 +304,7 @@ def _parse_iso(value: str | None) -> datetime | None:
 
 
 async def run_prober() -> None:
-    """Background loop of a serving process (started by routing.ops.wiring): probe its
+    """Background loop of a serving process (started by gateway_project.process): probe its
     targets every SWITCHBOARD_HEALTH_INTERVAL_S, adopt stored results in between."""
     from django.conf import settings
 
@@ -365,10 +366,10 @@ def last_probe(
     return UNKNOWN, None, "not probed yet"
 
 
-def health_providers_payload(snapshot: Snapshot) -> bytes:
+def health_providers_payload(snapshot: Snapshot, breakers: BreakerRegistry) -> bytes:
     """Body of GET /health/providers: every configured provider, "unknown" until probed, with the
     breakers of its links that requests would find not closed. Memory only."""
-    circuits = _circuits()
+    circuits = _circuits(breakers)
     out = []
     for name in sorted(snapshot.providers):
         result = results.get(name)
@@ -397,11 +398,9 @@ def public_detail(detail: str, provider: ProviderSpec) -> str:
     return detail.replace(url, "its health URL") if url else detail
 
 
-def _circuits() -> dict[str, list[dict[str, Any]]]:
+def _circuits(breakers: BreakerRegistry) -> dict[str, list[dict[str, Any]]]:
     """Per provider, its shared links whose breaker is not closed or that some org's own view refuses
     (docs/resilience.md#org-views): what requests meet, without naming organisations."""
-    from routing.core.breaker import State
-    from routing.core.breaker import registry as breakers
 
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for view in breakers.views():

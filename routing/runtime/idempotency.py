@@ -310,6 +310,3 @@ class IdempotencyStore:
             self._redis_failed(exc)
             return
         self._redis_ok()
-
-
-store = IdempotencyStore()

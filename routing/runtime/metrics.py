@@ -26,7 +26,7 @@ from typing import Any
 from django.conf import settings
 from prometheus_client import Counter, Gauge, Histogram
 
-from routing.core.breaker import BreakerKey
+from routing.core.breaker import BreakerKey, BreakerRegistry
 from routing.core.dimensions import LIMIT_DIMENSIONS
 
 CIRCUIT_STATE = Gauge(
@@ -141,17 +141,16 @@ def cache_result(model: str, result: str) -> None:
     child.inc()
 
 
-def _backlog() -> float:
-    from routing.runtime import usage
-
-    return float(usage.backlog())
-
-
 # serve --workers (docs/scale-out.md#metrics): values live in shared files, a function is never
 # read there, so run_refresher sets them instead.
 MULTIPROCESS = "PROMETHEUS_MULTIPROC_DIR" in os.environ
-if not MULTIPROCESS:
-    USAGE_BACKLOG.set_function(_backlog)
+
+
+def watch_backlog(backlog: Callable[[], int]) -> None:
+    """The usage backlog gauge reads the process's sink at scrape time (the composition root calls it)."""
+    if not MULTIPROCESS:
+        USAGE_BACKLOG.set_function(lambda: float(backlog()))
+
 
 _requests: dict[tuple[str, str, str, int], Any] = {}
 _attempts: dict[tuple[str, str, str], Any] = {}
@@ -314,37 +313,33 @@ def provider_status(name: str, up: bool | None) -> None:
     PROVIDER_UP.labels(name).set(1 if up else 0)
 
 
-_installed = False
+_installed: set[int] = set()  # ids of the registries listened to
 
 
-def install() -> None:
-    """Register the breaker listener once (idempotent)."""
-    global _installed
-    if _installed:
+def install(breakers: BreakerRegistry) -> None:
+    """Register the breaker listener once per registry (idempotent)."""
+    if id(breakers) in _installed:
         return
-    from routing.core.breaker import registry
-
-    registry.add_listener(on_breaker_change)
-    registry.add_org_listener(on_org_breaker_change)
-    _installed = True
+    breakers.add_listener(on_breaker_change)
+    breakers.add_org_listener(on_org_breaker_change)
+    _installed.add(id(breakers))
 
 
 REFRESH_S = 1.0
 
 
-async def run_refresher() -> None:
+async def run_refresher(breakers: BreakerRegistry, backlog: Callable[[], int]) -> None:
     """serve --workers only: every REFRESH_S, write this worker's usage backlog and circuit
     states to the shared metric files, so a scrape of any worker shows them (a scrape-time
-    refresh reaches the scraped worker only). A background task of routing.ops.wiring."""
+    refresh reaches the scraped worker only). A background task of gateway_project.process."""
     if not MULTIPROCESS:
         return
     from routing.config import live
-    from routing.core.breaker import registry
     from routing.runtime import overload
 
     while True:
-        USAGE_BACKLOG.set(_backlog())
-        refresh_circuits(live.current(), registry.views())
+        USAGE_BACKLOG.set(float(backlog()))
+        refresh_circuits(live.current(), breakers.views())
         overload.refresh_metrics()
         await asyncio.sleep(REFRESH_S)
 

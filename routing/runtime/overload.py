@@ -18,9 +18,9 @@ from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import Counter, Gauge
 
 from routing.core import errors
-from routing.core.admission_queue import PRIORITIES, Ticket, current, gates
+from routing.core.admission_queue import PRIORITIES, Gates, Ticket, current
 from routing.core.concurrency import LimitSettings
-from routing.core.hedging import HedgeSettings, hedges
+from routing.core.hedging import Hedges, HedgeSettings
 
 ON = False
 _classes: dict[str, int] = {}  # "org/agent", "org" or a key prefix -> class rank
@@ -126,9 +126,14 @@ def _parse_hedge(doc: Any, config: Config) -> None:
     config.hedge_tools = doc.get("tools", False)
 
 
-def install() -> None:
-    """Configure this process's gates from the settings (the composition root calls it once)."""
-    global ON, _classes, _weights, _never_hedge, _hedge_tools
+_gates: Gates | None = None  # the process's, set by install(): admit, the gauges and the dashboard read them
+_hedges: Hedges | None = None
+
+
+def install(gates: Gates, hedges: Hedges) -> None:
+    """Configure the process's gates and hedges from the settings (the composition root calls it once)."""
+    global ON, _classes, _weights, _never_hedge, _hedge_tools, _gates, _hedges
+    _gates, _hedges = gates, hedges
     config = parse(getattr(settings, "SWITCHBOARD_OVERLOAD", ""))
     _classes, _weights = config.classes, config.weights
     _never_hedge, _hedge_tools = config.never_hedge, config.hedge_tools
@@ -152,7 +157,7 @@ def admit(headers: Any, key: Any, body: dict | None = None) -> None:
     agent = key.agent
     org = agent.org.name
     who = f"{org}/{agent.name}"
-    hedge = hedges.on and not (
+    hedge = _hedges.on and not (
         who in _never_hedge
         or key.prefix in _never_hedge
         or org in _never_hedge
@@ -185,13 +190,13 @@ def admit(headers: Any, key: Any, body: dict | None = None) -> None:
                     "a free slot.",
                     "X-Switchboard-Max-Wait",
                 )
-            wait_until = gates.clock() + seconds
+            wait_until = _gates.clock() + seconds
     current.set(Ticket(org, rank, _weights.get(org, 1.0), wait_until, bool(hedge)))
 
 
 def refresh_metrics() -> None:
     """Limit, in-flight and queue length of every gate into the gauges (scrape time or the refresher)."""
-    for gate in list(gates.gates.values()):
+    for gate in list(_gates.gates.values()) if _gates is not None else ():
         if gate is not None:
             LIMIT.labels(gate.name).set(gate.limit.limit)
             INFLIGHT.labels(gate.name).set(gate.inflight)
@@ -200,7 +205,7 @@ def refresh_metrics() -> None:
 
 def figures(key: Any) -> dict[str, int] | None:
     """The dashboard's figures of one deployment's gate; None when it has none."""
-    gate = gates.gates.get(key) if ON else None
+    gate = _gates.gates.get(key) if ON and _gates is not None else None
     if gate is None:
         return None
     return {"limit": gate.limit.limit, "inflight": gate.inflight, "queued": len(gate.queue)}

@@ -14,7 +14,7 @@ in-flight requests, requests served, request rate, open breakers) to
 
 A process whose heartbeat is older than STALE_BEATS intervals is *stale* (stopped,
 killed, hung); after GONE_S it drops off the list. Nothing here is on the request
-path: the request path only bumps two integers of `tally`. Redis trouble never
+path: the request path only bumps two integers of the process's `Tally`. Redis trouble never
 breaks anything: the heartbeat logs once, counts towards switchboard_degraded{component="redis"}
 and backs off, and the list falls back to what this machine knows and says why. See docs/scale-out.md#processes.
 """
@@ -37,9 +37,9 @@ from django.conf import settings
 
 from routing.config import live
 from routing.config.reload import shared_timeout_s
-from routing.core.breaker import BreakerKey
-from routing.core.breaker import registry as breakers
-from routing.runtime import cluster_scope
+from routing.core.breaker import BreakerKey, BreakerRegistry
+from routing.runtime import cluster_scope, feed
+from routing.runtime.process import Tally, current
 
 log = logging.getLogger("switchboard.dashboard")
 
@@ -51,19 +51,6 @@ REDIS_PREFIX = "switchboard:processes:"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 clock: Callable[[], float] = time.time  # wall time: records from several machines are compared
-
-
-class Tally:
-    """What the request path counts for the heartbeat: two integer bumps per request."""
-
-    __slots__ = ("in_flight", "served")
-
-    def __init__(self) -> None:
-        self.in_flight = 0
-        self.served = 0
-
-
-tally = Tally()
 
 
 def interval_s() -> float:
@@ -118,7 +105,8 @@ def cluster_name(database: dict[str, Any] | None = None) -> str:
 class Heart:
     """This process's identity and the record of each beat (its request rate needs the previous beat)."""
 
-    def __init__(self, directory: Path | None, now: float) -> None:
+    def __init__(self, directory: Path | None, now: float, tally: Tally) -> None:
+        self.tally = tally
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.id = f"{self.host}:{self.pid}"
@@ -130,7 +118,7 @@ class Heart:
 
     def record(self, now: float, open_links: list[str]) -> dict[str, Any]:
         last_at, last_served = self._last
-        served = tally.served
+        served = self.tally.served
         rps = (served - last_served) / (now - last_at) if now > last_at else 0.0
         self._last = (now, served)
         return {
@@ -144,7 +132,7 @@ class Heart:
             "at": now,
             "interval_s": interval_s(),
             "version": live.current().config_version,  # the configuration version (docs/config-history.md#numbers)
-            "in_flight": tally.in_flight,
+            "in_flight": self.tally.in_flight,
             "served": served,
             "rps": round(rps, 2),
             "open": open_links[:MAX_OPEN_LISTED],
@@ -152,7 +140,7 @@ class Heart:
         }
 
 
-def open_links() -> list[str]:
+def open_links(breakers: BreakerRegistry) -> list[str]:
     """Links whose breaker is open, half-open or forced in this process (read on its loop)."""
     out = []
     for view in breakers.views():
@@ -274,12 +262,12 @@ last_record: dict[str, Any] | None = None  # what the heartbeat last wrote (the 
 _async_client: Any = None
 
 
-async def run_heartbeat() -> None:
-    """Write this process's heartbeat every interval; a background task of routing.ops.wiring."""
+async def run_heartbeat(tally: Tally, breakers: BreakerRegistry) -> None:
+    """Write this process's heartbeat every interval; a background task of gateway_project.process."""
     global heart, last_record, _async_client
     directory = shared_dir()
     if heart is None:
-        heart = Heart(directory, clock())
+        heart = Heart(directory, clock(), tally)
     url = _redis_url()
     client = None
     if url:
@@ -292,7 +280,7 @@ async def run_heartbeat() -> None:
     backoff = interval_s()
     while True:
         now = clock()
-        record = last_record = heart.record(now, open_links())
+        record = last_record = heart.record(now, open_links(breakers))
         if directory is not None:
             try:
                 write_file(directory, record)
@@ -353,9 +341,8 @@ def _local_records(now: float) -> tuple[list[dict[str, Any]], str]:
         return read_files(directory), "machine"
     if last_record is not None:
         return [last_record], "process"
-    from routing.runtime import feed
-
-    return [Heart(None, now).record(now, feed.call_on_loop(open_links))], "process"
+    proc = current()
+    return [Heart(None, now, proc.tally).record(now, feed.call_on_loop(lambda: open_links(proc.breakers)))], "process"
 
 
 def listing(now: float | None = None) -> dict[str, Any]:

@@ -281,6 +281,3 @@ def _log_unreachable(name: str, url: str, exc: BaseException) -> None:
         _unreachable_logged.clear()
     _unreachable_logged[name] = now
     log.warning("could not reach provider %r at %s: %s", name, redact_url(url), _describe(exc))
-
-
-transport = Transport()

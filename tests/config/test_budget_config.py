@@ -87,14 +87,14 @@ def test_admin_agent_page_saves_a_budget(admin_client_, imported):
 
 
 def test_admin_pages_show_the_spend_and_what_is_held(admin_client_, imported):
-    from routing.ops import wiring
+    from routing.runtime.process import current
 
     org, agent = Org.objects.get(), Agent.objects.get()
     org.budget = {"usd": 10, "period": "month"}
     org.save()
     agent.budget = {"usd": 2, "period": "day"}
     agent.save()
-    budgets = wiring.process().budgets
+    budgets = current().budgets
     budgets.forget()
     try:
         budgets.admit(org.name, (10.0, "month"), agent.name, (2.0, "day"), 0.25).settle(0.25)

@@ -272,14 +272,14 @@ def test_admin_adds_a_model_with_deployments_and_shows_their_breakers(admin_clie
     assert chat_e["deployments"][0]["weight"] == 3 and chat_e["deployments"][1]["tpm"] == 200000
 
     from routing.core.breaker import BreakerKey
-    from routing.core.breaker import registry as breakers
+    from routing.runtime.process import current
 
     key = BreakerKey("local-b", "chat-e")
     try:
         for _ in range(5):
-            breakers.record_failure(key, False, 5, 30.0)
+            current().breakers.record_failure(key, False, 5, 30.0)
         page = text(admin_client_.get(_change_url(Model.objects.get(public_id="chat-e"))))
         assert '<b>local-b</b>: <span data-breaker-state="open">open</span>' in page
         assert '<b>local-a</b>: <span data-breaker-state="closed">closed</span>' in page
     finally:
-        breakers.reset(key)
+        current().breakers.reset(key)

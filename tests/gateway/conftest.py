@@ -13,7 +13,7 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.gateway.app import gateway_application
+from tests.inprocess import gateway_application
 
 API_KEY = "sb-test-key-0123456789"
 
@@ -83,6 +83,8 @@ async def gateway(upstream: str) -> AsyncIterator[httpx.AsyncClient]:
     ) as client:
         yield client
     live.swap(previous)
-    from routing.upstream.transport import transport as upstream_transport
+    from routing.runtime.process import current
+
+    upstream_transport = current().transport
 
     await upstream_transport.aclose()

@@ -15,9 +15,8 @@ import pytest
 from routing.config import live
 from routing.config.snapshot import build_snapshot
 from routing.gateway.limiting import worst_cost
-from routing.ops import wiring
 from routing.plan import chain, preflight
-from routing.runtime import usage
+from routing.runtime.process import current
 from tests.gateway.conftest import document, key_rows
 
 CHEAP = {"input_price_per_mtok": 0.1, "output_price_per_mtok": 100.0}
@@ -30,8 +29,8 @@ DEAR_ANSWER = (12 * 1.0 + 7 * 1000.0) / 1e6
 @pytest.fixture
 def chained(gateway, upstream, monkeypatch):
     """cheap-chat (a dead provider) falls back to chat-b (the mock, 10× the prices); the agent has a budget."""
-    monkeypatch.setattr(usage, "record", lambda **row: None)
-    wiring.process().budgets.forget()
+    monkeypatch.setattr(current().usage, "record", lambda **row: None)
+    current().budgets.forget()
     doc = copy.deepcopy(document(upstream))
     doc["providers"].append({"name": "dead", "base_url": "http://127.0.0.1:9/v1"})
     doc["models"].append(
@@ -48,7 +47,7 @@ def chained(gateway, upstream, monkeypatch):
     doc["orgs"][0]["agents"][0]["budget"] = {"usd": BUDGET_USD, "period": "day"}
     live.swap(build_snapshot(doc, key_rows(), {}, version=2))
     yield live.current()
-    wiring.process().budgets.forget()
+    current().budgets.forget()
 
 
 def body(max_tokens: int = 10) -> dict:
@@ -72,7 +71,7 @@ async def test_concurrent_requests_falling_back_to_a_dearer_link_never_overshoot
         r.status_code
         for r in await asyncio.gather(*(gateway.post("/v1/chat/completions", json=body()) for _ in range(8)))
     ]
-    account = wiring.process().budgets.find(("agent", "acme", "bot"))
+    account = current().budgets.find(("agent", "acme", "bot"))
     served = statuses.count(200)
     assert set(statuses) <= {200, 402} and served >= 1, statuses
     # Each answer costs DEAR_ANSWER, less than its reservation: the spend never passes the budget.

@@ -10,8 +10,7 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.ops import wiring
-from routing.runtime import usage
+from routing.runtime.process import current
 from tests.gateway.conftest import document, key_rows
 
 # $1 per million prompt tokens, $1000 per million completion tokens: max_tokens decides the worst case.
@@ -28,8 +27,8 @@ def chat(model: str = "chat-b", **extra) -> dict:
 def budgeted(gateway, upstream, monkeypatch):
     """Swap in a snapshot whose agent or org has a budget; fresh accounts; usage records captured."""
     records: list[dict] = []
-    monkeypatch.setattr(usage, "record", lambda **row: records.append(row))
-    wiring.process().budgets.forget()
+    monkeypatch.setattr(current().usage, "record", lambda **row: records.append(row))
+    current().budgets.forget()
 
     def apply(agent_budget=None, org_budget=None) -> list[dict]:
         doc = copy.deepcopy(document(upstream))
@@ -49,7 +48,7 @@ def budgeted(gateway, upstream, monkeypatch):
         return records
 
     yield apply
-    wiring.process().budgets.forget()
+    current().budgets.forget()
 
 
 async def upstream_calls(upstream: str, model: str) -> int:
@@ -62,7 +61,7 @@ async def test_a_request_whose_worst_case_does_not_fit_is_402_and_not_sent_upstr
     before = await upstream_calls(upstream, "ip-chat-b")
     # Worst case of max_tokens=40: 40 × $1000/M = $0.04 (+ the prompt): fits once, then the real cost is settled.
     assert (await gateway.post("/v1/chat/completions", json=chat(max_tokens=40))).status_code == 200
-    account = wiring.process().budgets.find(("agent", "acme", "bot"))
+    account = current().budgets.find(("agent", "acme", "bot"))
     assert account.spend() == pytest.approx(MOCK_COST) and account.reserved == 0
     # A $0.01 worst case fits while more than that is left: 5 more answers of $0.007012 (6 spent = $0.042).
     statuses = [(await gateway.post("/v1/chat/completions", json=chat(max_tokens=10))).status_code for _ in range(8)]
@@ -84,7 +83,7 @@ async def test_an_upstream_failure_releases_the_reservation(gateway, budgeted):
     budgeted(org_budget={"usd": 0.05, "period": "month"})
     failed = await gateway.post("/v1/chat/completions", json=chat("dead-chat", max_tokens=45))
     assert failed.status_code == 502
-    account = wiring.process().budgets.find(("org", "acme"))
+    account = current().budgets.find(("org", "acme"))
     assert account.reserved == 0 and account.spend() == 0
     # The whole budget is still there: a 45-token worst case fits again.
     assert (await gateway.post("/v1/chat/completions", json=chat(max_tokens=45))).status_code == 200
@@ -94,7 +93,7 @@ async def test_a_stream_is_settled_with_its_real_cost_when_it_ends(gateway, budg
     budgeted(agent_budget={"usd": 1, "period": "total"})
     streamed = await gateway.post("/v1/chat/completions", json=chat(stream=True, max_tokens=900))
     assert streamed.status_code == 200
-    account = wiring.process().budgets.find(("agent", "acme", "bot"))
+    account = current().budgets.find(("agent", "acme", "bot"))
     assert account.reserved == 0
     assert 0 < account.spend() < 0.1  # the real usage, not the $0.9 reservation
 
@@ -110,7 +109,7 @@ async def test_a_total_budget_says_it_does_not_reset(gateway, budgeted):
 async def test_a_cache_hit_costs_the_budget_nothing(gateway, upstream, budgeted, monkeypatch):
     from routing.runtime.response_cache import Coalescer, MemoryCache
 
-    proc = wiring.process()
+    proc = current()
     monkeypatch.setattr(proc, "cache", MemoryCache())
     monkeypatch.setattr(proc, "coalescer", Coalescer())
     budgeted(agent_budget={"usd": 1, "period": "day"})

@@ -16,8 +16,7 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.ops import wiring
-from routing.runtime import usage
+from routing.runtime.process import current
 from routing.runtime.response_cache import Coalescer, MemoryCache, RedisCache
 from tests.gateway.conftest import document, key_rows
 
@@ -28,8 +27,8 @@ OTHER_KEY = "sb-other-org-key-987654321"
 def cached(gateway, upstream, monkeypatch):
     """chat-b and embed-a cache for 60 s; a second org `globex` exists; usage records captured."""
     records: list[dict] = []
-    monkeypatch.setattr(usage, "record", lambda **row: records.append(row))
-    proc = wiring.process()
+    monkeypatch.setattr(current().usage, "record", lambda **row: records.append(row))
+    proc = current()
     monkeypatch.setattr(proc, "cache", MemoryCache())
     monkeypatch.setattr(proc, "coalescer", Coalescer())
     doc = copy.deepcopy(document(upstream))
@@ -157,7 +156,7 @@ async def test_ten_identical_requests_in_flight_make_one_upstream_call(gateway, 
     assert sorted(a.headers["x-switchboard-cache"] for a in answers) == ["hit"] * 9 + ["miss"]
     assert len({a.content for a in answers}) == 1
     assert sorted(r["cached"] for r in cached) == [False] + [True] * 9
-    assert len(wiring.process().coalescer) == 0
+    assert len(current().coalescer) == 0
 
 
 class RepliesOutOfOrder(RedisCache):
@@ -197,7 +196,7 @@ async def test_two_lookups_whose_replies_cross_share_one_call_and_never_wait_on_
     """CI caught it: the second request waited in Redis for the first's claim, the first followed the
     second in memory, and both hung until their deadline."""
     store = RepliesOutOfOrder(redis_url)
-    monkeypatch.setattr(wiring.process(), "cache", store)
+    monkeypatch.setattr(current(), "cache", store)
     prompt = f"crossed {uuid.uuid4().hex}"
     before = await calls(upstream, "ip-chat-b")
     try:
@@ -229,7 +228,7 @@ async def test_a_failed_leader_gives_its_error_to_the_waiters_and_stores_nothing
 
 
 async def test_a_hit_still_counts_against_rpm_but_not_tpm(gateway, upstream, cached, monkeypatch):
-    wiring.process().limiter.forget()
+    current().limiter.forget()
     doc = copy.deepcopy(document(upstream))
     for m in doc["models"]:
         if m["id"] == "chat-b":
@@ -245,4 +244,4 @@ async def test_a_hit_still_counts_against_rpm_but_not_tpm(gateway, upstream, cac
     assert first.status_code == 200 and refused.json()["error"]["code"] == "rate_limited"
     # Only the first request's real usage (12 + 7 tokens from the mock) was charged: the hit's reservation came back.
     assert int(refused.headers["x-ratelimit-remaining-tokens"]) >= 100000 - 19
-    wiring.process().limiter.forget()
+    current().limiter.forget()

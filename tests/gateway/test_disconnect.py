@@ -17,9 +17,9 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.gateway.app import gateway_application
-from routing.upstream.transport import transport
+from routing.runtime.process import current
 from tests.gateway.conftest import API_KEY, document, key_rows
+from tests.inprocess import gateway_application
 
 PASSES = 10  # loop passes the abort may take: the watcher's wake-up, the request task's unwinding
 
@@ -43,7 +43,7 @@ class HangingUpstream:
 @pytest.fixture
 def hanging(monkeypatch) -> Iterator[HangingUpstream]:
     upstream = HangingUpstream()
-    monkeypatch.setattr(transport, "send", upstream.send)
+    monkeypatch.setattr(current().transport, "send", upstream.send)
     previous = live.current()
     live.swap(build_snapshot(document("http://127.0.0.1:9"), key_rows(), {}, version=1))
     yield upstream

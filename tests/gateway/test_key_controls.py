@@ -10,8 +10,7 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.ops import wiring
-from routing.runtime import usage
+from routing.runtime.process import current
 from tests.gateway.conftest import API_KEY, document, key_rows
 
 PRICES = {"input_price_per_mtok": 1.0, "output_price_per_mtok": 1000.0}
@@ -26,9 +25,9 @@ def chat(model: str = "chat-b", **extra) -> dict:
 def keyed(gateway, upstream, monkeypatch):
     """Swap in a snapshot whose key row carries `controls`; fresh buckets and accounts."""
     records: list[dict] = []
-    monkeypatch.setattr(usage, "record", lambda **row: records.append(row))
-    wiring.process().limiter.forget()
-    wiring.process().budgets.forget()
+    monkeypatch.setattr(current().usage, "record", lambda **row: records.append(row))
+    current().limiter.forget()
+    current().budgets.forget()
 
     def apply(**controls) -> list[dict]:
         doc = copy.deepcopy(document(upstream))
@@ -50,8 +49,8 @@ def keyed(gateway, upstream, monkeypatch):
         return records
 
     yield apply
-    wiring.process().limiter.forget()
-    wiring.process().budgets.forget()
+    current().limiter.forget()
+    current().budgets.forget()
 
 
 async def test_a_key_over_its_own_rpm_gets_429_naming_the_key(gateway, keyed):

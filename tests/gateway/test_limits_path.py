@@ -8,8 +8,7 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.ops import wiring
-from routing.runtime import usage
+from routing.runtime.process import current
 from tests.gateway.conftest import document, key_rows
 
 
@@ -21,8 +20,8 @@ def chat(model: str = "chat-b", **extra) -> dict:
 def limited(gateway, upstream, monkeypatch):
     """Swap in a snapshot whose agent and org have limits; fresh buckets; usage records captured."""
     records: list[dict] = []
-    monkeypatch.setattr(usage, "record", lambda **row: records.append(row))
-    wiring.process().limiter.forget()
+    monkeypatch.setattr(current().usage, "record", lambda **row: records.append(row))
+    current().limiter.forget()
 
     def apply(agent_limits=None, org_limits=None) -> list[dict]:
         doc = copy.deepcopy(document(upstream))
@@ -37,7 +36,7 @@ def limited(gateway, upstream, monkeypatch):
         return records
 
     yield apply
-    wiring.process().limiter.forget()
+    current().limiter.forget()
 
 
 async def test_over_rpm_is_429_recorded_with_its_code_and_not_sent_upstream(gateway, limited):

@@ -8,17 +8,16 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.gateway.app import gateway_application
 from routing.runtime import bodies
+from routing.runtime.process import current
 from tests.gateway.conftest import API_KEY, document, key_rows
+from tests.inprocess import gateway_application
 
 
 @pytest.fixture
 def records(monkeypatch) -> list[dict]:
-    from routing.runtime import usage
-
     seen: list[dict] = []
-    monkeypatch.setattr(usage, "record", lambda **kw: seen.append(kw))
+    monkeypatch.setattr(current().usage, "record", lambda **kw: seen.append(kw))
     return seen
 
 
@@ -35,7 +34,9 @@ async def send(upstream: str, log_bodies: bool, payload: dict) -> httpx.Response
             return await client.post("/v1/chat/completions", json=payload)
     finally:
         live.swap(previous)
-        from routing.upstream.transport import transport as upstream_transport
+        from routing.runtime.process import current
+
+        upstream_transport = current().transport
 
         await upstream_transport.aclose()
 

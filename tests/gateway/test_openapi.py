@@ -8,7 +8,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from routing.core.errors import CATALOGUE
-from routing.gateway.app import gateway_application
+from tests.inprocess import gateway_application
 
 ENDPOINTS = {
     "/v1/chat/completions": "post",

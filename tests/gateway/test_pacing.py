@@ -8,8 +8,10 @@ import gc
 
 import pytest
 
-from routing.gateway import app as gateway_app
+from gateway_project.process import make_gateway
 from routing.gateway.pacing import Pacer
+from routing.runtime.process import current
+from tests import inprocess
 
 
 @pytest.fixture(autouse=True)
@@ -117,7 +119,8 @@ async def test_a_gc_someone_else_disabled_is_left_alone():
 
 
 async def test_a_burst_through_the_gateway_is_all_served_and_health_answers_meanwhile(gateway, monkeypatch):
-    monkeypatch.setattr(gateway_app, "_pacer", Pacer(2, lambda: 0))
+    proc = current()
+    monkeypatch.setitem(inprocess.apps, id(proc), (proc, make_gateway(proc, pacer=Pacer(2, lambda: 0))))
     body = {"model": "chat-b", "messages": [{"role": "user", "content": "hi"}]}
     burst = [asyncio.create_task(gateway.post("/v1/chat/completions", json=body)) for _ in range(30)]
     health = await gateway.get("/health")

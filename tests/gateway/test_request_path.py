@@ -9,8 +9,8 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.gateway.app import gateway_application
 from tests.gateway.conftest import API_KEY, document, key_rows
+from tests.inprocess import gateway_application
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 
@@ -37,7 +37,9 @@ def test_request_path_makes_no_database_queries(django_assert_num_queries):
                     headers={"Authorization": f"Bearer {API_KEY}"},
                 )
         finally:
-            from routing.upstream.transport import transport as upstream_transport
+            from routing.runtime.process import current
+
+            upstream_transport = current().transport
 
             await upstream_transport.aclose()
             await runner.cleanup()

@@ -9,8 +9,8 @@ from channels.layers import channel_layers
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.core.breaker import registry
 from routing.runtime import feed
+from routing.runtime.process import current
 
 DOCUMENT = {
     "providers": [
@@ -41,10 +41,10 @@ def snapshot():
     snap = build_snapshot(DOCUMENT, [], os.environ, version=3, config_version=7)
     live.swap(snap)
     for key in (("op-a", "op-chat"), ("op-b", "op-chat-b"), ("op-a", "op-chat", "org:acme")):
-        registry.reset(key)
+        current().breakers.reset(key)
     yield snap
     for key in (("op-a", "op-chat"), ("op-b", "op-chat-b"), ("op-a", "op-chat", "org:acme")):
-        registry.reset(key)
+        current().breakers.reset(key)
     live.swap(previous)
 
 

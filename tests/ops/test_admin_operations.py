@@ -8,8 +8,9 @@ from django.contrib.auth.models import Permission
 from providers.models import Model, Provider
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.core.breaker import State, registry
+from routing.core.breaker import State
 from routing.models import BreakerAction
+from routing.runtime.process import current
 
 DOC = {
     "providers": [{"name": "adm-p", "dialect": "openai", "base_url": "http://127.0.0.1:9/v1"}],
@@ -75,18 +76,18 @@ def test_admin_actions_force_open_then_reset_a_breaker_and_log_who(staff_client,
     provider = Provider.objects.create(name="adm-p", dialect="openai", base_url="http://127.0.0.1:9/v1")
     model = Model.objects.create(public_id="adm-big", provider=provider, upstream_model="b", capabilities=["chat"])
     key = ("adm-p", "adm-big")
-    registry.reset(key)
+    current().breakers.reset(key)
 
     changelist = "/admin/providers/model/"
     response = staff_client.post(
         changelist, {"action": "force_open_breakers", "_selected_action": [model.pk]}, follow=True
     )
     assert "forced open for 30 minutes" in response.content.decode()
-    assert registry.state(key) is State.OPEN
-    assert not registry.admit(key, 5, 30).allowed
+    assert current().breakers.state(key) is State.OPEN
+    assert not current().breakers.admit(key, 5, 30).allowed
 
     staff_client.post(changelist, {"action": "reset_breakers", "_selected_action": [model.pk]}, follow=True)
-    assert registry.state(key) is State.CLOSED
+    assert current().breakers.state(key) is State.CLOSED
     actions = list(BreakerAction.objects.order_by("created_at").values_list("action", "user", "model"))
     assert actions == [("force_open", "adm-op", "adm-big"), ("reset", "adm-op", "adm-big")]
 
@@ -109,7 +110,7 @@ def test_admin_breaker_actions_need_the_control_permission(client, django_user_m
     provider = Provider.objects.create(name="adm-p", dialect="openai", base_url="http://127.0.0.1:9/v1")
     model = Model.objects.create(public_id="adm-big", provider=provider, upstream_model="b", capabilities=["chat"])
     key = ("adm-p", "adm-big")
-    registry.reset(key)
+    current().breakers.reset(key)
     user = django_user_model.objects.create_user("adm-viewer", password="pw-viewer-123", is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(codename__in=["view_model", "change_model"]))
     client.force_login(user)
@@ -117,7 +118,7 @@ def test_admin_breaker_actions_need_the_control_permission(client, django_user_m
     assert "force_open_breakers" not in client.get(changelist).content.decode()  # not offered
     response = client.post(changelist, {"action": "force_open_breakers", "_selected_action": [model.pk]}, follow=True)
     assert response.status_code == 200 and "forced open" not in response.content.decode()
-    assert registry.state(key) is State.CLOSED
+    assert current().breakers.state(key) is State.CLOSED
     assert not BreakerAction.objects.exists()
 
     user.groups.add(ensure_operators_group())
@@ -125,8 +126,8 @@ def test_admin_breaker_actions_need_the_control_permission(client, django_user_m
     client.force_login(user)
     assert "force_open_breakers" in client.get(changelist).content.decode()
     client.post(changelist, {"action": "force_open_breakers", "_selected_action": [model.pk]}, follow=True)
-    assert registry.state(key) is State.OPEN
-    registry.reset(key)
+    assert current().breakers.state(key) is State.OPEN
+    current().breakers.reset(key)
 
 
 @pytest.mark.django_db

@@ -15,10 +15,11 @@ from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.core.management import call_command
 
-from routing.core.breaker import BreakerKey, State, registry
+from routing.core.breaker import BreakerKey, State
 from routing.models import BreakerAction
 from routing.ops import controls
 from routing.runtime import feed
+from routing.runtime.process import current
 from tests.ops.conftest import DOCUMENT
 
 BYO = BreakerKey("op-a", "op-chat", "acme")
@@ -40,7 +41,9 @@ def test_sync_force_open_of_a_byo_breaker_is_applied_broadcast_fed_audited_and_l
     control = controls.force_open(("op-a", "op-chat", "org:acme"), "op-admin", "acme's key rotated", 20)
 
     assert control.key == BYO and control.until is not None
-    assert registry.state(BYO) is State.OPEN and registry.state(SHARED) is State.CLOSED  # its own breaker only
+    assert (
+        current().breakers.state(BYO) is State.OPEN and current().breakers.state(SHARED) is State.CLOSED
+    )  # its own breaker only
     message = async_to_sync(layer.receive)(channel)
     assert message["type"] == "control.apply" and message["origin"] == feed.PROCESS_ID
     assert message["control"]["key"] == ["op-a", "op-chat", "org:acme"]
@@ -53,7 +56,7 @@ def test_sync_force_open_of_a_byo_breaker_is_applied_broadcast_fed_audited_and_l
     assert "breaker force_open on op-a/op-chat@acme by op-admin" in caplog.text
 
     controls.reset(BYO, "op-admin")
-    assert registry.state(BYO) is State.CLOSED
+    assert current().breakers.state(BYO) is State.CLOSED
     assert list(BreakerAction.objects.order_by("created_at").values_list("action", flat=True)) == [
         "force_open",
         "reset",
@@ -67,15 +70,15 @@ def test_an_audit_failure_does_not_undo_the_control(snapshot, fresh_layer, monke
 
     monkeypatch.setattr(controls, "audit", broken)
     controls.force_open(SHARED, "op-admin", "maintenance")
-    assert registry.state(SHARED) is State.OPEN
+    assert current().breakers.state(SHARED) is State.OPEN
     assert "could not record breaker action by op-admin" in caplog.text
 
 
 def test_a_byo_control_from_another_process_reaches_the_byo_breaker(snapshot):
-    registry.record_failure(BYO, probe=False, threshold=1, cooldown_s=60)
+    current().breakers.record_failure(BYO, probe=False, threshold=1, cooldown_s=60)
     control = controls.Control.from_wire({"action": "reset", "key": ["op-a", "op-chat", "org:acme"], "until": None})
     controls.apply_here(control)
-    assert registry.state(BYO) is State.CLOSED
+    assert current().breakers.state(BYO) is State.CLOSED
 
 
 @pytest.mark.django_db
@@ -94,7 +97,7 @@ def test_cli_sends_a_byo_control_without_touching_its_own_breakers(snapshot, fre
 
     message = async_to_sync(layer.receive)(channel)
     assert message["control"]["key"] == ["op-a", "op-chat", "org:acme"]
-    assert registry.state(BYO) is State.CLOSED  # the command serves nothing; the servers apply it
+    assert current().breakers.state(BYO) is State.CLOSED  # the command serves nothing; the servers apply it
     row = BreakerAction.objects.get()
     assert row.model == "op-chat@acme" and row.user.startswith("cli:") and row.reason == "acme maintenance"
 
@@ -120,7 +123,7 @@ def test_cli_without_a_shared_layer_stores_the_control_and_bumps_the_version(sna
     )
     assert row.user.startswith("cli:") and row.until is not None
     assert live.read_version() == before + 1 == row.revision  # every server reloads and applies it
-    assert registry.state(SHARED) is State.CLOSED  # the command serves nothing itself
+    assert current().breakers.state(SHARED) is State.CLOSED  # the command serves nothing itself
 
     call_command("breaker", "reset", "op-a", "op-chat")
     row = BreakerOverride.objects.get()  # still one row per breaker: the last word
@@ -141,13 +144,13 @@ def test_stored_overrides_are_applied_once_per_revision(snapshot):
     controls._applied.clear()
 
     assert controls.apply_persisted((forced, expired, gone), known) == 1
-    assert registry.state(SHARED) is State.OPEN and registry.state(BYO) is State.CLOSED
-    assert registry.state(BreakerKey("op-x", "gone")) is State.CLOSED
+    assert current().breakers.state(SHARED) is State.OPEN and current().breakers.state(BYO) is State.CLOSED
+    assert current().breakers.state(BreakerKey("op-x", "gone")) is State.CLOSED
 
-    registry.reset(SHARED)  # e.g. the dashboard's reset broadcast: the same revision is not re-applied
-    assert controls.apply_persisted((forced,), known) == 0 and registry.state(SHARED) is State.CLOSED
+    current().breakers.reset(SHARED)  # e.g. the dashboard's reset broadcast: the same revision is not re-applied
+    assert controls.apply_persisted((forced,), known) == 0 and current().breakers.state(SHARED) is State.CLOSED
 
-    registry.force_open(SHARED, "x", None)
+    current().breakers.force_open(SHARED, "x", None)
     reset = Override(SHARED, "reset", "cli:op", "", None, 14)
-    assert controls.apply_persisted((reset,), known) == 1 and registry.state(SHARED) is State.CLOSED
+    assert controls.apply_persisted((reset,), known) == 1 and current().breakers.state(SHARED) is State.CLOSED
     controls._applied.clear()

@@ -12,12 +12,13 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from routing.core.breaker import State, registry
+from routing.core.breaker import State
 from routing.models import BreakerAction, UsageRecord
 from routing.ops import controls
 from routing.ops.dashboard import consumer
 from routing.ops.dashboard import state as dashboard_state
 from routing.runtime import counters, feed
+from routing.runtime.process import current
 
 APP = URLRouter(consumer.websocket_urlpatterns)
 
@@ -40,7 +41,7 @@ def test_dashboard_page_is_for_staff_only(client, snapshot, staff_user, plain_us
 
 @pytest.mark.django_db
 def test_dashboard_page_carries_the_current_state(client, snapshot, staff_user):
-    registry.force_open(("op-b", "op-chat-b"), "provider maintenance", None)
+    current().breakers.force_open(("op-b", "op-chat-b"), "provider maintenance", None)
     client.force_login(staff_user)
     html = client.get("/dashboard/").content.decode()
     start = html.index('<script id="initial-state" type="application/json">') + len(
@@ -218,7 +219,7 @@ async def test_staff_gets_state_then_breaker_transitions_as_events(snapshot, fre
     }
 
     for _ in range(3):
-        registry.record_failure(("op-a", "op-chat"), probe=False, threshold=3, cooldown_s=30)
+        current().breakers.record_failure(("op-a", "op-chat"), probe=False, threshold=3, cooldown_s=30)
     message = await next_message(communicator, "events", lambda m: any(e["kind"] == "breaker" for e in m["events"]))
     event = next(e for e in message["events"] if e["kind"] == "breaker")
     assert event["link"] == "op-a/op-chat" and event["old"] == "closed" and event["new"] == "open"
@@ -233,8 +234,8 @@ async def test_staff_gets_state_then_breaker_transitions_as_events(snapshot, fre
 @pytest.mark.django_db(transaction=True)
 async def test_reset_from_the_socket_resets_the_breaker_and_is_audited(snapshot, fresh_layer, staff_user):
     key = ("op-a", "op-chat")
-    registry.record_failure(key, probe=False, threshold=1, cooldown_s=60)
-    assert registry.state(key) is State.OPEN
+    current().breakers.record_failure(key, probe=False, threshold=1, cooldown_s=60)
+    assert current().breakers.state(key) is State.OPEN
     communicator, connected, _ = await connect_as(staff_user)
     assert connected
     await communicator.receive_json_from(timeout=2)
@@ -242,7 +243,7 @@ async def test_reset_from_the_socket_resets_the_breaker_and_is_audited(snapshot,
     await communicator.send_json_to({"action": "reset", "key": ["op-a", "op-chat"]})
     ack = await next_message(communicator, "ack")
     assert ack["ok"] is True and ack["link"] == "op-a/op-chat"
-    assert registry.state(key) is State.CLOSED
+    assert current().breakers.state(key) is State.CLOSED
     state = await next_message(communicator, "state")
     assert {link["link"]: link["state"] for link in state["links"]}["op-a/op-chat"] == "closed"
     actions = await asyncio.to_thread(lambda: list(BreakerAction.objects.values("user", "provider", "model", "action")))
@@ -259,7 +260,7 @@ async def test_force_open_with_reason_and_minutes(snapshot, fresh_layer, staff_u
     )
     ack = await next_message(communicator, "ack")
     assert ack["ok"] is True
-    view = next(v for v in registry.views() if v.key == ("op-b", "op-chat-b"))
+    view = next(v for v in current().breakers.views() if v.key == ("op-b", "op-chat-b"))
     assert view.forced_reason == "vendor incident" and 14 * 60 < view.cooldown_remaining_s <= 15 * 60
     row = await asyncio.to_thread(lambda: BreakerAction.objects.get())
     assert row.action == "force_open" and row.reason == "vendor incident" and row.expires_at is not None
@@ -309,7 +310,7 @@ async def test_real_session_cookie_through_auth_middleware(snapshot, fresh_layer
 
 async def test_control_listener_applies_controls_from_other_processes(snapshot, fresh_layer):
     key = ("op-a", "op-chat")
-    registry.record_failure(key, probe=False, threshold=1, cooldown_s=60)
+    current().breakers.record_failure(key, probe=False, threshold=1, cooldown_s=60)
     listener = asyncio.create_task(controls.control_listener())
     try:
         layer = get_channel_layer()
@@ -326,10 +327,10 @@ async def test_control_listener_applies_controls_from_other_processes(snapshot, 
             },
         )
         for _ in range(100):
-            if registry.state(key) is State.CLOSED:
+            if current().breakers.state(key) is State.CLOSED:
                 break
             await asyncio.sleep(0.01)
-        assert registry.state(key) is State.CLOSED
+        assert current().breakers.state(key) is State.CLOSED
     finally:
         listener.cancel()
 
@@ -425,7 +426,7 @@ def test_sync_views_read_breakers_on_the_serving_loop_thread(monkeypatch):
 @pytest.mark.django_db(transaction=True)
 async def test_staff_without_the_breaker_permission_may_watch_but_not_act(snapshot, fresh_layer, viewer_user):
     key = ("op-a", "op-chat")
-    registry.record_failure(key, probe=False, threshold=1, cooldown_s=60)
+    current().breakers.record_failure(key, probe=False, threshold=1, cooldown_s=60)
     communicator, connected, _ = await connect_as(viewer_user)
     assert connected
     state = await communicator.receive_json_from(timeout=2)
@@ -435,8 +436,8 @@ async def test_staff_without_the_breaker_permission_may_watch_but_not_act(snapsh
         await communicator.send_json_to(control)
         ack = await next_message(communicator, "ack")
         assert ack["ok"] is False and "routing.control_breaker" in ack["message"]
-    assert registry.state(key) is State.OPEN
-    assert registry.state(("op-b", "op-chat-b")) is State.CLOSED
+    assert current().breakers.state(key) is State.OPEN
+    assert current().breakers.state(("op-b", "op-chat-b")) is State.CLOSED
     assert not await asyncio.to_thread(BreakerAction.objects.exists)
 
     def grant():
@@ -450,7 +451,7 @@ async def test_staff_without_the_breaker_permission_may_watch_but_not_act(snapsh
     await communicator.send_json_to({"action": "reset", "key": list(key)})
     ack = await next_message(communicator, "ack")
     assert ack["ok"] is True
-    assert registry.state(key) is State.CLOSED
+    assert current().breakers.state(key) is State.CLOSED
     await communicator.disconnect()
 
 

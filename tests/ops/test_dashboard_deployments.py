@@ -10,7 +10,8 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.core.breaker import BreakerKey, registry
+from routing.core.breaker import BreakerKey
+from routing.runtime.process import current
 from tests.ops.conftest import DOCUMENT
 
 
@@ -32,14 +33,14 @@ def spread_snapshot():
     live.swap(build_snapshot(doc, [], os.environ, version=8))
     yield
     for key in (BreakerKey("op-a", "op-spread"), BreakerKey("op-b", "op-spread")):
-        registry.reset(key)
+        current().breakers.reset(key)
     live.swap(previous)
 
 
 @pytest.mark.django_db
 def test_each_deployment_is_a_row_with_its_breaker_grouped_under_the_model(client, spread_snapshot, staff_user):
     for _ in range(5):
-        registry.record_failure(BreakerKey("op-a", "op-spread"), False, 5, 30.0)
+        current().breakers.record_failure(BreakerKey("op-a", "op-spread"), False, 5, 30.0)
     client.force_login(staff_user)
     html = client.get("/dashboard/").content.decode()
     marker = '<script id="initial-state" type="application/json">'
@@ -76,8 +77,8 @@ def test_the_circuit_gauge_has_a_series_per_deployment(spread_snapshot):
 
     from routing.runtime import metrics
 
-    registry.record_failure(BreakerKey("op-b", "op-spread"), False, 1, 30.0)
-    metrics.refresh_circuits(live.current(), registry.views())
+    current().breakers.record_failure(BreakerKey("op-b", "op-spread"), False, 1, 30.0)
+    metrics.refresh_circuits(live.current(), current().breakers.views())
 
     def value(provider: str) -> float | None:
         return REGISTRY.get_sample_value("switchboard_circuit_state", {"provider": provider, "model": "op-spread"})
@@ -87,17 +88,17 @@ def test_the_circuit_gauge_has_a_series_per_deployment(spread_snapshot):
 
 @pytest.mark.django_db
 def test_the_admin_explain_page_lists_the_deployments_with_live_figures(client, spread_snapshot, django_user_model):
-    from routing.core.picking import balancer
+    from routing.runtime.process import current
 
     user = django_user_model.objects.create_superuser("dep-op", password="pw-dep-123")
     client.force_login(user)
     for _ in range(2):
-        balancer.started(BreakerKey("op-b", "op-spread"))
-    balancer.observe(BreakerKey("op-b", "op-spread"), 0.25)
+        current().picker.started(BreakerKey("op-b", "op-spread"))
+    current().picker.observe(BreakerKey("op-b", "op-spread"), 0.25)
     try:
         html = client.get("/admin/explain-route/", {"org": "acme", "model": "op-spread", "kind": "chat"}).content
     finally:
-        balancer.clear()
+        current().picker.clear()
     page = html.decode()
     assert 'data-deployment="op-b" data-next="false"' in page  # two in flight: least_busy takes the other
     assert 'data-deployment="op-a" data-next="true"' in page
@@ -108,13 +109,13 @@ def test_the_admin_explain_page_lists_the_deployments_with_live_figures(client, 
 def test_a_deployment_with_an_adaptive_limit_shows_its_limit_in_flight_and_queue(
     client, spread_snapshot, staff_user, settings
 ):
-    from routing.core.admission_queue import gates
     from routing.runtime import overload
+    from routing.runtime.process import current
 
     settings.SWITCHBOARD_OVERLOAD = json.dumps({"models": {"op-spread": {"initial": 7}}})
-    overload.install()
+    overload.install(current().gates, current().hedges)
     try:
-        gate = gates.gate(BreakerKey("op-b", "op-spread"), "op-spread", "op-spread@op-b")
+        gate = current().gates.gate(BreakerKey("op-b", "op-spread"), "op-spread", "op-spread@op-b")
         gate.inflight = 3
         client.force_login(staff_user)
         html = client.get("/dashboard/").content.decode()
@@ -125,4 +126,4 @@ def test_a_deployment_with_an_adaptive_limit_shows_its_limit_in_flight_and_queue
         assert row["deployment"]["overload"] == {"limit": 7, "inflight": 3, "queued": 0}
     finally:
         settings.SWITCHBOARD_OVERLOAD = ""
-        overload.install()
+        overload.install(current().gates, current().hedges)

@@ -10,7 +10,7 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.ops import wiring
+from routing.runtime.process import current
 from tests.ops.conftest import DOCUMENT
 
 
@@ -24,7 +24,7 @@ def limited():
     keys = [{"key_hash": "h", "prefix": "p", "org": "acme", "agent": "bot"}]
     previous = live.current()
     live.swap(build_snapshot(doc, keys, os.environ, version=8))
-    proc = wiring.process()
+    proc = current()
     proc.limiter.forget()
     proc.budgets.forget()
     yield proc

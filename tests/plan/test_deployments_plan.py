@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
-from routing.core.breaker import BreakerKey, registry
-from routing.core.picking import balancer
+from routing.core.breaker import BreakerKey
 from routing.plan.chain import breaker_keys, build_chain
 from routing.plan.explain import explain, render
+from routing.runtime.process import current
 from tests.factories import snapshot
 
 SPREAD = {
@@ -50,14 +50,14 @@ def test_byo_credentials_apply_to_that_providers_deployment_with_the_org_keyed_b
 def test_explain_lists_deployments_with_state_share_and_the_next_pick() -> None:
     snap = _snap()
     key = BreakerKey("p2", "chat-lb")
-    registry.force_open(key, "test", None)
-    balancer.observe(BreakerKey("p1", "chat-lb"), 0.120)
+    current().breakers.force_open(key, "test", None)
+    current().picker.observe(BreakerKey("p1", "chat-lb"), 0.120)
     try:
-        result = explain(snap, "acme", "chat-lb")
+        result = explain(snap, "acme", "chat-lb", registry=current().breakers, picker=current().picker)
         text = render(result)
     finally:
-        registry.reset(key)
-        balancer.clear()
+        current().breakers.reset(key)
+        current().picker.clear()
     (entry,) = result["chain"]
     assert entry["routing"] == "weighted"
     east, west = entry["deployments"]
@@ -73,11 +73,11 @@ def test_explain_weighted_share_and_least_busy_next() -> None:
     assert [d["share"] for d in result["chain"][0]["deployments"]] == [0.75, 0.25]
     busy = dict(SPREAD, routing="least_busy")
     snap = snapshot(models=[busy])
-    balancer.started(BreakerKey("p1", "chat-lb"))
+    current().picker.started(BreakerKey("p1", "chat-lb"))
     try:
-        (entry,) = explain(snap, "acme", "chat-lb")["chain"]
+        (entry,) = explain(snap, "acme", "chat-lb", picker=current().picker)["chain"]
     finally:
-        balancer.clear()
+        current().picker.clear()
     east, west = entry["deployments"]
     assert east["in_flight"] == 1 and west["next"] is True
 

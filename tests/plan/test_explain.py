@@ -9,8 +9,8 @@ import orjson
 import pytest
 from django.core.management import CommandError, call_command
 
-from routing.core.breaker import registry
 from routing.plan.explain import explain, render
+from routing.runtime.process import current
 from tests.factories import document, model, snapshot
 
 MODELS = [
@@ -92,11 +92,11 @@ def test_unknown_hop_and_open_breaker_are_shown() -> None:
         policies=[{"pattern": "chat-a", "action": "allow", "priority": 1, "fallback_chain": ["missing", "chat-c"]}]
     )
     key = ("p1", "chat-c")
-    registry.force_open(key, "test", None)
+    current().breakers.force_open(key, "test", None)
     try:
-        result = explain(snap, "acme", "chat-a")
+        result = explain(snap, "acme", "chat-a", registry=current().breakers)
     finally:
-        registry.reset(key)
+        current().breakers.reset(key)
     assert [(link["model"], link["skip_reason"]) for link in result["chain"]] == [
         ("chat-a", None),
         ("missing", "model_not_found"),

@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 
 from providers.models import Provider
 from routing.runtime import feed, health, metrics
+from routing.runtime.process import current
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -64,7 +65,7 @@ def clean_results():
 
 
 def test_payload_lists_every_provider_as_unknown_before_probing(snapshot):
-    data = orjson.loads(health.health_providers_payload(snapshot))
+    data = orjson.loads(health.health_providers_payload(snapshot, current().breakers))
     assert data == {
         "providers": [
             {
@@ -117,7 +118,7 @@ async def test_the_public_payload_says_what_failed_without_the_providers_url(sna
     snap = replace(snapshot, providers={"op-a": broken, "op-b": dead})
     await health.probe_all(snap, timeout_s=2)
     assert f"127.0.0.1:{closed_port}" in health.results["op-b"].detail  # the dashboard's copy: for operators
-    text = health.health_providers_payload(snap).decode()
+    text = health.health_providers_payload(snap, current().breakers).decode()
     assert str(closed_port) not in text and upstream not in text and "http" not in text
     rows = {row["name"]: row for row in orjson.loads(text)["providers"]}
     assert rows["op-b"]["status"] == "down" and rows["op-b"]["detail"].startswith("cannot reach its health URL")
@@ -136,7 +137,7 @@ async def test_probe_all_records_results_metrics_and_dashboard_event(snapshot, u
     )
     found = await health.probe_all(snap, timeout_s=2)
     assert {r.name: r.status for r in found} == {"op-a": "up", "op-b": "down"}
-    payload = orjson.loads(health.health_providers_payload(snap))
+    payload = orjson.loads(health.health_providers_payload(snap, current().breakers))
     assert [p["status"] for p in payload["providers"]] == ["up", "down"]
     assert metrics.PROVIDER_UP.labels("op-a")._value.get() == 1
     assert metrics.PROVIDER_UP.labels("op-b")._value.get() == 0
@@ -206,7 +207,7 @@ def test_stored_results_are_upserted_and_adopted_only_when_newer(snapshot):
     adopted = health.adopt_stored(snapshot)
     assert adopted == [newer]  # "gone" is not configured: ignored
     assert health.results["op-a"] == newer
-    assert orjson.loads(health.health_providers_payload(snapshot))["providers"][0]["status"] == "up"
+    assert orjson.loads(health.health_providers_payload(snapshot, current().breakers))["providers"][0]["status"] == "up"
 
     own = health.ProbeResult("op-a", health.DOWN, None, "2026-01-01T10:09:00Z", "HTTP 503")
     health.record_result(own)  # this process probed since
@@ -251,7 +252,9 @@ async def test_results_published_by_another_process_are_adopted_at_once(snapshot
 
 def test_health_providers_shows_the_links_requests_find_open_without_naming_orgs(snapshot):
     """docs/api.md#get-healthproviders: an open link, and a link that some org's own view refuses."""
-    from routing.core.breaker import BreakerKey, registry
+    from routing.core.breaker import BreakerKey
+
+    registry = current().breakers
 
     threshold, cooldown = snapshot.resilience.breaker_failure_threshold, snapshot.resilience.breaker_cooldown_s
     link, viewed = BreakerKey("op-a", "op-chat"), BreakerKey("op-b", "op-other")
@@ -261,7 +264,7 @@ def test_health_providers_shows_the_links_requests_find_open_without_naming_orgs
     for _ in range(threshold):
         registry.record_failure(viewed, 0, threshold, cooldown, "acme")
     try:
-        raw = health.health_providers_payload(snapshot)
+        raw = health.health_providers_payload(snapshot, current().breakers)
     finally:
         registry.reset(link)
         registry.reset(viewed)

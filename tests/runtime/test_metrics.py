@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from routing.core.breaker import registry
-from routing.runtime import metrics, usage
+from routing.runtime import metrics
+from routing.runtime.process import current
 
 
 def scrape(client) -> dict[tuple[str, tuple], float]:
@@ -32,23 +32,23 @@ def test_circuit_state_follows_the_breaker(client, snapshot):
     assert circuit(scrape(client), "op-b", "op-chat-b") == 0  # every configured link is exported
 
     for _ in range(2):
-        registry.record_failure(key, probe=False, threshold=2, cooldown_s=60)
+        current().breakers.record_failure(key, probe=False, threshold=2, cooldown_s=60)
     assert circuit(scrape(client), "op-a", "op-chat") == 1
 
-    registry.reset(key)
-    registry.record_failure(key, probe=False, threshold=1, cooldown_s=0)  # cooldown over at once
+    current().breakers.reset(key)
+    current().breakers.record_failure(key, probe=False, threshold=1, cooldown_s=0)  # cooldown over at once
     assert circuit(scrape(client), "op-a", "op-chat") == 2  # half-open
 
-    registry.reset(key)
+    current().breakers.reset(key)
     assert circuit(scrape(client), "op-a", "op-chat") == 0
 
-    registry.force_open(key, "maintenance", None)
+    current().breakers.force_open(key, "maintenance", None)
     assert circuit(scrape(client), "op-a", "op-chat") == 1
 
 
 @pytest.mark.django_db
 def test_byo_breaker_is_labelled_with_the_orgs_hash_by_default(client, snapshot):
-    registry.record_failure(("op-a", "op-chat", "org:acme"), probe=False, threshold=1, cooldown_s=60)
+    current().breakers.record_failure(("op-a", "op-chat", "org:acme"), probe=False, threshold=1, cooldown_s=60)
     response = client.get("/metrics")
     assert "acme" not in response.content.decode()  # a tenant name, on a page that is public by default
     values = scrape(client)
@@ -61,7 +61,7 @@ def test_byo_breaker_is_labelled_with_the_orgs_hash_by_default(client, snapshot)
 @pytest.mark.django_db
 def test_byo_breaker_is_labelled_with_the_org_when_the_operator_turns_names_on(client, snapshot, settings):
     settings.SWITCHBOARD_METRICS_ORG_NAMES = True
-    registry.record_failure(("op-a", "op-chat", "org:acme"), probe=False, threshold=1, cooldown_s=60)
+    current().breakers.record_failure(("op-a", "op-chat", "org:acme"), probe=False, threshold=1, cooldown_s=60)
     assert circuit(scrape(client), "op-a", "op-chat@acme") == 1
 
 
@@ -83,9 +83,9 @@ def test_an_orgs_view_of_a_link_is_labelled_by_the_setting(snapshot, settings, n
 
 def test_breaker_listener_sets_the_gauge_immediately(snapshot):
     key = ("op-b", "op-chat-b")
-    registry.record_failure(key, probe=False, threshold=1, cooldown_s=60)
+    current().breakers.record_failure(key, probe=False, threshold=1, cooldown_s=60)
     assert metrics.CIRCUIT_STATE.labels("op-b", "op-chat-b")._value.get() == 1
-    registry.reset(key)
+    current().breakers.reset(key)
     assert metrics.CIRCUIT_STATE.labels("op-b", "op-chat-b")._value.get() == 0
 
 
@@ -122,8 +122,9 @@ def test_config_reloads_provider_up_and_usage_backlog(client, snapshot):
     metrics.config_reloaded(False)
     metrics.provider_status("op-a", True)
     metrics.provider_status("op-b", False)
-    usage.record(request_id="metrics-backlog-1", status=200)
-    usage.record(request_id="metrics-backlog-2", status=200)
+    sink = current().usage
+    sink.record(request_id="metrics-backlog-1", status=200)
+    sink.record(request_id="metrics-backlog-2", status=200)
     try:
         after = scrape(client)
         assert (
@@ -132,9 +133,9 @@ def test_config_reloads_provider_up_and_usage_backlog(client, snapshot):
         )
         assert after[("switchboard_provider_up", (("provider", "op-a"),))] == 1
         assert after[("switchboard_provider_up", (("provider", "op-b"),))] == 0
-        assert after[("switchboard_usage_backlog", ())] == usage.backlog() >= 2
+        assert after[("switchboard_usage_backlog", ())] == sink.backlog() >= 2
     finally:
-        usage.sink._pending.clear()
+        sink._pending.clear()
     metrics.provider_status("op-a", None)
     assert ("switchboard_provider_up", (("provider", "op-a"),)) not in scrape(client)
 

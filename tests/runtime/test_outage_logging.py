@@ -9,14 +9,14 @@ import logging
 import pytest
 import redis.exceptions
 
-from routing.ops import wiring
+from gateway_project import process as root
 from routing.runtime.outage import Outage
 
 
 @pytest.fixture
 def fast_restarts(monkeypatch):
-    monkeypatch.setattr(wiring, "FIRST_DELAY_S", 0.001)
-    monkeypatch.setattr(wiring, "RECOVERED_S", 0.05)
+    monkeypatch.setattr(root, "FIRST_DELAY_S", 0.001)
+    monkeypatch.setattr(root, "RECOVERED_S", 0.05)
 
 
 def _lines(caplog, name: str) -> list[logging.LogRecord]:
@@ -36,7 +36,7 @@ def test_a_redis_outage_of_a_background_task_is_one_line_then_one_recovery_line(
         await asyncio.sleep(3600)
 
     async def scenario() -> None:
-        task = wiring._spawn("config-listener", listener)
+        task = root._spawn("config-listener", listener)
         await asyncio.wait_for(running.wait(), 10)
         await asyncio.sleep(0.2)  # past RECOVERED_S
         task.cancel()
@@ -62,7 +62,7 @@ def test_a_bug_in_a_background_task_keeps_its_traceback_once(fast_restarts, capl
             raise KeyError("application_instance")
 
     async def scenario() -> None:
-        await asyncio.wait_for(wiring._spawn("buggy", buggy), 10)
+        await asyncio.wait_for(root._spawn("buggy", buggy), 10)
 
     with caplog.at_level(logging.INFO, logger="switchboard"):
         asyncio.run(scenario())

@@ -11,6 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from routing.core.admission_queue import PRIORITIES, current
 from routing.core.errors import GatewayError
 from routing.runtime import overload
+from routing.runtime.process import current as current_process
 
 DOC = {
     "models": {"m": {"initial": 8, "max": 64}},
@@ -27,10 +28,10 @@ def key(org: str = "acme", agent: str = "bot", prefix: str = "sk-xyz") -> Simple
 @pytest.fixture
 def configured(settings):
     settings.SWITCHBOARD_OVERLOAD = json.dumps(DOC)
-    overload.install()
+    overload.install(current_process().gates, current_process().hedges)
     yield
     settings.SWITCHBOARD_OVERLOAD = ""
-    overload.install()
+    overload.install(current_process().gates, current_process().hedges)
 
 
 def test_the_document_is_read_into_limits_classes_and_weights() -> None:
@@ -61,7 +62,7 @@ def test_a_bad_document_is_refused_with_what_to_fix(doc: str, says: str) -> None
 
 def test_nothing_configured_is_off(settings) -> None:
     settings.SWITCHBOARD_OVERLOAD = ""
-    overload.install()
+    overload.install(current_process().gates, current_process().hedges)
     assert overload.ON is False
 
 

@@ -10,7 +10,9 @@ import uuid
 import pytest
 
 from routing.config import live
+from routing.core.breaker import BreakerRegistry
 from routing.runtime import processes
+from routing.runtime.process import Tally
 
 
 def beat(pid: int, at: float, version: int = 3, interval_s: float = 1.0, host: str = "h1", worker: int = 0) -> dict:
@@ -66,16 +68,16 @@ def test_unreadable_records_are_skipped():
 
 
 def test_heartbeat_record_counts_requests_and_their_rate(monkeypatch):
-    monkeypatch.setattr(processes, "tally", processes.Tally())
-    heart = processes.Heart(None, now=100.0)
-    processes.tally.served = 20
-    processes.tally.in_flight = 3
+    tally = Tally()
+    heart = processes.Heart(None, now=100.0, tally=tally)
+    tally.served = 20
+    tally.in_flight = 3
     record = heart.record(102.0, ["mock/m1"])
     assert record["id"] == f"{socket.gethostname()}:{os.getpid()}"
     assert (record["served"], record["in_flight"], record["rps"]) == (20, 3, 10.0)
     assert record["open"] == ["mock/m1"] and record["open_count"] == 1
     assert record["started_at"] == 100.0 and record["worker"] == 0
-    processes.tally.served = 25
+    tally.served = 25
     assert heart.record(107.0, [])["rps"] == 1.0
 
 
@@ -206,7 +208,7 @@ async def test_heartbeat_keeps_beating_to_the_machine_while_redis_is_down_and_sa
     monkeypatch.setattr(processes, "_slot_file", None)
     monkeypatch.setattr(processes, "_async_client", None)
     beats: list[float] = []
-    task = asyncio.get_running_loop().create_task(processes.run_heartbeat())
+    task = asyncio.get_running_loop().create_task(processes.run_heartbeat(Tally(), BreakerRegistry()))
     try:
         for _ in range(400):  # bounded: 400 × 10 ms
             await asyncio.sleep(0.01)
@@ -252,7 +254,7 @@ async def test_heartbeat_resumes_by_itself_when_redis_comes_back(tmp_path, monke
     monkeypatch.delenv(processes.MULTIPROC_ENV, raising=False)
     for name in ("heart", "last_record", "_slot_file", "_async_client"):
         monkeypatch.setattr(processes, name, None)
-    task = asyncio.get_running_loop().create_task(processes.run_heartbeat())
+    task = asyncio.get_running_loop().create_task(processes.run_heartbeat(Tally(), BreakerRegistry()))
     redis_server = None
     client = aioredis.Redis.from_url(settings.REDIS_URL)
     try:

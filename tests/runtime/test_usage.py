@@ -14,6 +14,7 @@ from django.db import OperationalError, connections
 
 from routing.models import UsageRecord
 from routing.runtime import usage
+from routing.runtime.process import current
 from routing.runtime.usage import UsageSink, cost, db_insert
 from routing.runtime.usage.spool import read_rows
 
@@ -309,11 +310,12 @@ def test_record_is_cheap_and_counts_in_the_backlog(tmp_path):
     assert sink.backlog() == 1000
 
 
-def test_module_functions_use_the_process_sink():
-    before = usage.backlog()
-    usage.record(request_id="module-level-1", status=200)
-    assert usage.backlog() == before + 1
-    usage.sink._pending.pop()
+def test_the_process_holds_one_sink():
+    sink = current().usage
+    before = sink.backlog()
+    sink.record(request_id="module-level-1", status=200)
+    assert sink.backlog() == before + 1
+    sink._pending.pop()
 
 
 def test_sigterm_spools_pending_records_before_the_process_dies(tmp_path):
@@ -324,9 +326,10 @@ os.environ["DATABASE_URL"] = "sqlite:///{tmp_path}/missing/db.sqlite3"
 os.environ["SWITCHBOARD_USAGE_SPOOL_DIR"] = "{tmp_path}/spool"
 django.setup()
 from routing.runtime import usage
+sink = usage.UsageSink()
 for n in range(3):
-    usage.record(request_id=f"sig-{{n}}", status=200)
-assert usage.install_signal_handlers()
+    sink.record(request_id=f"sig-{{n}}", status=200)
+assert usage.install_signal_handlers(sink)
 os.kill(os.getpid(), signal.SIGTERM)
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)

@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from routing.core.failures import FailureKind, UpstreamFailure
+from routing.runtime.process import current
 from routing.upstream.transport import Transport, UpstreamResponse, client_reason
-from routing.upstream.transport import transport as singleton
 from tests.upstream.conftest import provider
 from tools.mock.upstream import blackhole, start_mock, state_of
 
@@ -214,7 +214,7 @@ async def test_full_stream_arrives_and_ends_with_done(mock, transport):
 
 
 def test_one_transport_serves_successive_event_loops():
-    """The module singleton outlives loops (tests, reloads): stale sessions are replaced."""
+    """The process's transport outlives loops (tests, reloads): stale sessions are replaced."""
     t = Transport()
 
     async def once() -> int:
@@ -233,7 +233,8 @@ def test_one_transport_serves_successive_event_loops():
 
 
 async def test_the_shared_transport_of_the_request_path_pools_connections(mock):
-    """The module's transport (what the gateway sends through) keeps one connection per upstream."""
+    """The process's transport (what the gateway sends through) keeps one connection per upstream."""
+    singleton = current().transport
     try:
         for _ in range(3):
             resp = await post(singleton, mock)

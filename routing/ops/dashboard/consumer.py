@@ -13,6 +13,7 @@ from django.urls import path
 from routing.ops import controls
 from routing.ops.dashboard.state import build_state
 from routing.runtime import feed
+from routing.runtime.process import current
 
 
 def _is_staff(user: Any) -> bool:
@@ -45,7 +46,7 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
             await self.accept()
             await self.close(code=4403)
             return
-        feed.install()
+        feed.install(current().breakers)
         await self.accept()
         feed.viewers += 1
         self._counted = True

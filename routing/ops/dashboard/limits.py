@@ -16,11 +16,11 @@ from django.shortcuts import render
 from routing.config import live
 from routing.config.snapshot import Snapshot
 from routing.core.dimensions import LIMIT_DIMENSIONS
-from routing.ops import wiring
 from routing.ops.dashboard.views import staff_only
 from routing.plan.budgets import Budgets, period_bounds
 from routing.plan.limits import AGENT, ORG, Limiter
 from routing.runtime import feed
+from routing.runtime.process import current
 
 
 def _bucket(limiter: Limiter, key: tuple[str, ...], limit: int | None) -> dict[str, Any] | None:
@@ -81,7 +81,7 @@ def limits_rows(snapshot: Snapshot, limiter: Limiter, budgets: Budgets, now: flo
 @staff_only
 def limits_view(request: HttpRequest) -> HttpResponse:
     """Requests and tokens against each limit, spend against each budget, of this process's view."""
-    proc = wiring.process()
+    proc = current()
     now = datetime.now(UTC).timestamp()
     rows = feed.call_on_loop(lambda: limits_rows(live.current(), proc.limiter, proc.budgets, now))
     return render(
@@ -99,7 +99,7 @@ def budget_summary(key: tuple[str, ...], raw: Any) -> str:
     if not isinstance(raw, dict) or "usd" not in raw or "period" not in raw:
         return "no budget"
     budget = (float(raw["usd"]), str(raw["period"]))
-    proc = wiring.process()
+    proc = current()
     now = datetime.now(UTC).timestamp()
     info = feed.call_on_loop(lambda: _budget(proc.budgets, key, budget, now))
     when = "in total" if info["period"] == "total" else f"this {info['period']} (resets {info['resets']})"

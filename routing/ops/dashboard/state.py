@@ -16,10 +16,9 @@ from django.conf import settings
 
 from routing.config import live
 from routing.core.breaker import BreakerKey, State
-from routing.core.breaker import registry as breakers
-from routing.core.parking import parking
 from routing.runtime import feed, health
 from routing.runtime.counters import model_stats
+from routing.runtime.process import current
 
 
 def refresh_s() -> float:
@@ -37,6 +36,7 @@ def link_state(view: Any) -> str:
 def build_state() -> dict[str, Any]:
     """This process's view: every link with its breaker, providers with health, model counters."""
     snapshot = live.current()
+    breakers = current().breakers
     views = {BreakerKey.of(v.key): v for v in breakers.views()}
     org_open: dict[BreakerKey, list[dict[str, Any]]] = {}  # org views of a link that refuse (or probe) that org
     for ov in breakers.org_views():
@@ -90,6 +90,7 @@ def link_entry(key: BreakerKey, view: Any, org_views: list[dict[str, Any]] | Non
 
     `org_views`: the orgs whose own view of the shared link is not closed, each with its state,
     failure count and cooldown left (docs/resilience.md#org-views); `org_open` names them."""
+    parking = current().parking
     return {
         "link": key.link,
         "key": key.wire(),
@@ -110,9 +111,9 @@ def link_entry(key: BreakerKey, view: Any, org_views: list[dict[str, Any]] | Non
 
 def deployment_rows(model: Any, views: dict[BreakerKey, Any], seen: set[BreakerKey]) -> list[dict[str, Any]]:
     """The rows of a model's deployments, in configuration order, each saying which of how many it is."""
-    from routing.core.picking import balancer
     from routing.runtime import overload
 
+    balancer = current().picker
     rows = []
     count = len(model.deployments)
     for index, d in enumerate(model.deployments):
@@ -139,7 +140,7 @@ def state_message() -> dict[str, Any]:
 
 async def run_broadcaster() -> None:
     """Publish this process's state every refresh interval while anyone may be watching."""
-    feed.install()
+    feed.install(current().breakers)
     while True:
         await asyncio.sleep(refresh_s())
         if feed.has_audience():

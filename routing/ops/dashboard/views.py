@@ -22,6 +22,7 @@ from django.utils import timezone
 from routing.ops import controls
 from routing.ops.dashboard import state
 from routing.runtime import feed, processes
+from routing.runtime.process import current
 
 
 def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -39,7 +40,7 @@ def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]
 
 @staff_only
 def index(request: HttpRequest) -> HttpResponse:
-    feed.install()
+    feed.install(current().breakers)
     return render(
         request,
         "dashboard/index.html",
@@ -59,7 +60,6 @@ USAGE_WINDOWS = {"1": 1, "24": 24, "168": 168, "720": 720}
 def usage_summary(request: HttpRequest) -> HttpResponse:
     """Per model over a time window: requests, errors, fallbacks, tokens, cost."""
     from routing.models import UsageRecord
-    from routing.runtime import usage
 
     hours = USAGE_WINDOWS.get(request.GET.get("hours", "24"), 24)
     since = timezone.now() - timedelta(hours=hours)
@@ -88,7 +88,7 @@ def usage_summary(request: HttpRequest) -> HttpResponse:
             "totals": totals,
             "hours": hours,
             "windows": [1, 24, 168, 720],
-            "backlog": usage.backlog(),
+            "backlog": current().usage.backlog(),
             "title": "Usage",
         },
     )

@@ -492,7 +492,6 @@ class UsageSink:
     async def run_writer(self) -> None:
         """Drain every SWITCHBOARD_USAGE_FLUSH_S off the loop; spill past the memory bound."""
         loop = asyncio.get_running_loop()
-        _register_exit_hooks()
         await asyncio.wrap_future(self._submit(self.adopt_orphans))
         last_adopt = last_flush = time.monotonic()
         while True:
@@ -551,38 +550,25 @@ class UsageSink:
         self.spill()
 
 
-# --------------------------------------------------------------------------- process singleton
-
-sink = UsageSink()
-record = sink.record
-backlog = sink.backlog
+# --------------------------------------------------------------------------- the process's sink
 
 
-def flush_now() -> bool:
-    return sink.flush_now()
-
-
-def shutdown(timeout_s: float = 5.0) -> None:
-    sink.shutdown(timeout_s)
-
-
-async def run_writer() -> None:
-    """The process's usage writer; started once on the serving loop."""
-    install_signal_handlers()
+async def run_writer(sink: UsageSink) -> None:
+    """The process's usage writer; started once on the serving loop (gateway_project.process)."""
+    install_signal_handlers(sink)
     await sink.run_writer()
 
 
-_exit_hooks_registered = False
+_exit_hooked: set[int] = set()
 
 
-def _register_exit_hooks() -> None:
-    global _exit_hooks_registered
-    if not _exit_hooks_registered:
-        _exit_hooks_registered = True
-        atexit.register(shutdown)
+def _register_exit_hooks(sink: UsageSink) -> None:
+    if id(sink) not in _exit_hooked:
+        _exit_hooked.add(id(sink))
+        atexit.register(sink.shutdown)
 
 
-def install_signal_handlers() -> bool:
+def install_signal_handlers(sink: UsageSink) -> bool:
     """Chain SIGTERM/SIGINT: spool memory to disk first, then the previous handler.
 
     Servers that handle SIGTERM gracefully (daphne via Twisted, uvicorn) then exit
@@ -590,18 +576,18 @@ def install_signal_handlers() -> bool:
     action still leaves its records on disk. Only possible from the main thread.
     """
     if threading.current_thread() is not threading.main_thread():
-        _register_exit_hooks()
+        _register_exit_hooks(sink)
         return False
-    _register_exit_hooks()
+    _register_exit_hooks(sink)
     for signum in (signal.SIGTERM, signal.SIGINT):
         previous = signal.getsignal(signum)
         if getattr(previous, "_switchboard_usage", False):
             continue
-        signal.signal(signum, _chained(previous))
+        signal.signal(signum, _chained(previous, sink))
     return True
 
 
-def _chained(previous: Any) -> Callable[[int, Any], None]:
+def _chained(previous: Any, sink: UsageSink) -> Callable[[int, Any], None]:
     def handler(signum: int, frame: Any) -> None:
         try:
             sink.spool_now()

@@ -1,0 +1,263 @@
+"""The composition root: the one place that builds a serving process's parts and connects them.
+
+`build_process(settings)` builds every long-lived part (breakers, retry budgets, the
+deployment picker, gates, hedges, parking, the upstream transport, the idempotency store,
+the usage sink, limiter, budgets, response cache, coalescer, tally), connects the
+listeners (breaker transitions into metrics and the dashboard, snapshot swaps into the
+breaker registry, reload counts into metrics, probe results into the dashboard) and
+installs the process as `routing.runtime.process.current()`. `make_gateway(process)`
+returns the ASGI callable of /v1/* and /health*; its first event starts the background
+tasks (`start`), a single check after that. Nothing is built at import time.
+See docs/architecture.md#composition-root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from django.conf import settings as django_settings
+
+from routing.config import live
+from routing.core.admission_queue import Gates
+from routing.core.breaker import BreakerRegistry
+from routing.core.executor import Executor
+from routing.core.hedging import Hedges
+from routing.core.parking import Parking
+from routing.core.picking import Balancer
+from routing.core.retry_budget import RetryBudgets
+from routing.gateway.app import serve
+from routing.gateway.pacing import Pacer
+from routing.gateway.wire import Receive, Scope, Send
+from routing.ops import controls
+from routing.ops.dashboard import state
+from routing.plan.chain import breaker_keys
+from routing.runtime import (
+    background,
+    breaker_sync,
+    counters,
+    feed,
+    health,
+    metrics,
+    overload,
+    processes,
+    shared_limits,
+    tracing,
+    usage,
+)
+from routing.runtime.idempotency import IdempotencyStore
+from routing.runtime.outage import Outage
+from routing.runtime.process import Process, current, install
+from routing.runtime.response_cache import build_store
+from routing.runtime.usage.queue import UsageSink
+from routing.upstream.transport import Transport
+
+log = logging.getLogger("switchboard")
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def build_process(settings: Any = django_settings, *, background: bool = True) -> Process:
+    """Build one serving process's parts, connect them, and install it as the current process.
+
+    `background=False`: never start background tasks (in-process tests drive the request path alone)."""
+    executor = Executor(
+        BreakerRegistry(),
+        RetryBudgets(),
+        observer=_Observer(),
+        balancer=Balancer(),
+        gates=Gates(),
+        hedges=Hedges(),
+        parking=Parking(),
+    )
+    process = Process(executor, Transport(), IdempotencyStore(), UsageSink(), background=background)
+    install(process)
+    overload.install(process.gates, process.hedges)  # adaptive limits and queues, when configured (docs/overload.md)
+    feed.install(process.breakers)  # breaker transitions into the dashboard feed and the circuit metric
+    process.parking.observe = metrics.parking_changed  # quota parks and refused credentials as gauges
+    metrics.watch_backlog(process.usage.backlog)
+    _listen(metrics.request_listeners, counters.note_request)
+    _listen(live.swap_listeners, _retain_breakers)
+    _listen(live.reload_listeners, metrics.config_reloaded)
+    _listen(live.degraded_listeners, metrics.set_degraded_gauge)
+    for component, flag in live.degraded.items():  # booted degraded before the wiring (last good file)
+        metrics.set_degraded_gauge(component, flag)
+    _listen(health.change_listeners, feed.note_probe)
+    # The snapshot may already be in place (booted before the wiring): keep its breakers.
+    _retain_breakers(live.current())
+    process.cache = build_store(on_degraded=lambda down: live.set_degraded("redis", down, "cache"))
+    if process.cache.name == "redis":
+        live.set_degraded("redis", False, "cache")  # the series exists from the start
+    tracing.configure()  # only with an OTLP endpoint configured (docs/tracing.md)
+    return process
+
+
+def make_gateway(process: Process, settings: Any = django_settings, pacer: Pacer | None = None) -> ASGIApp:
+    """The ASGI callable of /v1/* and /health*: the process's first event starts its background tasks."""
+    if pacer is None:
+        pacer = Pacer(settings.SWITCHBOARD_REQUESTS_PER_TICK, lambda: process.tally.in_flight)
+
+    async def gateway(scope: Scope, receive: Receive, send: Send) -> None:
+        if not process.started:
+            start(process)
+        await serve(process, pacer, scope, receive, send)
+
+    return gateway
+
+
+def make_lifespan(process: Process) -> ASGIApp:
+    """Lifespan events for servers that send them (uvicorn, granian): start and shut down the process."""
+
+    async def lifespan(scope: Scope, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                start(process)
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await shutdown(process)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    return lifespan
+
+
+def _listen(listeners: list, fn: Callable[..., Any]) -> None:
+    """Add `fn` once: a second process built in one interpreter (tests) must not double the calls."""
+    if fn not in listeners:
+        listeners.append(fn)
+
+
+class _Observer(metrics.MetricsObserver):
+    """The executor's observer: attempts into metrics; fallbacks into metrics and the dashboard feed."""
+
+    __slots__ = ()
+
+    def fallback(self, from_model: str, to_model: str, reason: str) -> None:
+        super().fallback(from_model, to_model, reason)
+        feed.note_fallback(from_model, to_model, reason)
+
+
+def _retain_breakers(snapshot: live.Snapshot) -> None:
+    """A new snapshot: the current process keeps the breakers and deployment figures of surviving links."""
+    process = current()
+    keys = breaker_keys(snapshot)
+    process.breakers.retain(keys)
+    process.picker.retain(keys)  # deployment figures (docs/deployments.md) follow the same keys
+    breaker_sync.set_known(keys)  # transitions heard from other processes apply to these links only
+    if snapshot.overrides:  # operators' stored force-open / reset (docs/scale-out.md#controls)
+        try:
+            feed.call_on_loop(lambda: controls.apply_persisted(snapshot.overrides, keys))
+        except Exception:  # noqa: BLE001 - the snapshot is in; the next reload applies them
+            log.exception("could not apply the stored breaker controls")
+
+
+def start(process: Process) -> Process:
+    """The process's background tasks, started once on the running loop (a single check after the first call)."""
+    if process.started:
+        return process
+    process.started = True
+    if process.background:
+        process.budgets.loading = True  # new accounts wait for the spend loader below, even before it begins
+        _close_upstreams_on_reactor_shutdown(process)
+        sink = process.usage
+        for name, func in (
+            ("config-listener", background.config_listener),
+            ("config-poller", background.config_poller),
+            ("usage-writer", lambda: usage.run_writer(sink)),
+            ("breaker-controls", controls.control_listener),
+            ("breaker-sync", lambda: breaker_sync.run(process.breakers)),
+            ("dashboard-broadcaster", state.run_broadcaster),
+            ("health-prober", health.run_prober),
+            ("metrics-refresher", lambda: metrics.run_refresher(process.breakers, sink.backlog)),
+            ("health-results", health.results_listener),
+            ("process-heartbeat", lambda: processes.run_heartbeat(process.tally, process.breakers)),
+            ("budget-spend", lambda: shared_limits.run_spend_loader(process.budgets, flush=sink.flush_now)),
+        ):
+            process.tasks.append(_spawn(name, func))
+        if process.cache is not None and process.cache.name == "redis":
+            process.tasks.append(_spawn("cache-warm-up", process.cache.warm))
+        _start_shared_limits(process)
+    return process
+
+
+def _start_shared_limits(process: Process, settings: Any = django_settings) -> None:
+    """With REDIS_URL, limits, budgets and deployment capacity are leased from cluster buckets and counters
+    (docs/limits.md#shared)."""
+    url = getattr(settings, "REDIS_URL", "")
+    if not url:
+        return
+    syncer = shared_limits.Syncer(
+        process.budgets,
+        process.limiter,
+        url,
+        interval_s=settings.SWITCHBOARD_LIMITS_SYNC_S,
+        timeout_s=min(0.5, settings.SWITCHBOARD_SHARED_TIMEOUT_S),
+        namespace=shared_limits.namespace(settings.DATABASES["default"]),
+        balancer=process.picker,  # deployments' capacity, shared too (docs/deployments.md#capacity)
+        flush=process.usage.flush_now,  # a rebuild of the counters first writes this process's records
+    )
+    shared_limits.install(syncer)
+    process.tasks.append(_spawn("shared-limits", syncer.run))
+
+
+RECOVERED_S = 5.0  # a restarted background task that runs this long has recovered
+FIRST_DELAY_S = 0.5  # the first restart's wait; doubled per failure up to 30 s
+
+
+def _recovered(outage: Outage, failures: int) -> None:
+    """A restart has run RECOVERED_S: no failure since (the count is unchanged) is a recovery."""
+    if outage.failures == failures:
+        outage.ok()
+
+
+def _spawn(name: str, func: Callable[[], Awaitable[None]]) -> asyncio.Task:
+    """Run `func` for the life of the process, restarting it with a backoff when it fails: one
+    log line when it starts failing (a traceback only for what is not an outage of Redis or
+    the database), one when a restart has run RECOVERED_S (routing.runtime.outage)."""
+    outage = Outage(log, f"background task {name}", "restarting it with a backoff until it runs again")
+
+    async def guarded() -> None:
+        loop = asyncio.get_running_loop()
+        delay = FIRST_DELAY_S
+        while True:
+            if outage.down:
+                loop.call_later(RECOVERED_S, _recovered, outage, outage.failures)
+            try:
+                await func()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a background task must never die for good
+                if not outage.down:
+                    delay = FIRST_DELAY_S
+                outage.failed(exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    return asyncio.get_running_loop().create_task(guarded(), name=f"switchboard:{name}")
+
+
+async def shutdown(process: Process) -> None:
+    """Stop tasks, flush usage records and close upstream pools (lifespan shutdown)."""
+    for task in process.tasks:
+        task.cancel()
+    await processes.farewell()
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, process.usage.shutdown)
+    await loop.run_in_executor(None, tracing.shutdown)  # flush the last spans
+    await process.transport.aclose()
+
+
+def _close_upstreams_on_reactor_shutdown(process: Process) -> None:
+    """daphne runs on Twisted and sends no lifespan: close the pools when its reactor stops."""
+    if "twisted.internet.reactor" not in sys.modules:
+        return
+    from twisted.internet import defer, reactor  # reason: importing the reactor installs it; only under daphne
+
+    def close() -> defer.Deferred:
+        return defer.Deferred.fromFuture(asyncio.ensure_future(process.transport.aclose()))
+
+    reactor.addSystemEventTrigger("before", "shutdown", close)
