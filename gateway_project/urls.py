@@ -17,7 +17,7 @@ urlpatterns = [
     path("", landing.landing_view, name="landing"),
     path("docs/<str:name>.md", landing.doc_view, name="doc"),
     path("favicon.ico", landing.favicon_view, name="favicon"),
-    path("admin/explain-route/", admin.site.admin_view(admin_views.explain_route_view), name="explain-route"),
+    *admin_views.urlpatterns(admin.site),  # the admin pages that are not change lists (admin_views.PAGES)
     path("admin/", admin.site.urls),
     path("dashboard/", include("routing.ops.dashboard.urls")),
     path("metrics", metrics_view.metrics_view, name="metrics"),

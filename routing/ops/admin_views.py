@@ -1,5 +1,9 @@
 """Admin pages that are not a model's change list: explain a route.
 
+Each is a row of `PAGES`: its URL under /admin/ (gateway_project/urls.py takes them
+from `urlpatterns`) and its line on the admin index (the `admin_pages` tag), so a new
+page is its view, its row and its template (docs/architecture.md#what-a-change-touches).
+
 Operators ask "why did my request go there?": this page answers for a
 hypothetical request with the configuration this process is serving right now
 (the live snapshot), with the breaker states requests meet cluster-wide (this
@@ -8,12 +12,15 @@ process's and, with Redis, every process's), the same answer as `manage.py expla
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
 
 from routing.config import live
 from routing.plan.explain import explain
@@ -61,3 +68,30 @@ def explain_route_view(request: HttpRequest) -> HttpResponse:
         "snapshot_version": snapshot.config_version,
     }
     return TemplateResponse(request, "admin/routing/explain_route.html", context)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """An admin page that is not a model's change list: where it lives and how the index lists it."""
+
+    route: str  # under /admin/
+    name: str  # the URL name
+    title: str  # the index's link text
+    about: str  # the index's one line on it
+    view: Callable[[HttpRequest], HttpResponse]
+
+
+PAGES: tuple[Page, ...] = (
+    Page(
+        "explain-route/",
+        "explain-route",
+        "Explain a route",
+        "Which policy matches a request and which links of its chain would serve it",
+        explain_route_view,
+    ),
+)
+
+
+def urlpatterns(site: admin.AdminSite) -> list[URLPattern]:
+    """The pages' URLs, staff only (the admin's login), ahead of the admin's own."""
+    return [path(f"admin/{page.route}", site.admin_view(page.view), name=page.name) for page in PAGES]

@@ -72,6 +72,17 @@ def test_explain_route_page_is_staff_only(client, served):
 
 
 @pytest.mark.django_db
+def test_the_admin_index_links_every_admin_page_of_the_table(staff_client, served, monkeypatch):
+    from routing.ops import admin_views
+
+    extra = admin_views.Page("explain-route/", "explain-route", "Another page", "Listed from its row", lambda r: None)
+    monkeypatch.setattr(admin_views, "PAGES", (*admin_views.PAGES, extra))
+    html = staff_client.get("/admin/").content.decode()
+    assert 'id="explain-route-link" href="/admin/explain-route/">Explain a route</a>' in html
+    assert ">Another page</a>" in html and "Listed from its row" in html
+
+
+@pytest.mark.django_db
 def test_admin_actions_force_open_then_reset_a_breaker_and_log_who(staff_client, served):
     provider = Provider.objects.create(name="adm-p", dialect="openai", base_url="http://127.0.0.1:9/v1")
     model = Model.objects.create(public_id="adm-big", provider=provider, upstream_model="b", capabilities=["chat"])
