@@ -30,25 +30,18 @@ ORG, AGENT, KEY = "org", "agent", "key"
 
 
 class Refused(Exception):
-    """Admission refused: which scope and limit, the limit, the wait, and the ticket for headers."""
+    """Admission refused: which scope and limit, the limit, the wait (the refusing bucket's for
+    `amount`), and the ticket for headers."""
 
     def __init__(
-        self,
-        scope: str,
-        limit: str,
-        value: int,
-        amount: int,
-        retry_after_s: float,
-        ticket: Ticket,
-        bucket: Bucket | None = None,
-        short: bool = False,
+        self, scope: str, limit: str, value: int, amount: int, ticket: Ticket, bucket: Bucket, short: bool = False
     ) -> None:
         super().__init__(f"{scope} {limit} limit {value}")
         self.scope = scope
         self.limit = limit
         self.value = value
         self.amount = amount
-        self.retry_after_s = retry_after_s
+        self.retry_after_s = bucket.wait(amount)
         self.ticket = ticket
         self.bucket = bucket  # the bucket that refused
         # Only leased shares lacked it, and the cluster buckets had room when last seen: the request
@@ -217,7 +210,7 @@ def _refusal(scopes: list[tuple[str, Dimension, int, Bucket]], amount: int, tick
         if bucket.level >= need and need <= bucket.capacity:
             continue
         if not bucket.may_lease(need):
-            refused = Refused(scope, dimension.name, value, need, bucket.wait(need), ticket, bucket)
+            refused = Refused(scope, dimension.name, value, need, ticket, bucket)
             for _, other_dimension, _, other in scopes:
                 amount_of = amount if other_dimension.per_token else 1
                 if isinstance(other, SharedBucket) and not other.divisor and other.level < amount_of <= other.capacity:
@@ -231,4 +224,4 @@ def _refusal(scopes: list[tuple[str, Dimension, int, Bucket]], amount: int, tick
         if bucket.level < need:
             bucket.short(need)
     scope, limit, value, need, bucket = short
-    return Refused(scope, limit, value, need, bucket.wait(need), ticket, bucket, short=True)
+    return Refused(scope, limit, value, need, ticket, bucket, short=True)
