@@ -50,6 +50,42 @@ def test_no_product_function_is_longer_than_80_lines() -> None:
     assert over(LIMIT) == []
 
 
+# The request path's modules: what one request goes through travels as one object (the gateway's
+# Call, the executor's walk), not as a clump of loose parameters (docs/architecture.md#the-call).
+REQUEST_PATH = ("routing/gateway", "routing/core/executor.py", "routing/plan/limits.py", "routing/plan/cache_key.py")
+MAX_PARAMETERS = 7
+BUILT_ONCE = {"Executor.__init__"}  # the composition root's, once per process: not on the request path
+
+
+def parameter_counts(paths: tuple[str, ...] = REQUEST_PATH) -> list[tuple[int, str]]:
+    """(parameters, "path qualified.name") of every function under `paths`, `self`/`cls` not counted."""
+    found: list[tuple[int, str]] = []
+    for where in paths:
+        root = ROOT / where
+        for path in sorted(root.rglob("*.py") if root.is_dir() else [root]):
+            _parameters(ast.parse(path.read_text()), "", path.relative_to(ROOT), found)
+    return found
+
+
+def _parameters(node: ast.AST, prefix: str, path: Path, found: list[tuple[int, str]]) -> None:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = child.args
+            names = [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
+            if f"{prefix}{child.name}" not in BUILT_ONCE:
+                count = len([n for n in names if n.arg not in ("self", "cls")])
+                found.append((count, f"{path} {prefix}{child.name}"))
+            _parameters(child, f"{prefix}{child.name}.", path, found)
+        elif isinstance(child, ast.ClassDef):
+            _parameters(child, f"{prefix}{child.name}.", path, found)
+        else:
+            _parameters(child, prefix, path, found)
+
+
+def test_no_request_path_function_takes_8_or_more_parameters() -> None:
+    assert [item for item in parameter_counts() if item[0] > MAX_PARAMETERS] == []
+
+
 def test_the_counter_sees_a_long_function(tmp_path: Path) -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(LIMIT))
     found: list[tuple[int, str]] = []
