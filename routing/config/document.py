@@ -25,6 +25,9 @@ from typing import Any
 
 import orjson
 
+from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
+from providers.models import Alias, Deployment, FallbackLink, Model, Provider
+from routing.config.db_errors import ConfigReadError
 from routing.config.schema import (
     AGENT,
     CREDENTIAL,
@@ -37,6 +40,7 @@ from routing.config.schema import (
     RESILIENCE,
     RESILIENCE_DEFAULTS,
 )
+from routing.models import ResilienceSettings
 
 __all__ = [
     "RESILIENCE_DEFAULTS",
@@ -117,8 +121,6 @@ def document_from_db() -> dict[str, Any]:
     """
     from django.db import DatabaseError
 
-    from routing.config.db_errors import ConfigReadError
-
     with gc_paused():
         try:
             return _read_document()
@@ -147,10 +149,6 @@ _reading = _Reading()
 
 
 def _read_document() -> dict[str, Any]:
-    from policies.models import Agent, Org, OrgCredential, OrgPolicy
-    from providers.models import Alias, Deployment, FallbackLink, Model, Provider
-    from routing.models import ResilienceSettings
-
     read = _readers()
     settings_row = _reading.at(ResilienceSettings.objects.filter(pk=1)).values(*RESILIENCE.column_attrs).first()
     resilience = {}
@@ -293,7 +291,6 @@ def child_item(kind: str, obj: Any) -> dict[str, Any]:
 def key_rows_from_db() -> list[dict[str, Any]]:
     """Active API keys as plain rows for the snapshot, in one query: hash, prefix, org, agent, expiry and the
     key's own controls (docs/limits.md#keys); a rotated key's previous secret as a second row until its grace ends."""
-    from policies.models import ApiKey
 
     fields = ("key_hash", "prefix", "agent__org__name", "agent__name", "expires_at", "enabled", "limits", "budget")
     rows: list[dict[str, Any]] = []

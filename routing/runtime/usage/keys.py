@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from routing.models import KeyUsage
+
 Row = dict[str, Any]
 _CHUNK = 500
 
@@ -56,7 +58,6 @@ def totals(rows: Sequence[Row], to_datetime: Callable[[Any], datetime]) -> dict[
 
 def add(cursor: Any, connection: Any, rows: Sequence[Row], to_datetime: Callable[[Any], datetime]) -> None:
     """Upsert the batch's per-key totals (one statement per key in the batch)."""
-    from routing.models import KeyUsage
 
     per_key = totals(rows, to_datetime)
     if not per_key:

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from routing.models import KeyUsage, UsageRecord, UsageRollup
 from routing.runtime.usage import rollup
 from routing.runtime.usage.bounds import MAX_JSON_ITEMS, MAX_TEXT, TRAIL_ITEM_VALUES, TRAIL_VALUE_CHARS
+from routing.runtime.usage.spool import _json_default, dumps_line
 
 _sql: dict[str, str] = {}
 
@@ -60,8 +62,6 @@ _NUMERIC_TEXT = r"'^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$'"
 def _columns() -> list[tuple[str, str, str]]:
     """Per UsageRecord column: (column, value expression over the JSON object `j`, shape check)."""
     from django.db import models
-
-    from routing.models import UsageRecord
 
     out: list[tuple[str, str, str]] = []
     for f in UsageRecord._meta.concrete_fields:
@@ -136,7 +136,6 @@ def _columns() -> list[tuple[str, str, str]]:
 
 def statement(quote: Any) -> str:
     """The batch statement (one parameter: a JSON array of usage records); returns (refused shapes, inserted)."""
-    from routing.models import KeyUsage, UsageRecord, UsageRollup
 
     q = quote
     cols = _columns()
@@ -237,8 +236,6 @@ def payload(rows: list[dict[str, Any]], lines: list[bytes] | None) -> str:
     if lines is not None and len(lines) == len(rows):
         return (b"[" + b",".join(lines) + b"]").decode()
     import orjson
-
-    from routing.runtime.usage.spool import _json_default, dumps_line
 
     try:
         return orjson.dumps(rows, default=_json_default).decode()
