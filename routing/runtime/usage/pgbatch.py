@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from routing.models import KeyUsage, UsageRecord, UsageRollup
 from routing.runtime.usage import rollup
 from routing.runtime.usage.bounds import MAX_JSON_ITEMS, MAX_TEXT, TRAIL_ITEM_VALUES, TRAIL_VALUE_CHARS
 from routing.runtime.usage.spool import _json_default, dumps_line
@@ -62,6 +61,9 @@ _NUMERIC_TEXT = r"'^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$'"
 def _columns() -> list[tuple[str, str, str]]:
     """Per UsageRecord column: (column, value expression over the JSON object `j`, shape check)."""
     from django.db import models
+
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
+    from routing.models import UsageRecord
 
     out: list[tuple[str, str, str]] = []
     for f in UsageRecord._meta.concrete_fields:
@@ -136,6 +138,8 @@ def _columns() -> list[tuple[str, str, str]]:
 
 def statement(quote: Any) -> str:
     """The batch statement (one parameter: a JSON array of usage records); returns (refused shapes, inserted)."""
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
+    from routing.models import KeyUsage, UsageRecord, UsageRollup
 
     q = quote
     cols = _columns()

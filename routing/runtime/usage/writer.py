@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from routing.models import UsageRecord
 from routing.runtime.usage import keys as key_usage
 from routing.runtime.usage import pgbatch, rollup
 from routing.runtime.usage.bounds import MAX_JSON_ITEMS, MAX_TEXT, TRAIL_ITEM_VALUES, TRAIL_VALUE_CHARS
@@ -57,6 +56,9 @@ def _field_converters() -> dict[str, Callable[[Any], Any]]:
     if _converters is not None:
         return _converters
     from django.db import models
+
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
+    from routing.models import UsageRecord
 
     conv: dict[str, Callable[[Any], Any]] = {}
     for f in UsageRecord._meta.concrete_fields:
@@ -143,6 +145,9 @@ def _insert_statement(using: str) -> tuple[str, list[Any]]:
     cached = _insert_sql.get(using)
     if cached is None:
         from django.db import connections
+
+        # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
+        from routing.models import UsageRecord
 
         quote = connections[using].ops.quote_name
         fields = [f for f in UsageRecord._meta.concrete_fields if not f.primary_key]
@@ -272,6 +277,8 @@ def _add_aggregates(cursor: Any, connection: Any, rows: list[Row], using: str) -
 
 def _fresh_rows(cursor: Any, connection: Any, rows: list[Row]) -> list[Row]:
     """The rows of the batch not stored yet (record_id as `to_values` fills it)."""
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
+    from routing.models import UsageRecord
 
     keyed = [r if r.get("record_id") else {**r, "record_id": str(r["request_id"])[:32]} for r in rows]
     return key_usage.new_rows(cursor, connection.ops.quote_name, UsageRecord._meta.db_table, keyed)
