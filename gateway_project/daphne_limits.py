@@ -32,6 +32,7 @@ from twisted.internet import reactor
 from twisted.web import http
 
 from gateway_project import edge  # never uvicorn: the process list names the server by its imports
+from routing.core.errors import headers_too_large
 
 log = logging.getLogger("switchboard.edge")
 
@@ -158,8 +159,6 @@ class LimitedHTTPChannel(http.HTTPChannel):
             super().rawDataReceived(data)
 
     def _head_too_large(self) -> None:
-        from routing.core.errors import headers_too_large
-
         log.warning("request head over %d bytes / %d headers: answered 431", self.totalHeadersSize, self.maxHeaders)
         body = headers_too_large(self.totalHeadersSize, self.maxHeaders).body()
         head = (

@@ -26,6 +26,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from routing.core.errors import request_too_large
+from routing.gateway.paths import is_gateway_path
+
 log = logging.getLogger("switchboard.edge")
 
 LINGER_S = 1.0  # how long the rest of a refused request is read and dropped before closing
@@ -87,7 +90,6 @@ def limits() -> Limits:
 
 def body_limit(path: str) -> int:
     """The body limit of a request path: the API's, or the smaller one of the Django side."""
-    from routing.gateway.paths import is_gateway_path
 
     lim = limits()
     return lim.api_body_bytes if is_gateway_path(path) else lim.page_body_bytes
@@ -96,10 +98,10 @@ def body_limit(path: str) -> int:
 def too_large_body(limit: int, path: str = "") -> bytes:
     """The 413 answer's JSON body, from the error catalogue; in Anthropic's error shape on the
     Messages endpoints, as the gateway itself answers there (docs/anthropic-messages.md)."""
-    from routing.core.errors import request_too_large
 
     error = request_too_large(limit)
     if path.rstrip("/").startswith("/v1/messages"):
+        # reason: the servers import this module before Django's settings; the dialects package reads them
         from routing.upstream.dialects.anthropic_translation import error_body
 
         return error_body(error.status, error.message)

@@ -33,6 +33,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway_project import edge
+from routing.core.errors import headers_too_large
 
 LINGER_S = edge.LINGER_S  # how long the rest of a rejected request is read and dropped before closing
 
@@ -254,8 +255,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._reject()
 
     def _reject(self) -> None:
-        from routing.core.errors import headers_too_large
-
         error = headers_too_large(self._max_bytes, self._max_count)
         body = error.body()
         head = (

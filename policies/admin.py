@@ -29,6 +29,7 @@ from routing.config.document import child_item
 from routing.config.schema import AGENT, CREDENTIAL, ORG, POLICY
 from routing.config.store import find_org
 from routing.config.validation import add_form_validators
+from routing.models import KeyUsage
 from routing.ops.admin_keys import StoredKeyForm
 from routing.ops.dashboard.limits import budget_summary
 from routing.ops.limit_fields import StructuredLimitsMixin
@@ -368,8 +369,6 @@ def secret_shown_once(
 def key_usage_annotated(queryset: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
     """Keys annotated with usage_requests, usage_spend and usage_last_used_at (None: never used)."""
     from django.db.models import OuterRef, Subquery
-
-    from routing.models import KeyUsage
 
     usage = KeyUsage.objects.filter(
         key_prefix=OuterRef("prefix"), org=OuterRef("agent__org__name"), agent=OuterRef("agent__name")

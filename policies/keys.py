@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from policies.models import Agent, ApiKey
+from routing.config.validation import validate_key_controls
 
 KEY_PREFIX = "sb-"
 PREFIX_LENGTH = 10
@@ -48,7 +49,6 @@ class KeyProblems(ValueError):
 
 def check_controls(controls: dict[str, Any]) -> None:
     """The one validation of a key's controls (the admin's form and the management API), or KeyProblems."""
-    from routing.config.validation import validate_key_controls
 
     problems = [(e.path, e.message) for e in validate_key_controls(controls)]
     metadata = controls.get("metadata")

@@ -31,9 +31,13 @@ from routing.config.document import deployment_item, model_item, provider_item
 from routing.config.schema import DIALECTS, MODEL, PROVIDER, TIMEOUTS
 from routing.config.store import errors_for_edit, in_scope, rename_references, replace_item
 from routing.config.validation import add_form_validators
+from routing.core.breaker import BreakerKey
 from routing.core.kinds import ENDPOINT_KINDS
 from routing.core.prices import CLASSES as PRICE_CLASSES
+from routing.ops import controls
 from routing.ops.admin_keys import StoredKeyForm
+from routing.runtime import health
+from routing.runtime.process import current
 
 Edit = Callable[[dict[str, Any]], None]
 TIMEOUT_FIELDS = TIMEOUTS
@@ -101,14 +105,12 @@ class ProviderAdmin(admin.ModelAdmin):
     @admin.display(description="health probe", ordering="health_probe_enabled")
     def probing(self, obj: Provider) -> str:
         """Whether serving processes probe it in the background: words, not a red cross."""
-        from routing.runtime import health
 
         return health.probe_mode(obj.health_probe_enabled, bool(settings.SWITCHBOARD_HEALTH_PROBES))
 
     @admin.display(description="last probe")
     def last_probe(self, obj: Provider) -> str:
         """The last result this process holds, else the one stored by probe_providers."""
-        from routing.runtime import health
 
         status, checked, detail = health.last_probe(
             obj.name,
@@ -274,8 +276,6 @@ class FallbackLinkInline(admin.TabularInline):
 
 def _breaker_action(modeladmin: admin.ModelAdmin, request: Any, queryset: Any, action: str, **extra: Any) -> None:
     """Apply a breaker control to the shared breaker of each selected model, in every process."""
-    from routing.core.breaker import BreakerKey
-    from routing.ops import controls
 
     done = []
     if not controls.may_control(request.user):
@@ -351,7 +351,6 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
 
     def has_control_breaker_permission(self, request: HttpRequest) -> bool:
         """The breaker actions are listed only for users who may act on breakers."""
-        from routing.ops import controls
 
         return controls.may_control(request.user)
 
@@ -381,9 +380,6 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
     def deployment_states(self, obj: Model) -> str:
         """Each deployment's shared breaker as this process sees it (read-only; docs/deployments.md#visibility)."""
         from django.utils.html import format_html_join
-
-        from routing.core.breaker import BreakerKey
-        from routing.runtime.process import current
 
         breakers = current().breakers
         if obj.pk is None:

@@ -1,9 +1,14 @@
-"""The import rule of docs/architecture.md: floors with no arrows running back up.
+"""The import rules of docs/architecture.md#floors: floors with no arrows running back up.
 
 Every first-party module is given a floor; a module may import only modules on
 its own floor or below, `routing.core` imports nothing from Django or from
-outside the core, and no two modules import each other, directly or around a
-loop. Imports inside functions count: a deferred import is still a dependency.
+outside the core, `routing.ops` and `routing.gateway` stand side by side (neither
+imports the other), and no two modules import each other, directly or around a
+loop. Imports inside functions count (a deferred import is still a dependency),
+and so do imports of a package's `__init__` (its re-exports are a module too).
+Two more rules of the composition root (docs/architecture.md#composition-root):
+no module builds a long-lived part at import time, and at most MAX_DEFERRED
+first-party imports sit inside functions, each saying why.
 """
 
 from __future__ import annotations
@@ -13,12 +18,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("routing", "providers", "policies", "gateway_project", "tools")
+PRODUCT = ("routing", "providers", "policies", "gateway_project")  # tools/ is for developers, not shipped
 
 # Lowest first. The first matching prefix wins, so list specific prefixes before general ones.
-FLOORS: list[tuple[str, list[str]]] = [
-    ("core", ["routing.core"]),
+# Floors with the same rank are siblings: neither may import the other (SIBLINGS).
+FLOORS: list[tuple[str, int, list[str]]] = [
+    ("core", 0, ["routing.core"]),
     (
         "config",
+        1,
         [
             "routing.config",
             "routing.models",
@@ -32,22 +40,18 @@ FLOORS: list[tuple[str, list[str]]] = [
             "policies.tokens",
         ],
     ),
-    ("plan", ["routing.plan", "policies.decision"]),
-    ("upstream", ["routing.upstream"]),
-    ("runtime", ["routing.runtime"]),
+    ("plan", 2, ["routing.plan", "policies.decision"]),
+    ("upstream", 3, ["routing.upstream"]),
+    ("runtime", 4, ["routing.runtime"]),
+    ("gateway", 5, ["routing.gateway"]),
     (
         "ops",
-        [
-            "routing.ops",
-            "routing.templatetags",
-            "routing.admin",
-            "providers.admin",
-            "policies.admin",
-        ],
+        5,
+        ["routing.ops", "routing.templatetags", "routing.admin", "providers.admin", "policies.admin"],
     ),
-    ("gateway", ["routing.gateway"]),
     (
         "entry",
+        6,
         [
             "gateway_project",
             "routing.management",
@@ -60,17 +64,30 @@ FLOORS: list[tuple[str, list[str]]] = [
         ],
     ),
 ]
-FLOOR_RANK = {name: rank for rank, (name, _) in enumerate(FLOORS)}
+FLOOR_RANK = {name: rank for name, rank, _ in FLOORS}
 FORBIDDEN_IN_CORE = ("django", "channels", "daphne", "redis", "psycopg")
+MAX_DEFERRED = 20  # first-party imports inside functions, product code (docs/architecture.md#composition-root)
+# Module-level instances that are values, not parts: constants a process never changes. Anything else built at
+# import time is a long-lived part and belongs to the process object (gateway_project.process.build_process).
+VALUE_CLASSES = {
+    "Entity": "a row of the configuration schema's table",
+    "Ticket": "the priority ticket of a request nobody classified (immutable)",
+    "VertexDialect": "a dialect adapter: it keeps no state of its own",
+}
+KNOWN_SINGLETONS = {
+    # Left (docs/architecture.md#composition-root): the Vertex dialect's OAuth token cache per service account;
+    # moving it into the process needs the dialect API to take the process.
+    "routing.upstream.dialects.vertex.tokens",
+}
 
 
 def floor_of(module: str) -> str:
-    for name, prefixes in FLOORS:
+    for name, _, prefixes in FLOORS:
         if any(module == p or module.startswith(p + ".") for p in prefixes):
             return name
-    if module.split(".")[-1] == "__init__" or module in PACKAGES:
+    if module in PACKAGES:
         return "entry"
-    raise AssertionError(f"{module} has no floor in tests/test_layers.py; give it one (and say why in the README)")
+    raise AssertionError(f"{module} has no floor in tests/test_layers.py; give it one (and say why in the docs)")
 
 
 def first_party_modules() -> dict[str, Path]:
@@ -101,29 +118,58 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
 
 
 def first_party_graph() -> dict[str, set[str]]:
+    """module -> the first-party modules it imports, a package's `__init__` included when it has code
+    (its re-exports are a module like any other); an empty `__init__` (a docstring) is no edge, nor
+    is a module's own enclosing package (Python runs it whatever the module imports)."""
     modules = first_party_modules()
     known = set(modules)
+    empty = {name for name, path in modules.items() if path.name == "__init__.py" and not _has_code(path)}
     graph = {}
     for name, path in modules.items():
-        deps = {d for d in imports_of(path, known) if d in known and d != name}
-        # importing a package's submodule runs the package's __init__ too, which is fine; only edges to modules count
-        graph[name] = {d for d in deps if not _is_package_of(d, name) and modules[d].name != "__init__.py"}
+        deps = {d for d in imports_of(path, known) if d in known and d != name and d not in empty}
+        graph[name] = {d for d in deps if not _is_package_of(d, name)}
     return graph
+
+
+def _has_code(path: Path) -> bool:
+    body = ast.parse(path.read_text()).body
+    return any(not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)) for n in body)
+
+
+def package_edges(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The edges that end at a package's `__init__` with code (counted like any other, listed for the docs)."""
+    packages = {name for name, path in first_party_modules().items() if path.name == "__init__.py"}
+    return sorted((m, d) for m, deps in graph.items() for d in deps if d in packages)
 
 
 def _is_package_of(package: str, module: str) -> bool:
     return module.startswith(package + ".")
 
 
-def test_no_module_imports_a_higher_floor() -> None:
-    graph = first_party_graph()
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Edges that run up a floor, or across to a sibling floor (gateway <-> ops)."""
     violations = []
     for module, deps in sorted(graph.items()):
-        rank = FLOOR_RANK[floor_of(module)]
+        here = floor_of(module)
         for dep in sorted(deps):
-            if FLOOR_RANK[floor_of(dep)] > rank:
-                violations.append(f"{module} ({floor_of(module)}) imports {dep} ({floor_of(dep)})")
-    assert violations == [], "imports that run up a floor:\n" + "\n".join(violations)
+            there = floor_of(dep)
+            if FLOOR_RANK[there] > FLOOR_RANK[here] or (FLOOR_RANK[there] == FLOOR_RANK[here] and there != here):
+                violations.append(f"{module} ({here}) imports {dep} ({there})")
+    return violations
+
+
+def test_no_module_imports_a_higher_floor_or_its_sibling() -> None:
+    violations = upward_imports(first_party_graph())
+    assert violations == [], "imports that run up a floor or across to a sibling:\n" + "\n".join(violations)
+
+
+def test_edges_to_packages_count_like_any_other() -> None:
+    """A package's __init__ is on a floor and its importers are checked like any module's (the test above);
+    the re-exporting packages stay few: each is listed in docs/architecture.md#packages."""
+    graph = first_party_graph()
+    edges = package_edges(graph)
+    reexporting = sorted({d for _, d in edges})
+    assert reexporting == ["routing.runtime.usage", "routing.upstream.dialects"], edges
 
 
 def test_core_imports_no_django_and_nothing_outside_core() -> None:
@@ -188,3 +234,100 @@ def test_the_rule_catches_an_upward_import(tmp_path: Path) -> None:
     graph = {"routing.core.x": {"routing.gateway.app"}, "routing.gateway.app": {"routing.core.x"}}
     assert FLOOR_RANK[floor_of("routing.gateway.app")] > FLOOR_RANK[floor_of("routing.core.x")]
     assert _cycles(graph) == [["routing.core.x", "routing.gateway.app"]]
+
+
+def module_singletons(source: str, module: str = "m") -> list[str]:
+    """Module-level names bound to an instance of a first-party class built at import time (not a value)."""
+    tree = ast.parse(source)
+    first_party = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    frozen = {n.name for n in tree.body if isinstance(n, ast.ClassDef) and _is_value_class(n)}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES:
+            first_party.update(a.asname or a.name for a in node.names)
+    found = []
+    for node in tree.body:
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or not isinstance(node.value, ast.Call):
+            continue
+        func = node.value.func
+        name = func.id if isinstance(func, ast.Name) else None
+        if name is None or name not in first_party or not name[:1].isupper() or name in frozen:
+            continue
+        if name in VALUE_CLASSES:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            if isinstance(target, ast.Name) and f"{module}.{target.id}" not in KNOWN_SINGLETONS:
+                found.append(f"{module}.{target.id} = {name}(...)")
+    return found
+
+
+def _is_value_class(node: ast.ClassDef) -> bool:
+    """A frozen dataclass, a NamedTuple or an Enum: a value, whatever its module does with it."""
+    for deco in node.decorator_list:
+        if isinstance(deco, ast.Call) and any(
+            k.arg == "frozen" and getattr(k.value, "value", False) for k in deco.keywords
+        ):
+            return True
+    return any(isinstance(b, ast.Name) and b.id in ("NamedTuple", "Enum", "IntEnum", "StrEnum") for b in node.bases)
+
+
+def test_no_module_builds_a_long_lived_part_at_import() -> None:
+    """Breakers, budgets, stores, sinks...: built by the composition root and held by the process object."""
+    found = []
+    for name, path in sorted(first_party_modules().items()):
+        if name.split(".")[0] in PRODUCT and ".migrations" not in name:
+            found += module_singletons(path.read_text(), name)
+    assert found == [], "module-level parts (build them in gateway_project.process.build_process):\n" + "\n".join(found)
+
+
+def deferred_imports(source: str) -> list[tuple[int, bool]]:
+    """(line, has a `# reason:` comment on it or the line above) of each first-party import inside a function."""
+    lines = source.splitlines()
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            if any(n.split(".")[0] in PACKAGES for n in names):
+                near = lines[node.lineno - 1] + (lines[node.lineno - 2] if node.lineno > 1 else "")
+                found.append((node.lineno, "# reason:" in near))
+    return sorted(set(found))
+
+
+def test_few_first_party_imports_inside_functions_each_with_its_reason() -> None:
+    """Only where Django's app loading (or a server loading a module before the settings) forces it."""
+    count, silent = 0, []
+    for name, path in sorted(first_party_modules().items()):
+        if name.split(".")[0] not in PRODUCT or ".migrations" in name:
+            continue
+        for line, reasoned in deferred_imports(path.read_text()):
+            count += 1
+            if not reasoned:
+                silent.append(f"{path.relative_to(ROOT)}:{line}")
+    assert silent == [], "imports inside functions without a `# reason:` comment:\n" + "\n".join(silent)
+    assert count <= MAX_DEFERRED, f"{count} first-party imports inside functions (at most {MAX_DEFERRED})"
+
+
+def test_the_checks_catch_a_sibling_import_a_singleton_and_a_silent_deferred_import() -> None:
+    """The checkers themselves, on deliberate violations."""
+    assert upward_imports({"routing.gateway.app": {"routing.ops.controls"}}) == [
+        "routing.gateway.app (gateway) imports routing.ops.controls (ops)"
+    ]
+    assert upward_imports({"routing.ops.controls": {"routing.gateway.app"}}) != []
+    assert upward_imports({"routing.runtime.metrics": {"routing.ops.controls"}}) != []
+    assert upward_imports({"routing.gateway.app": {"routing.runtime.metrics"}}) == []
+    source = "from routing.core.breaker import BreakerRegistry\nregistry = BreakerRegistry()\n"
+    assert module_singletons(source, "routing.core.x") == ["routing.core.x.registry = BreakerRegistry(...)"]
+    frozen = "from dataclasses import dataclass\n@dataclass(frozen=True)\nclass V:\n    a: int = 0\nEMPTY = V()\n"
+    assert module_singletons(frozen) == []
+    silent = "def f():\n    from routing.models import UsageRecord\n    return UsageRecord\n"
+    reasoned = (
+        "def f():\n    # reason: app loading\n    from routing.models import UsageRecord\n    return UsageRecord\n"
+    )
+    assert deferred_imports(silent) == [(2, False)] and deferred_imports(reasoned) == [(3, True)]

@@ -27,15 +27,15 @@ from typing import Any
 from django.core import checks
 from django.db import DatabaseError
 
+from routing.config.db_errors import describe, schema_missing
+from routing.config.document import document_from_db
+from routing.config.validation import validate_document
+
 READ_FAILED = "routing.E009"
 
 
 @checks.register()
 def check_routing_configuration(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from routing.config.db_errors import describe, schema_missing
-    from routing.config.document import document_from_db
-    from routing.config.validation import validate_document
-
     try:
         document = document_from_db()
     except DatabaseError as exc:

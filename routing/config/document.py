@@ -26,6 +26,8 @@ from typing import Any
 import orjson
 from django.apps import apps
 
+from policies.models import ApiKey
+from routing.config.db_errors import ConfigReadError
 from routing.config.schema import (
     AGENT,
     CREDENTIAL,
@@ -117,8 +119,6 @@ def document_from_db() -> dict[str, Any]:
     naming the table and keeping the database's message.
     """
     from django.db import DatabaseError
-
-    from routing.config.db_errors import ConfigReadError
 
     with gc_paused():
         try:
@@ -328,7 +328,6 @@ def child_item(kind: str, obj: Any) -> dict[str, Any]:
 def key_rows_from_db() -> list[dict[str, Any]]:
     """Active API keys as plain rows for the snapshot, in one query: hash, prefix, org, agent, expiry and the
     key's own controls (docs/limits.md#keys); a rotated key's previous secret as a second row until its grace ends."""
-    from policies.models import ApiKey
 
     fields = ("key_hash", "prefix", "agent__org__name", "agent__name", "expires_at", "enabled", "limits", "budget")
     rows: list[dict[str, Any]] = []

@@ -13,8 +13,12 @@ from typing import Any
 
 import orjson
 
+from policies.models import ApiKey
 from routing.config.diff import diff_documents, render
+from routing.config.document import document_from_db
 from routing.config.recorder import change, keep
+from routing.config.store import ConfigInvalid, import_document
+from routing.models import ConfigRevision
 
 
 class HistoryError(Exception):
@@ -66,7 +70,6 @@ def _revision(row: Any) -> Revision:
 
 def list_revisions(limit: int | None = None) -> list[Revision]:
     """The recorded versions, newest first (at most `limit`)."""
-    from routing.models import ConfigRevision
 
     rows = ConfigRevision.objects.defer("document").order_by("-version")
     if limit is not None:
@@ -77,8 +80,6 @@ def list_revisions(limit: int | None = None) -> list[Revision]:
 
 
 def _missing(version: int) -> HistoryError:
-    from routing.models import ConfigRevision
-
     oldest = ConfigRevision.objects.order_by("version").values_list("version", flat=True).first()
     newest = ConfigRevision.objects.order_by("-version").values_list("version", flat=True).first()
     if oldest is None:
@@ -90,8 +91,6 @@ def _missing(version: int) -> HistoryError:
 
 
 def get_revision(version: int) -> Revision:
-    from routing.models import ConfigRevision
-
     row = ConfigRevision.objects.defer("document").filter(version=version).first()
     if row is None:
         raise _missing(version)
@@ -100,7 +99,6 @@ def get_revision(version: int) -> Revision:
 
 def revision_document(version: int) -> dict[str, Any]:
     """The configuration document recorded as `version` (what `export_config` printed then)."""
-    from routing.models import ConfigRevision
 
     text = ConfigRevision.objects.filter(version=version).values_list("document", flat=True).first()
     if text is None:
@@ -157,7 +155,6 @@ def _stored_key_problems(target: dict[str, Any], current: dict[str, Any]) -> lis
 
 def _removed_agents(target: dict[str, Any], current: dict[str, Any]) -> tuple[list[str], int]:
     """The agents ("org/agent") that restoring `target` deletes, and their active API keys."""
-    from policies.models import ApiKey
 
     kept = {o.get("name"): {a.get("name") for a in o.get("agents", [])} for o in target.get("orgs", [])}
     doomed = [
@@ -198,8 +195,6 @@ def rollback(
     environment variable no longer allowed, a stored key no longer held) is refused
     with every error and changes nothing.
     """
-    from routing.config.document import document_from_db
-    from routing.config.store import ConfigInvalid, import_document
 
     target = revision_document(version)
     current = document_from_db()

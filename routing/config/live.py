@@ -15,7 +15,13 @@ import threading
 from collections.abc import Callable
 
 from routing.config import lastgood
-from routing.config.snapshot import EMPTY, Snapshot
+from routing.config.db_errors import describe
+from routing.config.document import document_from_db, gc_paused, key_rows_from_db
+from routing.config.overrides import read_overrides
+from routing.config.secrets import stored_keys_from_db
+from routing.config.snapshot import EMPTY, Snapshot, build_snapshot
+from routing.config.validation import validate_document
+from routing.models import ConfigRevision, ConfigVersion
 
 log = logging.getLogger("switchboard.config")
 
@@ -68,26 +74,18 @@ def swap(snapshot: Snapshot) -> None:
 
 
 def read_version() -> int:
-    from routing.models import ConfigVersion
-
     row = ConfigVersion.objects.filter(pk=1).values_list("version", flat=True).first()
     return int(row or 0)
 
 
 def read_config_version() -> int:
     """The newest recorded configuration version (docs/config-history.md#numbers), 0 when none is."""
-    from routing.models import ConfigRevision
 
     return int(ConfigRevision.objects.order_by("-version").values_list("version", flat=True).first() or 0)
 
 
 def load_from_db() -> tuple[Snapshot | None, list, int]:
     """Read and validate the configuration; return (snapshot, [], version) or (None, errors, version)."""
-    from routing.config.document import document_from_db, gc_paused, key_rows_from_db
-    from routing.config.overrides import read_overrides
-    from routing.config.secrets import stored_keys_from_db
-    from routing.config.snapshot import build_snapshot
-    from routing.config.validation import validate_document
 
     with gc_paused():  # see gc_paused: a large rebuild is otherwise a third collector
         version = read_version()
@@ -205,13 +203,8 @@ def _boot_from_last_good(db_error: Exception) -> Snapshot:
     """The database is unreachable at boot: serve the last good file, or refuse to start saying why."""
     from django.core.exceptions import ImproperlyConfigured
 
-    from routing.config.snapshot import build_snapshot
-    from routing.config.validation import validate_document
-
     saved = lastgood.load()
     if saved is None:
-        from routing.config.db_errors import describe
-
         raise ImproperlyConfigured(
             f"{describe(db_error)} There is no last good configuration at {lastgood.path()} to serve instead "
             "either (it is written by every successful start)."

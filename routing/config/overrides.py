@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from routing.config import reload
 from routing.core.breaker import BreakerKey
+from routing.models import BreakerOverride, ConfigVersion
 
 FORCE_OPEN = "force_open"
 RESET = "reset"
@@ -31,7 +33,6 @@ class Override:
 
 def read_overrides() -> tuple[Override, ...]:
     """Every stored control (one per breaker key), oldest revision first."""
-    from routing.models import BreakerOverride
 
     rows = BreakerOverride.objects.order_by("revision").values_list(
         "provider", "model", "org", "action", "user", "reason", "until", "revision"
@@ -55,9 +56,6 @@ def write_override(key: BreakerKey, action: str, user: str, reason: str, until: 
     from datetime import UTC, datetime
 
     from django.db import transaction
-
-    from routing.config import reload
-    from routing.models import BreakerOverride, ConfigVersion
 
     with transaction.atomic():
         reload.mark_changed(record=False)  # operations, not configuration: no history (docs/config-history.md#what)

@@ -34,6 +34,8 @@ from typing import Any
 import orjson
 
 from routing.config.diff import diff_documents, summarise
+from routing.config.document import document_from_db
+from routing.models import ConfigRevision, ConfigVersion
 
 DEFAULT_KEEP = 100
 SYSTEM = "system"
@@ -95,9 +97,6 @@ def change(
         if outer is not None:
             scope.baseline = outer.baseline
         elif keep():
-            from routing.config.document import document_from_db
-            from routing.models import ConfigRevision
-
             if not ConfigRevision.objects.exists():
                 before = document_from_db()
                 scope.baseline = None if _is_empty(before) else before
@@ -143,8 +142,6 @@ def note_change() -> None:
         return
     version = _record(SYSTEM, "shell", "")
     if version is not None:
-        from routing.models import ConfigRevision
-
         transaction.on_commit(_Pending(ConfigRevision.objects.values_list("pk", flat=True).get(version=version)))
 
 
@@ -157,8 +154,6 @@ def _dump(doc: dict[str, Any]) -> tuple[str, str]:
 
 
 def _config_version() -> int:
-    from routing.models import ConfigVersion
-
     return ConfigVersion.objects.filter(pk=1).values_list("version", flat=True).first() or 0
 
 
@@ -175,9 +170,6 @@ def _record(author: str, source: str, note: str, baseline: dict[str, Any] | None
     version number and the predecessor read here are the committed latest.
     """
     from django.utils import timezone
-
-    from routing.config.document import document_from_db
-    from routing.models import ConfigRevision
 
     doc = document_from_db()
     text, digest = _dump(doc)
@@ -221,15 +213,12 @@ def _record(author: str, source: str, note: str, baseline: dict[str, Any] | None
 
 def _insert(**values: Any) -> None:
     """Insert a revision without model signals (history is not configuration; nothing listens for it)."""
-    from routing.models import ConfigRevision
 
     ConfigRevision.objects.bulk_create([ConfigRevision(**values)])
 
 
 def _rewrite(pk: int) -> None:
     """Bring a revision written earlier in this transaction up to the current document."""
-    from routing.config.document import document_from_db
-    from routing.models import ConfigRevision
 
     revision = ConfigRevision.objects.only("version").get(pk=pk)
     doc = document_from_db()
@@ -249,7 +238,6 @@ def _rewrite(pk: int) -> None:
 
 def prune(kept: int) -> int:
     """Delete all but the newest `kept` revisions; returns how many went."""
-    from routing.models import ConfigRevision
 
     newest = ConfigRevision.objects.order_by("-version").values_list("version", flat=True).first()
     if newest is None or kept <= 0:

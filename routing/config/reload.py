@@ -17,7 +17,10 @@ from django.db import transaction
 from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 
+from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
+from providers.models import Alias, FallbackLink, Model, Provider
 from routing.config import recorder
+from routing.models import ConfigVersion, ResilienceSettings
 
 log = logging.getLogger("switchboard.config")
 
@@ -25,16 +28,10 @@ CONFIG_GROUP = "switchboard.config"
 
 
 def _config_models() -> tuple[type, ...]:
-    from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
-    from providers.models import Alias, FallbackLink, Model, Provider
-    from routing.models import ResilienceSettings
-
     return (Provider, Model, FallbackLink, Alias, Org, Agent, ApiKey, OrgPolicy, OrgCredential, ResilienceSettings)
 
 
 def bump_version() -> None:
-    from routing.models import ConfigVersion
-
     if not ConfigVersion.objects.filter(pk=1).update(version=F("version") + 1):
         ConfigVersion.objects.get_or_create(pk=1, defaults={"version": 1})
 

@@ -22,6 +22,9 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from policies.models import OrgCredential
+from providers.models import Provider
+
 log = logging.getLogger("switchboard.config")
 
 DEFAULT_PREFIX = "SWITCHBOARD_UPSTREAM_"
@@ -190,8 +193,6 @@ def stored_ref_problem(value: Any) -> str | None:
 
 def stored_keys_from_db() -> dict[tuple[str, ...], str]:
     """Ciphertexts of keys stored in the database: ("provider", name) and ("credential", org, provider)."""
-    from policies.models import OrgCredential
-    from providers.models import Provider
 
     keys: dict[tuple[str, ...], str] = {}
     for name, token in Provider.objects.exclude(api_key_encrypted="").values_list("name", "api_key_encrypted"):

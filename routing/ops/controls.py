@@ -34,9 +34,11 @@ from channels import layers
 from channels.db import database_sync_to_async
 
 from routing.config import live
+from routing.config.overrides import RESET, write_override
 from routing.config.reload import shared_timeout_s
 from routing.config.snapshot import Snapshot
 from routing.core.breaker import BreakerKey
+from routing.models import BreakerAction
 from routing.ops.dashboard import state
 from routing.runtime import feed
 from routing.runtime.process import current
@@ -211,7 +213,6 @@ def _record(user: str, control: Control, strict: bool = False) -> None:
 
 def persist(user: str, control: Control) -> int:
     """Store the control as the breaker's current override (bumps the configuration version)."""
-    from routing.config.overrides import write_override
 
     return write_override(control.key, control.action, user, control.reason, control.until)
 
@@ -227,7 +228,6 @@ def apply_persisted(overrides: tuple[Any, ...], known: set[BreakerKey] | frozens
     expired holds the breaker open, a reset closes it; a key the configuration no longer
     serves is skipped. Returns how many were applied.
     """
-    from routing.config.overrides import RESET
 
     now = time.time()
     applied = 0
@@ -283,7 +283,6 @@ def force_open(
 
 def audit(user: str, control: Control) -> None:
     """One BreakerAction row: who, which link (BYO breakers as "<model>@<org>"), what, why, until."""
-    from routing.models import BreakerAction
 
     BreakerAction.objects.create(
         user=user[:150],

@@ -6,6 +6,10 @@ import orjson
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
+from routing.config import live
+from routing.runtime import feed, metrics, overload
+from routing.runtime.process import current
+
 FORBIDDEN = orjson.dumps(
     {
         "error": {
@@ -26,10 +30,6 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         if not (user is not None and user.is_authenticated and user.is_active and user.is_staff):
             return HttpResponse(FORBIDDEN, status=403, content_type="application/json")
     from django_prometheus.exports import ExportToDjangoView
-
-    from routing.config import live
-    from routing.runtime import feed, metrics, overload
-    from routing.runtime.process import current
 
     views = feed.call_on_loop(current().breakers.views)  # breakers belong to the serving loop's thread
     metrics.refresh_circuits(live.current(), views)

@@ -20,6 +20,7 @@ from django.contrib.admin.widgets import AutocompleteMixin, get_select2_language
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 
+from providers.models import Alias, Model
 from routing.config.schema import MAX_CHAIN
 
 PAGE = 20
@@ -31,7 +32,6 @@ MODES = [(INHERIT, "keep the model's chain"), (NONE, "no fallback"), (CHAIN, "th
 
 def model_choices(term: str, page: int = 1, aliases: bool = True) -> tuple[list[dict[str, str]], bool]:
     """Model ids (and alias names) containing `term`, one page in name order, and whether more follow."""
-    from providers.models import Alias, Model
 
     term = term.strip()
     start = (max(page, 1) - 1) * PAGE

@@ -15,6 +15,7 @@ from django.conf import settings
 from routing.config import live
 from routing.config.reload import CONFIG_GROUP, shared_timeout_s
 from routing.runtime.outage import Outage
+from routing.runtime.usage.writer import DaemonWorker
 
 log = logging.getLogger("switchboard")
 
@@ -35,7 +36,6 @@ async def config_listener() -> None:
 
 async def config_poller() -> None:
     """Safety net: compare the configuration version every SWITCHBOARD_CONFIG_POLL_S."""
-    from routing.runtime.usage.writer import DaemonWorker
 
     interval = settings.SWITCHBOARD_CONFIG_POLL_S
     worker = DaemonWorker("switchboard-config-poll")  # one thread, so one database connection kept

@@ -52,8 +52,11 @@ from urllib.parse import urlparse
 
 import orjson
 
+from routing.config import live
+from routing.config.reload import shared_timeout_s
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
-from routing.runtime import cluster_scope
+from routing.plan.explain import BreakerStates, local_states
+from routing.runtime import cluster_scope, feed
 
 if TYPE_CHECKING:
     from routing.config.snapshot import Snapshot
@@ -513,8 +516,6 @@ class BreakerSync:
         return holder, int(left_ms)
 
     def _up(self) -> None:
-        from routing.config import live
-
         self.connected = True
         if self.degraded:
             log.warning("Redis is reachable again: breaker transitions are shared again")
@@ -523,8 +524,6 @@ class BreakerSync:
         self._republish()
 
     def _down(self, exc: BaseException) -> None:
-        from routing.config import live
-
         self.connected = False
         for key in list(self.outages):  # nobody to ask: decide on what this process knows
             self.registry.confirm_outage(key)
@@ -579,9 +578,6 @@ async def run(registry: BreakerRegistry) -> None:
     global _sync
     from django.conf import settings
 
-    from routing.config.reload import shared_timeout_s
-    from routing.runtime import feed
-
     url = getattr(settings, "REDIS_URL", "") or ""
     if not url:
         return
@@ -611,8 +607,6 @@ def breaker_states(snapshot: Snapshot, serving: bool, local: BreakerRegistry | N
     """
     from django.conf import settings
 
-    from routing.plan.explain import BreakerStates, local_states
-
     url = getattr(settings, "REDIS_URL", "") or ""
     states = BreakerStates(
         "this process"
@@ -624,8 +618,6 @@ def breaker_states(snapshot: Snapshot, serving: bool, local: BreakerRegistry | N
         import redis
         from redis.backoff import NoBackoff
         from redis.retry import Retry
-
-        from routing.config.reload import shared_timeout_s
 
         timeout = shared_timeout_s()
         client = redis.Redis.from_url(

@@ -27,12 +27,15 @@ from typing import Any
 import httpx
 import orjson
 
+from providers.models import ProviderProbe
+from routing.config import live
 from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec, Snapshot
 from routing.core.breaker import BreakerRegistry, State
 from routing.core.failures import UpstreamFailure
 from routing.runtime import metrics
 from routing.runtime.outage import Outage
+from routing.upstream.dialects import PreparedRequest, get_dialect
 
 log = logging.getLogger("switchboard.health")
 
@@ -60,8 +63,6 @@ change_listeners: list[Callable[[ProbeResult], None]] = []
 def health_url(provider: ProviderSpec) -> str:
     """The dialect's health URL (base URL + health_check_path, or the dialect's default)."""
     try:
-        from routing.upstream.dialects import get_dialect
-
         return get_dialect(provider.dialect).health_url(provider)
     except (ImportError, KeyError, LookupError, AttributeError, ValueError):
         path = provider.health_check_path
@@ -72,14 +73,12 @@ def health_url(provider: ProviderSpec) -> str:
 
 def health_headers(provider: ProviderSpec) -> dict[str, str]:
     """The dialect's probe headers (its credentials), so a wrong key shows up as "down"."""
-    from routing.upstream.dialects import get_dialect
 
     return get_dialect(provider.dialect).probe_headers(provider)
 
 
 async def _probe_credentials(provider: ProviderSpec, url: str) -> dict[str, str]:
     """health_headers, plus what a dialect that `authorizes` obtains per request (an access token)."""
-    from routing.upstream.dialects import PreparedRequest, get_dialect
 
     headers = health_headers(provider)
     dialect = get_dialect(provider.dialect)
@@ -178,7 +177,6 @@ def store_results(found: Iterable[ProbeResult]) -> int:
 
     Synchronous (a management command, or a thread). Returns the number of rows written.
     """
-    from providers.models import ProviderProbe
 
     rows = [
         ProviderProbe(
@@ -213,7 +211,6 @@ def adopt_stored(snapshot: Snapshot) -> list[ProbeResult]:
     providers no longer configured are ignored. Returns the results adopted.
     """
     global _adopted_through
-    from providers.models import ProviderProbe
 
     rows = ProviderProbe.objects.all()
     if _adopted_through is not None:
@@ -263,8 +260,6 @@ async def results_listener() -> None:
     """Background task of a serving process: adopt results published by other processes."""
     from channels import layers
 
-    from routing.config import live
-
     layer = layers.get_channel_layer()
     if layer is None:
         return
@@ -307,8 +302,6 @@ async def run_prober() -> None:
     """Background loop of a serving process (started by gateway_project.process): probe its
     targets every SWITCHBOARD_HEALTH_INTERVAL_S, adopt stored results in between."""
     from django.conf import settings
-
-    from routing.config import live
 
     interval = float(settings.SWITCHBOARD_HEALTH_INTERVAL_S)
     shared_poll = float(getattr(settings, "SWITCHBOARD_HEALTH_SHARED_POLL_S", 2.0))

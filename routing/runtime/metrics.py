@@ -26,8 +26,10 @@ from typing import Any
 from django.conf import settings
 from prometheus_client import Counter, Gauge, Histogram
 
+from routing.config import live
 from routing.core.breaker import BreakerKey, BreakerRegistry
 from routing.core.dimensions import LIMIT_DIMENSIONS
+from routing.runtime import overload
 
 CIRCUIT_STATE = Gauge(
     "switchboard_circuit_state",
@@ -194,7 +196,6 @@ def _request_child(endpoint: str, model: str, model_used: str, status: int) -> A
     """Create (and cache) a requests_total child. A requested name that is no configured
     model or alias is labelled "(unknown)" and not cached, so clients sending random
     model names cannot grow the label set or this cache."""
-    from routing.config import live
 
     if model and live.current().resolve(model) is None:
         key = (endpoint, UNKNOWN_MODEL, model_used, status)
@@ -334,8 +335,6 @@ async def run_refresher(breakers: BreakerRegistry, backlog: Callable[[], int]) -
     refresh reaches the scraped worker only). A background task of gateway_project.process."""
     if not MULTIPROCESS:
         return
-    from routing.config import live
-    from routing.runtime import overload
 
     while True:
         USAGE_BACKLOG.set(float(backlog()))

@@ -45,7 +45,7 @@ class Process:
 
     executor: Executor  # the chain walk; holds the breakers, retry budgets, picker, gates, hedges, parking
     transport: Transport  # the upstream connection pools (docs/performance.md)
-    idempotency: IdempotencyStore  # Idempotency-Key claims and answers (docs/idempotency.md)
+    idempotency: IdempotencyStore  # Idempotency-Key claims and answers (docs/api.md#idempotency)
     usage: UsageSink  # the usage records' queue, journal and writer (docs/usage-records.md)
     limiter: Limiter = field(default_factory=Limiter)  # rate-limit buckets, per process (docs/limits.md)
     budgets: Budgets = field(default_factory=Budgets)  # spend budgets (docs/limits.md#budgets)

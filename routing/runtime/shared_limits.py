@@ -37,6 +37,7 @@ from typing import Any
 from routing.config import live
 from routing.config.snapshot import Snapshot
 from routing.core.picking import Balancer
+from routing.models import UsageRecord
 from routing.plan.budgets import AGENT, FAILED, KEY, LOADED, NEW, ORG, Account, Budgets, period_bounds
 from routing.plan.limits import Limiter, SharedBucket
 from routing.runtime import metrics
@@ -138,8 +139,6 @@ def query_spend(starts: Iterable[float], until: float | None = None) -> dict[tup
     per API key, agent and org: every process's records, the cluster's truth (docs/limits.md#durable)."""
     from django.db import close_old_connections
     from django.db.models import Sum
-
-    from routing.models import UsageRecord
 
     out: dict[tuple[tuple[str, ...], float], float] = {}
     close_old_connections()

@@ -16,6 +16,9 @@ from typing import Any
 import orjson
 from django.core.management.base import BaseCommand, CommandError
 
+from routing.config import live
+from routing.runtime.health import UP, probe_all, publish_results, store_results
+
 
 class Command(BaseCommand):
     help = "Probe providers' health URLs now; exit 0 when all probed providers are up, 1 otherwise."
@@ -28,9 +31,6 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=5.0, help="Seconds to wait for each provider (default 5).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from routing.config import live
-        from routing.runtime.health import UP, probe_all, publish_results, store_results
-
         try:
             snapshot = live.load_snapshot()
         except live.InvalidConfiguration as exc:

@@ -17,6 +17,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from routing.config import live
+from routing.core.breaker import BreakerKey
+from routing.ops import controls
+
 
 class Command(BaseCommand):
     help = "Reset or force open a circuit breaker in every serving process (stored in the database)."
@@ -31,10 +35,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django.db import DatabaseError
-
-        from routing.config import live
-        from routing.core.breaker import BreakerKey
-        from routing.ops import controls
 
         key = BreakerKey(options["provider"], options["model"], options["org"])
         try:

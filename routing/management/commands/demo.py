@@ -32,6 +32,12 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from gateway_project.servers import DEFAULT, SERVERS, command
+from policies.keys import create_api_key
+from policies.models import Agent
+from routing.config.store import import_document, load_yaml
+from routing.ops.controls import ensure_operators_group
+from tools.mock.bedrock import demo_credentials
+from tools.mock.clouds import new_service_account
 
 DEMO_FILE = Path(__file__).resolve().parents[2] / "fixtures" / "demo.yaml"
 
@@ -125,10 +131,6 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from django.contrib.auth import get_user_model
 
-        from policies.models import Agent
-        from routing.config.store import import_document, load_yaml
-        from tools.mock.bedrock import demo_credentials
-
         # Before anything is touched: a running demo keeps its database, password and configuration.
         self._lock = take_lock(options["port"], options["mock_port"])
         check_ports(options["port"], options["mock_port"])
@@ -149,11 +151,8 @@ class Command(BaseCommand):
         admin.is_staff = admin.is_superuser = True
         admin.set_password(password)
         admin.save()
-        from routing.ops.controls import ensure_operators_group
 
         admin.groups.add(ensure_operators_group())  # the group to give other operators
-
-        from policies.keys import create_api_key
 
         agent = Agent.objects.get(org__name="demo", name="demo-agent")
         _, key = create_api_key(agent=agent, label="demo")
@@ -210,7 +209,6 @@ Try (the README's examples use $KEY):
 
     def _vertex_account(self, port: int) -> str:
         """A service account made for this run, whose key the mock's token endpoint trusts (vertex demo)."""
-        from tools.mock.clouds import new_service_account
 
         account, public = new_service_account(f"http://127.0.0.1:{port}/vertex/token")
         email = orjson.loads(account)["client_email"]

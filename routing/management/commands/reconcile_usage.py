@@ -9,6 +9,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from providers.models import Deployment, Model
+from routing.models import UsageRecord
+from routing.ops.usage import reconcile
+
 
 class Command(BaseCommand):
     help = (
@@ -24,8 +28,6 @@ class Command(BaseCommand):
         parser.add_argument("--end", help="last UTC day, included; default: the export's last")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from routing.ops.usage import reconcile
-
         path = Path(options["file"])
         try:
             export = reconcile.read_export(path.name, path.read_bytes())
@@ -55,8 +57,6 @@ def _day(text: str, option: str) -> datetime:
 
 
 def _records(start: datetime, end: datetime, provider: str | None) -> Any:
-    from routing.models import UsageRecord
-
     rows = UsageRecord.objects.filter(created_at__gte=start, created_at__lt=end, cached=False).exclude(model_used="")
     if provider:
         rows = rows.filter(provider=provider)
@@ -66,7 +66,6 @@ def _records(start: datetime, end: datetime, provider: str | None) -> Any:
 
 def _upstream_names() -> dict[tuple[str, str], str]:
     """(gateway model id, provider name) -> the model name sent to that provider, from the configuration."""
-    from providers.models import Deployment, Model
 
     names = {
         (m.public_id, m.provider.name): m.upstream_model

@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from gateway_project import workers as supervisor
 from gateway_project.servers import DEFAULT, SERVERS, command
 
 
@@ -29,8 +30,6 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000, help="Port to listen on (default: %(default)s).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from gateway_project import workers as supervisor
-
         n, server, host, port = options["workers"], options["server"], options["host"], options["port"]
         if not 1 <= n <= 256:
             raise CommandError(f"--workers must be between 1 and 256 (got {n}); about one per core.")

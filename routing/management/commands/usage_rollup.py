@@ -8,6 +8,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from routing.runtime.usage import rollup
+
 
 class Command(BaseCommand):
     help = (
@@ -22,8 +24,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from routing.runtime.usage import rollup
-
         hours = options["since_hours"]
         if hours is not None and hours <= 0:
             raise CommandError("--since-hours must be a positive number of hours")

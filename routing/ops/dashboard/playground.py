@@ -27,6 +27,7 @@ from django.views.decorators.http import require_GET, require_POST
 from policies.keys import create_api_key
 from policies.models import Agent, ApiKey
 from routing.config import live
+from routing.ops.dashboard.pages import may_view_usage
 from routing.ops.usage import browse
 
 PLAYGROUND = "policies.add_apikey"
@@ -136,7 +137,6 @@ def record(request: HttpRequest, request_id: str) -> JsonResponse:
 
     Records of keys this session minted are shown; others need the usage pages' permission.
     """
-    from routing.ops.dashboard.pages import may_view_usage
 
     found = browse.get(request_id)
     if found is None:

@@ -16,7 +16,7 @@ from django.conf import settings
 
 from routing.config import live
 from routing.core.breaker import BreakerKey, State
-from routing.runtime import feed, health
+from routing.runtime import feed, health, overload
 from routing.runtime.counters import model_stats
 from routing.runtime.process import current
 
@@ -111,7 +111,6 @@ def link_entry(key: BreakerKey, view: Any, org_views: list[dict[str, Any]] | Non
 
 def deployment_rows(model: Any, views: dict[BreakerKey, Any], seen: set[BreakerKey]) -> list[dict[str, Any]]:
     """The rows of a model's deployments, in configuration order, each saying which of how many it is."""
-    from routing.runtime import overload
 
     balancer = current().picker
     rows = []

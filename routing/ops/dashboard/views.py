@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseForbidden, JsonRe
 from django.shortcuts import render
 from django.utils import timezone
 
+from routing.models import UsageRecord
 from routing.ops import controls
 from routing.ops.dashboard import state
 from routing.runtime import feed, processes
@@ -59,7 +60,6 @@ USAGE_WINDOWS = {"1": 1, "24": 24, "168": 168, "720": 720}
 @staff_only
 def usage_summary(request: HttpRequest) -> HttpResponse:
     """Per model over a time window: requests, errors, fallbacks, tokens, cost."""
-    from routing.models import UsageRecord
 
     hours = USAGE_WINDOWS.get(request.GET.get("hours", "24"), 24)
     since = timezone.now() - timedelta(hours=hours)

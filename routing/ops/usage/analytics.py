@@ -25,6 +25,7 @@ from django.db import connections
 from django.db.models import Aggregate, Count, F, FloatField, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, Trunc
 
+from routing.models import UsageRecord, UsageRollup
 from routing.runtime.usage import rollup
 
 
@@ -110,7 +111,6 @@ class View:
 
     def records(self) -> QuerySet[Any]:
         """The usage records of this view (time range and filters); indexed on (filter column, created_at)."""
-        from routing.models import UsageRecord
 
         since = datetime.fromtimestamp(self.first_bucket, tz=UTC)
         qs = UsageRecord.objects.filter(created_at__gte=since)
@@ -125,7 +125,6 @@ class View:
 
     def rollups(self, *group_by: str) -> QuerySet[Any]:
         """The aggregate rows of this view: the smallest grouping holding its filters and `group_by`."""
-        from routing.models import UsageRollup
 
         columns = [FILTERS[p] for p in self.filters] + list(group_by)
         since = datetime.fromtimestamp(self.first_bucket, tz=UTC)

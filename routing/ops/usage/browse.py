@@ -16,6 +16,8 @@ from typing import Any
 
 from django.db.models import Q
 
+from routing.models import UsageRecord
+
 PAGE_SIZE = 50
 MAX_TEXT = 200
 # Exact-match filters: query parameter -> UsageRecord field.
@@ -132,7 +134,6 @@ class Page:
 
 def find(search: Search, size: int = PAGE_SIZE) -> Page:
     """One page of matching records, newest first (one query, size + 1 rows to know if more follow)."""
-    from routing.models import UsageRecord
 
     rows = list(
         UsageRecord.objects.filter(search.condition())
@@ -146,7 +147,6 @@ def find(search: Search, size: int = PAGE_SIZE) -> Page:
 
 def get(record_id: str) -> Any | None:
     """A record by its record id (the request log's links) or, failing that, by its request id (newest)."""
-    from routing.models import UsageRecord
 
     record_id = record_id.strip()[:128]
     found = UsageRecord.objects.filter(record_id=record_id).first()

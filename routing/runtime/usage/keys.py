@@ -56,6 +56,7 @@ def totals(rows: Sequence[Row], to_datetime: Callable[[Any], datetime]) -> dict[
 
 def add(cursor: Any, connection: Any, rows: Sequence[Row], to_datetime: Callable[[Any], datetime]) -> None:
     """Upsert the batch's per-key totals (one statement per key in the batch)."""
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
     from routing.models import KeyUsage
 
     per_key = totals(rows, to_datetime)

@@ -31,6 +31,7 @@ from typing import Any
 
 from routing.runtime.usage import rollup
 from routing.runtime.usage.bounds import MAX_JSON_ITEMS, MAX_TEXT, TRAIL_ITEM_VALUES, TRAIL_VALUE_CHARS
+from routing.runtime.usage.spool import _json_default, dumps_line
 
 _sql: dict[str, str] = {}
 
@@ -61,6 +62,7 @@ def _columns() -> list[tuple[str, str, str]]:
     """Per UsageRecord column: (column, value expression over the JSON object `j`, shape check)."""
     from django.db import models
 
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
     from routing.models import UsageRecord
 
     out: list[tuple[str, str, str]] = []
@@ -185,6 +187,7 @@ def _rollup_parts(q: Any, roll: str) -> dict[str, str]:
 
 def statement(quote: Any) -> str:
     """The batch statement (one parameter: a JSON array of usage records); returns (refused shapes, inserted)."""
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
     from routing.models import KeyUsage, UsageRecord, UsageRollup
 
     q = quote
@@ -252,8 +255,6 @@ def payload(rows: list[dict[str, Any]], lines: list[bytes] | None) -> str:
     if lines is not None and len(lines) == len(rows):
         return (b"[" + b",".join(lines) + b"]").decode()
     import orjson
-
-    from routing.runtime.usage.spool import _json_default, dumps_line
 
     try:
         return orjson.dumps(rows, default=_json_default).decode()

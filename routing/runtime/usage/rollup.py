@@ -165,6 +165,7 @@ def aggregate(rows, to_datetime):
 
 def add(cursor: Any, connection: Any, rows: Sequence[Row], to_datetime: Callable[[Any], datetime]) -> None:
     """Upsert the batch's aggregates (one statement per grouping/hour/combination in the batch)."""
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
     from routing.models import UsageRollup
 
     per = aggregate(rows, to_datetime)
@@ -199,6 +200,7 @@ def rebuild(since: datetime | None = None) -> int:
     from django.db.models import Count, Q
     from django.db.models.functions import Trunc
 
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
     from routing.models import UsageRecord, UsageRollup
 
     start = _hour(since.astimezone(UTC)) if since is not None else None

@@ -57,6 +57,7 @@ def _field_converters() -> dict[str, Callable[[Any], Any]]:
         return _converters
     from django.db import models
 
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
     from routing.models import UsageRecord
 
     conv: dict[str, Callable[[Any], Any]] = {}
@@ -145,6 +146,7 @@ def _insert_statement(using: str) -> tuple[str, list[Any]]:
     if cached is None:
         from django.db import connections
 
+        # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
         from routing.models import UsageRecord
 
         quote = connections[using].ops.quote_name
@@ -275,6 +277,7 @@ def _add_aggregates(cursor: Any, connection: Any, rows: list[Row], using: str) -
 
 def _fresh_rows(cursor: Any, connection: Any, rows: list[Row]) -> list[Row]:
     """The rows of the batch not stored yet (record_id as `to_values` fills it)."""
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
     from routing.models import UsageRecord
 
     keyed = [r if r.get("record_id") else {**r, "record_id": str(r["request_id"])[:32]} for r in rows]
