@@ -29,6 +29,9 @@ ORG, AGENT, KEY = "org", "agent", "key"
 NEW, LOADED, FAILED = 0, 1, 2  # Account.state
 RELOAD_IDLE_S = 60.0  # an account unused this long is read again from the records when used (a budget re-added)
 _MICRO = 1_000_000
+# Leases are sums and differences of many small floats: one that holds exactly a request may come out a
+# few 1e-19 short of it. Far below the counters' µUSD, this much less is still enough.
+_SLACK = 1e-12
 
 
 def period_bounds(period: str, now: float) -> tuple[float, float | None]:
@@ -117,7 +120,7 @@ class Account:
             return False
         if self.cluster is None:  # no round yet this period: the counter may have it
             return True
-        return self.lease + self.usd - self.cluster - self.owed >= amount
+        return self.lease + self.usd - self.cluster - self.owed + _SLACK >= amount
 
     def roll(self, usd: float, period: str, now: float, base: Callable[[tuple[str, ...], float], float]) -> None:
         """Follow a changed amount or period, and start a new period when the current one is over."""
@@ -295,7 +298,7 @@ class Budgets:
             account = self._account(ident, budget, now)
             if account.state == NEW and not account.waited:
                 unloaded = [*(unloaded or ()), account]
-            if account.left() < amount:
+            if account.left() + _SLACK < amount:
                 short = short or []
                 short.append((scope, account))
             accounts.append(account)
