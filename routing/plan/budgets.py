@@ -79,6 +79,7 @@ class Account:
         "waited",
         "synced",
         "floor",
+        "waiting",
     )
 
     def __init__(self, key: tuple[str, ...], usd: float, period: str, now: float, base: float) -> None:
@@ -101,6 +102,9 @@ class Account:
         self.waited = False  # a request already waited once for this account's load
         self.synced = 0.0  # shared mode: `spent` when a lease round last reached the counter
         self.floor = False  # shared mode: reloaded; the counter is at least base + spent + reserved
+        # shared mode: the summed worst cases of this process's requests waiting for a lease round; a round
+        # never gives back below it, so what one round leased for them is theirs when they resume
+        self.waiting = 0.0
 
     def spend(self) -> float:
         """Spend of the period as this process knows it (settled; the cluster's in shared mode)."""
@@ -167,6 +171,7 @@ class Exhausted(Exception):
         super().__init__(f"{scope} budget {account.usd}")
         self.short = short  # only leases lacked it; the cluster counters may grant it (wait for a round)
         self.lacking: list[Account] = []  # shared accounts whose lease lacks it (a round may confirm the no)
+        self.accounts: list[Account] = []  # every account the request applies to (its waiter holds their leases)
         self.scope = scope
         self.account = account
         self.amount = amount
@@ -305,7 +310,9 @@ class Budgets:
         if unloaded is not None:
             raise Unloaded(unloaded)
         if short is not None:
-            raise self._refuse(short, amount, now)
+            refused = self._refuse(short, amount, now)
+            refused.accounts = accounts
+            raise refused
         for account in accounts:
             account.take(amount)
         return Hold(accounts, amount)
