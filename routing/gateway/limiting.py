@@ -209,20 +209,27 @@ async def _after_refusal(budgets: Budgets, caller: Caller, amount: float, refuse
     ident, key_budget = (key.prefix, key.budget) if key is not None else ("", None)
     deadline = time.monotonic() + LEASE_WAIT_S
     rounded = confirmed = False
-    while refused.short or (rounded and refused.lacking and not confirmed):
-        if not refused.short:  # a round saw the counter lack it: once more after the others' rounds
-            confirmed = True  # (what they hold beyond their waiters goes back then), as for rate limits
-            await shared_limits.after_others_rounds(deadline)
-            for account in refused.lacking:
-                account.need += amount
-        left = deadline - time.monotonic()
-        if left <= 0 or not await shared_limits.wait_for_lease(refused.account, left):
-            break
-        rounded = True
-        try:
-            return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount, ident, key_budget)
-        except Exhausted as exhausted:
-            refused = exhausted
+    waits_on = refused.accounts if refused.short else []
+    for account in waits_on:  # what a round leases for the waiters stays until they resume (Syncer)
+        account.waiting += amount
+    try:
+        while refused.short or (rounded and refused.lacking and not confirmed):
+            if not refused.short:  # a round saw the counter lack it: once more after the others' rounds
+                confirmed = True  # (what they hold beyond their waiters goes back then), as for rate limits
+                await shared_limits.after_others_rounds(deadline)
+                for account in refused.lacking:
+                    account.need += amount
+            left = deadline - time.monotonic()
+            if left <= 0 or not await shared_limits.wait_for_lease(refused.account, left):
+                break
+            rounded = True
+            try:
+                return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount, ident, key_budget)
+            except Exhausted as exhausted:
+                refused = exhausted
+    finally:
+        for account in waits_on:
+            account.waiting = max(0.0, account.waiting - amount)
     metrics.rate_limited(refused.scope, "budget")
     account = refused.account
     name = _whose(refused.scope, agent, key)

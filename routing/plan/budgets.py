@@ -29,6 +29,9 @@ ORG, AGENT, KEY = "org", "agent", "key"
 NEW, LOADED, FAILED = 0, 1, 2  # Account.state
 RELOAD_IDLE_S = 60.0  # an account unused this long is read again from the records when used (a budget re-added)
 _MICRO = 1_000_000
+# Leases are sums and differences of many small floats: one that holds exactly a request may come out a
+# few 1e-19 short of it. Far below the counters' µUSD, this much less is still enough.
+_SLACK = 1e-12
 
 
 def period_bounds(period: str, now: float) -> tuple[float, float | None]:
@@ -76,6 +79,7 @@ class Account:
         "waited",
         "synced",
         "floor",
+        "waiting",
     )
 
     def __init__(self, key: tuple[str, ...], usd: float, period: str, now: float, base: float) -> None:
@@ -98,6 +102,9 @@ class Account:
         self.waited = False  # a request already waited once for this account's load
         self.synced = 0.0  # shared mode: `spent` when a lease round last reached the counter
         self.floor = False  # shared mode: reloaded; the counter is at least base + spent + reserved
+        # shared mode: the summed worst cases of this process's requests waiting for a lease round; a round
+        # never gives back below it, so what one round leased for them is theirs when they resume
+        self.waiting = 0.0
 
     def spend(self) -> float:
         """Spend of the period as this process knows it (settled; the cluster's in shared mode)."""
@@ -117,7 +124,7 @@ class Account:
             return False
         if self.cluster is None:  # no round yet this period: the counter may have it
             return True
-        return self.lease + self.usd - self.cluster - self.owed >= amount
+        return self.lease + self.usd - self.cluster - self.owed + _SLACK >= amount
 
     def roll(self, usd: float, period: str, now: float, base: Callable[[tuple[str, ...], float], float]) -> None:
         """Follow a changed amount or period, and start a new period when the current one is over."""
@@ -164,6 +171,7 @@ class Exhausted(Exception):
         super().__init__(f"{scope} budget {account.usd}")
         self.short = short  # only leases lacked it; the cluster counters may grant it (wait for a round)
         self.lacking: list[Account] = []  # shared accounts whose lease lacks it (a round may confirm the no)
+        self.accounts: list[Account] = []  # every account the request applies to (its waiter holds their leases)
         self.scope = scope
         self.account = account
         self.amount = amount
@@ -295,14 +303,16 @@ class Budgets:
             account = self._account(ident, budget, now)
             if account.state == NEW and not account.waited:
                 unloaded = [*(unloaded or ()), account]
-            if account.left() < amount:
+            if account.left() + _SLACK < amount:
                 short = short or []
                 short.append((scope, account))
             accounts.append(account)
         if unloaded is not None:
             raise Unloaded(unloaded)
         if short is not None:
-            raise self._refuse(short, amount, now)
+            refused = self._refuse(short, amount, now)
+            refused.accounts = accounts
+            raise refused
         for account in accounts:
             account.take(amount)
         return Hold(accounts, amount)

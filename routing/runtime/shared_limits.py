@@ -400,7 +400,9 @@ class Syncer:
     # ahead would be refused to the waiters of another. Without waiters it keeps a share ahead of use,
     # so the fast path admits without a round, unless the allowance is near its end (less than a share
     # per process left in the cluster): then it gives the share back, so a request refused elsewhere
-    # finds nothing idle here after this process's next round (docs/limits.md#shared).
+    # finds nothing idle here after this process's next round (docs/limits.md#shared). What a round leased
+    # for waiters stays theirs until they resume (`Account.waiting`): a round woken during the last one
+    # begins before they do, and would otherwise give it back as held ahead of use.
 
     def _plan_account(self, account: Account, now: float, ahead: bool = True) -> tuple[int, int, int]:
         """(want, owed, seed) in µUSD for one budget; `ahead=False`: no share ahead of use (a re-run)."""
@@ -413,6 +415,8 @@ class Syncer:
             if rest >= self.processes * share:
                 target = share
         want = round((target + need - lease) * _MICRO, 3)
+        if want < 0:  # never from under the waiters: a round begun before they resumed would take their lease
+            want = min(0.0, round((max(target + need, account.waiting) - lease) * _MICRO, 3))
         micro = math.ceil(want) if want > 0 else round(want)  # asks never short of a request
         if micro < 0:
             account.lease = lease + micro / _MICRO  # give back what is held beyond the share and the waiters

@@ -193,3 +193,26 @@ def test_a_budget_the_cluster_counter_lacks_is_refused_at_once() -> None:
         budgets.admit("acme", (0.01, "total"), "bot", None, 0.00007)
     assert not refused.value.short and refused.value.lacking == [account]
     assert account.need == 0.0
+
+
+def test_a_lease_that_holds_exactly_the_last_requests_admits_them_all() -> None:
+    """Two rounds lease $0.0005 then $0.00349 for requests of $0.00007: 57 fit in the sum exactly. The
+    float arithmetic of the lease leaves the last one some 1e-18 short of a request; it is admitted."""
+    budgets = Budgets(Clock())
+    budgets.shared = True
+    budgets.starved = lambda account: None
+    with pytest.raises(Exhausted):
+        budgets.admit("acme", (0.01, "total"), "bot", None, 0.00007)
+    account = budgets.find(("org", "acme"))
+    served = 0
+    for granted in (0.0005, 0.00349):
+        account.need = 0.0
+        account.lease += granted
+        account.cluster = 0.00399
+        while True:
+            try:
+                budgets.admit("acme", (0.01, "total"), "bot", None, 0.00007)
+            except Exhausted:
+                break
+            served += 1
+    assert served == 57  # 56 before: the last one was refused for want of 6e-19 dollars

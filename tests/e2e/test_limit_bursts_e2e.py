@@ -156,16 +156,15 @@ def test_a_burst_that_fits_the_cluster_tpm_bucket_is_admitted_in_full(cluster, m
 
 
 def test_a_burst_spends_a_shared_budget_to_the_last_request(cluster, mock_upstream):
-    (a, b), upstream, org = cluster("budget: {usd: 0.01, period: total}")
-    warm([a, b])
-    answers, _ = burst([a, b], 600, model="spend")
+    gateways, upstream, org = cluster("budget: {usd: 0.01, period: total}", processes=3)
+    warm(gateways)
+    answers, _ = burst(gateways, 600, model="spend")
     served = statuses(answers).count(200)
-    # Every request costs exactly its worst case: 142 fit in $0.01 ($0.00994); never more. Usually all
-    # 142 (or 141) are served, but about one burst in six still stops early (85 served once): a known
-    # false-refusal bug of the merged lease and reseed rounds, open in the tracker, so this test holds
-    # only the guarantee that never fails: no overshoot, and every refusal a budget refusal.
+    # Every request costs exactly its worst case: 142 fit in $0.01 ($0.00994); never more, and at most one
+    # fewer (docs/limits.md#bursts). Before, one burst in six stopped early (85 or 105 served): a round
+    # begun before the waiters of the last one resumed gave their lease back.
     fit = int(0.01 / COST + 1e-9)
-    assert 0 < served <= fit, (served, served * COST)
+    assert fit - 1 <= served <= fit, (served, served * COST)
     assert mock_upstream.count(upstream) == served
     refused = [r for r in answers if r.status_code != 200]
     assert {r.json()["error"]["code"] for r in refused} == {"budget_exceeded"}

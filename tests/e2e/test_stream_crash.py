@@ -35,7 +35,7 @@ orgs:
 {budget}    agents:
       - name: bot
 """
-STREAMS = 10
+STREAMS = 40  # the issue's scale: every stream relaying when the worker is killed
 
 
 def config(mock_upstream, org: str, upstream: str, budget: str = "") -> str:
@@ -75,8 +75,10 @@ def test_kill_9_mid_stream_leaves_one_interrupted_record_per_stream_charged_to_t
     wait_for(lambda: all(n >= 2 for n in received.values()), 20, "every stream relaying")
     gw.process.send_signal(signal.SIGKILL)
     gw.process.wait(timeout=10)
+    joined_by = time.monotonic() + 20  # one bound for all: the kill resets every connection
     for t in threads:
-        t.join(timeout=20)
+        t.join(timeout=max(0.0, joined_by - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "a client stream outlived the killed worker"
     gw.log.close()
     gw.process = None
     cut = [rid for rid in received if rid not in finished]

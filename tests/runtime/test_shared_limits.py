@@ -57,6 +57,18 @@ async def admit_budget(p: Syncer, org: str, budget, amount: float):
         return None
 
 
+async def admit_budget_org(p: Syncer, org: str, amount: float):
+    """`admit_budget` on the org's budget of $0.01 (total)."""
+    try:
+        return p.budgets.admit(org, (0.01, "total"), "bot", None, amount)
+    except Exhausted:
+        await p.sync_once()
+    try:
+        return p.budgets.admit(org, (0.01, "total"), "bot", None, amount)
+    except Exhausted:
+        return None
+
+
 async def test_a_budget_leased_by_two_processes_never_admits_more_than_it_holds(cluster):
     clock, process = cluster
     p1, p2 = process(), process()
@@ -327,3 +339,79 @@ async def test_a_flushed_redis_is_rebuilt_from_every_process_s_records_plus_what
     # What is left for anyone: $1 - $0.6 spent - the leases held; never the $0.6 again.
     left = 1.0 - 0.6 - a1.lease - a2.lease
     assert await admit_budget(p1, org, budget, left + a1.lease + 0.01) is None
+
+
+async def test_what_a_round_leased_for_budget_waiters_is_theirs_when_the_next_round_begins_first(cluster):
+    """The request path's budget admission (routing.gateway.limiting.reserve) on a real Redis, its rounds
+    driven here as the syncer's task runs them when requests arrive during a round: the next round begins
+    at once, before the waiters the first one leased for have resumed. It must not give their lease back
+    as held ahead of use: $0.01 of requests of $0.00007, 300 at once: all 142 that fit are admitted when
+    they resume, the rest refused `budget_exceeded`."""
+    import asyncio
+
+    from routing.config.snapshot import build_snapshot
+    from routing.core.errors import GatewayError
+    from routing.gateway import limiting
+    from routing.ops import shared_limits
+    from routing.plan import chain, preflight
+
+    _, process = cluster
+    p = process()
+    p.interval_s = 0.02  # the refused ones' confirming wait (1.5 intervals) stays short
+    org, amount = org_name(), 0.00007
+    doc = {
+        "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
+        "models": [
+            {"id": "m", "provider": "p", "upstream_model": "m", "capabilities": ["chat"], "output_price_per_mtok": 10}
+        ],
+        "orgs": [{"name": org, "budget": {"usd": 0.01, "period": "total"}, "agents": [{"name": "bot"}]}],
+    }
+    snap = build_snapshot(doc, [{"key_hash": "k", "prefix": "k", "org": org, "agent": "bot"}], {})
+    agent = snap.keys["k"].agent
+    req = preflight.requirements(
+        "chat", {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 7}
+    )
+    links = preflight.apply(chain.build_chain(snap, agent.org, snap.resolve("m"), "m"), req)
+    assert limiting.worst_cost(links, req) == pytest.approx(amount)
+    # one request first, through a round of its own: the counter exists, the seed marker is this process's
+    assert await admit_budget_org(p, org, amount) is not None
+
+    loop = asyncio.get_running_loop()
+    p._wake, p._round, p.running = asyncio.Event(), loop.create_future(), True
+
+    async def one_round() -> None:  # Syncer.run's loop body
+        done, p._round = p._round, loop.create_future()
+        await p.sync_once()
+        done.set_result(None)
+
+    async def one() -> int | str:
+        try:
+            await limiting.reserve(p.budgets, agent, links, req)
+        except GatewayError as error:
+            return error.code
+        return 200
+
+    shared_limits.install(p)
+    try:
+        requests = [loop.create_task(one()) for _ in range(300)]
+        await asyncio.sleep(0)  # each is short of its lease and waits for a round
+        assert not any(r.done() for r in requests)
+        await one_round()  # leases what the waiters need, as far as the counter has it
+        await one_round()  # woken meanwhile: begins before they resume
+        for _ in range(10):
+            await asyncio.sleep(0)
+        served = sum(r.done() and r.result() == 200 for r in requests)
+        assert served == 141  # every one that fits (with the first request, 142); 7 before: a share's worth
+        for _ in range(500):  # each is answered within its 2.5 s wait
+            if all(r.done() for r in requests):
+                break
+            await asyncio.sleep(0.01)
+            await one_round()
+        answers = [r.result() for r in requests]
+        assert answers.count(200) == 141 and set(answers) == {200, "budget_exceeded"}
+    finally:
+        shared_limits.install(None)
+        p.running = False
+    account = p.budgets.find(("org", org))
+    assert account.waiting == pytest.approx(0.0, abs=1e-12)  # nothing held for waiters gone
+    assert int(await p._redis.get(account_key(account, p.prefix))) <= 10_000
