@@ -9,7 +9,7 @@ from __future__ import annotations
 
 ENDPOINT_KINDS: tuple[str, ...] = ("chat", "embeddings", "rerank", "responses", "completions")
 
-# The endpoint kinds each dialect's adapter can serve (providers.dialects.base.Dialect.kinds), for the
+# The endpoint kinds each dialect's adapter can serve (routing.upstream.dialects.base.Dialect.kinds), for the
 # deployment rule "the provider's dialect serves the model's kinds" (docs/deployments.md#validation).
 DIALECT_KINDS: dict[str, frozenset[str]] = {
     "openai": frozenset({"chat", "embeddings", "rerank", "responses", "completions"}),

@@ -89,6 +89,7 @@ async def serve(process: Process, pacer: Pacer, scope: Scope, receive: Receive, 
     if anthropic:
         auth = messages.credential(auth, x_api_key)
     tally = process.tally
+    send = answered = _RecordFirst(send, ctx, process)
     call = Call(ctx, send, process, idempotency_key, cache_control)  # the one request object
     tally.in_flight += 1  # the dashboard's process list (docs/scale-out.md#processes)
     try:
@@ -114,8 +115,8 @@ async def serve(process: Process, pacer: Pacer, scope: Scope, receive: Receive, 
     finally:
         tally.in_flight -= 1
         tally.served += 1
-        if ctx.endpoint != "unknown" and ctx.status:
-            _account(ctx, process)
+        if not answered.accounted and ctx.endpoint != "unknown" and ctx.status:
+            _account(ctx, process)  # a committed stream's end, or no answer went out (the client left first)
         if ctx.trace is not None:
             tracing.finish(ctx.trace, ctx)
 
@@ -250,8 +251,31 @@ async def _serve(call: Call, receive: Receive) -> None:
             limiting.settle_budget(hold, ctx)
 
 
+class _RecordFirst:
+    """The server's `send`, which queues the request's usage record (journaled at once) just before
+    the answer's last byte: a process killed right after answering still has the record
+    (docs/usage-records.md). After the byte, the scheduler may run the kill first. A committed
+    stream was journaled at its commit and is settled when its relay ends, as before."""
+
+    __slots__ = ("accounted", "ctx", "process", "send")
+
+    def __init__(self, send: Send, ctx: Context, process: Process) -> None:
+        self.send = send
+        self.ctx = ctx
+        self.process = process
+        self.accounted = False
+
+    async def __call__(self, message: dict) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body") and not self.accounted:
+            ctx = self.ctx
+            if ctx.endpoint != "unknown" and ctx.status and not (ctx.streamed and ctx.status == 200):
+                self.accounted = True
+                _account(ctx, self.process)
+        await self.send(message)
+
+
 def _account(ctx: Context, process: Process) -> None:
-    """Usage record, metrics and the request log line: after the answer, never raising."""
+    """Usage record, metrics and the request log line: at the answer's last byte (_RecordFirst), never raising."""
     try:
         accounting.finish(ctx, process.usage)
     except Exception:  # noqa: BLE001
