@@ -32,7 +32,20 @@ SERVICE_MS = 100
 ORGS = ("org-a", "org-b", "org-c")
 BATCH_MAX_WAIT_S = 1.0
 
-CONFIG = """
+
+def _config(url: str, capacity: int, on: bool) -> str:
+    """The gateway's document; with `on`, overload control as an operator configures it
+    (docs/overload.md#configuration): the limit on `ov`, hedging on `hx`, two classes per org."""
+    limit = (
+        f"\n    concurrency: {{initial: {capacity // 2}, max: {capacity * 4}, queue: {capacity * 10}}}" if on else ""
+    )
+    hedge = "\n    hedge: {budget_pct: 5}" if on else ""
+    inter = "\n        priority: interactive" if on else ""
+    batch = "\n        priority: batch" if on else ""
+    orgs = "".join(
+        f"  - name: {o}\n    agents:\n      - name: inter{inter}\n      - name: batch{batch}\n" for o in ORGS
+    )
+    return f"""
 resilience:
   max_retries: 1
   backoff_base_ms: 50
@@ -47,24 +60,20 @@ models:
   - id: ov
     provider: mock
     upstream_model: ov
-    capabilities: [chat]
+    capabilities: [chat]{limit}
   - id: hx
     capabilities: [chat]
     deployments:
       - {{provider: mock, upstream_model: hx-1}}
-      - {{provider: mock-2, upstream_model: hx-2}}
+      - {{provider: mock-2, upstream_model: hx-2}}{hedge}
 orgs:
-""" + "".join(f"  - name: {o}\n    agents:\n      - name: inter\n      - name: batch\n" for o in ORGS)
+{orgs}"""
 
 
-def _overload_doc(capacity: int) -> str:
-    return json.dumps(
-        {
-            "models": {"ov": {"initial": capacity // 2, "max": capacity * 4, "queue": capacity * 10}},
-            "classes": {f"{o}/inter": "interactive" for o in ORGS} | {f"{o}/batch": "batch" for o in ORGS},
-            "hedge": {"models": {"hx": {"budget_pct": 5}}},
-        }
-    )
+def _import(work: Path, env: dict[str, str], text: str) -> None:
+    path = work / "ov-mode.yaml"
+    path.write_text(text)
+    manage(["import_config", str(path)], env)
 
 
 def _pct(values: list[float], p: float) -> float | None:
@@ -343,11 +352,11 @@ def run(
     results: dict[str, Any] = {"capacity": capacity, "service_ms": SERVICE_MS, "seconds": seconds, "runs": {}}
     try:
         _script(mock_url, capacity)
-        env, key = prepare_database(work, "ov", CONFIG.format(url=mock_url), "org-a", "inter")
+        env, key = prepare_database(work, "ov", _config(mock_url, capacity, False), "org-a", "inter")
         keys = _keys(env, key)
         for mode in modes:
-            genv = {**env, "SWITCHBOARD_OVERLOAD": _overload_doc(capacity) if mode == "on" else ""}
-            gw, url = start_gateway("uvicorn", f"gateway-{mode}", work, genv)
+            _import(work, env, _config(mock_url, capacity, mode == "on"))
+            gw, url = start_gateway("uvicorn", f"gateway-{mode}", work, env)
             try:
                 quiet = asyncio.run(_load(url, keys, {"interactive": 1, "batch": 1}, 2.0))  # 6 clients: unloaded
                 unloaded = _pct([r[4] for r in quiet if r[2] == 200], 0.99)

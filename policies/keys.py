@@ -34,7 +34,7 @@ def generate_key() -> tuple[str, str, str]:
 
 
 # What a key's owner may set besides its agent (docs/limits.md#keys); `models` is stored as allowed_models.
-CONTROLS = ("name", "expires_at", "enabled", "limits", "budget", "models", "metadata", "note")
+CONTROLS = ("name", "expires_at", "enabled", "limits", "budget", "models", "metadata", "note", "priority")
 _FIELD = {"name": "label", "models": "allowed_models"}
 
 
@@ -88,7 +88,7 @@ def update_key(key: ApiKey, changes: dict[str, Any]) -> ApiKey:
         raise KeyProblems([(name, f"unknown field {name!r}: allowed are {', '.join(CONTROLS)}") for name in unknown])
     check_controls(changes)
     for name, value in changes.items():
-        if name in ("name", "note") and value is None:
+        if name in ("name", "note", "priority") and value is None:
             value = ""
         if name == "metadata" and value is None:
             value = {}

@@ -17,7 +17,7 @@ import contextvars
 import heapq
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from routing.core import errors
 from routing.core.concurrency import AdaptiveLimit, LimitSettings
@@ -98,14 +98,23 @@ class Gate:
         settings: LimitSettings,
         clock: Callable[[], float] = time.monotonic,
         on_shed: Callable[[str, str], None] | None = None,
+        model_id: str = "",
     ) -> None:
         self.name = name
+        self.model_id = model_id
         self.settings = settings
         self.limit = AdaptiveLimit(settings)
         self.inflight = 0
         self.queue = FairQueue()
         self.clock = clock
         self.on_shed = on_shed
+
+    def reconfigure(self, settings: LimitSettings) -> None:
+        """The operator changed the model's settings: keep what was learnt within the new bounds."""
+        if settings != self.settings:
+            self.settings = settings
+            self.limit.reconfigure(settings)
+            self._dispatch()
 
     def drain_rate(self) -> float:
         """Starts a second the deployment can take (Little's law: limit / recent latency); 0 unknown."""
@@ -182,14 +191,23 @@ class Gate:
 class Ticket:
     """Who is asking, for the queue: set once per request by the gateway (routing.ops.overload)."""
 
-    __slots__ = ("org", "priority", "weight", "wait_until", "hedge")
+    __slots__ = ("org", "priority", "weight", "wait_until", "hedge", "tools")
 
-    def __init__(self, org: str, priority: int, weight: float, wait_until: float | None, hedge: bool = False) -> None:
+    def __init__(
+        self,
+        org: str,
+        priority: int,
+        weight: float,
+        wait_until: float | None,
+        hedge: bool = False,
+        tools: bool = False,
+    ) -> None:
         self.org = org
         self.priority = priority
         self.weight = weight
         self.wait_until = wait_until  # X-Switchboard-Max-Wait on the gate's clock; None: the total deadline
-        self.hedge = hedge  # may be hedged: not marked non-idempotent (docs/overload.md#hedging)
+        self.hedge = hedge  # may be hedged: its agent is not marked side_effects (docs/overload.md#hedging)
+        self.tools = tools  # the request offers tools: hedged only where the model says they are safe
 
 
 current: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("switchboard_overload_ticket", default=None)
@@ -207,9 +225,22 @@ class Gates:
         self.gates: dict[object, Gate | None] = {}
         self.on_shed: Callable[[str, str], None] | None = None
 
-    def configure(self, settings: dict[str, LimitSettings]) -> None:
-        self.settings = settings
-        self.gates = {}
+    def configure(self, settings: Mapping[str, LimitSettings]) -> None:
+        """New settings by model id (a config reload applies them in every process).
+
+        A gate whose model keeps a limit stays, with its in-flight count, queue and learnt
+        limit (new bounds clamp it); a gate whose model no longer has one is forgotten (its
+        calls in flight release into it, its waiters start as they free); a model that gains
+        a limit gets its gates on first use.
+        """
+        self.settings = dict(settings)
+        kept: dict[object, Gate | None] = {}
+        for key, gate in self.gates.items():
+            s = None if gate is None else self.settings.get(gate.model_id)
+            if gate is not None and s is not None:
+                gate.reconfigure(s)
+                kept[key] = gate
+        self.gates = kept
         self.on = bool(settings)
 
     def gate(self, key: object, model_id: str, name: str) -> Gate | None:
@@ -217,7 +248,7 @@ class Gates:
             return self.gates[key]
         except KeyError:
             s = self.settings.get(model_id)
-            g = self.gates[key] = None if s is None else Gate(name, s, self.clock, self.on_shed)
+            g = self.gates[key] = None if s is None else Gate(name, s, self.clock, self.on_shed, model_id)
             return g
 
     async def enter(self, gate: Gate, deadline: float) -> None:

@@ -65,6 +65,11 @@ class AdaptiveLimit:
     def limit(self) -> int:
         return int(self._limit)
 
+    def reconfigure(self, settings: LimitSettings) -> None:
+        """New bounds from the operator: the learnt limit is kept, clamped into them."""
+        self.settings = settings
+        self._limit = float(max(settings.min_limit, min(self._limit, settings.max_limit)))
+
     def sample(self, latency_s: float, inflight: int, now: float) -> None:
         """A call answered (first token for a stream) after `latency_s` with `inflight` calls out."""
         s = self.settings

@@ -541,7 +541,7 @@ class Executor:
         ticket = current.get()
         if ticket is None or not ticket.hedge:  # marked non-idempotent by the operator, or not admitted
             return None
-        return hedges.delay(link.model.id, key)
+        return hedges.delay(link.model.id, key, ticket.tools)
 
     async def _hedged(
         self,

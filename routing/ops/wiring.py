@@ -62,7 +62,8 @@ def process() -> Process:
 
 def _build() -> Process:
     executor = Executor(breakers, budgets, observer=_Observer())
-    overload.install()  # deployments' adaptive limits and queues, when configured (docs/overload.md)
+    live.swap_listeners.append(overload.apply)  # adaptive limits, queues, hedging: each reload (docs/overload.md)
+    overload.apply(live.current())
     feed.install()  # breaker transitions into the dashboard feed and the circuit metric
     parking.observe = metrics.parking_changed  # quota parks and refused credentials as gauges
     metrics.request_listeners.append(counters.note_request)

@@ -8,7 +8,6 @@ with 503 `overloaded` and a Retry-After, and the upstream never sees more than i
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import time
 
 import httpx
@@ -30,17 +29,15 @@ models:
     provider: local
     upstream_model: ov-chat
     capabilities: [chat]
+    concurrency: {{initial: {cap}, max: {cap}, queue: 100}}
 orgs:
   - name: acme
     agents:
       - name: bot
+        priority: interactive
       - name: nightly
+        priority: batch
 """
-
-OVERLOAD = {
-    "models": {"ov-chat": {"initial": CAPACITY, "max": CAPACITY, "queue": 100}},
-    "classes": {"acme/bot": "interactive", "acme/nightly": "batch"},
-}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +49,7 @@ def upstream():
 
 @pytest.fixture(scope="module")
 def gw(make_gateway, upstream):
-    return make_gateway(CONFIG.format(url=upstream.url), env={"SWITCHBOARD_OVERLOAD": json.dumps(OVERLOAD)})
+    return make_gateway(CONFIG.format(url=upstream.url, cap=CAPACITY))
 
 
 def _post(url: str, key: str, headers: dict[str, str] | None = None) -> tuple[httpx.Response, float]:
