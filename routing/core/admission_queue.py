@@ -5,9 +5,13 @@ here, ordered by priority class first, then by virtual-time fair queueing betwee
 organisations within a class: each org's next request is tagged `max(vtime, org's last tag)
 + 1/weight` and the smallest tag goes first, so an org that floods the queue only pushes
 its own requests back. A waiter waits under its own `asyncio.timeout`: whatever the
-queue's bookkeeping does, it never holds a request past its deadline. A request that
-cannot start in time is shed at once (the drain rate says so) or when its wait ends, with
-503 `overloaded` and a Retry-After from the drain rate.
+queue's bookkeeping does, it never holds a request past its deadline. A request is shed
+with 503 `overloaded` and a Retry-After from the drain rate as soon as the queue predicts
+it cannot start in time: when it arrives (its place in line / the drain rate, against its
+deadline), and again while it waits, whenever something pushes it back (a request of a
+higher class or of a fairer org arriving, the limit falling); its own timeout is only
+the last resort. A request that enters again after a failed call (a retry) goes to the
+front of its class: it has waited its turn already.
 """
 
 from __future__ import annotations
@@ -26,16 +30,22 @@ PRIORITIES: dict[str, int] = {"interactive": 0, "default": 1, "batch": 2}
 CLASS_NAMES = tuple(PRIORITIES)
 
 
-class Waiter:
-    __slots__ = ("org", "priority", "tag", "seq", "future", "gone")
+SWEEP_S = 0.01  # at most one re-check of the waiters' predicted starts per gate per this long
 
-    def __init__(self, org: str, priority: int, future: asyncio.Future | None = None) -> None:
+
+class Waiter:
+    __slots__ = ("org", "priority", "tag", "seq", "future", "gone", "until")
+
+    def __init__(
+        self, org: str, priority: int, future: asyncio.Future | None = None, until: float = float("inf")
+    ) -> None:
         self.org = org
         self.priority = priority
         self.tag = 0.0
         self.seq = 0
         self.future = future
         self.gone = False  # left (deadline, cancel, shed): skipped when popped
+        self.until = until  # the latest start that is still useful, on the gate's clock
 
 
 class FairQueue:
@@ -51,12 +61,16 @@ class FairQueue:
     def __len__(self) -> int:
         return sum(self.counts)
 
-    def push(self, w: Waiter, weight: float = 1.0) -> None:
+    def push(self, w: Waiter, weight: float = 1.0, front: bool = False) -> None:
+        """Queue `w` in fair order within its class; `front`: ahead of its class (a retry keeps its turn)."""
         p = w.priority
-        start = max(self._vtime[p], self._finish.get((p, w.org), 0.0))
-        w.tag = start + 1.0 / max(weight, 1e-6)
         w.seq = next(self._seq)
-        self._finish[(p, w.org)] = w.tag
+        if front:
+            w.tag = self._vtime[p]
+        else:
+            start = max(self._vtime[p], self._finish.get((p, w.org), 0.0))
+            w.tag = start + 1.0 / max(weight, 1e-6)
+            self._finish[(p, w.org)] = w.tag
         self.counts[p] += 1
         heapq.heappush(self._heap, (p, w.tag, w.seq, w))
 
@@ -80,9 +94,13 @@ class FairQueue:
             w.gone = True
             self.counts[w.priority] -= 1
 
-    def ahead(self, priority: int) -> int:
-        """Live waiters that go before a new request of `priority` (its class and better)."""
-        return sum(self.counts[: priority + 1])
+    def ahead(self, priority: int, front: bool = False) -> int:
+        """Live waiters that go before a new request of `priority` (its class and better; `front`: better only)."""
+        return sum(self.counts[: priority if front else priority + 1])
+
+    def ordered(self) -> list[Waiter]:
+        """The live waiters in the order they will start."""
+        return [e[3] for e in sorted(self._heap) if not e[3].gone]
 
     def worst(self) -> Waiter | None:
         live = [e for e in self._heap if not e[3].gone]
@@ -108,6 +126,9 @@ class Gate:
         self.queue = FairQueue()
         self.clock = clock
         self.on_shed = on_shed
+        self._dirty = False  # something may have pushed waiters back since the last sweep
+        self._swept_at = -1e18
+        self._later: asyncio.TimerHandle | None = None  # a sweep put off by the SWEEP_S bound
 
     def reconfigure(self, settings: LimitSettings) -> None:
         """The operator changed the model's settings: keep what was learnt within the new bounds."""
@@ -121,6 +142,12 @@ class Gate:
         recent = self.limit.recent
         return self.limit.limit / recent if recent > 0 else 0.0
 
+    def wait_s(self, position: int, rate: float) -> float:
+        """Predicted wait of the request `position`-th in line (1: next): the calls that must end before
+        it can start (those beyond the free slots), at the drain rate."""
+        free = max(self.limit.limit - self.inflight, 0)
+        return max(position - free, 0) / rate
+
     def retry_after_s(self) -> float:
         rate = self.drain_rate()
         return (len(self.queue) + 1) / rate if rate > 0 else 1.0
@@ -131,27 +158,28 @@ class Gate:
             self.on_shed(reason, cls)
         return errors.overloaded(self.name, self.retry_after_s(), cls, reason)
 
-    async def acquire(self, org: str, priority: int, weight: float, wait_until: float) -> None:
-        """Take a slot, waiting fairly until `wait_until` (this gate's clock) at most; raises `overloaded`."""
+    async def acquire(self, org: str, priority: int, weight: float, wait_until: float, front: bool = False) -> None:
+        """Take a slot, waiting fairly until `wait_until` (this gate's clock) at most; raises `overloaded`
+        at once when the queue predicts it cannot start by then. `front`: a retry, ahead of its class."""
         if self.inflight < self.limit.limit and not len(self.queue):
             self.inflight += 1
             return
         now = self.clock()
         budget = wait_until - now
         rate = self.drain_rate()
-        if budget <= 0 or (rate > 0 and self.queue.ahead(priority) / rate > budget):
+        position = self.queue.ahead(priority, front) + 1
+        if budget <= 0 or (rate > 0 and self.wait_s(position, rate) > budget):
             raise self._shed("deadline", priority)  # it could not start in time: say so now
         queue = self.queue
         if len(queue) >= self.settings.queue:
             worst = queue.worst()
             if worst is None or worst.priority <= priority:  # nobody lower to make room
                 raise self._shed("queue_full", priority)
-            queue.remove(worst)
-            assert worst.future is not None
-            if not worst.future.done():
-                worst.future.set_exception(self._shed("queue_full", worst.priority))
-        w = Waiter(org, priority, asyncio.get_running_loop().create_future())
-        queue.push(w, weight)
+            self._evict(worst, "queue_full")
+        w = Waiter(org, priority, asyncio.get_running_loop().create_future(), wait_until)
+        queue.push(w, weight, front)
+        self._dirty = True  # it may have gone ahead of others (a higher class, a fairer org)
+        self._sweep(now)
         try:
             async with asyncio.timeout(budget):
                 await w.future
@@ -164,6 +192,37 @@ class Gate:
                 raise self._shed("deadline", priority) from None
             raise
 
+    def _sweep_later(self) -> None:
+        self._later = None
+        self._sweep(self.clock(), due=True)
+
+    def _evict(self, w: Waiter, reason: str) -> None:
+        self.queue.remove(w)
+        assert w.future is not None
+        if not w.future.done():
+            w.future.set_exception(self._shed(reason, w.priority))
+
+    def _sweep(self, now: float, due: bool = False) -> None:
+        """Shed at once the waiters that, pushed back, can no longer start before their deadline.
+
+        At most once per SWEEP_S (a sweep sorts the queue); one asked for sooner runs SWEEP_S
+        later. The waiters' own timeouts remain the last resort."""
+        if not self._dirty or not len(self.queue):
+            return
+        if now - self._swept_at < SWEEP_S and not due:
+            if self._later is None:
+                self._later = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep_later)
+            return
+        self._dirty, self._swept_at = False, now
+        rate = self.drain_rate()
+        if rate <= 0:
+            return
+        gone = 0
+        for position, w in enumerate(self.queue.ordered(), 1):
+            if now + self.wait_s(position - gone, rate) > w.until:
+                self._evict(w, "deadline")
+                gone += 1
+
     def release(self) -> None:
         self.inflight -= 1
         self._dispatch()
@@ -173,25 +232,31 @@ class Gate:
         while self.inflight < self.limit.limit:
             w = queue.pop()
             if w is None:
-                return
+                break
             assert w.future is not None
             if w.future.done():
                 continue
             self.inflight += 1
             w.future.set_result(None)
+        if self._dirty:
+            self._sweep(self.clock())
 
     def sample(self, latency_s: float) -> None:
+        before = (self.limit.limit, self.limit.recent)
         self.limit.sample(latency_s, self.inflight, self.clock())
+        if self.limit.limit < before[0] or self.limit.recent > before[1]:
+            self._dirty = True  # a slower drain: the waiters' predicted starts moved back
         self._dispatch()
 
     def dropped(self) -> None:
         self.limit.dropped(self.clock())
+        self._dirty = True  # a lower limit: the waiters' predicted starts moved back
 
 
 class Ticket:
     """Who is asking, for the queue: set once per request by the gateway (routing.ops.overload)."""
 
-    __slots__ = ("org", "priority", "weight", "wait_until", "hedge", "tools")
+    __slots__ = ("org", "priority", "weight", "wait_until", "hedge", "tools", "entered")
 
     def __init__(
         self,
@@ -208,6 +273,44 @@ class Ticket:
         self.wait_until = wait_until  # X-Switchboard-Max-Wait on the gate's clock; None: the total deadline
         self.hedge = hedge  # may be hedged: its agent is not marked side_effects (docs/overload.md#hedging)
         self.tools = tools  # the request offers tools: hedged only where the model says they are safe
+        self.entered = False  # has taken a slot once: a retry goes to the front of its class
+
+
+class Shed(errors.UpstreamFailure):
+    """A gate shed the request (docs/overload.md#shedding). Nothing was sent upstream: no breaker is
+    charged and the link is not retried, but the chain moves on to its next model as after an
+    upstream 429 (when `rate_limited` is in the model's fallback_on); a chain that ends on a shed
+    answers the 503 `overloaded` with its Retry-After."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: errors.GatewayError) -> None:
+        retry = (error.headers or {}).get("Retry-After")
+        super().__init__(errors.FailureKind.UPSTREAM_429, error.message, 503, float(retry) if retry else None)
+        self.error = error
+
+    @property
+    def is_retryable(self) -> bool:
+        return False
+
+    @property
+    def is_provider_fault(self) -> bool:
+        return False
+
+    @property
+    def charges_link(self) -> bool:
+        return False
+
+    @property
+    def label(self) -> str:
+        return "overloaded"
+
+    @property
+    def fallback_reason(self) -> str:
+        return "overloaded"
+
+    def to_gateway_error(self) -> errors.GatewayError:
+        return self.error
 
 
 current: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("switchboard_overload_ticket", default=None)
@@ -259,7 +362,12 @@ class Gates:
         until = deadline - max(gate.limit.recent, _MARGIN_S)
         if t.wait_until is not None and t.wait_until < until:
             until = t.wait_until
-        await gate.acquire(t.org, t.priority, t.weight, until)
+        try:
+            await gate.acquire(t.org, t.priority, t.weight, until, t.entered)
+        except errors.GatewayError as e:
+            raise Shed(e) from None
+        if t is not _ANON:
+            t.entered = True
 
 
 gates = Gates()

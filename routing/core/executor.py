@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from routing.core import errors
-from routing.core.admission_queue import Gate, Gates, current
+from routing.core.admission_queue import Gate, Gates, Shed, current
 from routing.core.backoff import backoff_delay
 from routing.core.balance import Balancer, Target
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
@@ -269,7 +269,7 @@ class _Walk:
                 error = _skip_error(*self.first_skip)
             else:
                 error = errors.upstream_unavailable("the chain has no model")
-        elif self.involved == 1:
+        elif self.involved == 1 or isinstance(failure, Shed):  # the last model shed it: `overloaded` (docs/overload.md)
             error = failure.to_gateway_error()
         else:
             error = errors.upstream_unavailable("; ".join(self.details or ()))
@@ -733,6 +733,11 @@ class Executor:
                             result = await attempt(link, deadline)
                         else:
                             result = await self._gated(gate, attempt, link, deadline)
+                except Shed as f:  # the gate shed it before any call (docs/overload.md#shedding)
+                    walk.attempts -= 1
+                    breakers.release(key, probe, org)  # not the provider's doing: its breaker is untouched
+                    failure, settled = f, True
+                    break
                 except UpstreamFailure as f:
                     walk.upstream_s += clock() - now
                     failure = f

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from routing.core.admission_queue import PRIORITIES, FairQueue, Gate, Waiter
+from routing.core.admission_queue import PRIORITIES, SWEEP_S, FairQueue, Gate, Waiter
 from routing.core.concurrency import LimitSettings
 from routing.core.errors import GatewayError
 from tests.core.fakes import FakeClock
@@ -156,3 +156,63 @@ async def test_a_waiter_cancelled_as_its_slot_arrives_passes_the_slot_on() -> No
     await second
     assert g.inflight == 1
     assert len(g.queue) == 0  # counted once, though it left after its slot was granted
+
+
+async def test_a_waiter_pushed_back_by_higher_classes_is_shed_at_once_not_at_its_deadline() -> None:
+    clock = FakeClock()
+    g = gate(clock, max_limit=1)
+    await g.acquire("a", D, 1.0, clock() + 60)
+    g.sample(1.0)  # one slot, 1 s per call: one start a second
+    batch = asyncio.ensure_future(g.acquire("b", B, 1.0, clock() + 2.5))  # next in line: starts in ~1 s
+    await asyncio.sleep(0)
+    assert not batch.done()
+    inter = []
+    for _ in range(2):
+        clock.advance(SWEEP_S)
+        inter.append(asyncio.ensure_future(g.acquire("c", HI, 1.0, clock() + 60)))
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)  # the batch request's task takes its answer
+    # two interactive requests went ahead: it would start in ~3 s, past its 2.5 s; told now, not in 2.5 s
+    assert batch.done() and batch.exception().code == "overloaded"
+    assert batch.exception().headers == {"Retry-After": "3"}
+    assert len(g.queue) == 2
+    for t in inter:
+        t.cancel()
+    await asyncio.gather(*inter, return_exceptions=True)
+
+
+async def test_a_retry_goes_to_the_front_of_its_class() -> None:
+    g = gate()
+    await g.acquire("a", D, 1.0, g.clock() + 5)
+    order: list[str] = []
+
+    async def wait(org: str, cls: int, front: bool = False) -> None:
+        await g.acquire(org, cls, 1.0, g.clock() + 30, front)
+        order.append(org)
+        g.release()
+
+    tasks = [asyncio.ensure_future(wait(f"org{i}", D)) for i in range(3)]
+    await asyncio.sleep(0)
+    tasks.append(asyncio.ensure_future(wait("retry", D, front=True)))
+    tasks.append(asyncio.ensure_future(wait("inter", HI)))
+    await asyncio.sleep(0)
+    g.release()
+    await asyncio.gather(*tasks)
+    assert order[:2] == ["inter", "retry"]  # a higher class still goes first
+
+
+async def test_a_sweep_put_off_by_its_bound_still_runs_soon_after() -> None:
+    clock = FakeClock()
+    g = gate(clock, max_limit=1)
+    await g.acquire("a", D, 1.0, clock() + 60)
+    g.sample(10.0)  # one start every 10 s
+    batch = asyncio.ensure_future(g.acquire("b", B, 1.0, clock() + 25))  # next in line: starts in ~10 s
+    await asyncio.sleep(0)
+    inter = [asyncio.ensure_future(g.acquire("c", HI, 1.0, clock() + 60)) for _ in range(2)]  # same instant
+    await asyncio.sleep(0)
+    assert not batch.done()  # within SWEEP_S of the last sweep: put off...
+    await asyncio.wait({batch}, timeout=20)  # ...to soon after, not to its deadline 25 s away
+    assert batch.exception().code == "overloaded"
+    for t in inter:
+        t.cancel()
+    await asyncio.gather(*inter, return_exceptions=True)
