@@ -261,10 +261,14 @@ async def _brownout(url: str, mock_url: str, keys: dict[tuple[str, str], str], c
                     samples.append((time.monotonic() - start, value))
                 await asyncio.sleep(0.1)
 
+    refused: list[int] = [_mock_calls(mock_url)["over_capacity"]]  # upstream 429s at each phase's start
+
     async def brown() -> None:
         await asyncio.sleep(before)
+        refused.append((await asyncio.to_thread(_mock_calls, mock_url))["over_capacity"])
         await asyncio.to_thread(_script, mock_url, capacity // 2)
         await asyncio.sleep(low)
+        refused.append((await asyncio.to_thread(_mock_calls, mock_url))["over_capacity"])
         await asyncio.to_thread(_script, mock_url, capacity)
 
     inter = max(1, capacity // 6)
@@ -276,14 +280,41 @@ async def _brownout(url: str, mock_url: str, keys: dict[tuple[str, str], str], c
         return round(hit - after_s, 2) if hit is not None else None
 
     inter_rows = [r for r in rows if r[1] == "interactive"]
+    shed = {k: v for k, v in _figures(rows, capacity, before + low + after, None).items() if k.startswith("shed_")}
     return {
+        **shed,
         "down_s": first(before, lambda v: v <= capacity // 2 * 1.1),  # within 10 % of the new capacity
         "up_s": first(before + low, lambda v: v >= capacity * 0.9),
         "limit_samples": [(round(t, 1), v) for t, v in samples],
         "interactive_success": round(sum(1 for r in inter_rows if r[2] == 200) / len(inter_rows), 5),
         "requests": len(rows),
         "codes": dict(Counter(r[3] or "ok" for r in rows)),
+        "shed_ms_by_phase": _shed_by_phase(rows, start, (before, before + low)),
+        "upstream_429s_by_phase": [
+            b - a for a, b in zip(refused, [*refused[1:], _mock_calls(mock_url)["over_capacity"]], strict=True)
+        ],
     }
+
+
+def _shed_by_phase(rows: list[tuple], start: float, edges: tuple[float, float]) -> dict[str, Any]:
+    """The shed answers' latency (p50, p99, share within 50 ms) in each phase: at C, at C / 2, at C again,
+    and within 0.5 s of a change (where waiters are pushed back by the change itself)."""
+    phases: dict[str, list[float]] = {"steady": [], "within_0.5_s_of_a_change": []}
+    for r in rows:
+        if r[3] == "overloaded":
+            t = r[5] - start
+            near = any(0 <= t - edge < 0.5 or 0 <= edge - t < r[4] for edge in edges)
+            phases["within_0.5_s_of_a_change" if near else "steady"].append(r[4])
+    out = {}
+    for name, took in phases.items():
+        if took:
+            out[name] = {
+                "count": len(took),
+                "p50": round(1000 * (_pct(took, 0.5) or 0), 1),
+                "p99": round(1000 * (_pct(took, 0.99) or 0), 1),
+                "within_50_ms": round(sum(1 for x in took if x < 0.05) / len(took), 3),
+            }
+    return out
 
 
 LITELLM_VENV = Path("/tmp/switchboard-peers/litellm-1.108.7")  # where bench/peers/peers.sh installs it

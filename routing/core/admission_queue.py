@@ -20,6 +20,7 @@ import asyncio
 import contextvars
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Callable, Mapping
 
@@ -31,6 +32,9 @@ CLASS_NAMES = tuple(PRIORITIES)
 
 
 SWEEP_S = 0.01  # at most one re-check of the waiters' predicted starts per gate per this long
+ARRIVAL_S = 1.0  # the classes' arrival rates are averaged over about this long
+ADMIT_SHARE = 0.7  # a request waits only if predicted to start within this share of its time: the rest is margin
+# for the estimates' noise, so a waiter is rarely shed later (slowly) after all
 
 
 class Waiter:
@@ -129,6 +133,10 @@ class Gate:
         self._dirty = False  # something may have pushed waiters back since the last sweep
         self._swept_at = -1e18
         self._later: asyncio.TimerHandle | None = None  # a sweep put off by the SWEEP_S bound
+        self._freed_at: float | None = None  # the last slot freed while requests waited
+        self._hold = 0.0  # how long a slot is held, measured while requests wait; 0 unknown
+        self._arrivals = [0.0] * len(PRIORITIES)  # recent arrivals a second, per class
+        self._arrived_at = [0.0] * len(PRIORITIES)
 
     def reconfigure(self, settings: LimitSettings) -> None:
         """The operator changed the model's settings: keep what was learnt within the new bounds."""
@@ -138,15 +146,34 @@ class Gate:
             self._dispatch()
 
     def drain_rate(self) -> float:
-        """Starts a second the deployment can take (Little's law: limit / recent latency); 0 unknown."""
-        recent = self.limit.recent
-        return self.limit.limit / recent if recent > 0 else 0.0
+        """Starts a second the deployment can take; 0 unknown.
 
-    def wait_s(self, position: int, rate: float) -> float:
-        """Predicted wait of the request `position`-th in line (1: next): the calls that must end before
-        it can start (those beyond the free slots), at the drain rate."""
+        Little's law: the limit over how long a slot is held. The hold is measured while
+        requests wait (the interval between slots freed then, times the limit), so it counts
+        everything a slot is held for: a whole stream, the gateway's own time around the
+        call. Before any wait, the upstream's recent latency stands in for it.
+        """
+        hold = self._hold or self.limit.recent
+        return self.limit.limit / hold if hold > 0 else 0.0
+
+    def wait_s(self, position: int, rate: float, priority: int) -> float:
+        """Predicted wait of a request of `priority` `position`-th in line (1: next): the calls that must
+        end before it can start (those beyond the free slots), at the share of the drain rate that the
+        higher classes' arrivals leave it (they will keep going ahead of it)."""
         free = max(self.limit.limit - self.inflight, 0)
-        return max(position - free, 0) / rate
+        if position <= free:
+            return 0.0
+        left = rate - sum(self._arrival_rate(p) for p in range(priority))
+        return (position - free) / max(left, rate * 0.01)
+
+    def _arrival_rate(self, priority: int) -> float:
+        """Recent arrivals a second of one class (decaying over ARRIVAL_S)."""
+        return self._arrivals[priority] * math.exp((self._arrived_at[priority] - self.clock()) / ARRIVAL_S)
+
+    def _arrived(self, priority: int) -> None:
+        now = self.clock()
+        decayed = self._arrivals[priority] * math.exp((self._arrived_at[priority] - now) / ARRIVAL_S)
+        self._arrivals[priority], self._arrived_at[priority] = decayed + 1.0 / ARRIVAL_S, now
 
     def retry_after_s(self) -> float:
         rate = self.drain_rate()
@@ -161,6 +188,7 @@ class Gate:
     async def acquire(self, org: str, priority: int, weight: float, wait_until: float, front: bool = False) -> None:
         """Take a slot, waiting fairly until `wait_until` (this gate's clock) at most; raises `overloaded`
         at once when the queue predicts it cannot start by then. `front`: a retry, ahead of its class."""
+        self._arrived(priority)
         if self.inflight < self.limit.limit and not len(self.queue):
             self.inflight += 1
             return
@@ -168,7 +196,7 @@ class Gate:
         budget = wait_until - now
         rate = self.drain_rate()
         position = self.queue.ahead(priority, front) + 1
-        if budget <= 0 or (rate > 0 and self.wait_s(position, rate) > budget):
+        if budget <= 0 or (rate > 0 and self.wait_s(position, rate, priority) > budget * ADMIT_SHARE):
             raise self._shed("deadline", priority)  # it could not start in time: say so now
         queue = self.queue
         if len(queue) >= self.settings.queue:
@@ -219,12 +247,20 @@ class Gate:
             return
         gone = 0
         for position, w in enumerate(self.queue.ordered(), 1):
-            if now + self.wait_s(position - gone, rate) > w.until:
+            if now + self.wait_s(position - gone, rate, w.priority) > w.until:
                 self._evict(w, "deadline")
                 gone += 1
 
     def release(self) -> None:
         self.inflight -= 1
+        if len(self.queue):  # a slot freed for someone waiting: one start of the drain
+            now = self.clock()
+            if self._freed_at is not None:
+                hold = (now - self._freed_at) * max(self.limit.limit, 1)  # all slots busy: limit x the gap
+                self._hold = hold if self._hold == 0 else 0.99 * self._hold + 0.01 * hold
+            self._freed_at = now
+        else:
+            self._freed_at = None  # nobody waiting: the next wait measures afresh
         self._dispatch()
 
     def _dispatch(self) -> None:
