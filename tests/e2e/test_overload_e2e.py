@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from tests.e2e.harness import MockUpstream
+from tests.e2e.harness import SLACK_S, MockUpstream
 
 CAPACITY = 4
 
@@ -139,3 +139,42 @@ def test_a_request_that_cannot_start_in_time_is_shed_before_the_upstream_could_a
     assert first.headers["X-Switchboard-Model-Used"] == "ov-spare"
     assert first.headers["X-Switchboard-Fallback"] == "overloaded"
     assert upstream.count("ov-slow") == 4  # the shed requests never reached it
+
+
+RELOAD_CONFIG = """
+providers:
+  - name: local
+    dialect: openai
+    base_url: {url}/v1
+models:
+  - id: ov-live
+    provider: local
+    upstream_model: ov-live
+    capabilities: [chat]{limit}
+orgs:
+  - name: acme
+    agents:
+      - name: bot
+"""
+
+
+def test_a_limit_added_to_the_config_file_applies_in_every_serving_process(make_gateway, upstream):
+    upstream.script("ov-live", then={"delay_ms": 600})
+    gw = make_gateway(RELOAD_CONFIG.format(url=upstream.url, limit=""))
+    other = gw.second_process({})
+    try:
+        gw.import_config(RELOAD_CONFIG.format(url=upstream.url, limit="\n    concurrency: {initial: 1, max: 1}"))
+        for process in (gw, other):
+            deadline = time.monotonic() + 1.0 + SLACK_S  # the reload's promise (docs/configuration.md#reload)
+            while True:
+                with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                    slow = pool.submit(_post, process.url, gw.api_key, None, "ov-live")
+                    time.sleep(0.2)  # it holds the one slot once the limit is in place
+                    r, _ = _post(process.url, gw.api_key, {"X-Switchboard-Max-Wait": "0"}, "ov-live")
+                    assert slow.result()[0].status_code == 200
+                if r.status_code == 503:
+                    break
+                assert r.status_code == 200 and time.monotonic() < deadline, "the limit did not reach this process"
+            assert r.json()["error"]["code"] == "overloaded"
+    finally:
+        other.stop()
