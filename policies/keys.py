@@ -75,7 +75,9 @@ def create_api_key(
     plaintext, prefix, digest = generate_key()
     key = ApiKey(agent=agent, prefix=prefix, key_hash=digest, label=label, expires_at=expires_at, note=note)
     for name, value in controls.items():
-        setattr(key, _FIELD.get(name, name), {} if name == "metadata" and value is None else value)
+        if value is None and name in ("metadata", "priority"):
+            value = {} if name == "metadata" else ""
+        setattr(key, _FIELD.get(name, name), value)
     key.save()
     return key, plaintext
 

@@ -393,3 +393,17 @@ def test_a_superuser_grants_bodies_in_the_admin_and_with_the_command(setup, admi
         ManagementToken.objects.get(name="audit-cli").bodies
         and not ManagementToken.objects.get(name="plain-cli").bodies
     )
+
+
+def test_a_keys_priority_class_is_set_checked_and_cleared_over_the_api(setup):
+    api = client_for()
+    created = new_key(api, priority="batch")
+    assert created.status_code == 201, created.content
+    key_id = created.json()["id"]
+    assert created.json()["priority"] == "batch" and key_rows_from_db()[0]["priority"] == "batch"
+    refused = api.patch(f"/api/v1/keys/{key_id}", {"priority": "urgent"}, content_type="application/json")
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "priority"
+    assert "interactive | default | batch" in refused.json()["error"]["message"]
+    cleared = api.patch(f"/api/v1/keys/{key_id}", {"priority": None}, content_type="application/json")
+    assert cleared.status_code == 200 and cleared.json()["priority"] is None
+    assert new_key(api, priority=None).status_code == 201  # none: its agent's class
