@@ -238,9 +238,13 @@ class Gate:
         if not self._dirty or not len(self.queue):
             return
         if now - self._swept_at < SWEEP_S and not due:
-            if self._later is None:
+            if self._later is not None:
+                return
+            try:
                 self._later = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep_later)
-            return
+                return
+            except RuntimeError:  # a caller outside the event loop (a settlement's callback): sweep now
+                pass
         self._dirty, self._swept_at = False, now
         rate = self.drain_rate()
         if rate <= 0:
@@ -278,10 +282,10 @@ class Gate:
             self._sweep(self.clock())
 
     def sample(self, latency_s: float) -> None:
-        before = (self.limit.limit, self.limit.recent)
+        before = self.limit.limit
         self.limit.sample(latency_s, self.inflight, self.clock())
-        if self.limit.limit < before[0] or self.limit.recent > before[1]:
-            self._dirty = True  # a slower drain: the waiters' predicted starts moved back
+        if self.limit.limit < before:
+            self._dirty = True  # a lower limit (latency): the waiters' predicted starts moved back
         self._dispatch()
 
     def dropped(self) -> None:
