@@ -32,7 +32,20 @@ SERVICE_MS = 100
 ORGS = ("org-a", "org-b", "org-c")
 BATCH_MAX_WAIT_S = 1.0
 
-CONFIG = """
+
+def _config(url: str, capacity: int, on: bool) -> str:
+    """The gateway's document; with `on`, overload control as an operator configures it
+    (docs/overload.md#configuration): the limit on `ov`, hedging on `hx`, two classes per org."""
+    limit = (
+        f"\n    concurrency: {{initial: {capacity // 2}, max: {capacity * 4}, queue: {capacity * 10}}}" if on else ""
+    )
+    hedge = "\n    hedge: {budget_pct: 5}" if on else ""
+    inter = "\n        priority: interactive" if on else ""
+    batch = "\n        priority: batch" if on else ""
+    orgs = "".join(
+        f"  - name: {o}\n    agents:\n      - name: inter{inter}\n      - name: batch{batch}\n" for o in ORGS
+    )
+    return f"""
 resilience:
   max_retries: 1
   backoff_base_ms: 50
@@ -47,24 +60,20 @@ models:
   - id: ov
     provider: mock
     upstream_model: ov
-    capabilities: [chat]
+    capabilities: [chat]{limit}
   - id: hx
     capabilities: [chat]
     deployments:
       - {{provider: mock, upstream_model: hx-1}}
-      - {{provider: mock-2, upstream_model: hx-2}}
+      - {{provider: mock-2, upstream_model: hx-2}}{hedge}
 orgs:
-""" + "".join(f"  - name: {o}\n    agents:\n      - name: inter\n      - name: batch\n" for o in ORGS)
+{orgs}"""
 
 
-def _overload_doc(capacity: int) -> str:
-    return json.dumps(
-        {
-            "models": {"ov": {"initial": capacity // 2, "max": capacity * 4, "queue": capacity * 10}},
-            "classes": {f"{o}/inter": "interactive" for o in ORGS} | {f"{o}/batch": "batch" for o in ORGS},
-            "hedge": {"models": {"hx": {"budget_pct": 5}}},
-        }
-    )
+def _import(work: Path, env: dict[str, str], text: str) -> None:
+    path = work / "ov-mode.yaml"
+    path.write_text(text)
+    manage(["import_config", str(path)], env)
 
 
 def _pct(values: list[float], p: float) -> float | None:
@@ -252,10 +261,14 @@ async def _brownout(url: str, mock_url: str, keys: dict[tuple[str, str], str], c
                     samples.append((time.monotonic() - start, value))
                 await asyncio.sleep(0.1)
 
+    refused: list[int] = [_mock_calls(mock_url)["over_capacity"]]  # upstream 429s at each phase's start
+
     async def brown() -> None:
         await asyncio.sleep(before)
+        refused.append((await asyncio.to_thread(_mock_calls, mock_url))["over_capacity"])
         await asyncio.to_thread(_script, mock_url, capacity // 2)
         await asyncio.sleep(low)
+        refused.append((await asyncio.to_thread(_mock_calls, mock_url))["over_capacity"])
         await asyncio.to_thread(_script, mock_url, capacity)
 
     inter = max(1, capacity // 6)
@@ -267,14 +280,41 @@ async def _brownout(url: str, mock_url: str, keys: dict[tuple[str, str], str], c
         return round(hit - after_s, 2) if hit is not None else None
 
     inter_rows = [r for r in rows if r[1] == "interactive"]
+    shed = {k: v for k, v in _figures(rows, capacity, before + low + after, None).items() if k.startswith("shed_")}
     return {
+        **shed,
         "down_s": first(before, lambda v: v <= capacity // 2 * 1.1),  # within 10 % of the new capacity
         "up_s": first(before + low, lambda v: v >= capacity * 0.9),
         "limit_samples": [(round(t, 1), v) for t, v in samples],
         "interactive_success": round(sum(1 for r in inter_rows if r[2] == 200) / len(inter_rows), 5),
         "requests": len(rows),
         "codes": dict(Counter(r[3] or "ok" for r in rows)),
+        "shed_ms_by_phase": _shed_by_phase(rows, start, (before, before + low)),
+        "upstream_429s_by_phase": [
+            b - a for a, b in zip(refused, [*refused[1:], _mock_calls(mock_url)["over_capacity"]], strict=True)
+        ],
     }
+
+
+def _shed_by_phase(rows: list[tuple], start: float, edges: tuple[float, float]) -> dict[str, Any]:
+    """The shed answers' latency (p50, p99, share within 50 ms) in each phase: at C, at C / 2, at C again,
+    and within 0.5 s of a change (where waiters are pushed back by the change itself)."""
+    phases: dict[str, list[float]] = {"steady": [], "within_0.5_s_of_a_change": []}
+    for r in rows:
+        if r[3] == "overloaded":
+            t = r[5] - start
+            near = any(0 <= t - edge < 0.5 or 0 <= edge - t < r[4] for edge in edges)
+            phases["within_0.5_s_of_a_change" if near else "steady"].append(r[4])
+    out = {}
+    for name, took in phases.items():
+        if took:
+            out[name] = {
+                "count": len(took),
+                "p50": round(1000 * (_pct(took, 0.5) or 0), 1),
+                "p99": round(1000 * (_pct(took, 0.99) or 0), 1),
+                "within_50_ms": round(sum(1 for x in took if x < 0.05) / len(took), 3),
+            }
+    return out
 
 
 LITELLM_VENV = Path("/tmp/switchboard-peers/litellm-1.108.7")  # where bench/peers/peers.sh installs it
@@ -343,11 +383,11 @@ def run(
     results: dict[str, Any] = {"capacity": capacity, "service_ms": SERVICE_MS, "seconds": seconds, "runs": {}}
     try:
         _script(mock_url, capacity)
-        env, key = prepare_database(work, "ov", CONFIG.format(url=mock_url), "org-a", "inter")
+        env, key = prepare_database(work, "ov", _config(mock_url, capacity, False), "org-a", "inter")
         keys = _keys(env, key)
         for mode in modes:
-            genv = {**env, "SWITCHBOARD_OVERLOAD": _overload_doc(capacity) if mode == "on" else ""}
-            gw, url = start_gateway("uvicorn", f"gateway-{mode}", work, genv)
+            _import(work, env, _config(mock_url, capacity, mode == "on"))
+            gw, url = start_gateway("uvicorn", f"gateway-{mode}", work, env)
             try:
                 quiet = asyncio.run(_load(url, keys, {"interactive": 1, "batch": 1}, 2.0))  # 6 clients: unloaded
                 unloaded = _pct([r[4] for r in quiet if r[2] == 200], 0.99)

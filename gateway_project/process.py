@@ -75,6 +75,8 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
     process = Process(executor, Transport(), IdempotencyStore(), UsageSink(), background=background)
     install(process)
     overload.install(process.gates, process.hedges)  # adaptive limits and queues, when configured (docs/overload.md)
+    _listen(live.swap_listeners, overload.apply)  # each reload applies its overload settings
+    overload.apply(live.current())
     feed.install(process.breakers)  # breaker transitions into the dashboard feed and the circuit metric
     process.parking.observe = metrics.parking_changed  # quota parks and refused credentials as gauges
     metrics.watch_backlog(process.usage.backlog)

@@ -81,9 +81,6 @@ SWITCHBOARD_RESERVED_FDS = env.int("SWITCHBOARD_RESERVED_FDS", default=256)
 # Requests that start their work per event-loop pass; a burst beyond waits for the next passes,
 # so /health and open sockets are served between (docs/performance.md#pacing). 0: no pacing.
 SWITCHBOARD_REQUESTS_PER_TICK = env.int("SWITCHBOARD_REQUESTS_PER_TICK", default=32)
-# Overload control (docs/overload.md): a JSON document of per-model adaptive concurrency,
-# priority classes and org weights. Empty: off, nothing on the request path.
-SWITCHBOARD_OVERLOAD = env.str("SWITCHBOARD_OVERLOAD", default="")
 # /metrics is public unless this is false; then only staff sessions may read it.
 SWITCHBOARD_METRICS_PUBLIC = env.bool("SWITCHBOARD_METRICS_PUBLIC", default=True)
 # Organisation names in /metrics labels (org=, "<model>@<org>"); off: a keyed hash instead (docs/security.md#metrics).

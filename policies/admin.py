@@ -144,7 +144,7 @@ class AgentInline(OrgChildInline):
     model = Agent
     form = AgentInlineForm
     formset = AgentFormSet
-    fields = ["name", "default_model", "limits", "budget"]
+    fields = ["name", "default_model", "limits", "budget", "priority", "side_effects"]
     extra = 0
 
     def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
@@ -380,7 +380,7 @@ def key_usage_annotated(queryset: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
     )
 
 
-KEY_CONTROL_FIELDS = ["enabled", "limits", "budget", "allowed_models", "metadata"]
+KEY_CONTROL_FIELDS = ["enabled", "limits", "budget", "allowed_models", "priority", "metadata"]
 
 
 class ApiKeyForm(StructuredLimitsMixin, forms.ModelForm):
@@ -395,7 +395,7 @@ class ApiKeyForm(StructuredLimitsMixin, forms.ModelForm):
         data = super().clean()
         if "metadata" in data and data["metadata"] is None:
             data["metadata"] = {}
-        controls = {name: data.get(name) for name in ("limits", "budget", "metadata")}
+        controls = {name: data.get(name) for name in ("limits", "budget", "metadata", "priority")}
         controls["models"] = data.get("allowed_models")
         try:
             check_controls({k: v for k, v in controls.items() if k in data or k == "models"})
@@ -524,6 +524,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
             limits=obj.limits,
             budget=obj.budget,
             models=obj.allowed_models,
+            priority=obj.priority,
             metadata=obj.metadata,
         )
         obj.pk, obj.prefix, obj.key_hash, obj.created_at = key.pk, key.prefix, key.key_hash, key.created_at

@@ -35,7 +35,7 @@ def generate_key() -> tuple[str, str, str]:
 
 
 # What a key's owner may set besides its agent (docs/limits.md#keys); `models` is stored as allowed_models.
-CONTROLS = ("name", "expires_at", "enabled", "limits", "budget", "models", "metadata", "note")
+CONTROLS = ("name", "expires_at", "enabled", "limits", "budget", "models", "metadata", "note", "priority")
 _FIELD = {"name": "label", "models": "allowed_models"}
 
 
@@ -75,7 +75,9 @@ def create_api_key(
     plaintext, prefix, digest = generate_key()
     key = ApiKey(agent=agent, prefix=prefix, key_hash=digest, label=label, expires_at=expires_at, note=note)
     for name, value in controls.items():
-        setattr(key, _FIELD.get(name, name), {} if name == "metadata" and value is None else value)
+        if value is None and name in ("metadata", "priority"):
+            value = {} if name == "metadata" else ""
+        setattr(key, _FIELD.get(name, name), value)
     key.save()
     return key, plaintext
 
@@ -88,7 +90,7 @@ def update_key(key: ApiKey, changes: dict[str, Any]) -> ApiKey:
         raise KeyProblems([(name, f"unknown field {name!r}: allowed are {', '.join(CONTROLS)}") for name in unknown])
     check_controls(changes)
     for name, value in changes.items():
-        if name in ("name", "note") and value is None:
+        if name in ("name", "note", "priority") and value is None:
             value = ""
         if name == "metadata" and value is None:
             value = {}

@@ -5,8 +5,10 @@ from __future__ import annotations
 from django.db import models
 
 from providers.models import Provider
+from routing.config.schema import PRIORITY_CLASSES
 
 ACTIONS = [("allow", "allow"), ("deny", "deny")]
+PRIORITY_CHOICES = [(c, c) for c in PRIORITY_CLASSES]
 BUDGET_HELP = (
     'Spend budget, e.g. {"usd": 100, "period": "month"} (period: day, month or total; UTC). Requests are admitted '
     "while their worst-case cost fits what is left (docs/limits.md#budgets). Models without prices cost 0. Blank: none."
@@ -33,6 +35,17 @@ class Org(models.Model):
         blank=True,
         help_text=BUDGET_HELP,
     )
+    priority = models.CharField(
+        max_length=16,
+        blank=True,
+        choices=PRIORITY_CHOICES,
+        help_text="Priority class of its agents that set none, under overload (docs/overload.md). Empty: default.",
+    )
+    weight = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Share of a busy deployment against the other organisations (docs/overload.md#the-queue). Empty: 1.",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -57,6 +70,16 @@ class Agent(models.Model):
         null=True,
         blank=True,
         help_text=BUDGET_HELP,
+    )
+    priority = models.CharField(
+        max_length=16,
+        blank=True,
+        choices=PRIORITY_CHOICES,
+        help_text="Priority class under overload (docs/overload.md). Empty: the org's.",
+    )
+    side_effects = models.BooleanField(
+        default=False,
+        help_text="Its calls have side effects (not idempotent): never hedged (docs/overload.md#hedging).",
     )
 
     class Meta:
@@ -90,6 +113,12 @@ class ApiKey(models.Model):
         "org's (docs/limits.md#keys). Blank: none.",
     )
     budget = models.JSONField(null=True, blank=True, help_text=BUDGET_HELP)
+    priority = models.CharField(
+        max_length=16,
+        blank=True,
+        choices=PRIORITY_CHOICES,
+        help_text="This key's priority class under overload (docs/overload.md). Empty: its agent's.",
+    )
     allowed_models = models.JSONField(
         null=True,
         blank=True,

@@ -347,6 +347,7 @@ class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
         ),
         ("Resilience overrides (empty: provider or global default)", {"fields": [*TIMEOUT_FIELDS, "fallback_on"]}),
         ("Response cache", {"fields": ["cache_ttl_s"]}),
+        ("Overload (docs/overload.md)", {"fields": ["concurrency", "hedge"]}),
     ]
 
     def has_control_breaker_permission(self, request: HttpRequest) -> bool:

@@ -109,6 +109,18 @@ class Model(models.Model):
         choices=[(r, r) for r in ROUTINGS],
         help_text="How a try picks one of the deployments below; empty means weighted (docs/deployments.md).",
     )
+    concurrency = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='Adaptive concurrency limit per deployment, e.g. {"initial": 20, "min": 1, "max": 200, '
+        '"queue": 1000}; requests beyond it wait in a fair queue or are shed (docs/overload.md). Blank: off.',
+    )
+    hedge = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='Hedged first tokens, e.g. {"budget_pct": 5, "tools": false}: a late first token is asked of '
+        "another deployment too, within budget_pct % extra calls (docs/overload.md#hedging). Blank: off.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -331,8 +331,8 @@ def key_rows_from_db() -> list[dict[str, Any]]:
 
     fields = ("key_hash", "prefix", "agent__org__name", "agent__name", "expires_at", "enabled", "limits", "budget")
     rows: list[dict[str, Any]] = []
-    for values in ApiKey.objects.filter(revoked=False).values_list(
-        *fields, "allowed_models", "previous_hash", "previous_expires_at"
+    for *values, priority in ApiKey.objects.filter(revoked=False).values_list(
+        *fields, "allowed_models", "previous_hash", "previous_expires_at", "priority"
     ):
         key_hash, prefix, org, agent, expires_at, enabled, limits, budget, allowed, previous, previous_until = values
         row = {
@@ -345,6 +345,7 @@ def key_rows_from_db() -> list[dict[str, Any]]:
             "limits": limits,
             "budget": budget,
             "models": allowed,
+            "priority": priority,  # docs/overload.md#configuration; "" when the agent's applies
         }
         rows.append(row)
         if previous and previous_until is not None:

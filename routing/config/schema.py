@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from routing.core.admission_queue import CLASS_NAMES as PRIORITY_CLASSES
 from routing.core.kinds import DIALECTS, ENDPOINT_KINDS
 from routing.core.prices import CLASSES as PRICE_CLASSES
 from routing.core.resilience import FALLBACK_TRIGGERS, Resilience
@@ -31,6 +32,8 @@ BUDGET_KEYS = ("usd", "period")  # an org's or agent's `budget` (docs/limits.md#
 BUDGET_PERIODS = ("day", "month", "total")  # UTC calendar periods; total never resets
 ROUTINGS = ("weighted", "least_busy", "latency")  # how a model picks among its deployments (docs/deployments.md)
 # The one dialect table is routing.core.kinds.DIALECT_KINDS (docs/architecture.md#what-a-change-touches).
+CONCURRENCY_KEYS = ("initial", "min", "max", "queue")  # a model's adaptive limit (docs/overload.md#configuration)
+HEDGE_KEYS = ("budget_pct", "tools")  # a model's hedged first tokens (docs/overload.md#hedging)
 
 # When export writes a field: always, when not None, or when truthy (not None/""/False/[]).
 ALWAYS, SET, TRUTHY = "always", "set", "truthy"
@@ -241,6 +244,9 @@ MODEL = Entity(
     # Dated price versions: [{effective_from: 2026-01-01, input: 3, ...}] (docs/configuration.md#price-versions).
     Field("prices", "list", default=(), column="price_versions", store=LIST, export=TRUTHY, check="price_versions"),
     Field("cache_ttl_s", "int", check="ttl"),  # response cache, off when absent (docs/cache.md)
+    # Overload control (docs/overload.md#configuration): the adaptive limit per deployment, hedging.
+    Field("concurrency", "mapping", export=TRUTHY, check="concurrency"),
+    Field("hedge", "mapping", export=TRUTHY, check="hedge"),
 )
 
 ALIAS = Entity(
@@ -253,6 +259,10 @@ AGENT = Entity(
     Field("default_model", "str", store=TEXT, export=TRUTHY),
     Field("limits", "mapping", export=TRUTHY, check="limits"),
     Field("budget", "mapping", export=TRUTHY, check="budget"),
+    # Overload (docs/overload.md#configuration): the agent's priority class (empty: its org's), and
+    # side_effects: its calls are not idempotent, so never hedged.
+    Field("priority", "str", store=TEXT, export=TRUTHY, check="priority", choices=PRIORITY_CLASSES),
+    Field("side_effects", "bool", default=False, store=BOOL, export=TRUTHY, check="bool"),
 )
 
 POLICY = Entity(
@@ -276,6 +286,10 @@ ORG = Entity(
     # Store request/response bodies with the org's usage records (docs/operations.md#bodies).
     Field("log_bodies", "bool", default=False, store=BOOL, export=TRUTHY, check="bool"),
     Field("budget", "mapping", export=TRUTHY, check="budget"),
+    # Overload (docs/overload.md#configuration): the class of its agents that set none (empty: default),
+    # and its share of a busy deployment against the other orgs (absent: 1).
+    Field("priority", "str", store=TEXT, export=TRUTHY, check="priority", choices=PRIORITY_CLASSES),
+    Field("weight", "number", check="share"),
     Field("agents", "list", column=None, store=NESTED, export=TRUTHY),
     Field("policies", "list", column=None, store=NESTED, export=TRUTHY),
     Field("credentials", "list", column=None, store=NESTED, export=TRUTHY),

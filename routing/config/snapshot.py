@@ -17,6 +17,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from policies.matcher import compile_pattern
+from routing.config.overload_spec import OverloadSpec, build_overload
 from routing.config.schema import MODEL, ORG, POLICY, PROVIDER, core_resilience
 from routing.config.secrets import resolve_key
 from routing.core.dimensions import Limits, limits_of
@@ -163,6 +164,7 @@ class Snapshot:
     # The configuration version an operator sees everywhere (history, dashboard, logs): the newest
     # recorded version (ConfigRevision) of the document this snapshot serves; 0 when none is recorded.
     config_version: int = 0
+    overload: OverloadSpec | None = None  # docs/overload.md#configuration; None: not configured
     cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def resolve(self, name: str) -> ModelSpec | None:
@@ -512,4 +514,5 @@ def build_snapshot(
         aliases=dict(document.get("aliases") or {}),
         orgs=orgs,
         keys=keys,
+        overload=build_overload(document, key_rows),
     )

@@ -29,13 +29,16 @@ from routing.config.schema import (
     BUDGET_KEYS,
     BUDGET_PERIODS,
     CAPABILITIES,
+    CONCURRENCY_KEYS,
     CREDENTIAL,
     DEPLOYMENT,
     DIALECTS,
+    HEDGE_KEYS,
     MAX_CHAIN,
     MODEL,
     ORG,
     POLICY,
+    PRIORITY_CLASSES,
     PROVIDER,
     RESILIENCE,
     ROUTINGS,
@@ -334,6 +337,22 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
         "or remove it for no limit",
         VALUE,
     ),
+    "priority": (
+        lambda v, key, what: None
+        if v in PRIORITY_CLASSES or v == ""
+        else f"priority of {what} is {_short(v)}: use one of {' | '.join(PRIORITY_CLASSES)} "
+        "(docs/overload.md#configuration)",
+        VALUE,
+    ),
+    "share": (
+        lambda v, key, what: None
+        if _is_num(v) and 0 < v <= 1e6
+        else f"weight of {what} must be a positive number (its share of a busy deployment against the other "
+        f"orgs), got {_short(v)}: use e.g. 1 or 2.5, or remove it for 1",
+        VALUE,
+    ),
+    "concurrency": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.concurrency
+    "hedge": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.hedge
     "fallback_on": (lambda v, key, what: None, VALUE),  # per-trigger paths: _Validator.fallback_on
     "limits": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.limits
     "budget": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.budget
@@ -447,6 +466,9 @@ class _Validator:
             if f.check == "budget":
                 self.budget(value, f"{path}.{f.name}", what)
                 continue
+            if f.check in ("concurrency", "hedge"):
+                getattr(self, f.check)(value, f"{path}.{f.name}", what)
+                continue
             if f.check == "price_versions":
                 self.price_versions(value, f"{path}.{f.name}", what)
                 continue
@@ -488,6 +510,54 @@ class _Validator:
                     f"{path}.{key}",
                     f"{key} of {what} must be a positive whole number of {_UNITS[key]}, got {_short(number)}: "
                     "use e.g. 60, or remove it for no limit",
+                    VALUE,
+                )
+
+    def concurrency(self, value: Any, path: str, what: str) -> None:
+        """A model's `concurrency: {initial, min, max, queue}` (docs/overload.md#configuration): whole numbers
+        of at least 1, with min <= initial <= max."""
+        example = "{initial: 20, min: 1, max: 200, queue: 1000}"
+        if not isinstance(value, Mapping):
+            self.add(path, f"concurrency of {what} must be a mapping such as {example}, got {_kind(value)}")
+            return
+        for key, number in value.items():
+            if key not in CONCURRENCY_KEYS:
+                self.add(
+                    f"{path}.{key}",
+                    f"unknown concurrency setting {key!r} of {what}: remove it (allowed: {', '.join(CONCURRENCY_KEYS)})",
+                )
+            elif not (_is_int(number) and 1 <= number <= 1_000_000):
+                self.add(
+                    f"{path}.{key}",
+                    f"concurrency {key} of {what} must be a whole number of at least 1, got {_short(number)}: "
+                    f"write it like {example}",
+                    VALUE,
+                )
+        low, start, top = (value.get(k) for k in ("min", "initial", "max"))
+        if _is_int(low) and _is_int(top) and low > top:
+            self.add(f"{path}.min", f"concurrency min {low} of {what} exceeds its max {top}: lower it", VALUE)
+        elif _is_int(start) and ((_is_int(low) and start < low) or (_is_int(top) and start > top)):
+            self.add(
+                f"{path}.initial", f"concurrency initial {start} of {what} must lie between its min and max", VALUE
+            )
+
+    def hedge(self, value: Any, path: str, what: str) -> None:
+        """A model's `hedge: {budget_pct, tools}` (docs/overload.md#hedging)."""
+        if not isinstance(value, Mapping):
+            self.add(path, f"hedge of {what} must be a mapping such as {{budget_pct: 5}}, got {_kind(value)}")
+            return
+        for key, setting in value.items():
+            if key not in HEDGE_KEYS:
+                self.add(
+                    f"{path}.{key}", f"unknown hedge setting {key!r} of {what}: remove it (allowed: budget_pct, tools)"
+                )
+            elif key == "tools" and not isinstance(setting, bool):
+                self.add(f"{path}.tools", f"hedge tools of {what} must be true or false", VALUE)
+            elif key == "budget_pct" and not (_is_num(setting) and 0 < setting <= 100):
+                self.add(
+                    f"{path}.budget_pct",
+                    f"hedge budget_pct of {what} must be a number more than 0 and at most 100 (extra calls, in % of "
+                    f"the model's requests), got {_short(setting)}: use e.g. 5",
                     VALUE,
                 )
 
@@ -902,6 +972,10 @@ def validate_key_controls(controls: Mapping[str, Any], what: str = "the API key"
         validator.limits(controls["limits"], "limits", what)
     if controls.get("budget") is not None:
         validator.budget(controls["budget"], "budget", what)
+    priority = controls.get("priority")
+    if priority is not None:  # docs/overload.md#configuration
+        rule, code = CHECKS["priority"]
+        validator.check("priority", rule(priority, "priority", what), code)
     allowed = controls.get("models")
     if allowed is not None:
         if not isinstance(allowed, list) or len(allowed) > 100:

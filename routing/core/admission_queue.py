@@ -5,9 +5,13 @@ here, ordered by priority class first, then by virtual-time fair queueing betwee
 organisations within a class: each org's next request is tagged `max(vtime, org's last tag)
 + 1/weight` and the smallest tag goes first, so an org that floods the queue only pushes
 its own requests back. A waiter waits under its own `asyncio.timeout`: whatever the
-queue's bookkeeping does, it never holds a request past its deadline. A request that
-cannot start in time is shed at once (the drain rate says so) or when its wait ends, with
-503 `overloaded` and a Retry-After from the drain rate.
+queue's bookkeeping does, it never holds a request past its deadline. A request is shed
+with 503 `overloaded` and a Retry-After from the drain rate as soon as the queue predicts
+it cannot start in time: when it arrives (its place in line / the drain rate, against its
+deadline), and again while it waits, whenever something pushes it back (a request of a
+higher class or of a fairer org arriving, the limit falling); its own timeout is only
+the last resort. A request that enters again after a failed call (a retry) goes to the
+front of its class: it has waited its turn already.
 """
 
 from __future__ import annotations
@@ -16,26 +20,37 @@ import asyncio
 import contextvars
 import heapq
 import itertools
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from routing.core import errors
 from routing.core.concurrency import AdaptiveLimit, LimitSettings
+from routing.core.failures import FailureKind, UpstreamFailure
 
 PRIORITIES: dict[str, int] = {"interactive": 0, "default": 1, "batch": 2}
 CLASS_NAMES = tuple(PRIORITIES)
 
 
-class Waiter:
-    __slots__ = ("org", "priority", "tag", "seq", "future", "gone")
+SWEEP_S = 0.01  # at most one re-check of the waiters' predicted starts per gate per this long
+ARRIVAL_S = 1.0  # the classes' arrival rates are averaged over about this long
+ADMIT_SHARE = 0.7  # a request waits only if predicted to start within this share of its time: the rest is margin
+# for the estimates' noise, so a waiter is rarely shed later (slowly) after all
 
-    def __init__(self, org: str, priority: int, future: asyncio.Future | None = None) -> None:
+
+class Waiter:
+    __slots__ = ("org", "priority", "tag", "seq", "future", "gone", "until")
+
+    def __init__(
+        self, org: str, priority: int, future: asyncio.Future | None = None, until: float = float("inf")
+    ) -> None:
         self.org = org
         self.priority = priority
         self.tag = 0.0
         self.seq = 0
         self.future = future
         self.gone = False  # left (deadline, cancel, shed): skipped when popped
+        self.until = until  # the latest start that is still useful, on the gate's clock
 
 
 class FairQueue:
@@ -51,12 +66,16 @@ class FairQueue:
     def __len__(self) -> int:
         return sum(self.counts)
 
-    def push(self, w: Waiter, weight: float = 1.0) -> None:
+    def push(self, w: Waiter, weight: float = 1.0, front: bool = False) -> None:
+        """Queue `w` in fair order within its class; `front`: ahead of its class (a retry keeps its turn)."""
         p = w.priority
-        start = max(self._vtime[p], self._finish.get((p, w.org), 0.0))
-        w.tag = start + 1.0 / max(weight, 1e-6)
         w.seq = next(self._seq)
-        self._finish[(p, w.org)] = w.tag
+        if front:
+            w.tag = self._vtime[p]
+        else:
+            start = max(self._vtime[p], self._finish.get((p, w.org), 0.0))
+            w.tag = start + 1.0 / max(weight, 1e-6)
+            self._finish[(p, w.org)] = w.tag
         self.counts[p] += 1
         heapq.heappush(self._heap, (p, w.tag, w.seq, w))
 
@@ -80,9 +99,13 @@ class FairQueue:
             w.gone = True
             self.counts[w.priority] -= 1
 
-    def ahead(self, priority: int) -> int:
-        """Live waiters that go before a new request of `priority` (its class and better)."""
-        return sum(self.counts[: priority + 1])
+    def ahead(self, priority: int, front: bool = False) -> int:
+        """Live waiters that go before a new request of `priority` (its class and better; `front`: better only)."""
+        return sum(self.counts[: priority if front else priority + 1])
+
+    def ordered(self) -> list[Waiter]:
+        """The live waiters in the order they will start."""
+        return [e[3] for e in sorted(self._heap) if not e[3].gone]
 
     def worst(self) -> Waiter | None:
         live = [e for e in self._heap if not e[3].gone]
@@ -98,19 +121,60 @@ class Gate:
         settings: LimitSettings,
         clock: Callable[[], float] = time.monotonic,
         on_shed: Callable[[str, str], None] | None = None,
+        model_id: str = "",
     ) -> None:
         self.name = name
+        self.model_id = model_id
         self.settings = settings
         self.limit = AdaptiveLimit(settings)
         self.inflight = 0
         self.queue = FairQueue()
         self.clock = clock
         self.on_shed = on_shed
+        self._dirty = False  # something may have pushed waiters back since the last sweep
+        self._swept_at = -1e18
+        self._later: asyncio.TimerHandle | None = None  # a sweep put off by the SWEEP_S bound
+        self._freed_at: float | None = None  # the last slot freed while requests waited
+        self._hold = 0.0  # how long a slot is held, measured while requests wait; 0 unknown
+        self._arrivals = [0.0] * len(PRIORITIES)  # recent arrivals a second, per class
+        self._arrived_at = [0.0] * len(PRIORITIES)
+
+    def reconfigure(self, settings: LimitSettings) -> None:
+        """The operator changed the model's settings: keep what was learnt within the new bounds."""
+        if settings != self.settings:
+            self.settings = settings
+            self.limit.reconfigure(settings)
+            self._dispatch()
 
     def drain_rate(self) -> float:
-        """Starts a second the deployment can take (Little's law: limit / recent latency); 0 unknown."""
-        recent = self.limit.recent
-        return self.limit.limit / recent if recent > 0 else 0.0
+        """Starts a second the deployment can take; 0 unknown.
+
+        Little's law: the limit over how long a slot is held. The hold is measured while
+        requests wait (the interval between slots freed then, times the limit), so it counts
+        everything a slot is held for: a whole stream, the gateway's own time around the
+        call. Before any wait, the upstream's recent latency stands in for it.
+        """
+        hold = self._hold or self.limit.recent
+        return self.limit.limit / hold if hold > 0 else 0.0
+
+    def wait_s(self, position: int, rate: float, priority: int) -> float:
+        """Predicted wait of a request of `priority` `position`-th in line (1: next): the calls that must
+        end before it can start (those beyond the free slots), at the share of the drain rate that the
+        higher classes' arrivals leave it (they will keep going ahead of it)."""
+        free = max(self.limit.limit - self.inflight, 0)
+        if position <= free:
+            return 0.0
+        left = rate - sum(self._arrival_rate(p) for p in range(priority))
+        return (position - free) / max(left, rate * 0.01)
+
+    def _arrival_rate(self, priority: int) -> float:
+        """Recent arrivals a second of one class (decaying over ARRIVAL_S)."""
+        return self._arrivals[priority] * math.exp((self._arrived_at[priority] - self.clock()) / ARRIVAL_S)
+
+    def _arrived(self, priority: int) -> None:
+        now = self.clock()
+        decayed = self._arrivals[priority] * math.exp((self._arrived_at[priority] - now) / ARRIVAL_S)
+        self._arrivals[priority], self._arrived_at[priority] = decayed + 1.0 / ARRIVAL_S, now
 
     def retry_after_s(self) -> float:
         rate = self.drain_rate()
@@ -122,27 +186,29 @@ class Gate:
             self.on_shed(reason, cls)
         return errors.overloaded(self.name, self.retry_after_s(), cls, reason)
 
-    async def acquire(self, org: str, priority: int, weight: float, wait_until: float) -> None:
-        """Take a slot, waiting fairly until `wait_until` (this gate's clock) at most; raises `overloaded`."""
+    async def acquire(self, org: str, priority: int, weight: float, wait_until: float, front: bool = False) -> None:
+        """Take a slot, waiting fairly until `wait_until` (this gate's clock) at most; raises `overloaded`
+        at once when the queue predicts it cannot start by then. `front`: a retry, ahead of its class."""
+        self._arrived(priority)
         if self.inflight < self.limit.limit and not len(self.queue):
             self.inflight += 1
             return
         now = self.clock()
         budget = wait_until - now
         rate = self.drain_rate()
-        if budget <= 0 or (rate > 0 and self.queue.ahead(priority) / rate > budget):
+        position = self.queue.ahead(priority, front) + 1
+        if budget <= 0 or (rate > 0 and self.wait_s(position, rate, priority) > budget * ADMIT_SHARE):
             raise self._shed("deadline", priority)  # it could not start in time: say so now
         queue = self.queue
         if len(queue) >= self.settings.queue:
             worst = queue.worst()
             if worst is None or worst.priority <= priority:  # nobody lower to make room
                 raise self._shed("queue_full", priority)
-            queue.remove(worst)
-            assert worst.future is not None
-            if not worst.future.done():
-                worst.future.set_exception(self._shed("queue_full", worst.priority))
-        w = Waiter(org, priority, asyncio.get_running_loop().create_future())
-        queue.push(w, weight)
+            self._evict(worst, "queue_full")
+        w = Waiter(org, priority, asyncio.get_running_loop().create_future(), wait_until)
+        queue.push(w, weight, front)
+        self._dirty = True  # it may have gone ahead of others (a higher class, a fairer org)
+        self._sweep(now)
         try:
             async with asyncio.timeout(budget):
                 await w.future
@@ -155,8 +221,51 @@ class Gate:
                 raise self._shed("deadline", priority) from None
             raise
 
+    def _sweep_later(self) -> None:
+        self._later = None
+        self._sweep(self.clock(), due=True)
+
+    def _evict(self, w: Waiter, reason: str) -> None:
+        self.queue.remove(w)
+        assert w.future is not None
+        if not w.future.done():
+            w.future.set_exception(self._shed(reason, w.priority))
+
+    def _sweep(self, now: float, due: bool = False) -> None:
+        """Shed at once the waiters that, pushed back, can no longer start before their deadline.
+
+        At most once per SWEEP_S (a sweep sorts the queue); one asked for sooner runs SWEEP_S
+        later. The waiters' own timeouts remain the last resort."""
+        if not self._dirty or not len(self.queue):
+            return
+        if now - self._swept_at < SWEEP_S and not due:
+            if self._later is not None:
+                return
+            try:
+                self._later = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep_later)
+                return
+            except RuntimeError:  # a caller outside the event loop (a settlement's callback): sweep now
+                pass
+        self._dirty, self._swept_at = False, now
+        rate = self.drain_rate()
+        if rate <= 0:
+            return
+        gone = 0
+        for position, w in enumerate(self.queue.ordered(), 1):
+            if now + self.wait_s(position - gone, rate, w.priority) > w.until:
+                self._evict(w, "deadline")
+                gone += 1
+
     def release(self) -> None:
         self.inflight -= 1
+        if len(self.queue):  # a slot freed for someone waiting: one start of the drain
+            now = self.clock()
+            if self._freed_at is not None:
+                hold = (now - self._freed_at) * max(self.limit.limit, 1)  # all slots busy: limit x the gap
+                self._hold = hold if self._hold == 0 else 0.99 * self._hold + 0.01 * hold
+            self._freed_at = now
+        else:
+            self._freed_at = None  # nobody waiting: the next wait measures afresh
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -164,32 +273,85 @@ class Gate:
         while self.inflight < self.limit.limit:
             w = queue.pop()
             if w is None:
-                return
+                break
             assert w.future is not None
             if w.future.done():
                 continue
             self.inflight += 1
             w.future.set_result(None)
+        if self._dirty:
+            self._sweep(self.clock())
 
     def sample(self, latency_s: float) -> None:
+        before = self.limit.limit
         self.limit.sample(latency_s, self.inflight, self.clock())
+        if self.limit.limit < before:
+            self._dirty = True  # a lower limit (latency): the waiters' predicted starts moved back
         self._dispatch()
 
     def dropped(self) -> None:
         self.limit.dropped(self.clock())
+        self._dirty = True  # a lower limit: the waiters' predicted starts moved back
 
 
 class Ticket:
     """Who is asking, for the queue: set once per request by the gateway (routing.runtime.overload)."""
 
-    __slots__ = ("org", "priority", "weight", "wait_until", "hedge")
+    __slots__ = ("org", "priority", "weight", "wait_until", "hedge", "tools", "entered")
 
-    def __init__(self, org: str, priority: int, weight: float, wait_until: float | None, hedge: bool = False) -> None:
+    def __init__(
+        self,
+        org: str,
+        priority: int,
+        weight: float,
+        wait_until: float | None,
+        hedge: bool = False,
+        tools: bool = False,
+    ) -> None:
         self.org = org
         self.priority = priority
         self.weight = weight
         self.wait_until = wait_until  # X-Switchboard-Max-Wait on the gate's clock; None: the total deadline
-        self.hedge = hedge  # may be hedged: not marked non-idempotent (docs/overload.md#hedging)
+        self.hedge = hedge  # may be hedged: its agent is not marked side_effects (docs/overload.md#hedging)
+        self.tools = tools  # the request offers tools: hedged only where the model says they are safe
+        self.entered = False  # has taken a slot once: a retry goes to the front of its class
+
+
+class Shed(UpstreamFailure):
+    """A gate shed the request (docs/overload.md#shedding). Nothing was sent upstream: no breaker is
+    charged and the link is not retried, but the chain moves on to its next model as after an
+    upstream 429 (when `rate_limited` is in the model's fallback_on); a chain that ends on a shed
+    answers the 503 `overloaded` with its Retry-After."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: errors.GatewayError) -> None:
+        retry = (error.headers or {}).get("Retry-After")
+        super().__init__(FailureKind.UPSTREAM_429, error.message, 503, float(retry) if retry else None)
+        self.error = error
+
+    @property
+    def is_retryable(self) -> bool:
+        return False
+
+    @property
+    def is_provider_fault(self) -> bool:
+        return False
+
+    @property
+    def charges_link(self) -> bool:
+        return False
+
+    @property
+    def label(self) -> str:
+        return "overloaded"
+
+    @property
+    def fallback_reason(self) -> str:
+        return "overloaded"
+
+    def to_gateway_error(self) -> errors.GatewayError:
+        return self.error
 
 
 current: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("switchboard_overload_ticket", default=None)
@@ -207,9 +369,22 @@ class Gates:
         self.gates: dict[object, Gate | None] = {}
         self.on_shed: Callable[[str, str], None] | None = None
 
-    def configure(self, settings: dict[str, LimitSettings]) -> None:
-        self.settings = settings
-        self.gates = {}
+    def configure(self, settings: Mapping[str, LimitSettings]) -> None:
+        """New settings by model id (a config reload applies them in every process).
+
+        A gate whose model keeps a limit stays, with its in-flight count, queue and learnt
+        limit (new bounds clamp it); a gate whose model no longer has one is forgotten (its
+        calls in flight release into it, its waiters start as they free); a model that gains
+        a limit gets its gates on first use.
+        """
+        self.settings = dict(settings)
+        kept: dict[object, Gate | None] = {}
+        for key, gate in self.gates.items():
+            s = None if gate is None else self.settings.get(gate.model_id)
+            if gate is not None and s is not None:
+                gate.reconfigure(s)
+                kept[key] = gate
+        self.gates = kept
         self.on = bool(settings)
 
     def gate(self, key: object, model_id: str, name: str) -> Gate | None:
@@ -217,7 +392,7 @@ class Gates:
             return self.gates[key]
         except KeyError:
             s = self.settings.get(model_id)
-            g = self.gates[key] = None if s is None else Gate(name, s, self.clock, self.on_shed)
+            g = self.gates[key] = None if s is None else Gate(name, s, self.clock, self.on_shed, model_id)
             return g
 
     async def enter(self, gate: Gate, deadline: float) -> None:
@@ -228,4 +403,9 @@ class Gates:
         until = deadline - max(gate.limit.recent, _MARGIN_S)
         if t.wait_until is not None and t.wait_until < until:
             until = t.wait_until
-        await gate.acquire(t.org, t.priority, t.weight, until)
+        try:
+            await gate.acquire(t.org, t.priority, t.weight, until, t.entered)
+        except errors.GatewayError as e:
+            raise Shed(e) from None
+        if t is not _ANON:
+            t.entered = True

@@ -3,12 +3,15 @@
 AIMD on explicit and latency signals. Growth: every good sample whose latency stays within
 `tolerance` x the baseline adds step/limit (about +step per round-trip); the step doubles
 each round-trip without a refusal (1, 2, 4... like TCP's slow start), and after a refusal
-the limit holds for HOLD_S, then probes again from a step of 1. Probing above a hard
-capacity thus costs about one refused call per HOLD_S, and a capacity that comes back is
-found within HOLD_S plus a few round-trips. Each 429 or timeout takes 1 off the limit: every refused call is one
-call more than the upstream could take, so a capacity that halves under 20 calls in flight
-refuses 10 of them and the limit drops by 10 at once (never below half of what it was at
-the start of the round-trip). A latency past the tolerance multiplies the limit by
+the limit holds for HOLD_S, then probes again from a step of 1. Up to just past the level
+of the last refusal, the limit grows only while it is full (each step is then a real probe,
+answered at once) and by one call per round-trip, so probing above a hard capacity costs
+about one refused call per HOLD_S; past it, the step doubles again, so a capacity that
+comes back is found within HOLD_S plus a few round-trips. Each 429 or timeout takes 1 off the limit (a
+probe past the capacity is refused at most its growth step times); more refusals in one
+round-trip than the step explains mean the capacity itself fell, and the limit drops at
+once to half of what it was at the round-trip's start (never lower within that
+round-trip), instead of 1 per refused call: each of those would be one more 429 a client sees. A latency past the tolerance multiplies the limit by
 `backoff`, at most once per recent round-trip. The baseline is a slow average of latencies seen while the
 upstream was healthy (time to first token for streams), so LLM answers of varying
 length do not look like congestion by themselves. Pure: the caller passes the clock.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-HOLD_S = 1.0  # no growth for this long after a refusal
+HOLD_S = 1.2  # no growth for this long after a refusal: about one probe (and one refused call) per 1.3 s
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,9 @@ class AdaptiveLimit:
         "_last_cut",
         "_floor_at",
         "_floor",
+        "_refusals",
+        "_room",
+        "_ceiling",
         "_hold_until",
         "_step",
         "_step_at",
@@ -57,6 +63,9 @@ class AdaptiveLimit:
         self._last_cut = -1e18
         self._floor_at = -1e18  # when this round-trip's floor for refusals was set
         self._floor = 0.0  # half the limit at the start of the round-trip
+        self._refusals = 0  # refusals in this round-trip
+        self._room = 1  # refusals a probe could explain in this round-trip (its growth step)
+        self._ceiling = float("inf")  # the limit the last refusal came at: probed past one call at a time
         self._hold_until = -1e18  # no growth before this (after a refusal)
         self._step = 0.5  # growth per round-trip (doubled to 1 by the first sample)
         self._step_at = -1e18  # when the step last doubled
@@ -64,6 +73,11 @@ class AdaptiveLimit:
     @property
     def limit(self) -> int:
         return int(self._limit)
+
+    def reconfigure(self, settings: LimitSettings) -> None:
+        """New bounds from the operator: the learnt limit is kept, clamped into them."""
+        self.settings = settings
+        self._limit = float(max(settings.min_limit, min(self._limit, settings.max_limit)))
 
     def sample(self, latency_s: float, inflight: int, now: float) -> None:
         """A call answered (first token for a stream) after `latency_s` with `inflight` calls out."""
@@ -76,17 +90,33 @@ class AdaptiveLimit:
             self.baseline = 0.99 * self.baseline + 0.01 * latency_s  # drift up slowly: a new normal
             return
         self.baseline = 0.95 * self.baseline + 0.05 * latency_s
-        if inflight * 2 >= self._limit and now >= self._hold_until:  # only grow a limit that is used
+        # only grow a limit that is used; near or past the last refusal, only one that is full (a real probe)
+        used = inflight >= int(self._limit) if self._limit >= self._ceiling - 1 else inflight * 2 >= self._limit
+        if used and now >= self._hold_until:
             if now - self._step_at >= max(self.recent, 0.01):  # a round-trip without a refusal
-                self._step = min(self._step * 2, max(1.0, self._limit / 2))
+                self._step = min(self._step * 2, max(1.0, self._limit / 4))
+                if self._limit < self._ceiling + 1:  # up to just past the last refusal: no overshoot
+                    self._step = min(self._step, max(1.0, self._ceiling - self._limit))
                 self._step_at = now
             self._limit = min(float(s.max_limit), self._limit + self._step / self._limit)
 
     def dropped(self, now: float) -> None:
-        """The upstream refused (429) or timed out: one call more than it could take."""
+        """The upstream refused (429) or timed out.
+
+        Each refusal is one call more than the upstream could take: the limit goes 1 down,
+        which is exact for a probe past the capacity (a probe that grew the limit by its step
+        is refused at most step times). More refusals in one round-trip than the last step
+        explains mean the capacity itself fell (a brown-out): the limit goes at once to half
+        of what it was at the round-trip's start, rather than 1 down per refused call, as
+        each of those calls would be one more 429 seen by a client.
+        """
         if now - self._floor_at >= max(self.recent, 0.05):
-            self._floor_at, self._floor = now, self._limit / 2
-        self._limit = max(float(self.settings.min_limit), self._floor, self._limit - 1.0)
+            self._floor_at, self._floor, self._refusals = now, self._limit / 2, 0
+            self._room = max(1, int(self._step))
+        self._refusals += 1
+        self._ceiling = self._limit
+        low = max(float(self.settings.min_limit), self._floor)
+        self._limit = low if self._refusals > self._room + 1 else max(low, self._limit - 1.0)
         self._hold(now)
 
     def _hold(self, now: float) -> None:

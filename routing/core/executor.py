@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from routing.core import errors
-from routing.core.admission_queue import Gate, Gates, current
+from routing.core.admission_queue import Gate, Gates, Shed, current
 from routing.core.backoff import backoff_delay
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.core.buckets import LEASE_WAIT_S
@@ -295,7 +295,7 @@ class _Walk:
                 error = _skip_error(*self.first_skip)
             else:
                 error = errors.upstream_unavailable("the chain has no model")
-        elif self.involved == 1:
+        elif self.involved == 1 or isinstance(failure, Shed):  # the last model shed it: `overloaded` (docs/overload.md)
             error = failure.to_gateway_error()
         else:
             error = errors.upstream_unavailable("; ".join(self.details or ()))
@@ -545,7 +545,7 @@ class Executor:
         ticket = current.get()
         if ticket is None or not ticket.hedge:  # marked non-idempotent by the operator, or not admitted
             return None
-        return hedges.delay(link.model.id, key)
+        return hedges.delay(link.model.id, key, ticket.tools)
 
     async def _hedged(self, link: Link, race: _Race, left: list[Target], walk: _Walk) -> Outcome | None:
         """Call `race.first`; if it has not answered after `race.delay`, call another deployment too and
@@ -699,6 +699,10 @@ class Executor:
                 if isinstance(got, Outcome):  # served, or ended here (total timeout, unsendable)
                     settled = got.error is None
                     return got
+                if isinstance(got, Shed):  # the gate shed it before any call (docs/overload.md#shedding)
+                    self.breakers.release(key, probe, org)  # not the provider's doing: its breaker is untouched
+                    failure, settled = got, True
+                    break
                 failure = got
                 if not failure.is_provider_fault:
                     # the provider answered (4xx, context length, content filter): not its fault
@@ -734,9 +738,10 @@ class Executor:
 
     async def _attempt(
         self, link: Link, probe: int, walk: _Walk, gate: Gate | None, now: float
-    ) -> Outcome | UpstreamFailure:
+    ) -> Outcome | UpstreamFailure | Shed:
         """One upstream call: the Outcome when it ends the request (served, total timeout, a request
-        this link cannot take), else its classified failure for `_try_link` to retry or report."""
+        this link cannot take), else its classified failure for `_try_link` to retry or report (a
+        Shed: the gate refused it before any call)."""
         obs = self.observer
         cm = asyncio.timeout(walk.deadline - now)
         try:
@@ -745,6 +750,9 @@ class Executor:
                     result = await walk.attempt(link, walk.deadline)
                 else:
                     result = await self._gated(gate, walk.attempt, link, walk.deadline)
+        except Shed as f:
+            walk.attempts -= 1
+            return f
         except UpstreamFailure as f:
             walk.upstream_s += self.clock() - now
             if f.kind is FailureKind.QUOTA_EXHAUSTED:  # skipped until its reset (docs/errors.md#upstream)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 from routing.core.retry_budget import RetryBudgets
@@ -24,6 +24,7 @@ MIN_SAMPLES = 20  # below this the p95 is not known: no hedge
 @dataclass(frozen=True, slots=True)
 class HedgeSettings:
     budget_pct: float = 5.0
+    tools: bool = False  # hedge requests that offer tools too (their calls may have side effects)
 
 
 class _Ring:
@@ -45,8 +46,11 @@ class Hedges:
         self._budget = RetryBudgets(clock)
         self.on_outcome: Callable[[str], None] | None = None
 
-    def configure(self, settings: dict[str, HedgeSettings]) -> None:
-        self.settings = settings
+    def configure(self, settings: Mapping[str, HedgeSettings]) -> None:
+        """New settings (a config reload); the first-token figures and budgets stay when nothing changed."""
+        if settings == self.settings:
+            return
+        self.settings = dict(settings)
         self._rings = {}
         self._budget.clear()
         self.on = bool(settings)
@@ -59,12 +63,14 @@ class Hedges:
         ring.values.append(seconds)
         ring.stale += 1
 
-    def delay(self, model_id: str, key: Hashable) -> float | None:
+    def delay(self, model_id: str, key: Hashable, tools: bool = False) -> float | None:
         """How long to wait before hedging a request of `model_id` on `key`; None: do not hedge.
 
-        Counts the request against the model's hedge budget window.
+        Counts the request against the model's hedge budget window. A request that offers
+        `tools` is hedged only when the model's settings say its tools have no side effects.
         """
-        if model_id not in self.settings:
+        settings = self.settings.get(model_id)
+        if settings is None or (tools and not settings.tools):
             return None
         self._budget.record_request(model_id)
         ring = self._rings.get(key)

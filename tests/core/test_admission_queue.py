@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from routing.core.admission_queue import PRIORITIES, FairQueue, Gate, Waiter
+from routing.core.admission_queue import PRIORITIES, SWEEP_S, FairQueue, Gate, Waiter
 from routing.core.concurrency import LimitSettings
 from routing.core.errors import GatewayError
 from tests.core.fakes import FakeClock
@@ -156,3 +156,127 @@ async def test_a_waiter_cancelled_as_its_slot_arrives_passes_the_slot_on() -> No
     await second
     assert g.inflight == 1
     assert len(g.queue) == 0  # counted once, though it left after its slot was granted
+
+
+async def test_a_waiter_pushed_back_by_higher_classes_is_shed_at_once_not_at_its_deadline() -> None:
+    clock = FakeClock()
+    g = gate(clock, max_limit=1)
+    await g.acquire("a", B, 1.0, clock() + 60)
+    g.sample(1.0)  # one slot, 1 s per call: one start a second
+    batch = asyncio.ensure_future(g.acquire("b", B, 1.0, clock() + 2.5))  # next in line: starts in ~1 s
+    await asyncio.sleep(0)
+    assert not batch.done()
+    inter = []
+    for _ in range(2):
+        clock.advance(SWEEP_S)
+        inter.append(asyncio.ensure_future(g.acquire("c", HI, 1.0, clock() + 60)))
+        await asyncio.sleep(0)
+    await asyncio.sleep(0)  # the batch request's task takes its answer
+    # two interactive requests went ahead: it would start in ~3 s, past its 2.5 s; told now, not in 2.5 s
+    assert batch.done() and batch.exception().code == "overloaded"
+    assert batch.exception().headers == {"Retry-After": "3"}
+    assert len(g.queue) == 2
+    for t in inter:
+        t.cancel()
+    await asyncio.gather(*inter, return_exceptions=True)
+
+
+async def test_a_retry_goes_to_the_front_of_its_class() -> None:
+    g = gate()
+    await g.acquire("a", D, 1.0, g.clock() + 5)
+    order: list[str] = []
+
+    async def wait(org: str, cls: int, front: bool = False) -> None:
+        await g.acquire(org, cls, 1.0, g.clock() + 30, front)
+        order.append(org)
+        g.release()
+
+    tasks = [asyncio.ensure_future(wait(f"org{i}", D)) for i in range(3)]
+    await asyncio.sleep(0)
+    tasks.append(asyncio.ensure_future(wait("retry", D, front=True)))
+    tasks.append(asyncio.ensure_future(wait("inter", HI)))
+    await asyncio.sleep(0)
+    g.release()
+    await asyncio.gather(*tasks)
+    assert order[:2] == ["inter", "retry"]  # a higher class still goes first
+
+
+async def test_a_sweep_put_off_by_its_bound_still_runs_soon_after() -> None:
+    clock = FakeClock()
+    g = gate(clock, max_limit=1)
+    await g.acquire("a", B, 1.0, clock() + 60)
+    g.sample(10.0)  # one start every 10 s
+    batch = asyncio.ensure_future(g.acquire("b", B, 1.0, clock() + 25))  # next in line: starts in ~10 s
+    await asyncio.sleep(0)
+    inter = [asyncio.ensure_future(g.acquire("c", HI, 1.0, clock() + 60)) for _ in range(2)]  # same instant
+    await asyncio.sleep(0)
+    assert not batch.done()  # within SWEEP_S of the last sweep: put off...
+    await asyncio.wait({batch}, timeout=20)  # ...to soon after, not to its deadline 25 s away
+    assert batch.exception().code == "overloaded"
+    for t in inter:
+        t.cancel()
+    await asyncio.gather(*inter, return_exceptions=True)
+
+
+async def test_a_lower_class_is_shed_at_once_when_the_higher_classes_arriving_take_the_drain() -> None:
+    clock = FakeClock()
+    g = gate(clock, initial=2, max_limit=2)
+    await g.acquire("a", B, 1.0, clock() + 60)
+    await g.acquire("a", B, 1.0, clock() + 60)
+    g.sample(0.1)  # two slots, 100 ms per call: 20 starts a second
+    inter = []
+    for _ in range(57):  # for 3 s, interactive requests arrive at 19 a second: about 1 start a second is left
+        clock.advance(1 / 19)
+        inter.append(asyncio.ensure_future(g.acquire("c", HI, 1.0, clock() + 60)))
+        await asyncio.sleep(0)
+        g.release()  # one call ends: the interactive request takes its slot
+        await asyncio.sleep(0)
+    assert len(g.queue) == 0  # nobody is waiting now...
+    batch = asyncio.ensure_future(g.acquire("b", B, 1.0, clock() + 0.5))
+    await asyncio.sleep(0)
+    assert batch.done()  # ...but next in line it would wait ~1 s for its turn: shed on arrival, not in 0.5 s
+    assert batch.exception().code == "overloaded"
+    waiter = asyncio.ensure_future(g.acquire("b", B, 1.0, clock() + 5))  # a 5 s wait is long enough
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    g.release()
+    await waiter
+    await asyncio.gather(*inter)
+
+
+async def test_the_drain_rate_counts_how_long_slots_are_held_not_only_the_first_token() -> None:
+    clock = FakeClock()
+    g = gate(clock, max_limit=1, queue=100)
+    await g.acquire("a", D, 1.0, clock() + 60)
+    g.sample(0.1)  # a stream's first token after 100 ms...
+    waiters = [asyncio.ensure_future(g.acquire("a", D, 1.0, clock() + 600)) for _ in range(40)]
+    await asyncio.sleep(0)
+    for _ in range(30):  # ...but each stream holds its slot for 2 s
+        clock.advance(2.0)
+        g.release()
+        await asyncio.sleep(0)
+    assert 0.4 < g.drain_rate() < 0.6  # one start every 2 s, not 10 a second
+    late = asyncio.ensure_future(g.acquire("b", D, 1.0, clock() + 5))  # 10 ahead: ~20 s, not ~1 s
+    await asyncio.sleep(0)
+    assert late.done() and late.exception().code == "overloaded"
+    for t in waiters:
+        t.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
+
+
+async def test_a_request_predicted_to_need_nearly_all_its_wait_is_shed_at_once_not_later() -> None:
+    clock = FakeClock()
+    g = gate(clock, max_limit=1)
+    await g.acquire("a", D, 1.0, clock() + 60)
+    g.sample(1.0)  # one start a second
+    ahead = asyncio.ensure_future(g.acquire("a", D, 1.0, clock() + 60))
+    await asyncio.sleep(0)
+    tight = asyncio.ensure_future(g.acquire("b", D, 1.0, clock() + 2.2))  # predicted to start in ~2 s of its 2.2
+    await asyncio.sleep(0)
+    assert tight.done() and tight.exception().code == "overloaded"
+    roomy = asyncio.ensure_future(g.acquire("b", D, 1.0, clock() + 4))  # ~2 s of 4: it waits
+    await asyncio.sleep(0)
+    assert not roomy.done()
+    for t in (ahead, roomy):
+        t.cancel()
+    await asyncio.gather(ahead, roomy, return_exceptions=True)

@@ -21,12 +21,20 @@ def test_an_unused_limit_does_not_grow() -> None:
     assert lim.limit == 10
 
 
-def test_each_refusal_takes_one_off_the_limit_so_a_halved_capacity_is_followed_at_once() -> None:
+def test_a_probe_refusal_takes_one_off_but_more_than_a_probe_explains_halves_the_limit_at_once() -> None:
     lim = AdaptiveLimit(LimitSettings(initial=20))
     lim.sample(0.1, inflight=1, now=0.0)
-    for _ in range(10):  # capacity 20 -> 10: ten of the twenty calls in flight are refused
-        lim.dropped(now=1.0)
+    lim.dropped(now=1.0)  # a probe one call past the capacity
+    assert lim.limit == 19
+    lim.dropped(now=1.05)  # a probe grows by 1 at a time: a second in the round-trip may still be one
+    assert lim.limit == 18
+    lim.dropped(now=1.06)  # a third: the capacity itself fell (20 -> 10)
+    assert lim.limit == 10  # followed at once: not one more refused call per step down
+    for _ in range(8):  # the calls already admitted above it, refused too
+        lim.dropped(now=1.08)
     assert lim.limit == 10
+    lim.dropped(now=3.0)  # a round-trip later: a lone probe refusal again
+    assert lim.limit == 9
 
 
 def test_refusals_never_take_more_than_half_the_limit_per_round_trip() -> None:
@@ -88,3 +96,26 @@ def test_after_a_refusal_the_limit_holds_then_finds_a_returned_capacity_within_t
     assert lim.limit == 10  # held: probing above a hard capacity costs one refusal per hold
     serve(1.0)  # the capacity is back: found by doubling steps
     assert lim.limit >= 18
+
+
+def test_past_its_last_refusal_the_limit_grows_only_when_full_and_one_call_at_a_time() -> None:
+    lim = AdaptiveLimit(LimitSettings(initial=20, max_limit=100))
+    now = 0.0
+    lim.sample(0.1, inflight=20, now=now)
+    lim.dropped(now=now)  # refused at 20: the capacity is about 19
+
+    def serve(seconds: float, busy: int) -> list[int]:  # limit-many calls answer every 100 ms round-trip
+        nonlocal now
+        seen = [lim.limit]
+        end = now + seconds
+        while now < end:
+            now += 0.1
+            for _ in range(lim.limit):
+                lim.sample(0.1, inflight=min(busy, lim.limit), now=now)
+            seen.append(lim.limit)
+        return seen
+
+    assert max(serve(HOLD_S + 3.0, busy=17)) == 19  # busy but never full: nothing tests a higher limit
+    seen = serve(2.0, busy=1000)  # full: probes, one call at a time up to just past the last refusal
+    steps = [b - a for a, b in zip(seen, seen[1:], strict=False) if b != a]
+    assert steps[:2] == [1, 1] and max(steps) > 1  # then faster again (a capacity that came back)

@@ -8,13 +8,12 @@ with 503 `overloaded` and a Retry-After, and the upstream never sees more than i
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import time
 
 import httpx
 import pytest
 
-from tests.e2e.harness import MockUpstream
+from tests.e2e.harness import SLACK_S, MockUpstream
 
 CAPACITY = 4
 
@@ -30,17 +29,30 @@ models:
     provider: local
     upstream_model: ov-chat
     capabilities: [chat]
+    concurrency: {{initial: {cap}, max: {cap}, queue: 100}}
+  - id: ov-first
+    provider: local
+    upstream_model: ov-slow
+    capabilities: [chat]
+    concurrency: {{initial: 1, max: 1}}
+    fallbacks: [ov-spare]
+  - id: ov-only
+    provider: local
+    upstream_model: ov-slow
+    capabilities: [chat]
+    concurrency: {{initial: 1, max: 1}}
+  - id: ov-spare
+    provider: local
+    upstream_model: ov-spare
+    capabilities: [chat]
 orgs:
   - name: acme
     agents:
       - name: bot
+        priority: interactive
       - name: nightly
+        priority: batch
 """
-
-OVERLOAD = {
-    "models": {"ov-chat": {"initial": CAPACITY, "max": CAPACITY, "queue": 100}},
-    "classes": {"acme/bot": "interactive", "acme/nightly": "batch"},
-}
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +64,17 @@ def upstream():
 
 @pytest.fixture(scope="module")
 def gw(make_gateway, upstream):
-    return make_gateway(CONFIG.format(url=upstream.url), env={"SWITCHBOARD_OVERLOAD": json.dumps(OVERLOAD)})
+    return make_gateway(CONFIG.format(url=upstream.url, cap=CAPACITY))
 
 
-def _post(url: str, key: str, headers: dict[str, str] | None = None) -> tuple[httpx.Response, float]:
+def _post(
+    url: str, key: str, headers: dict[str, str] | None = None, model: str = "ov-chat"
+) -> tuple[httpx.Response, float]:
     started = time.monotonic()
     r = httpx.post(
         f"{url}/v1/chat/completions",
         headers={"Authorization": f"Bearer {key}", **(headers or {})},
-        json={"model": "ov-chat", "messages": [{"role": "user", "content": "hi"}]},
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}]},
         timeout=60,
     )
     return r, time.monotonic() - started
@@ -101,3 +115,66 @@ def test_a_bad_priority_or_max_wait_header_is_a_clear_400(gw):
     assert r.json()["error"]["param"] == "X-Switchboard-Priority"
     r, _ = _post(gw.url, gw.api_key, {"X-Switchboard-Max-Wait": "soon"})
     assert r.status_code == 400 and "X-Switchboard-Max-Wait" in r.json()["error"]["message"]
+
+
+def test_a_request_that_cannot_start_in_time_is_shed_before_the_upstream_could_answer_and_falls_back(gw, upstream):
+    upstream.script("ov-slow", then={"delay_ms": 1500})
+    nightly = gw.create_key("acme", "nightly")
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        # one call each first: the gates learn their round-trip (1.5 s), so their drain rate is known
+        warm = [pool.submit(_post, gw.url, gw.api_key, None, m) for m in ("ov-first", "ov-only")]
+        assert [f.result()[0].status_code for f in warm] == [200, 200]
+        holders = [pool.submit(_post, gw.url, gw.api_key, None, m) for m in ("ov-first", "ov-only")]
+        time.sleep(0.3)  # both one-slot gates now hold a 1.5 s call
+        wait = {"X-Switchboard-Max-Wait": "0.5"}  # the next start is ~1.2 s away: it cannot start in time
+        only, _ = _post(gw.url, nightly, wait, "ov-only")
+        first, _ = _post(gw.url, nightly, wait, "ov-first")
+        # answered while the calls holding the slots are still upstream: decided on arrival, not by waiting
+        assert not any(h.done() for h in holders)
+        assert [h.result()[0].status_code for h in holders] == [200, 200]
+
+    assert only.status_code == 503 and only.json()["error"]["code"] == "overloaded"
+    assert int(only.headers["Retry-After"]) >= 1
+    assert first.status_code == 200, first.text  # shed on ov-first, served by its fallback
+    assert first.headers["X-Switchboard-Model-Used"] == "ov-spare"
+    assert first.headers["X-Switchboard-Fallback"] == "overloaded"
+    assert upstream.count("ov-slow") == 4  # the shed requests never reached it
+
+
+RELOAD_CONFIG = """
+providers:
+  - name: local
+    dialect: openai
+    base_url: {url}/v1
+models:
+  - id: ov-live
+    provider: local
+    upstream_model: ov-live
+    capabilities: [chat]{limit}
+orgs:
+  - name: acme
+    agents:
+      - name: bot
+"""
+
+
+def test_a_limit_added_to_the_config_file_applies_in_every_serving_process(make_gateway, upstream):
+    upstream.script("ov-live", then={"delay_ms": 600})
+    gw = make_gateway(RELOAD_CONFIG.format(url=upstream.url, limit=""))
+    other = gw.second_process({})
+    try:
+        gw.import_config(RELOAD_CONFIG.format(url=upstream.url, limit="\n    concurrency: {initial: 1, max: 1}"))
+        for process in (gw, other):
+            deadline = time.monotonic() + 1.0 + SLACK_S  # the reload's promise (docs/configuration.md#reload)
+            while True:
+                with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                    slow = pool.submit(_post, process.url, gw.api_key, None, "ov-live")
+                    time.sleep(0.2)  # it holds the one slot once the limit is in place
+                    r, _ = _post(process.url, gw.api_key, {"X-Switchboard-Max-Wait": "0"}, "ov-live")
+                    assert slow.result()[0].status_code == 200
+                if r.status_code == 503:
+                    break
+                assert r.status_code == 200 and time.monotonic() < deadline, "the limit did not reach this process"
+            assert r.json()["error"]["code"] == "overloaded"
+    finally:
+        other.stop()

@@ -106,14 +106,21 @@ def test_the_admin_explain_page_lists_the_deployments_with_live_figures(client, 
 
 
 @pytest.mark.django_db
-def test_a_deployment_with_an_adaptive_limit_shows_its_limit_in_flight_and_queue(
-    client, spread_snapshot, staff_user, settings
-):
+def test_a_deployment_with_an_adaptive_limit_shows_its_limit_in_flight_and_queue(client, spread_snapshot, staff_user):
     from routing.runtime import overload
-    from routing.runtime.process import current
 
-    settings.SWITCHBOARD_OVERLOAD = json.dumps({"models": {"op-spread": {"initial": 7}}})
-    overload.install(current().gates, current().hedges)
+    doc = copy.deepcopy(DOCUMENT)
+    doc["models"].append(
+        {
+            "id": "op-spread",
+            "capabilities": ["chat"],
+            "deployments": [{"provider": "op-b", "upstream_model": "m3"}, {"provider": "op-a", "upstream_model": "m3"}],
+            "concurrency": {"initial": 7},
+        }
+    )
+    previous = live.current()
+    live.swap(build_snapshot(doc, [], os.environ, version=9))
+    overload.apply(live.current())  # as the process's swap listener does
     try:
         gate = current().gates.gate(BreakerKey("op-b", "op-spread"), "op-spread", "op-spread@op-b")
         gate.inflight = 3
@@ -125,5 +132,5 @@ def test_a_deployment_with_an_adaptive_limit_shows_its_limit_in_flight_and_queue
         row = next(link for link in links if link["link"] == "op-b/op-spread")
         assert row["deployment"]["overload"] == {"limit": 7, "inflight": 3, "queued": 0}
     finally:
-        settings.SWITCHBOARD_OVERLOAD = ""
-        overload.install(current().gates, current().hedges)
+        live.swap(previous)
+        overload.apply(previous)

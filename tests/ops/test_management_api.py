@@ -393,3 +393,34 @@ def test_a_superuser_grants_bodies_in_the_admin_and_with_the_command(setup, admi
         ManagementToken.objects.get(name="audit-cli").bodies
         and not ManagementToken.objects.get(name="plain-cli").bodies
     )
+
+
+def test_a_keys_priority_class_is_set_checked_and_cleared_over_the_api(setup):
+    api = client_for()
+    created = new_key(api, priority="batch")
+    assert created.status_code == 201, created.content
+    key_id = created.json()["id"]
+    assert created.json()["priority"] == "batch" and key_rows_from_db()[0]["priority"] == "batch"
+    refused = api.patch(f"/api/v1/keys/{key_id}", {"priority": "urgent"}, content_type="application/json")
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "priority"
+    assert "interactive | default | batch" in refused.json()["error"]["message"]
+    cleared = api.patch(f"/api/v1/keys/{key_id}", {"priority": None}, content_type="application/json")
+    assert cleared.status_code == 200 and cleared.json()["priority"] is None
+    assert new_key(api, priority=None).status_code == 201  # none: its agent's class
+
+
+def test_org_and_agent_overload_fields_go_through_the_one_validation_and_are_kept_by_other_writes(setup):
+    api = client_for()
+    changed = api.patch("/api/v1/orgs/acme", {"priority": "batch", "weight": 2.5}, content_type="application/json")
+    assert changed.status_code == 200, changed.content
+    assert (changed.json()["priority"], changed.json()["weight"]) == ("batch", 2.5)
+    bad = api.patch("/api/v1/orgs/acme", {"weight": 0}, content_type="application/json")
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "orgs[acme].weight"
+    agent = api.patch(
+        "/api/v1/orgs/acme/agents/bot",
+        {"priority": "interactive", "side_effects": True},
+        content_type="application/json",
+    )
+    assert agent.status_code == 200 and agent.json()["priority"] == "interactive" and agent.json()["side_effects"]
+    kept = api.patch("/api/v1/orgs/acme", {"limits": {"rpm": 9}}, content_type="application/json").json()
+    assert (kept["priority"], kept["weight"]) == ("batch", 2.5)  # not sent: kept

@@ -1,90 +1,107 @@
-"""SWITCHBOARD_OVERLOAD and a request's ticket (docs/overload.md#configuration)."""
+"""A request's ticket from the configuration, and a configuration change applied by the reload
+(docs/overload.md#configuration)."""
 
 from __future__ import annotations
 
-import json
+import copy
 from types import SimpleNamespace
 
 import pytest
-from django.core.exceptions import ImproperlyConfigured
 
+from routing.config.overload_spec import build_overload
 from routing.core.admission_queue import PRIORITIES, current
+from routing.core.breaker import BreakerKey
 from routing.core.errors import GatewayError
 from routing.runtime import overload
 from routing.runtime.process import current as current_process
 
 DOC = {
-    "models": {"m": {"initial": 8, "max": 64}},
-    "classes": {"acme/bot": "interactive", "acme": "default", "sk-abc": "batch"},
-    "org_weights": {"acme": 2},
-    "hedge": {"models": {"m": {"budget_pct": 3}}, "never": ["acme/payments"]},
+    "models": [
+        {"id": "m", "concurrency": {"initial": 8, "max": 64}, "hedge": {"budget_pct": 3}},
+        {"id": "n"},
+    ],
+    "orgs": [
+        {
+            "name": "acme",
+            "weight": 2,
+            "agents": [
+                {"name": "bot", "priority": "interactive"},
+                {"name": "other"},
+                {"name": "payments", "side_effects": True},
+            ],
+        },
+        {"name": "globex", "priority": "batch"},
+    ],
 }
+KEYS = [{"prefix": "sb-batchy", "priority": "batch"}]
 
 
-def key(org: str = "acme", agent: str = "bot", prefix: str = "sk-xyz") -> SimpleNamespace:
+def key(org: str = "acme", agent: str = "bot", prefix: str = "sb-xyz") -> SimpleNamespace:
     return SimpleNamespace(prefix=prefix, agent=SimpleNamespace(name=agent, org=SimpleNamespace(name=org)))
 
 
+def snapshot(doc: dict, keys: list | None = None) -> SimpleNamespace:
+    return SimpleNamespace(overload=build_overload(doc, keys or []))
+
+
 @pytest.fixture
-def configured(settings):
-    settings.SWITCHBOARD_OVERLOAD = json.dumps(DOC)
-    overload.install(current_process().gates, current_process().hedges)
+def configured():
+    overload.apply(snapshot(DOC, KEYS))
     yield
-    settings.SWITCHBOARD_OVERLOAD = ""
-    overload.install(current_process().gates, current_process().hedges)
+    overload.apply(snapshot({}))
 
 
-def test_the_document_is_read_into_limits_classes_and_weights() -> None:
-    config = overload.parse(json.dumps(DOC))
-    assert (config.limits["m"].initial, config.limits["m"].max_limit) == (8, 64)
-    assert config.classes == {"acme/bot": 0, "acme": 1, "sk-abc": 2}
-    assert config.weights == {"acme": 2.0}
-    assert config.hedge["m"].budget_pct == 3 and config.never_hedge == {"acme/payments"}
+def test_nothing_configured_is_off():
+    overload.apply(snapshot({}))
+    assert overload.ON is False and current_process().gates.on is False and current_process().hedges.on is False
 
 
-@pytest.mark.parametrize(
-    ("doc", "says"),
-    [
-        ("{", "not valid JSON"),
-        ('{"model": {}}', "unknown key"),
-        ('{"models": {"m": {"initial": 0}}}', "models.m.initial"),
-        ('{"models": {"m": {"burst": 3}}}', "models.m must be"),
-        ('{"classes": {"acme": "urgent"}}', "classes.acme"),
-        ('{"org_weights": {"acme": -1}}', "org_weights.acme"),
-        ('{"hedge": {"models": {"m": {"budget_pct": 0}}}}', "budget_pct"),
-        ('{"hedge": {"never": "acme"}}', "hedge.never"),
-    ],
-)
-def test_a_bad_document_is_refused_with_what_to_fix(doc: str, says: str) -> None:
-    with pytest.raises(ImproperlyConfigured, match=says):
-        overload.parse(doc)
-
-
-def test_nothing_configured_is_off(settings) -> None:
-    settings.SWITCHBOARD_OVERLOAD = ""
-    overload.install(current_process().gates, current_process().hedges)
-    assert overload.ON is False
-
-
-def test_the_agent_class_applies_and_a_header_may_lower_it_never_raise_it(configured) -> None:
+def test_the_key_then_the_agent_then_the_org_sets_the_class_and_a_header_only_lowers_it(configured):
     overload.admit([], key())
     assert current.get().priority == PRIORITIES["interactive"] and current.get().weight == 2.0
+    overload.admit([], key(agent="other"))
+    assert current.get().priority == PRIORITIES["default"]
+    overload.admit([], key(org="globex", agent="x"))
+    assert current.get().priority == PRIORITIES["batch"] and current.get().weight == 1.0
     overload.admit([(b"x-switchboard-priority", b"batch")], key())
     assert current.get().priority == PRIORITIES["batch"]
-    overload.admit([(b"x-switchboard-priority", b"interactive")], key(prefix="sk-abc", agent="other"))
+    overload.admit([(b"x-switchboard-priority", b"interactive")], key(prefix="sb-batchy"))
     assert current.get().priority == PRIORITIES["batch"]  # the key's class: not raised
 
 
-def test_a_bad_priority_header_is_a_400_naming_it(configured) -> None:
+def test_a_bad_priority_header_is_a_400_naming_it(configured):
     with pytest.raises(GatewayError) as err:
         overload.admit([(b"x-switchboard-priority", b"urgent")], key())
     assert err.value.status == 400 and err.value.param == "X-Switchboard-Priority"
 
 
-def test_hedging_is_never_for_requests_marked_non_idempotent_nor_offering_tools(configured) -> None:
+def test_hedging_is_never_for_agents_with_side_effects_and_tools_only_where_the_model_allows(configured):
     overload.admit([], key(), {"messages": []})
-    assert current.get().hedge is True
+    assert current.get().hedge is True and current.get().tools is False
     overload.admit([], key(agent="payments"), {"messages": []})
     assert current.get().hedge is False
     overload.admit([], key(), {"messages": [], "tools": [{"type": "function"}]})
-    assert current.get().hedge is False
+    assert current.get().tools is True
+    for _ in range(30):
+        current_process().hedges.observe("k", 0.05)
+    assert current_process().hedges.delay("m", "k", tools=True) is None  # the model's hedge says nothing of tools: not hedged
+    assert current_process().hedges.delay("m", "k", tools=False) == 0.05
+
+
+def test_a_reload_keeps_what_a_gate_learnt_and_applies_new_bounds(configured):
+    gate = current_process().gates.gate(BreakerKey("p", "m"), "m", "m@p")
+    gate.inflight = 5
+    gate.limit._limit = 30.0
+    changed = copy.deepcopy(DOC)
+    changed["models"][0]["concurrency"] = {"initial": 8, "max": 12}
+    overload.apply(snapshot(changed))
+    again = current_process().gates.gate(BreakerKey("p", "m"), "m", "m@p")
+    assert again is gate and gate.inflight == 5  # the calls in flight still count
+    assert gate.limit.limit == 12  # clamped into the new bounds
+    assert current_process().gates.gate(BreakerKey("p", "n"), "n", "n@p") is None
+
+    changed["models"][1]["concurrency"] = {"initial": 3}
+    changed["models"][0].pop("concurrency")
+    overload.apply(snapshot(changed))
+    assert current_process().gates.gate(BreakerKey("p", "m"), "m", "m@p") is None  # off for m now
+    assert current_process().gates.gate(BreakerKey("p", "n"), "n", "n@p").limit.limit == 3  # on for n

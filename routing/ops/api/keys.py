@@ -57,6 +57,7 @@ def represent(key: ApiKey) -> dict[str, Any]:
         "limits": key.limits,
         "budget": key.budget,
         "models": key.allowed_models,
+        "priority": key.priority or None,
         "metadata": key.metadata or {},
         "note": key.note,
         "previous_secret_expires_at": iso(key.previous_expires_at) if rotating else None,

@@ -20,8 +20,8 @@ from routing.config.store import ConfigInvalid, find_org, import_document
 from routing.core import errors
 from routing.ops.api.http import atomic, body, check_if_match, etag, listing, only, page
 
-ORG_FIELDS = ("default_action", "limits", "budget", "log_bodies", "policies")
-AGENT_FIELDS = ("default_model", "limits", "budget")
+ORG_FIELDS = ("default_action", "limits", "budget", "log_bodies", "policies", "priority", "weight")
+AGENT_FIELDS = ("default_model", "limits", "budget", "priority", "side_effects")  # docs/overload.md: the last two
 SOURCE = "api"
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 
@@ -36,6 +36,8 @@ def _org_view(entry: dict[str, Any]) -> dict[str, Any]:
         "budget": entry.get("budget"),
         "log_bodies": bool(entry.get("log_bodies", False)),
         "policies": entry.get("policies") or [],
+        "priority": entry.get("priority") or None,
+        "weight": entry.get("weight"),
         "agents": [a["name"] for a in entry.get("agents") or []],
     }
 
@@ -48,6 +50,8 @@ def _agent_view(org: str, entry: dict[str, Any]) -> dict[str, Any]:
         "default_model": entry.get("default_model"),
         "limits": entry.get("limits"),
         "budget": entry.get("budget"),
+        "priority": entry.get("priority") or None,
+        "side_effects": bool(entry.get("side_effects", False)),
     }
 
 
