@@ -71,6 +71,7 @@ MAX_DEFERRED = 20  # first-party imports inside functions, product code (docs/ar
 # import time is a long-lived part and belongs to the process object (gateway_project.process.build_process).
 VALUE_CLASSES = {
     "Entity": "a row of the configuration schema's table",
+    "OverloadSpec": "the empty overload settings (a frozen dataclass)",
     "Ticket": "the priority ticket of a request nobody classified (immutable)",
     "VertexDialect": "a dialect adapter: it keeps no state of its own",
 }

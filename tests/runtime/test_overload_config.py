@@ -84,7 +84,9 @@ def test_hedging_is_never_for_agents_with_side_effects_and_tools_only_where_the_
     assert current.get().tools is True
     for _ in range(30):
         current_process().hedges.observe("k", 0.05)
-    assert current_process().hedges.delay("m", "k", tools=True) is None  # the model's hedge says nothing of tools: not hedged
+    assert (
+        current_process().hedges.delay("m", "k", tools=True) is None
+    )  # the model's hedge says nothing of tools: not hedged
     assert current_process().hedges.delay("m", "k", tools=False) == 0.05
 
 

@@ -352,8 +352,8 @@ async def test_what_a_round_leased_for_budget_waiters_is_theirs_when_the_next_ro
     from routing.config.snapshot import build_snapshot
     from routing.core.errors import GatewayError
     from routing.gateway import limiting
-    from routing.ops import shared_limits
     from routing.plan import chain, preflight
+    from routing.runtime import shared_limits
 
     _, process = cluster
     p = process()
