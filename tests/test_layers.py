@@ -75,11 +75,9 @@ VALUE_CLASSES = {
     "Ticket": "the priority ticket of a request nobody classified (immutable)",
     "VertexDialect": "a dialect adapter: it keeps no state of its own",
 }
-KNOWN_SINGLETONS = {
-    # Left (docs/architecture.md#composition-root): the Vertex dialect's OAuth token cache per service account;
-    # moving it into the process needs the dialect API to take the process.
-    "routing.upstream.dialects.vertex.tokens",
-}
+# None left: the last one, the Vertex dialect's OAuth token cache, is the transport's (`Transport.tokens`), handed
+# to `Dialect.authorize` (docs/architecture.md#composition-root).
+KNOWN_SINGLETONS: set[str] = set()
 
 
 def floor_of(module: str) -> str:

@@ -358,7 +358,9 @@ async def call_upstream(call: Call, link: Link, body: dict, stream: bool, deadli
     try:
         async with asyncio.timeout(min(phase, remaining)):
             if dialect.authorizes:
-                prepared = await dialect.authorize(prepared, model.provider, link.api_key)
+                prepared = await dialect.authorize(
+                    prepared, model.provider, link.api_key, call.process.transport.tokens
+                )
                 headers = prepared.headers if trace is None else {**prepared.headers, **trace.headers}
             response = await call.process.transport.send(
                 model.provider,
