@@ -16,6 +16,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from routing.core.kinds import DIALECT_KINDS
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("routing", "providers", "policies", "gateway_project", "tools")
 PRODUCT = ("routing", "providers", "policies", "gateway_project")  # tools/ is for developers, not shipped
@@ -367,8 +369,6 @@ def dialect_table_problems(directory: Path, table: set[str]) -> list[str]:
 
 
 def test_the_dialect_kinds_table_and_the_adapters_match() -> None:
-    from routing.core.kinds import DIALECT_KINDS
-
     assert dialect_table_problems(DIALECTS_DIR, set(DIALECT_KINDS)) == []
 
 
