@@ -29,11 +29,11 @@ def main() -> None:
     django.setup()
 
     from routing.config.snapshot import build_snapshot
+    from routing.core.budget_accounts import Budgets
     from routing.core.executor import Outcome
+    from routing.core.limiter import Limiter
     from routing.gateway import limiting
     from routing.plan import chain, preflight
-    from routing.plan.budgets import Budgets
-    from routing.plan.limits import Limiter
     from routing.runtime.accounting import Context
 
     doc = {

@@ -172,7 +172,7 @@ def start(process: Process) -> Process:
             ("breaker-controls", controls.control_listener),
             ("breaker-sync", lambda: breaker_sync.run(process.breakers)),
             ("dashboard-broadcaster", state.run_broadcaster),
-            ("health-prober", health.run_prober),
+            ("health-prober", lambda: health.run_prober(process.transport.tokens)),
             ("metrics-refresher", lambda: metrics.run_refresher(process.breakers, sink.backlog)),
             ("health-results", health.results_listener),
             ("process-heartbeat", lambda: processes.run_heartbeat(process.tally, process.breakers)),

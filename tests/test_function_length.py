@@ -52,7 +52,7 @@ def test_no_product_function_is_longer_than_80_lines() -> None:
 
 # The request path's modules: what one request goes through travels as one object (the gateway's
 # Call, the executor's walk), not as a clump of loose parameters (docs/architecture.md#the-call).
-REQUEST_PATH = ("routing/gateway", "routing/core/executor.py", "routing/plan/limits.py", "routing/plan/cache_key.py")
+REQUEST_PATH = ("routing/gateway", "routing/core/executor.py", "routing/core/limiter.py", "routing/plan/cache_key.py")
 MAX_PARAMETERS = 7
 BUILT_ONCE = {"Executor.__init__"}  # the composition root's, once per process: not on the request path
 

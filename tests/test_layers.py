@@ -16,6 +16,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from routing.core.kinds import DIALECT_KINDS
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("routing", "providers", "policies", "gateway_project", "tools")
 PRODUCT = ("routing", "providers", "policies", "gateway_project")  # tools/ is for developers, not shipped
@@ -75,11 +77,9 @@ VALUE_CLASSES = {
     "Ticket": "the priority ticket of a request nobody classified (immutable)",
     "VertexDialect": "a dialect adapter: it keeps no state of its own",
 }
-KNOWN_SINGLETONS = {
-    # Left (docs/architecture.md#composition-root): the Vertex dialect's OAuth token cache per service account;
-    # moving it into the process needs the dialect API to take the process.
-    "routing.upstream.dialects.vertex.tokens",
-}
+# None left: the last one, the Vertex dialect's OAuth token cache, is the transport's (`Transport.tokens`), handed
+# to `Dialect.authorize` (docs/architecture.md#composition-root).
+KNOWN_SINGLETONS: set[str] = set()
 
 
 def floor_of(module: str) -> str:
@@ -332,3 +332,52 @@ def test_the_checks_catch_a_sibling_import_a_singleton_and_a_silent_deferred_imp
         "def f():\n    # reason: app loading\n    from routing.models import UsageRecord\n    return UsageRecord\n"
     )
     assert deferred_imports(silent) == [(2, False)] and deferred_imports(reasoned) == [(3, True)]
+
+
+# The dialect kinds table (routing/core/kinds.py DIALECT_KINDS) is the one list of dialects
+# (docs/architecture.md#what-a-change-touches): every adapter in routing/upstream/dialects has its row and
+# is registered, and every row has an adapter. Read from the source, like the rules above.
+DIALECTS_DIR = ROOT / "routing" / "upstream" / "dialects"
+
+
+def dialect_adapters(directory: Path) -> tuple[dict[str, str], set[str]]:
+    """({adapter class: its dialect name} defined in the package's modules, the classes its __init__ registers)."""
+    adapters: dict[str, str] = {}
+    for path in sorted(directory.glob("*.py")):
+        if path.name in ("__init__.py", "base.py"):
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for stmt in node.body:
+                target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+                value = stmt.value if isinstance(stmt, ast.Assign) else None
+                if isinstance(target, ast.Name) and target.id == "name" and isinstance(value, ast.Constant):
+                    adapters[node.name] = str(value.value)
+    init = ast.parse((directory / "__init__.py").read_text())
+    called = {n.func.id for n in ast.walk(init) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return adapters, {c for c in called if c.endswith("Dialect")}
+
+
+def dialect_table_problems(directory: Path, table: set[str]) -> list[str]:
+    adapters, registered = dialect_adapters(directory)
+    problems = [f"{cls} ({name!r}) has no row in DIALECT_KINDS" for cls, name in adapters.items() if name not in table]
+    problems += [f"{cls} is not registered in dialects/__init__.py" for cls in adapters if cls not in registered]
+    problems += [f"{cls} is registered but defined nowhere" for cls in registered - set(adapters)]
+    problems += [f"DIALECT_KINDS row {name!r} has no adapter" for name in table - set(adapters.values())]
+    return problems
+
+
+def test_the_dialect_kinds_table_and_the_adapters_match() -> None:
+    assert dialect_table_problems(DIALECTS_DIR, set(DIALECT_KINDS)) == []
+
+
+def test_the_dialect_check_catches_a_missing_row_an_unregistered_adapter_and_an_orphan_row(tmp_path: Path) -> None:
+    (tmp_path / "__init__.py").write_text("DIALECTS = {d.name: d for d in (OneDialect(),)}\n")
+    (tmp_path / "one.py").write_text('class OneDialect(Dialect):\n    name = "one"\n')
+    (tmp_path / "two.py").write_text('class TwoDialect(Dialect):\n    name = "two"\n')
+    assert dialect_table_problems(tmp_path, {"one", "gone"}) == [
+        "TwoDialect ('two') has no row in DIALECT_KINDS",
+        "TwoDialect is not registered in dialects/__init__.py",
+        "DIALECT_KINDS row 'gone' has no adapter",
+    ]

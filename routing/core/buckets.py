@@ -1,7 +1,7 @@
 """Token buckets, local or leased from a cluster bucket: the one bucket type of rate limits and capacity.
 
 Pure: no Django, no Redis; the clock is the caller's. Org and agent limits
-(routing.plan.limits, docs/limits.md) and deployment capacity (routing.core.picking,
+(routing.core.limiter, docs/limits.md) and deployment capacity (routing.core.picking,
 docs/deployments.md#capacity) both count in these.
 
 - `Bucket`: in memory, per process. Holds at most `capacity` (the per-minute figure,

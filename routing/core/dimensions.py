@@ -2,12 +2,12 @@
 
 An org's, agent's or key's `limits` mapping (docs/limits.md) holds one value per row,
 and the snapshot turns it into a `Limits` tuple in the order of `LIMIT_DIMENSIONS`.
-Validation, the snapshot, the limiter (routing.plan.limits), the admin fields, the
+Validation, the snapshot, the limiter (routing.core.limiter), the admin fields, the
 dashboard, the metrics and the error catalogue all read this table, so a new limit
 that a request pays by count or by tokens is one row here (plus its docs).
 
 Budgets (`usd`, `period`) are spend over a calendar period, not a per-minute bucket,
-and keep their own accounting (routing.plan.budgets).
+and keep their own accounting (routing.core.budget_accounts).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Rate-limit and budget admission and settlement on the request path (docs/limits.md).
 
-The buckets are routing.plan.limits's, the budget accounts routing.plan.budgets's,
+The buckets are routing.core.limiter's, the budget accounts routing.core.budget_accounts's,
 one `Limiter` and one `Budgets` per process (the composition root's). A caller
 whose key, agent and org have no limits and no budget costs three attribute tests each.
 The caller is its API key (whose own limits and budget apply beside its agent's and
@@ -15,10 +15,10 @@ from typing import NoReturn
 
 from routing.config.snapshot import AgentSpec, KeySpec, ModelSpec
 from routing.core import errors
+from routing.core.budget_accounts import NEW, Account, Budgets, Exhausted, Hold, Unloaded, request_cost
 from routing.core.executor import Link
+from routing.core.limiter import Limiter, Refused, Ticket
 from routing.core.prices import priced, prices_now
-from routing.plan.budgets import NEW, Account, Budgets, Exhausted, Hold, Unloaded, request_cost
-from routing.plan.limits import Limiter, Refused, Ticket
 from routing.plan.preflight import Requirements
 from routing.runtime import metrics, shared_limits
 from routing.runtime.accounting import Context

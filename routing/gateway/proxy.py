@@ -18,10 +18,10 @@ from routing.config.snapshot import Snapshot
 from routing.core import errors
 from routing.core.executor import Link, Settlement
 from routing.core.failures import FailureKind, UpstreamFailure
+from routing.core.limiter import Ticket
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
 from routing.plan.cache_key import Plan
-from routing.plan.limits import Ticket
 from routing.runtime.accounting import Context, journal_stream
 from routing.runtime.idempotency import REPLAY_HEADER
 from routing.runtime.process import Process
@@ -358,7 +358,9 @@ async def call_upstream(call: Call, link: Link, body: dict, stream: bool, deadli
     try:
         async with asyncio.timeout(min(phase, remaining)):
             if dialect.authorizes:
-                prepared = await dialect.authorize(prepared, model.provider, link.api_key)
+                prepared = await dialect.authorize(
+                    prepared, model.provider, link.api_key, call.process.transport.tokens
+                )
                 headers = prepared.headers if trace is None else {**prepared.headers, **trace.headers}
             response = await call.process.transport.send(
                 model.provider,

@@ -36,6 +36,8 @@ from routing.core.failures import UpstreamFailure
 from routing.runtime import metrics
 from routing.runtime.outage import Outage
 from routing.upstream.dialects import PreparedRequest, get_dialect
+from routing.upstream.dialects.base import TokenSource
+from routing.upstream.dialects.vertex import ServiceAccountTokens
 
 log = logging.getLogger("switchboard.health")
 
@@ -77,14 +79,15 @@ def health_headers(provider: ProviderSpec) -> dict[str, str]:
     return get_dialect(provider.dialect).probe_headers(provider)
 
 
-async def _probe_credentials(provider: ProviderSpec, url: str) -> dict[str, str]:
-    """health_headers, plus what a dialect that `authorizes` obtains per request (an access token)."""
+async def _probe_credentials(provider: ProviderSpec, url: str, tokens: TokenSource) -> dict[str, str]:
+    """health_headers, plus what a dialect that `authorizes` obtains per request (an access token, from
+    the serving process's cache `tokens` when the prober runs in one)."""
 
     headers = health_headers(provider)
     dialect = get_dialect(provider.dialect)
     if not dialect.authorizes:
         return headers
-    prepared = await dialect.authorize(PreparedRequest("GET", url, headers, b""), provider, provider.api_key)
+    prepared = await dialect.authorize(PreparedRequest("GET", url, headers, b""), provider, provider.api_key, tokens)
     return prepared.headers
 
 
@@ -93,13 +96,17 @@ def _now_iso() -> str:
 
 
 async def probe_provider(
-    provider: ProviderSpec, client: httpx.AsyncClient, timeout_s: float = DEFAULT_TIMEOUT_S
+    provider: ProviderSpec,
+    client: httpx.AsyncClient,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    tokens: TokenSource | None = None,
 ) -> ProbeResult:
-    """One GET of the provider's health URL; never raises."""
+    """One GET of the provider's health URL; never raises. `tokens`: the access-token cache to use (the
+    process's transport's in a serving process; a fresh one for a one-off probe)."""
     url = health_url(provider)
     started = time.perf_counter()
     try:
-        headers = await _probe_credentials(provider, url)
+        headers = await _probe_credentials(provider, url, tokens if tokens is not None else ServiceAccountTokens())
     except UpstreamFailure as exc:
         return ProbeResult(provider.name, DOWN, None, _now_iso(), exc.message)
     try:
@@ -128,8 +135,10 @@ async def probe_all(
     only: Iterable[str] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     client: httpx.AsyncClient | None = None,
+    tokens: TokenSource | None = None,
 ) -> list[ProbeResult]:
-    """Probe the given providers (all of the snapshot's by default) concurrently and record the results."""
+    """Probe the given providers (all of the snapshot's by default) concurrently and record the results.
+    Without `tokens` (a one-off run, `manage.py probe_providers`) the run's access tokens are its own."""
     names = list(only) if only is not None else sorted(snapshot.providers)
     providers = [snapshot.providers[n] for n in names if n in snapshot.providers]
     if not providers:
@@ -137,7 +146,8 @@ async def probe_all(
     own = client is None
     client = client or httpx.AsyncClient(follow_redirects=True)
     try:
-        found = await asyncio.gather(*(probe_provider(p, client, timeout_s) for p in providers))
+        tokens = tokens if tokens is not None else ServiceAccountTokens()
+        found = await asyncio.gather(*(probe_provider(p, client, timeout_s, tokens) for p in providers))
     finally:
         if own:
             await client.aclose()
@@ -298,9 +308,10 @@ def _parse_iso(value: str | None) -> datetime | None:
         return None
 
 
-async def run_prober() -> None:
+async def run_prober(tokens: TokenSource | None = None) -> None:
     """Background loop of a serving process (started by gateway_project.process): probe its
-    targets every SWITCHBOARD_HEALTH_INTERVAL_S, adopt stored results in between."""
+    targets every SWITCHBOARD_HEALTH_INTERVAL_S, adopt stored results in between. `tokens`: the
+    process's access-token cache, so probes and requests share one exchange per service account."""
     from django.conf import settings
 
     interval = float(settings.SWITCHBOARD_HEALTH_INTERVAL_S)
@@ -316,7 +327,9 @@ async def run_prober() -> None:
                 targets = probe_targets(snapshot, bool(settings.SWITCHBOARD_HEALTH_PROBES))
                 if targets:
                     try:
-                        await probe_all(snapshot, targets, timeout_s=min(DEFAULT_TIMEOUT_S, interval), client=client)
+                        await probe_all(
+                            snapshot, targets, min(DEFAULT_TIMEOUT_S, interval), client=client, tokens=tokens
+                        )
                     except Exception:  # noqa: BLE001 - keep probing next round
                         log.exception("health probe round failed")
             if shared_poll > 0:

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 from routing.core.admission_queue import Gates
 from routing.core.breaker import BreakerRegistry
+from routing.core.budget_accounts import Budgets
 from routing.core.executor import Executor
 from routing.core.hedging import Hedges
+from routing.core.limiter import Limiter
 from routing.core.parking import Parking
 from routing.core.picking import Balancer
 from routing.core.retry_budget import RetryBudgets
-from routing.plan.budgets import Budgets
-from routing.plan.limits import Limiter
 from routing.runtime.idempotency import IdempotencyStore
 from routing.runtime.response_cache import Coalescer, Store
 from routing.runtime.usage.queue import UsageSink

@@ -36,10 +36,10 @@ from typing import Any
 
 from routing.config import live
 from routing.config.snapshot import Snapshot
+from routing.core.budget_accounts import AGENT, FAILED, KEY, LOADED, NEW, ORG, Account, Budgets, period_bounds
+from routing.core.limiter import Limiter, SharedBucket
 from routing.core.picking import Balancer
 from routing.models import UsageRecord
-from routing.plan.budgets import AGENT, FAILED, KEY, LOADED, NEW, ORG, Account, Budgets, period_bounds
-from routing.plan.limits import Limiter, SharedBucket
 from routing.runtime import metrics
 
 log = logging.getLogger("switchboard")

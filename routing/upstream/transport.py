@@ -28,6 +28,7 @@ import aiohttp
 from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec
 from routing.core.failures import FailureKind, UpstreamFailure
+from routing.upstream.dialects.vertex import ServiceAccountTokens
 
 log = logging.getLogger("switchboard.upstream")
 # Seconds between two "could not reach" log lines of one provider: an outage fails every request.
@@ -118,6 +119,9 @@ class Transport:
         self._shared: aiohttp.ClientSession | None = None
         self._own: dict[tuple[str, int], aiohttp.ClientSession] = {}
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        # The process's access tokens of dialects that authorize (Vertex's service accounts): per process, not
+        # per module, so a test's or a second process's tokens are its own (docs/architecture.md#composition-root).
+        self.tokens = ServiceAccountTokens()
 
     def _new_session(self, connect_timeout_s: float | None) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(

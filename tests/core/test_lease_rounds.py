@@ -14,8 +14,8 @@ import math
 import pytest
 
 from routing.core.buckets import SharedBucket
-from routing.plan.budgets import Budgets, Exhausted
-from routing.plan.limits import Limiter, Refused
+from routing.core.budget_accounts import Budgets, Exhausted
+from routing.core.limiter import Limiter, Refused
 from routing.runtime.shared_limits import Syncer
 
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from routing.core.budget_accounts import LOADED, NEW, Budgets, Exhausted, Unloaded
 from routing.models import UsageRecord
-from routing.plan.budgets import LOADED, NEW, Budgets, Exhausted, Unloaded
 from routing.runtime.shared_limits import load_accounts
 
 

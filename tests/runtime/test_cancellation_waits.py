@@ -14,8 +14,8 @@ import asyncio
 import pytest
 
 from routing.core.breaker import BreakerRegistry
-from routing.plan.budgets import Budgets
-from routing.plan.limits import Limiter
+from routing.core.budget_accounts import Budgets
+from routing.core.limiter import Limiter
 from routing.runtime import shared_limits
 from routing.runtime.breaker_sync import BreakerSync
 from routing.runtime.shared_limits import Syncer

@@ -15,8 +15,8 @@ import types
 import pytest
 
 from routing.config import live
-from routing.plan.budgets import Budgets
-from routing.plan.limits import Limiter, Refused
+from routing.core.budget_accounts import Budgets
+from routing.core.limiter import Limiter, Refused
 from routing.runtime import shared_limits
 from routing.runtime.shared_limits import Syncer
 

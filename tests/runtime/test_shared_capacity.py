@@ -11,9 +11,9 @@ import pytest
 
 from routing.config import live
 from routing.core.buckets import SharedBucket
+from routing.core.budget_accounts import Budgets
+from routing.core.limiter import Limiter
 from routing.core.picking import SHORT, Balancer
-from routing.plan.budgets import Budgets
-from routing.plan.limits import Limiter
 from routing.runtime.shared_limits import Syncer, bucket_key
 from tests.core.deployments_fakes import multi
 from tests.e2e.harness import free_port

@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 from routing.config import live
-from routing.plan.budgets import Budgets, Exhausted
-from routing.plan.limits import Limiter, Refused
+from routing.core.budget_accounts import Budgets, Exhausted
+from routing.core.limiter import Limiter, Refused
 from routing.runtime.shared_limits import Syncer, account_key
 from tests.e2e.harness import free_port
 

@@ -172,10 +172,9 @@ async def test_a_secret_that_is_not_a_service_account_is_refused():
     assert "not a service-account JSON" in info.value.message and "sk-not-json" not in info.value.message
 
 
-async def test_the_vertex_probe_sends_an_access_token(monkeypatch):
+async def test_the_vertex_probe_sends_an_access_token():
     fake = vertex.ServiceAccountTokens(exchange=lambda info: ("ya29.probe", 3600.0))
-    monkeypatch.setattr(vertex, "tokens", fake)
     sa = json.dumps({"client_email": "a@b", "private_key": "k", "token_uri": "http://127.0.0.1:9/token"})
     prov = provider(dialect="vertex", api_key=sa, base_url="http://127.0.0.1:9/v1/projects/p/locations/l")
-    headers = await health._probe_credentials(prov, health.health_url(prov))  # noqa: SLF001
+    headers = await health._probe_credentials(prov, health.health_url(prov), fake)  # noqa: SLF001
     assert headers == {"Authorization": "Bearer ya29.probe"}

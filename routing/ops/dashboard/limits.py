@@ -15,10 +15,10 @@ from django.shortcuts import render
 
 from routing.config import live
 from routing.config.snapshot import Snapshot
+from routing.core.budget_accounts import Budgets, period_bounds
 from routing.core.dimensions import LIMIT_DIMENSIONS
+from routing.core.limiter import AGENT, ORG, Limiter
 from routing.ops.dashboard.views import staff_only
-from routing.plan.budgets import Budgets, period_bounds
-from routing.plan.limits import AGENT, ORG, Limiter
 from routing.runtime import feed
 from routing.runtime.process import current
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -35,6 +35,12 @@ def bearer_headers(api_key: str | None) -> dict[str, str]:
 
 Usage = tuple[int | None, int | None]
 NO_USAGE: Usage = (None, None)
+
+
+class TokenSource(Protocol):
+    """Access tokens obtained with I/O and cached per secret (routing.upstream.dialects.vertex.ServiceAccountTokens)."""
+
+    async def token(self, secret: str | None, provider: str) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +167,10 @@ class Dialect:
         raise NotImplementedError
 
     async def authorize(
-        self, prepared: PreparedRequest, provider: ProviderSpec, api_key: str | None
+        self, prepared: PreparedRequest, provider: ProviderSpec, api_key: str | None, tokens: TokenSource
     ) -> PreparedRequest:
-        """The request with credentials that need I/O to obtain (only when `authorizes`)."""
+        """The request with credentials that need I/O to obtain (only when `authorizes`). `tokens` is the
+        serving process's cache of them (the transport's), so no adapter keeps state of its own."""
         return prepared
 
     def translate_stream(self, chunks: AsyncIterator[bytes], model: ModelSpec) -> AsyncIterator[bytes]:

@@ -35,6 +35,7 @@ from routing.upstream.dialects.base import (
     Dialect,
     ParsedResponse,
     PreparedRequest,
+    TokenSource,
     encode,
     join_url,
     load_json,
@@ -132,9 +133,6 @@ def _auth_failure(provider: str, why: str) -> UpstreamFailure:
     return UpstreamFailure(FailureKind.UPSTREAM_4XX, message, 401, None, body)
 
 
-tokens = ServiceAccountTokens()
-
-
 class VertexDialect(Dialect):
     name = "vertex"
     authorizes = True
@@ -169,9 +167,10 @@ class VertexDialect(Dialect):
         return PreparedRequest("POST", url, {"Content-Type": "application/json"}, encode(body))
 
     async def authorize(
-        self, prepared: PreparedRequest, provider: ProviderSpec, api_key: str | None
+        self, prepared: PreparedRequest, provider: ProviderSpec, api_key: str | None, tokens: TokenSource
     ) -> PreparedRequest:
-        """The request with a Bearer access token of the service account whose JSON is `api_key`."""
+        """The request with a Bearer access token of the service account whose JSON is `api_key`, from the
+        process's token cache `tokens` (a `ServiceAccountTokens`, held by the transport)."""
         token = await tokens.token(api_key, provider.name)
         headers = {**prepared.headers, "Authorization": "Bearer " + token}
         return PreparedRequest(prepared.method, prepared.url, headers, prepared.body, prepared.context)

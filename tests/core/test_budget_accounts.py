@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from routing.plan.budgets import Budgets, Exhausted, period_bounds, request_cost
+from routing.core.budget_accounts import Budgets, Exhausted, period_bounds, request_cost
 
 
 def ts(*args: int) -> float:

@@ -1,10 +1,10 @@
-"""Token buckets of routing.plan.limits with an injected clock (docs/limits.md)."""
+"""Token buckets of routing.core.limiter with an injected clock (docs/limits.md)."""
 
 from __future__ import annotations
 
 import pytest
 
-from routing.plan.limits import Limiter, Refused, format_duration
+from routing.core.limiter import Limiter, Refused, format_duration
 
 
 class Clock:
