@@ -68,7 +68,11 @@ _router = ProtocolTypeRouter(
 
 async def application(scope, receive, send) -> None:
     if scope["type"] == "http":
-        await http_application(scope, receive, send)
+        if is_gateway_path(scope["path"]):  # http_application's dispatch, inlined: one frame less per request
+            await gateway_application(scope, receive, send)
+        else:
+            start(process)
+            await django_application(scope, receive, send)
     else:
         start(process)
         await _router(scope, receive, send)

@@ -101,10 +101,11 @@ def make_gateway(process: Process, settings: Any = django_settings, pacer: Pacer
     if pacer is None:
         pacer = Pacer(settings.SWITCHBOARD_REQUESTS_PER_TICK, lambda: process.tally.in_flight)
 
-    async def gateway(scope: Scope, receive: Receive, send: Send) -> None:
+    def gateway(scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        # A plain function returning serve's coroutine: no second coroutine frame per request.
         if not process.started:
             start(process)
-        await serve(process, pacer, scope, receive, send)
+        return serve(process, pacer, scope, receive, send)
 
     return gateway
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 
 from django.conf import settings
 
@@ -115,7 +116,9 @@ async def serve(process: Process, pacer: Pacer, scope: Scope, receive: Receive, 
     finally:
         tally.in_flight -= 1
         tally.served += 1
-        if not answered.accounted and ctx.endpoint != "unknown" and ctx.status:
+        if answered.elapsed is not None:  # its record went out before the answer's last byte
+            _observe(ctx, answered.elapsed)
+        elif ctx.endpoint != "unknown" and ctx.status:
             _account(ctx, process)  # a committed stream's end, or no answer went out (the client left first)
         if ctx.trace is not None:
             tracing.finish(ctx.trace, ctx)
@@ -254,30 +257,45 @@ async def _serve(call: Call, receive: Receive) -> None:
 class _RecordFirst:
     """The server's `send`, which queues the request's usage record (journaled at once) just before
     the answer's last byte: a process killed right after answering still has the record
-    (docs/usage-records.md). After the byte, the scheduler may run the kill first. A committed
-    stream was journaled at its commit and is settled when its relay ends, as before."""
+    (docs/usage-records.md). After the byte, the scheduler may run the kill first. Only the record
+    goes first; metrics and the log line follow the answer (`elapsed` set says the record went).
+    A committed stream was journaled at its commit and is settled when its relay ends, as before."""
 
-    __slots__ = ("accounted", "ctx", "process", "send")
+    __slots__ = ("ctx", "elapsed", "process", "send")
 
     def __init__(self, send: Send, ctx: Context, process: Process) -> None:
         self.send = send
         self.ctx = ctx
         self.process = process
-        self.accounted = False
+        self.elapsed: float | None = None
 
-    async def __call__(self, message: dict) -> None:
-        if message["type"] == "http.response.body" and not message.get("more_body") and not self.accounted:
+    def __call__(self, message: dict) -> Awaitable[None]:
+        # Not a coroutine: it hands back the server's own awaitable, so wrapping costs one plain call
+        # per message and no extra coroutine frame (docs/performance.md#calls).
+        if message["type"] == "http.response.body" and not message.get("more_body") and self.elapsed is None:
             ctx = self.ctx
             if ctx.endpoint != "unknown" and ctx.status and not (ctx.streamed and ctx.status == 200):
-                self.accounted = True
-                _account(ctx, self.process)
-        await self.send(message)
+                self.elapsed = elapsed = time.perf_counter() - ctx.started
+                try:
+                    accounting.record(ctx, self.process.usage, elapsed)
+                except Exception:  # noqa: BLE001
+                    log.exception("usage record failed for request %s", ctx.request_id)
+        return self.send(message)
 
 
 def _account(ctx: Context, process: Process) -> None:
-    """Usage record, metrics and the request log line: at the answer's last byte (_RecordFirst), never raising."""
+    """Usage record, metrics and the request log line, never raising: a request whose record did not
+    go out before its last byte (_RecordFirst): a stream's end, or a client that left first."""
     try:
         accounting.finish(ctx, process.usage)
+    except Exception:  # noqa: BLE001
+        log.exception("accounting failed for request %s", ctx.request_id)
+
+
+def _observe(ctx: Context, elapsed: float) -> None:
+    """Metrics and the log line of a request whose record went before its answer's last byte."""
+    try:
+        accounting.observe(ctx, elapsed)
     except Exception:  # noqa: BLE001
         log.exception("accounting failed for request %s", ctx.request_id)
 

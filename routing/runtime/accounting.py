@@ -79,8 +79,27 @@ class Context:
 
 
 def finish(ctx: Context, sink: UsageSink) -> None:
-    """Record one finished request: metrics now, the usage record queued for the process's `sink`."""
+    """Record one finished request: its usage record queued for the process's `sink`, then its metrics."""
     elapsed = _perf() - ctx.started
+    record(ctx, sink, elapsed)
+    observe(ctx, elapsed)
+
+
+def record(ctx: Context, sink: UsageSink, elapsed: float) -> None:
+    """Queue (so journal) the request's usage record: what must survive a crash, before the answer's
+    last byte (docs/usage-records.md#journal). Metrics and the log line follow in `observe`."""
+    journaled = ctx.journaled
+    if journaled is None:
+        sink.record(**_row(ctx, elapsed))
+        return
+    sink.record(**_row(ctx, elapsed, journaled.record_id))  # the settle replaces the commit's entry
+    sink.streams.close(journaled)
+
+
+def observe(ctx: Context, elapsed: float | None = None) -> None:
+    """The request's metrics, dashboard counters and log line: after the answer, off the client's clock."""
+    if elapsed is None:
+        elapsed = _perf() - ctx.started
     outcome = ctx.outcome
     link = outcome.link if outcome is not None else None
     model = link.model if link is not None else None
@@ -99,12 +118,6 @@ def finish(ctx: Context, sink: UsageSink) -> None:
     )
     if ctx.cache:
         metrics.cache_result(ctx.resolved, ctx.cache)
-    journaled = ctx.journaled
-    if journaled is None:
-        sink.record(**_row(ctx, elapsed))
-        return
-    sink.record(**_row(ctx, elapsed, journaled.record_id))  # the settle replaces the commit's entry
-    sink.streams.close(journaled)
 
 
 def journal_stream(ctx: Context, sink: UsageSink) -> None:
