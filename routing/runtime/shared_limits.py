@@ -25,6 +25,7 @@ Two background tasks of the composition root; neither is on the request path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import math
@@ -113,6 +114,13 @@ end
 redis.call('SET', KEYS[2], ARGV[2])
 redis.call('DEL', KEYS[1])
 return 1
+"""
+
+# A rebuild stopped half way (the process shutting down): its lock goes at once, only if still its own.
+# KEYS[1] lock; ARGV[1] owner
+RELEASE_SCRIPT = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 """
 
 
@@ -298,6 +306,7 @@ class Syncer:
         self._lease: Any = None
         self._take: Any = None
         self._rebuild: Any = None
+        self._release: Any = None
         self._outage: set[tuple[str, ...]] = set()  # accounts given their outage share
         # The cluster's seed marker this process's counters belong to (docs/limits.md#reseed): None
         # until the first round; a different marker (or none) means Redis lost the counters.
@@ -344,6 +353,7 @@ class Syncer:
         self._lease = self._redis.register_script(LEASE_SCRIPT)
         self._take = self._redis.register_script(BUCKET_SCRIPT)
         self._rebuild = self._redis.register_script(REBUILD_SCRIPT)
+        self._release = self._redis.register_script(RELEASE_SCRIPT)
 
     async def close(self) -> None:
         if self._redis is not None:
@@ -374,7 +384,16 @@ class Syncer:
                         done.set_result(None)
         finally:
             self.running = False
+            await self._stop_seeder()
             await self.close()
+
+    async def _stop_seeder(self) -> None:
+        """Stop a rebuild under way (`_reseed` frees its lock): another process takes it over at once
+        instead of every process granting no budget lease until the lock expires (SEED_LOCK_S)."""
+        seeder, self._seeder = self._seeder, None
+        if seeder is not None and not seeder.done():
+            seeder.cancel()
+            await asyncio.gather(seeder, return_exceptions=True)
 
     async def hello(self) -> None:
         """Connect and count the processes before any request needs a share: the first round of a burst
@@ -631,6 +650,10 @@ class Syncer:
                 len(wanted),
                 source,
             )
+        except asyncio.CancelledError:  # the process is stopping: free the lock for another process now
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._release(keys=[lock], args=[self.id]), self.timeout_s)
+            raise
         except Exception as exc:  # noqa: BLE001 - Redis went away again: the next round tries again
             log.warning("shared limits: could not rebuild the budget counters (%s); trying again", exc)
 

@@ -29,9 +29,10 @@ class Clock:
 async def cluster(redis_url):
     clock = Clock()
     made: list[Syncer] = []
+    namespace = uuid.uuid4().hex[:12]  # this test's cluster: no marker, lock or process list of another test
 
-    def process() -> Syncer:
-        syncer = Syncer(Budgets(clock), Limiter(), redis_url, clock=clock, seed_wait_s=0)
+    def process(seed_wait_s: float = 0) -> Syncer:
+        syncer = Syncer(Budgets(clock), Limiter(), redis_url, clock=clock, namespace=namespace, seed_wait_s=seed_wait_s)
         syncer.connect()
         made.append(syncer)
         return syncer
@@ -257,6 +258,37 @@ async def test_the_first_limited_request_of_a_process_waits_for_a_syncer_not_yet
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+
+
+async def test_a_process_stopped_while_rebuilding_frees_the_lock_for_another_at_once(cluster):
+    """docs/limits.md#reseed: a process stopping (a rolling deploy) during its rebuild of an empty Redis frees
+    the rebuild lock, so another process rebuilds at its next round; before, every process granted no
+    budget lease until the lock expired (15 s of false `budget_exceeded`)."""
+    import asyncio
+
+    _, process = cluster
+    stopping, other = process(seed_wait_s=30.0), process()  # the first is still waiting for records when stopped
+    org, budget = org_name(), (1.0, "day")
+    with pytest.raises(Exhausted):
+        stopping.budgets.admit(org, None, "bot", budget, 0.1)  # a budget to lease: its round finds no marker
+    task = asyncio.get_running_loop().create_task(stopping.run())
+    lock = stopping.prefix + "seeding"
+    for _ in range(200):  # bounded: the round and the rebuild's lock come within a few ms
+        if await other_redis_get(other, lock) is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert await other_redis_get(other, lock) == stopping.id.encode()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await other_redis_get(other, lock) is None
+    hold = await admit_budget(other, org, budget, 0.1)  # rebuilt by the other process in its own round
+    assert hold is not None
+    hold.settle(0.1)
+
+
+async def other_redis_get(p: Syncer, key: str) -> bytes | None:
+    return await p._redis.get(key)
 
 
 async def test_a_burst_of_waiters_is_admitted_up_to_the_cluster_bucket_by_the_request_path(cluster):
