@@ -201,6 +201,7 @@ def _start_shared_limits(process: Process, settings: Any = django_settings) -> N
         namespace=shared_limits.namespace(settings.DATABASES["default"]),
         balancer=process.picker,  # deployments' capacity, shared too (docs/deployments.md#capacity)
         flush=process.usage.flush_now,  # a rebuild of the counters first writes this process's records
+        gates=process.gates,  # concurrency limits split over the serving processes (docs/overload.md#processes)
     )
     shared_limits.install(syncer)
     process.tasks.append(_spawn("shared-limits", syncer.run))

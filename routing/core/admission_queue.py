@@ -23,6 +23,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from routing.core import errors
 from routing.core.concurrency import AdaptiveLimit, LimitSettings
@@ -365,9 +366,28 @@ class Gates:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.on = False
         self.clock = clock
-        self.settings: dict[str, LimitSettings] = {}  # by model id
+        self.settings: dict[str, LimitSettings] = {}  # by model id, as configured (the cluster's figures)
         self.gates: dict[object, Gate | None] = {}
         self.on_shed: Callable[[str, str], None] | None = None
+        # Serving processes sharing the deployments (the shared limits' heartbeat, docs/overload.md#processes):
+        # each gate's bounds are this process's share of the configured ones.
+        self.processes = 1
+
+    def split(self, processes: int) -> None:
+        """`processes` now serve (off the request path, from the heartbeat): bounds become a share each."""
+        processes = max(1, processes)
+        if processes != self.processes:
+            self.processes = processes
+            self.configure(self.settings)
+
+    def _share(self, s: LimitSettings) -> LimitSettings:
+        """This process's bounds: the configured initial and max split evenly (rounded up, so the cluster may
+        run up to one call per process over a max that does not divide), the min never above the max."""
+        n = self.processes
+        if n == 1:
+            return s
+        top = -(-s.max_limit // n)
+        return replace(s, initial=-(-s.initial // n), max_limit=top, min_limit=min(s.min_limit, top))
 
     def configure(self, settings: Mapping[str, LimitSettings]) -> None:
         """New settings by model id (a config reload applies them in every process).
@@ -382,7 +402,7 @@ class Gates:
         for key, gate in self.gates.items():
             s = None if gate is None else self.settings.get(gate.model_id)
             if gate is not None and s is not None:
-                gate.reconfigure(s)
+                gate.reconfigure(self._share(s))
                 kept[key] = gate
         self.gates = kept
         self.on = bool(settings)
@@ -392,7 +412,7 @@ class Gates:
             return self.gates[key]
         except KeyError:
             s = self.settings.get(model_id)
-            g = self.gates[key] = None if s is None else Gate(name, s, self.clock, self.on_shed, model_id)
+            g = self.gates[key] = None if s is None else Gate(name, self._share(s), self.clock, self.on_shed, model_id)
             return g
 
     async def enter(self, gate: Gate, deadline: float) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 
 from routing.config import live
 from routing.config.snapshot import Snapshot
+from routing.core.admission_queue import Gates
 from routing.core.budget_accounts import AGENT, FAILED, KEY, LOADED, NEW, ORG, Account, Budgets, period_bounds
 from routing.core.limiter import Limiter, SharedBucket
 from routing.core.picking import Balancer
@@ -49,6 +50,7 @@ _MICRO = 1_000_000
 LEASE_FRACTION = 0.05  # a lease is at least this share of the budget (or one request's worst case)
 IDLE_S = 2.0  # a lease unused this long is given back
 PROCESS_TTL_S = 10.0  # a process not heard from this long no longer counts for the even share
+BEAT_S = 1.0  # heartbeat of a process with concurrency limits and nothing else to share
 KEY_PREFIX = "switchboard:limits:"  # + the cluster's namespace (one per database: Syncer.namespace)
 
 # The lease: add what the process owes (spent beyond its lease, or an outage share), then
@@ -287,11 +289,16 @@ class Syncer:
         balancer: Balancer | None = None,
         flush: Callable[[], Any] | None = None,
         seed_wait_s: float | None = None,
+        gates: Gates | None = None,
     ) -> None:
         self.prefix = f"{KEY_PREFIX}{namespace}:" if namespace else KEY_PREFIX
         self.budgets = budgets
         self.limiter = limiter
         self.balancer = balancer  # deployments' rpm/tpm capacity (docs/deployments.md#capacity), same buckets
+        # deployments' concurrency limits: split over the processes the heartbeat counts (docs/overload.md#processes)
+        self.gates = gates
+        self._counted = False  # this process is in the cluster's list (a heartbeat got through)
+        self._beat_at = -1e18  # the last heartbeat (a round with nothing else to share beats every BEAT_S)
         self.redis_url = redis_url
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -385,6 +392,9 @@ class Syncer:
         finally:
             self.running = False
             await self._stop_seeder()
+            if self._counted:  # stopping: the others' shares grow at their next round, not in PROCESS_TTL_S
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._redis.zrem(self.prefix + "processes", self.id), self.timeout_s)
             await self.close()
 
     async def _stop_seeder(self) -> None:
@@ -410,8 +420,19 @@ class Syncer:
             results = await asyncio.wait_for(pipe.execute(), self.timeout_s * 2)
         except Exception:  # noqa: BLE001 - Redis down at boot: the rounds fail open and say so
             return
-        self.processes = max(1, int(results[2]))
+        self._count(results[2])
+
+    def _count(self, alive: Any) -> None:
+        """The heartbeat's count of serving processes: the fail-open share's divisor and the concurrency split."""
+        self._counted = True
+        self.processes = max(1, int(alive))
         metrics.LIMIT_PROCESSES.set(self.processes)
+        if self.gates is not None:
+            self.gates.split(self.processes)
+
+    def _beat_due(self, mono: float) -> bool:
+        """Concurrency limits configured: the count of processes is kept fresh even with nothing else to share."""
+        return self.gates is not None and self.gates.on and mono - self._beat_at >= BEAT_S
 
     # planning: what to ask of each counter and bucket; give-backs leave the share at once. A round asks
     # for the summed need of the requests waiting for it (taken here: requests that come to wait while
@@ -477,8 +498,9 @@ class Syncer:
         now = self.clock()
         mono = time.monotonic()
         accounts, buckets = self._due(now, mono, budgets_only)
-        if not accounts and not buckets and not self.degraded:
+        if not accounts and not buckets and not self.degraded and not self._beat_due(mono):
             return False  # nothing to share now: no Redis traffic (while degraded, the heartbeat tells when it is back)
+        self._beat_at = mono
         # a re-run right after adopting rebuilt counters only redoes what they refused: no share ahead,
         # which a round with waiters never takes (docs/limits.md#shared)
         account_plans = [
@@ -496,8 +518,7 @@ class Syncer:
                     bucket.level += (-want if want < 0 else 0.0) - owed
             self._fail_open(accounts, [b for _, b in buckets], exc)
             return False
-        self.processes = max(1, int(results[2]))
-        metrics.LIMIT_PROCESSES.set(self.processes)
+        self._count(results[2])
         marker = results[3].decode() if results[3] else None
         rest = results[4:]
         self._apply(account_plans, bucket_plans, rest, mono)

@@ -280,3 +280,23 @@ async def test_a_request_predicted_to_need_nearly_all_its_wait_is_shed_at_once_n
     for t in (ahead, roomy):
         t.cancel()
     await asyncio.gather(ahead, roomy, return_exceptions=True)
+
+
+def test_processes_sharing_a_deployment_each_take_an_even_share_of_its_limit() -> None:
+    """docs/overload.md#processes: `max: 40` is the cluster's; with 3 processes serving, each gate admits at
+    most 14 (rounded up); back to one process, the whole 40 again, with the learnt limit kept."""
+    from routing.core.admission_queue import Gates
+
+    gates = Gates(clock=FakeClock())
+    gates.configure({"m": LimitSettings(initial=40, min_limit=20, max_limit=40)})
+    gate = gates.gate("k", "m", "m/east")
+    assert gate is not None and gate.limit.limit == 40
+    gates.split(3)
+    assert (gate.limit.limit, gate.settings.max_limit, gate.settings.min_limit) == (14, 14, 14)
+    later = gates.gate("k2", "m", "m/west")  # a gate made after the split starts from the share too
+    assert later is not None and (later.limit.limit, later.settings.initial) == (14, 14)
+    gates.split(1)
+    assert gate.settings.max_limit == 40 and gate.limit.limit == 20  # clamped to the configured min, kept
+    gates.configure({"m": LimitSettings(initial=8, max_limit=8)})
+    gates.split(2)
+    assert gate.limit.limit == 4

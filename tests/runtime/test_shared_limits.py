@@ -447,3 +447,38 @@ async def test_what_a_round_leased_for_budget_waiters_is_theirs_when_the_next_ro
     account = p.budgets.find(("org", org))
     assert account.waiting == pytest.approx(0.0, abs=1e-12)  # nothing held for waiters gone
     assert int(await p._redis.get(account_key(account, p.prefix))) <= 10_000
+
+
+async def test_two_processes_split_a_deployment_s_concurrency_limit_and_one_stopping_gives_its_share_back(redis_url):
+    """docs/overload.md#processes: the heartbeat of the shared limits counts the serving processes, with no
+    limit or budget to share; each splits the configured max, and a process that stops leaves the count."""
+    import asyncio
+
+    from routing.core.admission_queue import Gates
+    from routing.core.concurrency import LimitSettings
+
+    namespace = uuid.uuid4().hex[:12]
+    made = []
+    for _ in range(2):
+        gates = Gates()
+        gates.configure({"m": LimitSettings(initial=10, max_limit=10)})
+        syncer = Syncer(Budgets(), Limiter(), redis_url, namespace=namespace, gates=gates, seed_wait_s=0)
+        syncer.connect()
+        made.append((syncer, gates, gates.gate("k", "m", "m/east")))
+    (p1, gates1, gate1), (p2, gates2, gate2) = made
+    await p1.sync_once()
+    await p2.sync_once()
+    p1._beat_at = -1e18  # its next heartbeat is due (a round beats at most once a second)
+    await p1.sync_once()
+    assert (gates1.processes, gates2.processes) == (2, 2)
+    assert gate1.limit.limit + gate2.limit.limit == 10
+
+    task = asyncio.get_running_loop().create_task(p2.run())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    p1._beat_at = -1e18
+    await p1.sync_once()
+    assert gates1.processes == 1 and gate1.settings.max_limit == 10
+    await p1.close()
