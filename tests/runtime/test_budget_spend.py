@@ -48,3 +48,46 @@ async def _in_thread(fn, *args):
     import asyncio
 
     await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_spend_of_a_period_is_summed_per_agent_org_and_key_from_its_start_up_to_until():
+    """query_spend, the cluster's truth a reseed and a new account read (found by mutation testing: its
+    filters, its grouping and the three keys each row counts for were unchecked outside the e2e tests)."""
+    from routing.runtime.shared_limits import query_spend
+
+    org, other = f"q{uuid.uuid4().hex[:8]}", f"q{uuid.uuid4().hex[:8]}"
+    start = 1_780_000_000.0
+
+    def row(org_: str, agent: str, prefix: str, cost: str | None, at: float) -> None:
+        UsageRecord.objects.create(
+            request_id=uuid.uuid4().hex, created_at=datetime.fromtimestamp(at, UTC), endpoint="chat",
+            org=org_, agent=agent, key_prefix=prefix, status=200, cost=cost,
+        )  # fmt: skip
+
+    row(org, "bot", "sk-a", "0.10", start + 10)
+    row(org, "bot", "sk-a", "0.20", start + 20)
+    row(org, "ops", "sk-b", "0.05", start + 30)
+    row(org, "ops", "sk-b", None, start + 31)  # no cost (an error before any token): counts nothing
+    row(org, "bot", "sk-a", "1.00", start - 5)  # the period before
+    row(other, "bot", "sk-c", "0.70", start + 10)
+
+    import concurrent.futures
+
+    def read(*args, **kw):  # off the caller's thread and connection, as the syncer reads it
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(query_spend, *args, **kw).result()
+
+    spend = read([start, 0.0])
+    assert spend[(("agent", org, "bot"), start)] == pytest.approx(0.30)
+    assert spend[(("agent", org, "ops"), start)] == pytest.approx(0.05)
+    assert spend[(("org", org), start)] == pytest.approx(0.35)
+    assert spend[(("key", "sk-a"), start)] == pytest.approx(0.30)
+    assert spend[(("key", "sk-b"), start)] == pytest.approx(0.05)
+    assert spend[(("org", other), start)] == pytest.approx(0.70)
+    assert spend[(("org", org), 0.0)] == pytest.approx(1.35)  # a total budget: every record
+    assert spend[(("agent", org, "bot"), 0.0)] == pytest.approx(1.30)
+
+    until = read([start], until=start + 20)  # a reseed's read up to its own moment: before, not at
+    assert until[(("org", org), start)] == pytest.approx(0.10)
+    assert (("agent", org, "ops"), start) not in until
