@@ -204,12 +204,14 @@ def test_after_cooldown_exactly_one_probe_reaches_the_upstream_under_concurrency
 def test_stream_missing_done_relays_frames_then_one_terminal_error_frame(client, mock_upstream):
     mock_upstream.script("up-nodone", [], then={"status": 200, "frames": 2, "no_done": True, "role_chunk": False})
     fallback_calls_before = mock_upstream.count("up-nodone-fb")
+    chunks = []
     with pytest.raises(openai.APIError) as excinfo:
-        chunks = []
-        for chunk in client.chat.completions.create(
+        # closed on the way out, not by the garbage collector (see tests/e2e/test_streams.py)
+        with client.chat.completions.create(
             model="nodone", messages=[{"role": "user", "content": "hi"}], stream=True
-        ):
-            chunks.append(chunk)
+        ) as stream:
+            for chunk in stream:
+                chunks.append(chunk)
     # the mock's two content frames and its finish frame all arrived before the error frame
     assert [c.choices[0].delta.content for c in chunks] == ["tok0 ", "tok1 ", None]
     assert excinfo.value.body["code"] == "upstream_stream_error"

@@ -121,8 +121,11 @@ def test_committed_streams_that_break_open_the_breaker_and_are_recorded_as_error
     mock_upstream.script("st-broken", [], then={"status": 200, "frames": 3, "break_after": 1})
     for _ in range(3):  # breaker_failure_threshold: 3
         with pytest.raises(openai.APIError) as broken:
-            for _chunk in client.chat.completions.create(model="s-broken", messages=MESSAGES, stream=True):
-                pass
+            # closed on the way out: a stream the error left open is closed later by the garbage collector,
+            # and that can happen inside httpcore's pool lock during another request, which then deadlocks
+            with client.chat.completions.create(model="s-broken", messages=MESSAGES, stream=True) as stream:
+                for _chunk in stream:
+                    pass
         assert broken.value.code == "upstream_stream_error"
     assert mock_upstream.count("st-broken") == 3
     with pytest.raises(openai.APIStatusError) as refused:
