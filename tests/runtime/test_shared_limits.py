@@ -274,21 +274,17 @@ async def test_a_process_stopped_while_rebuilding_frees_the_lock_for_another_at_
     task = asyncio.get_running_loop().create_task(stopping.run())
     lock = stopping.prefix + "seeding"
     for _ in range(200):  # bounded: the round and the rebuild's lock come within a few ms
-        if await other_redis_get(other, lock) is not None:
+        if await other._redis.get(lock) is not None:
             break
         await asyncio.sleep(0.01)
-    assert await other_redis_get(other, lock) == stopping.id.encode()
+    assert await other._redis.get(lock) == stopping.id.encode()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await other_redis_get(other, lock) is None
+    assert await other._redis.get(lock) is None
     hold = await admit_budget(other, org, budget, 0.1)  # rebuilt by the other process in its own round
     assert hold is not None
     hold.settle(0.1)
-
-
-async def other_redis_get(p: Syncer, key: str) -> bytes | None:
-    return await p._redis.get(key)
 
 
 async def test_a_burst_of_waiters_is_admitted_up_to_the_cluster_bucket_by_the_request_path(cluster):
