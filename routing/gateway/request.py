@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-import uuid
 
 import orjson
 
 from policies.decision import decide
 from routing.config.snapshot import KeySpec, OrgSpec, Snapshot
 from routing.core import errors
+from routing.core.ids import new_id
 
 ROUTES = {
     "/v1/chat/completions": "chat",
@@ -50,7 +50,7 @@ def request_id(raw: bytes) -> str:
         cleaned = _REQUEST_ID_JUNK.sub("", raw.decode("latin-1"))[:128]
         if cleaned:
             return cleaned
-    return uuid.uuid4().hex
+    return new_id()
 
 
 def parse_body(raw: bytes) -> dict:

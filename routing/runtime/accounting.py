@@ -7,11 +7,11 @@ counters, so it costs the request path a few microseconds.
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 from routing.config.snapshot import KeySpec
 from routing.core.executor import Outcome
+from routing.core.ids import new_id
 from routing.core.prices import CLASSES, prices_now
 from routing.runtime import metrics
 from routing.runtime.usage.pricing import priced_version
@@ -157,7 +157,7 @@ def _row(ctx: Context, elapsed: float, record_id: str | None = None) -> dict[str
         else ("", None)
     )
     return dict(
-        record_id=record_id or uuid.uuid4().hex,
+        record_id=record_id or new_id(),
         request_id=ctx.request_id,
         org=key.agent.org.name if key is not None else "",
         agent=key.agent.name if key is not None else "",

@@ -12,7 +12,6 @@ other chat upstream.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ import orjson
 
 from routing.core.errors import invalid_request
 from routing.core.failures import UpstreamFailure
+from routing.core.ids import new_id
 from routing.upstream.dialects import openai_request
 from routing.upstream.dialects.anthropic_translation import (
     DEFAULT_MAX_TOKENS,
@@ -173,7 +173,7 @@ def chat_completion_of(data: dict[str, Any], model: str) -> tuple[dict[str, Any]
         "finish_reason": FINISH_REASONS.get(str(data.get("stopReason")), "stop"),
     }
     out: dict[str, Any] = {
-        "id": "chatcmpl-" + uuid.uuid4().hex,
+        "id": "chatcmpl-" + new_id(),
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
@@ -194,7 +194,7 @@ class ChunkState:
 
     def __init__(self, model: str) -> None:
         self.head = {
-            "id": "chatcmpl-" + uuid.uuid4().hex,
+            "id": "chatcmpl-" + new_id(),
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": model,
