@@ -154,6 +154,32 @@ def test_replaying_a_spool_whose_rows_were_already_committed_does_not_double_the
     assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == ["req-1", "req-2", "req-3"]
 
 
+def test_the_writer_pauses_after_each_chunk_as_long_as_the_chunk_took_and_not_after_the_last():
+    now = [0.0]
+    pauses: list[float] = []
+
+    def sleep(s: float) -> None:
+        pauses.append(s)
+        now[0] += s
+
+    pace = usage.writer.Pace(sleep=sleep, clock=lambda: now[0])
+    seen = []
+    for chunk in pace.chunks(list(range(60)), size=25):
+        now[0] += 0.001 * len(chunk)  # the caller's work on this chunk
+        seen.extend(chunk)
+    assert seen == list(range(60))
+    assert pauses == pytest.approx([0.025, 0.025])  # after chunks 1 and 2; none after the last (10 rows)
+
+
+@pytest.mark.django_db
+def test_a_batch_of_several_chunks_is_written_whole_with_a_pause_between_chunks():
+    pauses: list[float] = []
+    rows = [rec(n) for n in range(usage.writer.CHUNK_ROWS * 2 + 3)]
+    db_insert(rows, pace=usage.writer.Pace(sleep=pauses.append))
+    assert UsageRecord.objects.count() == len(rows)
+    assert len(pauses) == 4  # 3 chunks converted, 3 inserted: a pause between chunks, none after the last
+
+
 @pytest.fixture
 def unreachable_alias(tmp_path, django_db_blocker):
     """A real second database alias: SQLite in a directory that does not exist yet."""

@@ -254,7 +254,7 @@ class UsageSink:
         if self._insert is not None:
             self._insert(rows)
         else:
-            db_insert(rows, using=self.using, batch_size=self.batch, lines=lines)
+            db_insert(rows, using=self.using, lines=lines)
 
     def _write(self, rows: list[Row], lines: list[bytes] | None = None) -> bool:
         """Commit rows; False when the database is unreachable (records kept by the caller)."""

@@ -15,7 +15,8 @@ import concurrent.futures
 import logging
 import queue
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -203,7 +204,34 @@ def to_values(row: Mapping[str, Any], converters: list[tuple[str, Callable[[Any]
     return tuple(convert(get(name)) for name, convert in converters)
 
 
-def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500, lines: list[bytes] | None = None) -> None:
+# The writer shares the GIL, and on a small machine the cores, with the event loop. A SQLite
+# batch of 500 rows converted and inserted in one go held them for 15-25 ms, and the requests
+# served meanwhile took several times as long: the 1-client p99 (docs/performance.md#writer).
+# So a batch goes in chunks, each followed by a pause as long as the chunk took: while it
+# writes, the writer uses at most half of the time, and a request waits at most one chunk.
+CHUNK_ROWS = 25
+
+
+class Pace:
+    """Chunks of a list, with a pause after each (but the last) as long as the caller's work on it took."""
+
+    def __init__(
+        self, sleep: Callable[[float], Any] = time.sleep, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self._sleep = sleep
+        self._clock = clock
+
+    def chunks(self, items: list[Any], size: int = CHUNK_ROWS) -> Iterator[list[Any]]:
+        for start in range(0, len(items), size):
+            began = self._clock()
+            yield items[start : start + size]
+            if start + size < len(items):
+                self._sleep(max(0.0, self._clock() - began))
+
+
+def db_insert(
+    rows: list[Row], using: str = "default", lines: list[bytes] | None = None, pace: Pace | None = None
+) -> None:
     """Insert rows in one transaction; replays of committed rows are ignored (record_id unique).
 
     On PostgreSQL one statement does it all (routing.runtime.usage.pgbatch), from `lines`
@@ -225,10 +253,10 @@ def db_insert(rows: list[Row], using: str = "default", batch_size: int = 500, li
             raise  # unreachable: the caller keeps the rows
         except DatabaseError:  # refused content, or only the aggregates failing: the Python path decides
             pass
-    db_insert_python(rows, using=using, batch_size=batch_size)
+    db_insert_python(rows, using=using, pace=pace)
 
 
-def db_insert_python(rows: list[Row], using: str = "default", batch_size: int = 500) -> None:
+def db_insert_python(rows: list[Row], using: str = "default", pace: Pace | None = None) -> None:
     """`db_insert` converting each row in Python: SQLite, and batches the one-statement path refuses.
 
     Plain `executemany` rather than ORM objects: this runs on a thread beside the
@@ -237,17 +265,18 @@ def db_insert_python(rows: list[Row], using: str = "default", batch_size: int = 
     from django.db import DataError, IntegrityError, connections, transaction
 
     connection = connections[using]
+    pace = pace or Pace()
     sql, fields = _insert_statement(using)
     converters = _converters_for(fields, connection.ops, using)
     try:
-        values = [to_values(r, converters) for r in rows]
+        values = [to_values(r, converters) for chunk in pace.chunks(rows) for r in chunk]
     except (TypeError, ValueError, ArithmeticError) as exc:
         raise _Poison(str(exc)) from exc
     try:
         with transaction.atomic(using=using), connection.cursor() as cursor:
             fresh = _fresh_rows(cursor, connection, rows)  # before the insert: a replay must not count twice
-            for start in range(0, len(values), batch_size):
-                cursor.executemany(sql, values[start : start + batch_size])
+            for chunk in pace.chunks(values):
+                cursor.executemany(sql, chunk)
             _add_aggregates(cursor, connection, fresh, using)
     except (IntegrityError, DataError) as exc:
         raise _Poison(str(exc)) from exc
