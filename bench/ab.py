@@ -6,10 +6,12 @@ machine's load than about the code. This tool checks `BASE` out into a temporary
 tree (or `--head REV`) side by side against one mock upstream, and measures both in the
 same run:
 
-* 1-client latency in small alternating batches (the load generator alternates direct,
-  base and head, reversing the order every other batch), one load-generator run a round;
-  each round gives each side its added p50 and p99 (side − direct, same round);
-* throughput at `--connections` clients with wrk, base and head alternating (ABBA) per round.
+* 1-client latency: each round measures each side alone (the other side's server is
+  stopped meanwhile, so its background work lands in nobody's tail) four times in ABBA
+  order, the load generator alternating small batches of direct calls and calls through
+  that side; each round gives each side its added p50 and p99 (side − its direct calls);
+* throughput at `--connections` clients with wrk, base and head alternating (ABBA) per
+  round, each alone too.
 
 Every figure is reported as the median over `--rounds` rounds with its range, the
 difference head − base, and a verdict from `bench.ab_verdict` (a win only when the ranges
@@ -22,10 +24,11 @@ import argparse
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,43 +205,71 @@ def calls_rounds(sides: list[Side], args: argparse.Namespace, work: Path) -> dic
     return out
 
 
+# Each latency round measures every side this many times, alone, in ABBA order.
+PARTS = 4
+
+
+@contextlib.contextmanager
+def alone(side: Side, sides: list[Side], signal_group: Callable[[int, int], None] = os.killpg) -> Iterator[None]:
+    """`side` measured with every other side's server stopped (SIGSTOP, then SIGCONT).
+
+    Two servers on one 2-core machine share its cores: the other one's background work
+    (its usage writer flushing the rows of its last batch, its polls) would land in this
+    side's tail, and this side's in the other's. Production runs one gateway per machine.
+    """
+    others = [s for s in sides if s is not side and s.proc is not None]
+    for s in others:
+        signal_group(s.proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        for s in others:
+            signal_group(s.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+
+
 def latency_rounds(sides: list[Side], mock_url: str, args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
-    """Per round and side: added p50 and p99 (ms) against the direct calls of the same round."""
+    """Per round and side: added p50 and p99 (ms) against the direct calls made alongside it.
+
+    A round measures each side PARTS times, alone (`alone`), in ABBA order; each
+    load-generator run alternates batches of direct calls and calls through that side.
+    """
     out: dict[str, dict[str, list[float]]] = {s.label: {"p50": [], "p99": []} for s in sides}
     direct = {"name": "direct", "url": f"{mock_url}/v1/chat/completions", "body": config.chat_body(config.CHAT[1])}
+    batches = max(1, args.latency_batches // PARTS)
     for r in range(args.rounds):
-        targets = [direct]
-        for s in sides if r % 2 == 0 else list(reversed(sides)):
-            targets.append(
-                {
+        seen: dict[str, dict[str, list[float]]] = {s.label: {"side": [], "direct": []} for s in sides}
+        order = sides if r % 2 == 0 else list(reversed(sides))
+        for part in range(PARTS):
+            for s in order if part % 2 == 0 else list(reversed(order)):
+                target = {
                     "name": s.label,
                     "url": f"{s.url}/v1/chat/completions",
                     "body": body(args.profile),
                     "headers": {"Authorization": f"Bearer {s.key}"},
                     **({"vary": config.VARY} if args.profile == "features" else {}),
                 }
-            )
-        raw = procs.loadgen(
-            {
-                "mode": "latency",
-                "targets": targets,
-                "rounds": args.latency_batches,
-                "batch": args.batch,
-                "warmup": 50,
-                "max_s": 300,
-            },
-            timeout=400,
-        )
-        for name, seen in raw["statuses"].items():
-            bad = {k: v for k, v in seen.items() if str(k) != "200"}
-            if bad:
-                raise RuntimeError(f"latency round {r + 1}: {name} answered {bad}: the comparison would be void")
-        base_p50 = percentile(raw["samples"]["direct"], 50)
-        base_p99 = percentile(raw["samples"]["direct"], 99)
+                spec = {
+                    "mode": "latency",
+                    "targets": [direct, target],
+                    "rounds": batches,
+                    "batch": args.batch,
+                    "warmup": 50,
+                    "max_s": 300,
+                }
+                with alone(s, sides):
+                    raw = procs.loadgen(spec, timeout=400)
+                for name, statuses in raw["statuses"].items():
+                    bad = {k: v for k, v in statuses.items() if str(k) != "200"}
+                    if bad:
+                        raise RuntimeError(
+                            f"latency round {r + 1}: {name} answered {bad}: the comparison would be void"
+                        )
+                seen[s.label]["side"] += raw["samples"][s.label]
+                seen[s.label]["direct"] += raw["samples"]["direct"]
         for s in sides:
-            samples = raw["samples"][s.label]
-            out[s.label]["p50"].append(round(percentile(samples, 50) - base_p50, 4))
-            out[s.label]["p99"].append(round(percentile(samples, 99) - base_p99, 4))
+            mine, theirs = seen[s.label]["side"], seen[s.label]["direct"]
+            out[s.label]["p50"].append(round(percentile(mine, 50) - percentile(theirs, 50), 4))
+            out[s.label]["p99"].append(round(percentile(mine, 99) - percentile(theirs, 99), 4))
         print(
             f"latency round {r + 1}/{args.rounds}: "
             + ", ".join(f"{s.label} +{out[s.label]['p50'][-1]:.3f}/+{out[s.label]['p99'][-1]:.3f} ms" for s in sides)
@@ -250,15 +281,16 @@ def throughput_rounds(sides: list[Side], args: argparse.Namespace, work: Path) -
     out: dict[str, list[float]] = {s.label: [] for s in sides}
     for r in range(args.rounds):
         for s in sides if r % 2 == 0 else list(reversed(sides)):
-            result = procs.wrk(
-                f"{s.url}/v1/chat/completions",
-                body(args.profile),
-                {"Authorization": f"Bearer {s.key}"},
-                args.connections,
-                args.seconds,
-                work,
-                vary=config.VARY if args.profile == "features" else None,
-            )
+            with alone(s, sides):
+                result = procs.wrk(
+                    f"{s.url}/v1/chat/completions",
+                    body(args.profile),
+                    {"Authorization": f"Bearer {s.key}"},
+                    args.connections,
+                    args.seconds,
+                    work,
+                    vary=config.VARY if args.profile == "features" else None,
+                )
             if result["errors"] or result["non_2xx"]:
                 raise RuntimeError(f"throughput round {r + 1}: {s.label} had errors {result}: the comparison is void")
             out[s.label].append(result["rps"])
