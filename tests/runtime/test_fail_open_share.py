@@ -104,3 +104,26 @@ def test_a_limit_changed_during_the_outage_changes_the_share_and_its_rate(clock)
     assert admitted(one, 120, 100) == 60  # the new limit's share: 120 ÷ 2
     clock.now += 1.0
     assert admitted(one, 120, 100) == 1  # its rate: 2 a second ÷ 2
+
+
+def test_each_process_without_redis_takes_an_even_share_of_what_was_left_of_a_budget_once(clock):
+    """Found by mutation testing (`_fail_open`'s budget half): N processes, $10 budget of
+    which the cluster had counted $4, each may spend at most $2 more until Redis is back."""
+    from routing.core.budget_accounts import Account
+
+    syncer = Syncer(Budgets(clock), Limiter(clock), "redis://127.0.0.1:1/0", clock=clock)
+    syncer.processes = 3
+    known = Account(("acme",), 10.0, "month", clock.now, base=1.0)
+    known.cluster = 4.0  # the cluster counter's last value wins over this process's own base + spent
+    known.owed = 0.25  # spent before Redis went away, not yet counted: still owed after
+    local = Account(("acme", "bot"), 10.0, "month", clock.now, base=1.0)
+    local.spent = 2.5  # never synced: base + spent is what is known
+    spent_out = Account(("beta",), 5.0, "month", clock.now, base=0.0)
+    spent_out.cluster = 7.0  # already over: no share, never a negative one
+    syncer._fail_open([known, local, spent_out], [], ConnectionError("Redis is gone"))
+    assert known.lease == pytest.approx(2.0) and known.owed == pytest.approx(2.25)
+    assert local.lease == pytest.approx((10.0 - 3.5) / 3) and local.owed == pytest.approx((10.0 - 3.5) / 3)
+    assert spent_out.lease == 0.0 and spent_out.owed == 0.0
+    assert syncer.degraded and live.degraded.get("redis") is True
+    syncer._fail_open([known, local, spent_out], [], ConnectionError("still gone"))  # the next failed round
+    assert known.lease == pytest.approx(2.0), "a second failed round must not lease the share again"
