@@ -39,6 +39,7 @@ bench: $(BIN)/.installed
 	-bash bench/peers/peers.sh
 	-$(BIN)/python -m bench.deployments_bench --runs 10000 --requests 2000
 	-$(BIN)/python -m bench.limits_bench --number 10000 --repeat 9
+	-$(BIN)/python -m bench.unconfigured_bench
 	-$(BIN)/python -m bench.cache_bench --e2e --number 3000 --repeat 5 --rounds 10
 	-$(BIN)/python -m bench.workers_bench --seconds 3 --reps 2 $(if $(REDIS_URL),--redis $(REDIS_URL))
 	-$(BIN)/python -m bench.usage_writer_bench

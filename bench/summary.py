@@ -84,9 +84,13 @@ class Check:
         return [self.label, value, target, self.verdict()]
 
 
+def _worst(values: dict[str, float] | None) -> float | None:
+    return max(values.values()) if values else None
+
+
 def checks(docs: dict[str, dict[str, Any]]) -> list[Check]:
     """The rows, from the results of each benchmark by name (run, workers, deployments, limits, cache, usage_writer,
-    fieldfuzz)."""
+    fieldfuzz, unconfigured)."""
     run, workers = docs.get("run"), docs.get("workers")
     s = (run or {}).get("scenarios", {})
     lat = s.get("latency") or {}
@@ -116,6 +120,13 @@ def checks(docs: dict[str, dict[str, Any]]) -> list[Check]:
         Check("limits + budget check (alone)", _get(docs.get("limits"), "budgeted_added_us"), "µs", "<=", 20.0),
         Check("deployment selection (alone)", _get(docs.get("deployments"), "worst_added_us"), "µs", "<=", 20.0),
         Check("cache lookup miss, in memory (alone)", _get(docs.get("cache"), "miss_us"), "µs", "<=", 30.0),
+        Check(
+            "costliest unconfigured feature's off path",
+            _worst(_get(docs.get("unconfigured"), "ns_per_request")),
+            "ns",
+            "<=",
+            1000.0,
+        ),
         Check("cache hit, Redis store: p50", _get(docs.get("cache"), "redis_hit_p50_us"), "µs"),
         Check("/health p99 in the 429 storm, uvicorn", _get(s, "storm.health_p99_ms"), "ms", "<", 50.0),
         Check("/health p99 in the 429 storm, daphne", _get(s, "storm.others.daphne.health_p99_ms"), "ms", "<", 50.0),
