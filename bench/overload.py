@@ -5,7 +5,8 @@ takes SERVICE_MS), a real gateway (uvicorn, SQLite, no Redis) and three orgs of 
 weight, each with interactive and batch clients. Offered load 2x and 5x C (closed-loop
 clients, each sending again when answered; a shed or refused client waits its Retry-After,
 capped at 0.5 s) for a bounded time each, with overload control off (pass-through) and on.
-Reported: interactive success rate, goodput against C, the orgs' served shares (Jain's
+Reported: interactive success rate, goodput against what the mock serves a second with C
+direct clients (measured first, same run; also against C / SERVICE_MS), the orgs' served shares (Jain's
 index), p99 of admitted requests against the unloaded p99, the latency of shed answers and
 the share of upstream calls that met a 429. With control on, a brown-out: 2x C while the
 capacity halves for 10 s, then recovers; how fast the limit follows each way. Then hedging: a model on two deployments whose
@@ -135,7 +136,33 @@ async def _load(url: str, keys: dict[tuple[str, str], str], clients: dict[str, i
     return out
 
 
-def _figures(rows: list[tuple], capacity: int, seconds: float, unloaded_p99: float | None) -> dict[str, Any]:
+async def _direct_capacity(mock_url: str, capacity: int, seconds: float) -> float:
+    """What the mock itself serves a second with exactly `capacity` closed-loop clients on it
+    (none refused): the goodput's denominator. A call takes a little over SERVICE_MS (the
+    timer's overshoot, the answer's own time), so C / 100 ms is not what the upstream can do."""
+    served = 0
+    until = time.monotonic() + seconds
+    body = {"model": "ov", "messages": [{"role": "user", "content": "hi"}]}
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        nonlocal served
+        while time.monotonic() < until:
+            async with session.post(f"{mock_url}/v1/chat/completions", json=body) as r:
+                await r.read()
+                if r.status != 200:
+                    raise RuntimeError(f"the mock refused a call within its capacity ({r.status}): the run is void")
+            served += 1
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        await asyncio.gather(*(client(session) for _ in range(capacity)))
+    return served / seconds
+
+
+def _figures(
+    rows: list[tuple], capacity: int, seconds: float, unloaded_p99: float | None, capacity_rps: float | None = None
+) -> dict[str, Any]:
+    """One step's figures; goodput against `capacity_rps` (measured directly, same run), else C / SERVICE_MS."""
+    nominal = capacity / (SERVICE_MS / 1000)
     ok = [r for r in rows if r[2] == 200]
     inter = [r for r in rows if r[1] == "interactive"]
     shed = [r for r in rows if r[3] == "overloaded"]
@@ -145,7 +172,8 @@ def _figures(rows: list[tuple], capacity: int, seconds: float, unloaded_p99: flo
         "requests": len(rows),
         "codes": dict(Counter(r[3] or "ok" for r in rows)),
         "interactive_success": round(sum(1 for r in inter if r[2] == 200) / len(inter), 5) if inter else None,
-        "goodput_vs_c": round(len(ok) / seconds / (capacity / (SERVICE_MS / 1000)), 3),
+        "goodput_vs_c": round(len(ok) / seconds / (capacity_rps or nominal), 3),
+        "goodput_vs_nominal": round(len(ok) / seconds / nominal, 3),
         "served_by_org": {o: served.get(o, 0) for o in ORGS},
         "jain": round(jain([served.get(o, 0) for o in ORGS]), 4),
         "p99_admitted_s": round(p99, 3) if p99 is not None else None,
@@ -341,7 +369,13 @@ def _start_litellm(work: Path, mock_url: str, venv: Path) -> tuple[Proc, str]:
 
 
 def _litellm_steps(
-    work: Path, mock_url: str, venv: Path, capacity: int, seconds: float, factors: tuple[int, ...]
+    work: Path,
+    mock_url: str,
+    venv: Path,
+    capacity: int,
+    seconds: float,
+    factors: tuple[int, ...],
+    capacity_rps: float | None = None,
 ) -> dict[str, Any]:
     """The same offered loads through LiteLLM (one key for every client: it has no priority classes)."""
     out: dict[str, Any] = {}
@@ -356,7 +390,7 @@ def _litellm_steps(
             batch = max(1, (factor * capacity) // 3 - inter)
             rows = asyncio.run(_load(url, keys, {"interactive": inter, "batch": batch}, seconds))
             after = _mock_calls(mock_url)
-            fig = _figures(rows, capacity, seconds, unloaded)
+            fig = _figures(rows, capacity, seconds, unloaded, capacity_rps)
             calls = after["count"] - before["count"]
             fig["upstream_calls"] = calls
             fig["upstream_429_share"] = (
@@ -383,6 +417,9 @@ def run(
     results: dict[str, Any] = {"capacity": capacity, "service_ms": SERVICE_MS, "seconds": seconds, "runs": {}}
     try:
         _script(mock_url, capacity)
+        capacity_rps = asyncio.run(_direct_capacity(mock_url, capacity, 5.0))
+        results["capacity_rps"] = round(capacity_rps, 1)
+        print(f"the mock with {capacity} direct clients: {capacity_rps:.1f} calls a second", flush=True)
         env, key = prepare_database(work, "ov", _config(mock_url, capacity, False), "org-a", "inter")
         keys = _keys(env, key)
         for mode in modes:
@@ -397,7 +434,7 @@ def run(
                     batch = max(1, (factor * capacity) // 3 - inter)
                     rows = asyncio.run(_load(url, keys, {"interactive": inter, "batch": batch}, seconds))
                     after = _mock_calls(mock_url)
-                    fig = _figures(rows, capacity, seconds, unloaded)
+                    fig = _figures(rows, capacity, seconds, unloaded, capacity_rps)
                     calls = after["count"] - before["count"]
                     over = after["over_capacity"] - before["over_capacity"]
                     fig["upstream_calls"] = calls
@@ -422,7 +459,9 @@ def run(
                 gw.stop()
         if litellm is not None:
             if (litellm / "bin" / "litellm").exists():
-                results["runs"].update(_litellm_steps(work, mock_url, litellm, capacity, seconds, factors))
+                results["runs"].update(
+                    _litellm_steps(work, mock_url, litellm, capacity, seconds, factors, capacity_rps)
+                )
             else:
                 print(f"LiteLLM left out: no {litellm}/bin/litellm (bench/peers/peers.sh installs it)", flush=True)
     finally:

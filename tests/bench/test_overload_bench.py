@@ -22,5 +22,8 @@ def test_the_figures_count_interactive_success_goodput_and_shed_answers() -> Non
     fig = _figures(rows, capacity=1, seconds=1.0, unloaded_p99=0.1)
     assert fig["interactive_success"] == 1.0
     assert fig["goodput_vs_c"] == 0.3  # 3 served in 1 s against 10 a second (1 slot, 100 ms)
+    measured = _figures(rows, capacity=1, seconds=1.0, unloaded_p99=0.1, capacity_rps=6.0)
+    assert measured["goodput_vs_c"] == 0.5  # against what the upstream really served alone: 6 a second
+    assert measured["goodput_vs_nominal"] == 0.3
     assert fig["served_by_org"] == {"org-a": 1, "org-b": 1, "org-c": 1}
     assert fig["shed_at_once_share"] == 1.0
