@@ -456,3 +456,36 @@ async def test_after_a_context_length_failure_only_links_with_a_larger_window_ar
         ("chat-small", "context_length"),
         ("chat-big", "ok"),
     ]
+
+
+# Found by mutation testing (routing.core.executor's _retry_delay): the budget's key, the
+# backoff's cap and the deadline's boundary were each replaceable without a test failing.
+
+
+async def test_each_link_spends_its_own_retry_budget_and_the_answer_says_it_was_spent() -> None:
+    a, b = link("chat-a"), link("chat-b")
+    h = Harness({"chat-a": [E500], "chat-b": [E500]})
+    one_retry_a_window = replace(RES, retry_budget_ratio=0.0, retry_budget_min_per_s=0.1)  # 0.1/s x 10 s
+    out = await h.run([a, b], one_retry_a_window)
+    assert [c[0] for c in h.calls] == ["chat-a", "chat-a", "chat-b", "chat-b"]  # b's budget is not a's
+    assert out.error.code == "upstream_unavailable"
+    assert "chat-a: upstream_5xx after 2 attempts, retry budget spent;" in out.error.message
+    assert "chat-b: upstream_5xx after 2 attempts, retry budget spent)" in out.error.message
+
+
+async def test_the_backoff_grows_then_stays_at_backoff_max_ms() -> None:
+    a = link("chat-a")
+    h = Harness({"chat-a": [E500, E500, E500, "ok"]})
+    out = await h.run([a], replace(RES, max_retries=3, backoff_base_ms=400, backoff_max_ms=500))
+    assert out.result == "ok"
+    # equal jitter at rand 0.5: 3/4 of min(base x 2^n, max): 0.4 -> 0.3, then the 0.5 cap -> 0.375 twice
+    assert h.clock.sleeps == pytest.approx([0.3, 0.375, 0.375], rel=1e-9)
+
+
+async def test_a_backoff_ending_exactly_at_the_deadline_is_not_slept_the_next_link_answers() -> None:
+    a, b = link("chat-a"), link("chat-b")
+    h = Harness({"chat-a": [E500, "a"], "chat-b": ["b"]})
+    # a 1 s base backs off 0.75 s at rand 0.5 (exact in binary): the retry would start at the deadline itself
+    out = await h.run([a, b], replace(RES, backoff_base_ms=1000), deadline_in=0.75)
+    assert h.clock.sleeps == []
+    assert out.result == "b" and out.fallback_reason == "upstream_5xx"
