@@ -489,3 +489,18 @@ async def test_a_backoff_ending_exactly_at_the_deadline_is_not_slept_the_next_li
     out = await h.run([a, b], replace(RES, backoff_base_ms=1000), deadline_in=0.75)
     assert h.clock.sleeps == []
     assert out.result == "b" and out.fallback_reason == "upstream_5xx"
+
+
+async def test_a_5xx_whose_retry_finds_the_deadline_passed_charges_the_link_with_its_own_settings() -> None:
+    """Found by mutation testing: the deadline branch charged the breaker with any arguments."""
+    a = link("chat-a")
+    h = Harness({"chat-a": [E500]}, cost_s=4.0)  # the call fails after 4 s, past the 3 s deadline
+    out = await h.run([a], replace(RES, breaker_failure_threshold=1, breaker_cooldown_s=5.0), deadline_in=3.0)
+    assert (out.error.status, out.error.code) == (504, "total_timeout")
+    assert out.trail == [("chat-a", "total_timeout")]
+    assert h.failures(a) == 1 and h.breakers.state(a.breaker_key) is State.OPEN  # a 5xx is the provider's fault
+    h.plan["chat-a"] = ["ok"]
+    h.clock.advance(4.0)
+    assert (await h.run([a], replace(RES, breaker_cooldown_s=5.0))).error.code == "circuit_open"
+    h.clock.advance(1.0)  # this link's own cooldown has passed: a probe goes through
+    assert (await h.run([a], replace(RES, breaker_cooldown_s=5.0))).result == "ok"
