@@ -223,6 +223,7 @@ async def test_hung_attempt_is_cut_at_the_total_deadline() -> None:
     assert (out.error.status, out.error.code) == (504, "total_timeout")
     assert h.failures(a) == 0
     assert h.obs.attempts == [("chat-a", "total_timeout")]
+    assert out.trail == [("chat-a", "total_timeout")]
 
 
 async def test_capability_skip_becomes_the_fallback_reason() -> None:
@@ -504,3 +505,14 @@ async def test_a_5xx_whose_retry_finds_the_deadline_passed_charges_the_link_with
     assert (await h.run([a], replace(RES, breaker_cooldown_s=5.0))).error.code == "circuit_open"
     h.clock.advance(1.0)  # this link's own cooldown has passed: a probe goes through
     assert (await h.run([a], replace(RES, breaker_cooldown_s=5.0))).result == "ok"
+
+
+async def test_an_attempt_that_times_out_by_itself_is_a_read_timeout_retried_and_its_time_counted() -> None:
+    """Found by mutation testing: the attempt's own TimeoutError path (not the total deadline)."""
+    a = link("chat-a")
+    h = Harness({"chat-a": [E500, TimeoutError(), "ok"]}, cost_s=0.5)
+    out = await h.run([a])
+    assert out.result == "ok"
+    assert h.obs.attempts == [("chat-a", "upstream_5xx"), ("chat-a", "read_timeout"), ("chat-a", "ok")]
+    assert out.upstream_s == pytest.approx(1.5)  # the three calls' 0.5 s, the timed-out one included; not the backoff
+    assert h.failures(a) == 0  # served in the end: the link's breaker is not charged
