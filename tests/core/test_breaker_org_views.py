@@ -255,3 +255,22 @@ def test_closed_admission_allocates_nothing() -> None:
     request(reg, "a", False)  # the breaker and a's view exist, both closed
     first = reg.admit(KEY, TH, CD, "b")
     assert reg.admit(KEY, TH, CD, "a") is first and reg.admit(KEY, TH, CD, None) is first
+
+
+def test_the_org_views_listed_say_whose_view_what_state_how_many_failures_and_how_long_left() -> None:
+    """Found by mutation testing: org_views (the dashboard's and the metrics' rows) could lose any field."""
+    from routing.core.breaker import OrgView
+
+    reg, clock, events = make()
+    request(reg, "b", True)  # another org uses the link: a's failures are a's alone
+    for _ in range(TH):
+        request(reg, "a", False)
+    request(reg, "b", False)  # then b: one failure, its view still closed
+    clock.advance(10.0)
+    views = sorted(reg.org_views(), key=lambda v: v.org)
+    assert views == [OrgView(KEY, "a", State.OPEN, TH, CD - 10.0), OrgView(KEY, "b", State.CLOSED, 1, 0.0)]
+    clock.advance(CD - 10.0)  # a's cooldown is over: listing the views half-opens a's, with nothing left
+    assert sorted(reg.org_views(), key=lambda v: v.org)[0] == OrgView(KEY, "a", State.HALF_OPEN, TH, 0.0)
+    assert events[-1] == ("a", State.OPEN, State.HALF_OPEN)
+    probe = reg.admit(KEY, TH, CD, "a")
+    assert probe.allowed and probe.probe & PROBE_ORG  # half-open by the listing: a's probe goes
