@@ -385,3 +385,29 @@ def test_views_end_an_expired_forced_open_and_report_no_wait_when_closed() -> No
     reg.wall.advance(10)  # type: ignore[attr-defined]
     (view,) = reg.views()  # the dashboard reads it before any request does
     assert (view.state, view.forced_reason, view.cooldown_remaining_s) == (State.CLOSED, None, 0.0)
+
+
+def test_adopting_another_process_s_open_breaker_keeps_its_cooldown_end_and_says_what_changed() -> None:
+    """Found by mutation testing (adopt_open, used by breaker sync): its clamp, its change test and its key."""
+    reg, clock, events = make()
+    assert reg.adopt_open(KEY, 12.0, CD) is True  # opened elsewhere 18 s ago: 12 s left here too
+    assert events == [(KEY, State.CLOSED, State.OPEN)]
+    assert reg.views()[0].cooldown_remaining_s == 12.0
+    assert not reg.admit(KEY, TH, CD).allowed
+    assert reg.adopt_open(KEY, 12.04, CD) is False  # the same opening heard again (within 0.05 s): no change
+    assert reg.adopt_open(KEY, 13.0, CD) is True  # a later opening elsewhere: the cooldown ends later
+    assert reg.views()[0].cooldown_remaining_s == 13.0
+    assert reg.adopt_open(KEY, -5.0, CD) is True  # already over elsewhere: the probe is due at once here
+    assert reg.views()[0].cooldown_remaining_s == 0.0
+    other = ("local-b", "chat-b")
+    assert reg.adopt_open(other, 999.0, 20.0) is True  # never more than its own cooldown
+    assert {v.key: v.cooldown_remaining_s for v in reg.views()}[other] == 20.0
+    clock.advance(20.0)
+    assert reg.admit(other, TH, 20.0).allowed  # the adopted cooldown is the link's: its probe after 20 s
+
+
+def test_adopting_an_opening_leaves_a_breaker_forced_open_by_the_operator_alone() -> None:
+    reg, _, events = make()
+    reg.force_open(KEY, "maintenance", None)
+    assert reg.adopt_open(KEY, 5.0, CD) is False
+    assert reg.views()[0].forced_reason == "maintenance"
