@@ -113,3 +113,26 @@ def test_tpm_capacity_counts_the_token_estimate() -> None:
     bal.take(east, 800)
     assert bal.room_s(east, 100) == 0
     assert bal.room_s(east, 300) > 0  # 200 left
+
+
+def test_capacity_boundaries_a_last_request_fits_exactly_and_a_short_wait_is_still_a_wait() -> None:
+    """Found by mutation testing (room_s): a request without a token estimate and a wait under a second.
+
+    (`< 1.0` against `<= 1.0` at a level of exactly 1 is equivalent: the wait it computes is 0.)
+    """
+    clock = FakeClock()
+    lk = multi("chat", ("one", "tok", "fast"), rpm={"one": 1, "fast": 120}, tpm={"tok": 1000})
+    one, tok, fast = lk.deployments
+    bal = Balancer(clock=clock)
+    assert bal.room_s(one, 0) == 0  # exactly one request of room: it fits
+    bal.take(one, 0)
+    assert bal.room_s(one, 0) > 0
+    assert bal.room_s(tok, 800) == 0  # as the executor does: asked, then taken
+    bal.take(tok, 800)
+    assert bal.room_s(tok, 200) == 0  # exactly the 200 tokens left: fits
+    bal.take(tok, 200)
+    assert bal.room_s(tok, 0) == 0  # no token estimate: never waits for the tpm
+    for _ in range(120):
+        assert bal.room_s(fast, 0) == 0
+        bal.take(fast, 0)
+    assert 0 < bal.room_s(fast, 0) <= 0.5  # 120 rpm refills one in 0.5 s: a wait under a second is a wait
