@@ -123,6 +123,7 @@ async def test_all_deployments_open_falls_back_with_reason_circuit_open() -> Non
     out = await h.run([lk])
     assert out.error.code == "circuit_open" and out.error.status == 503
     assert int(out.error.headers["Retry-After"]) == 30
+    assert "The circuit breaker for 'chat' is open" in out.error.message  # the model, by name (mutation testing)
 
 
 async def test_full_deployments_are_skipped_and_capacity_alone_answers_429() -> None:
@@ -139,6 +140,7 @@ async def test_full_deployments_are_skipped_and_capacity_alone_answers_429() -> 
     out = await h2.run([capped])
     assert out.error.code == "upstream_rate_limited" and out.error.status == 429
     assert int(out.error.headers["Retry-After"]) == 30  # one request frees in 60 / 2 s
+    assert "Every deployment of 'solo' is at its configured capacity" in out.error.message  # (mutation testing)
     assert h2.calls == ["east2", "east2"]  # the third was never sent
 
 
