@@ -126,3 +126,26 @@ def test_shared_mode_reserves_from_the_lease_and_owes_what_it_overspent(clock):
     assert account.lease == 0.0
     assert account.owed == pytest.approx(0.3)
     assert account.reserved == 0.0 and account.spent == pytest.approx(1.8)
+
+
+def test_a_period_begins_at_its_first_second_exactly_and_a_new_one_drops_the_old_lease():
+    """Found by mutation testing (period_bounds, Account.roll): the edges of a period."""
+    from routing.core.budget_accounts import Account
+
+    assert period_bounds("day", ts(2026, 12, 2)) == (ts(2026, 12, 2), ts(2026, 12, 3))  # midnight is the new day
+    assert period_bounds("month", ts(2027, 1, 1)) == (ts(2027, 1, 1), ts(2027, 2, 1))
+    assert period_bounds("month", ts(2026, 12, 31, 23, 59, 59)) == (ts(2026, 12, 1), ts(2027, 1, 1))
+    bases: list[tuple[tuple[str, ...], float]] = []
+
+    def base(key: tuple[str, ...], start: float) -> float:
+        bases.append((key, start))
+        return 0.5  # what the usage records say was spent in the new period already
+
+    acct = Account(("acme",), 5.0, "day", ts(2026, 12, 1, 12), base=0.0)
+    acct.spent, acct.lease, acct.owed, acct.cluster = 3.0, 1.0, 0.25, 4.0  # shared mode, mid-day
+    acct.roll(5.0, "day", ts(2026, 12, 2) - 0.001, base)
+    assert acct.spent == 3.0 and bases == []  # the last millisecond of the day: the same period
+    acct.roll(5.0, "day", ts(2026, 12, 2), base)
+    assert (acct.start, acct.end) == (ts(2026, 12, 2), ts(2026, 12, 3))
+    assert bases == [(("acme",), ts(2026, 12, 2))] and acct.base == 0.5 and acct.spent == 0.0
+    assert (acct.lease, acct.owed, acct.cluster) == (0.0, 0.0, None)  # the old counter's lease and debt are gone
