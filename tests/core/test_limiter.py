@@ -149,3 +149,22 @@ def test_headers_report_the_tightest_bucket(clock):
 )
 def test_reset_format_is_openais(seconds, text):
     assert format_duration(seconds) == text
+
+
+def test_the_headers_name_the_tightest_bucket_with_its_limit_what_is_left_and_when_it_is_full(clock):
+    """Found by mutation testing (Ticket.headers, Bucket.reset_s): the exact x-ratelimit-* values."""
+    limiter = Limiter(clock)
+    for _ in range(3):  # the agent: 60 rpm, 3 used; the org: 10 rpm, 3 used (the tighter one left)
+        ticket = limiter.admit("acme", (10, 1000), "bot", (60, None), lambda: 100)
+    assert headers(ticket) == {
+        "x-ratelimit-limit-requests": "10",  # the org's bucket: 7 left against the agent's 57
+        "x-ratelimit-remaining-requests": "7",
+        "x-ratelimit-reset-requests": "18s",  # 3 requests at 10 a minute
+        "x-ratelimit-limit-tokens": "1000",
+        "x-ratelimit-remaining-tokens": "700",
+        "x-ratelimit-reset-tokens": "18s",  # 300 tokens at 1000 a minute
+    }
+    clock.now += 17.5
+    got = headers(limiter.admit("acme", (10, 1000), "bot", (60, None), lambda: 0))
+    assert got["x-ratelimit-remaining-requests"] == "8"  # 9.92 refilled, one taken: rounded down
+    assert got["x-ratelimit-reset-requests"] == "6.5s" and got["x-ratelimit-reset-tokens"] == "500ms"
