@@ -90,3 +90,29 @@ async def test_an_idempotent_replay_says_where_the_caller_stands_now(gateway, li
     assert replay.headers["idempotent-replayed"] == "true"
     assert first.headers["x-ratelimit-remaining-requests"] == "4"
     assert replay.headers.get_list("x-ratelimit-remaining-requests") == ["3"]  # not the stored "4"
+
+
+@pytest.mark.parametrize(
+    ("status", "usage", "cache", "left"),
+    [
+        (200, (20, 30), None, 950),  # answered with usage: charged the real 50 tokens
+        (200, (20, None), None, 980),  # a prompt count alone still counts
+        (200, (None, None), None, 700),  # answered without usage: the 300 reserved stand
+        (502, (20, 30), None, 1000),  # no answer: refunded
+        (200, (20, 30), "hit", 1000),  # from the response cache: no upstream call, no tokens
+        (200, (20, 30), "coalesced", 1000),  # answered by another request's call
+    ],
+    ids=["usage", "prompt-only", "no-usage", "error", "cache-hit", "coalesced"],
+)
+def test_the_token_reservation_is_settled_by_what_the_answer_was(status, usage, cache, left):
+    """Found by mutation testing (limiting.settle): each rule of docs/limits.md#tokens, exactly."""
+    from routing.core.limiter import Limiter
+    from routing.gateway import limiting
+    from routing.runtime.accounting import Context
+
+    limiter = Limiter(lambda: 1000.0)
+    ticket = limiter.admit("acme", None, "bot", (None, 1000), lambda: 300)
+    ctx = Context("r", 0.0, "chat")
+    ctx.status, (ctx.prompt_tokens, ctx.completion_tokens), ctx.cache = status, usage, cache
+    limiting.settle(ticket, ctx)
+    assert dict(ticket.headers())[b"x-ratelimit-remaining-tokens"] == b"%d" % left
