@@ -123,3 +123,40 @@ async def test_a_cache_hit_costs_the_budget_nothing(gateway, upstream, budgeted,
     assert first.headers["x-switchboard-cache"] == "miss" and hit.headers["x-switchboard-cache"] == "hit"
     account = proc.budgets.find(("agent", "acme", "bot"))
     assert account.spend() == pytest.approx(MOCK_COST) and account.reserved == 0  # only the miss was charged
+
+
+@pytest.mark.parametrize(
+    ("status", "usage", "cache", "served", "spent"),
+    [
+        (200, (1000, 2000), None, True, 0.0225),  # 1k in at $2.5/M + 2k out at $10/M
+        (200, (1000, None), None, True, 0.0025),  # a prompt count alone is priced
+        (200, (None, 2000), None, True, 0.02),  # and a completion count alone
+        (200, (None, None), None, True, 0.5),  # no usage: the $0.50 reserved stands
+        (200, (1000, 2000), None, False, 0.5),  # no serving link to price it: the reservation stands
+        (502, (1000, 2000), None, True, 0.0),  # no answer: released
+        (200, (1000, 2000), "hit", True, 0.0),  # from the response cache: costs nothing
+        (200, (1000, 2000), "coalesced", True, 0.0),
+    ],
+    ids=["usage", "prompt-only", "completion-only", "no-usage", "no-link", "error", "cache-hit", "coalesced"],
+)
+def test_the_budget_reservation_is_settled_by_what_the_answer_was(status, usage, cache, served, spent):
+    """Found by mutation testing (limiting.settle_budget): each rule of its docstring, exactly."""
+    from dataclasses import replace
+
+    from routing.core.budget_accounts import Budgets
+    from routing.core.executor import Outcome
+    from routing.gateway import limiting
+    from routing.runtime.accounting import Context
+    from tests.core.fakes import link
+
+    budgets = Budgets(lambda: 1_780_000_000.0)
+    hold = budgets.admit("acme", None, "bot", (5.0, "day"), 0.5)
+    priced = link("chat-a")
+    priced = replace(priced, model=replace(priced.model, input_price_per_mtok=2.5, output_price_per_mtok=10.0))
+    ctx = Context("r", 0.0, "chat")
+    ctx.status, (ctx.prompt_tokens, ctx.completion_tokens), ctx.cache = status, usage, cache
+    ctx.outcome = Outcome(None, None, priced if served else None, 1, None, 0.0, [])
+    limiting.settle_budget(hold, ctx)
+    account = budgets.find(("agent", "acme", "bot"))
+    assert account.reserved == 0.0
+    assert account.spend() == pytest.approx(spent)
