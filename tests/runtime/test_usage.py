@@ -7,6 +7,7 @@ import logging
 import subprocess
 import sys
 import time
+import types
 
 import orjson
 import pytest
@@ -464,3 +465,38 @@ def test_the_journal_sync_fsyncs_the_file_that_holds_the_records(tmp_path, monke
     sink.record(rec(3))
     sink.sync_journal()
     assert [(dev, ino) for dev, ino, _ in synced] == [(st.st_dev, st.st_ino)]
+
+
+def test_the_journal_refused_by_the_disk_says_so_once_waits_5_s_then_writes_a_private_file(
+    tmp_path, monkeypatch, caplog
+):
+    """Found by mutation testing (Journal.append / _open): the disk-refusal path, the file's name and mode."""
+    from routing.runtime.usage import spool
+
+    now = [100.0]
+    monkeypatch.setattr(spool, "time", types.SimpleNamespace(monotonic=lambda: now[0], time_ns=time.time_ns))
+    target = tmp_path / "spool"
+    target.write_text("a file where the directory should be")  # the disk refuses: mkdir fails
+    journal = spool.Journal(lambda: target, 4242)
+    with caplog.at_level(logging.ERROR, logger="switchboard.usage"):
+        journal.append(b'{"a":1}\n')
+        journal.append(b'{"a":2}\n')  # within 5 s: not tried again, not logged again
+        now[0] += 4.9
+        journal.append(b'{"a":3}\n')
+    refusals = [r for r in caplog.records if "cannot append to the usage journal" in r.getMessage()]
+    assert len(refusals) == 1 and str(target) in refusals[0].getMessage()
+    target.unlink()
+    now[0] += 0.2  # 5.1 s after the refusal: the disk is tried again
+    journal.append(b'{"a":4}\n')
+    (path,) = target.glob("*")
+    assert path == journal.path
+    assert path.name.startswith(f"{spool.JOURNAL_PREFIX}4242-") and path.name.endswith("-1.jsonl")
+    assert path.stat().st_mode & 0o777 == 0o600  # usage records are the operator's alone
+    assert path.read_bytes() == b'{"a":4}\n'
+    journal.seal(journal.rotate()[0])  # the writer took the file: the next append opens a new one
+    path.unlink()
+    target.rmdir()
+    target.write_text("refused again")
+    with caplog.at_level(logging.ERROR, logger="switchboard.usage"):
+        journal.append(b'{"a":5}\n')  # a new refusal after a success is said again
+    assert len([r for r in caplog.records if "cannot append to the usage journal" in r.getMessage()]) == 2
