@@ -47,6 +47,10 @@ async def test_over_rpm_is_429_recorded_with_its_code_and_not_sent_upstream(gate
     assert refused.json()["error"]["code"] == "rate_limited"
     assert int(refused.headers["retry-after"]) == 30  # one request back every 30 s at 2 rpm
     assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert refused.json()["error"]["message"] == (  # whose limit, which, and when (found by mutation testing)
+        "Rate limit reached: the agent 'acme/bot' is over its limit of 2 requests per minute (rpm): "
+        "retry in 30 s. Nothing was sent upstream."
+    )
     assert "x-switchboard-attempts" not in refused.headers  # no chain was walked
     assert [(r["status"], r["error_code"], r["attempts"]) for r in records] == [
         (200, "", 1),
@@ -116,3 +120,12 @@ def test_the_token_reservation_is_settled_by_what_the_answer_was(status, usage, 
     ctx.status, (ctx.prompt_tokens, ctx.completion_tokens), ctx.cache = status, usage, cache
     limiting.settle(ticket, ctx)
     assert dict(ticket.headers())[b"x-ratelimit-remaining-tokens"] == b"%d" % left
+
+
+async def test_an_org_s_limit_is_named_as_the_org_s_in_the_429(gateway, limited):
+    """Found by mutation testing (limiting._whose / _refuse): the scope named is the one refused."""
+    limited(agent_limits={"rpm": 100}, org_limits={"rpm": 1})
+    assert (await gateway.post("/v1/chat/completions", json=chat())).status_code == 200
+    refused = await gateway.post("/v1/chat/completions", json=chat())
+    assert refused.status_code == 429
+    assert "the org 'acme' is over its limit of 1 requests per minute (rpm)" in refused.json()["error"]["message"]
