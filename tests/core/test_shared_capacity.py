@@ -245,3 +245,25 @@ async def test_a_short_deployment_waits_for_rounds_while_the_cluster_bucket_has_
     assert out.error is None and out.result == "east"
     assert rounds == 2 and p.calls == ["east"]
     assert p.balancer.peek(lk.deployments[0].key).rpm.need == 0.0  # the second round took its need
+
+
+def test_a_shared_bucket_counts_its_share_plus_the_cluster_s_level_refilled_since_the_last_round() -> None:
+    """Found by mutation testing (SharedBucket.cluster_level / remaining / wait / reset_s): exact values."""
+    from routing.core.buckets import SharedBucket
+
+    b = SharedBucket(60, 0.0)  # 60 a minute: 1 a second
+    b.level, b.pool, b.pool_at = 5.0, 10.0, 0.0  # a share of 5 leased; the cluster bucket had 10 at the round
+    b.refill(4.0, 60)  # 4 s later: the share is not refilled here, the cluster bucket is (as far as we know)
+    assert b.level == 5.0 and b.cluster_level() == 14.0 and b.remaining() == 19.0
+    assert b.wait(30.0) == 11.0 and b.wait(10.0) == 0.0
+    assert b.wait(1000.0) == b.reset_s() == 41.0  # never more than the capacity to wait for
+    b.pool, b.pool_at = 20.0, 3.5
+    assert b.cluster_level() == 20.5  # half a second since the round: half a token
+    b.pool, b.pool_at = 59.0, 4.0
+    b.refill(5.5, 60)
+    assert b.cluster_level() == 60.0  # refilled (60.5), but never past its capacity
+    b.pool, b.pool_at = -5.0, 10.0  # overdrawn by other processes
+    assert b.cluster_level() == 0.0 and b.remaining() == 5.0
+    b.divisor = 3  # Redis unreachable: only this process's share counts
+    b.pool = 50.0
+    assert b.remaining() == 5.0
