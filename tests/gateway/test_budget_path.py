@@ -73,6 +73,9 @@ async def test_a_request_whose_worst_case_does_not_fit_is_402_and_not_sent_upstr
     assert error["code"] == "budget_exceeded" and error["type"] == "insufficient_quota"
     assert "agent 'acme/bot'" in error["message"] and "$0.05 budget" in error["message"]
     assert "resets in" in error["message"] and "lower max_tokens" in error["message"]
+    # what was spent, in which period, and what is left (found by mutation testing: the 402's figures)
+    assert f"has spent ${6 * MOCK_COST:.4f} of its $0.05 budget this day (UTC);" in error["message"]
+    assert f"and ${0.05 - 6 * MOCK_COST:.6f} is left" in error["message"]
     assert 1 <= int(refused.headers["retry-after"]) <= 86400
     assert await upstream_calls(upstream, "ip-chat-b") - before == 6
     assert [r["error_code"] for r in records].count("budget_exceeded") == 4
