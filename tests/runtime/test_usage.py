@@ -500,3 +500,36 @@ def test_the_journal_refused_by_the_disk_says_so_once_waits_5_s_then_writes_a_pr
     with caplog.at_level(logging.ERROR, logger="switchboard.usage"):
         journal.append(b'{"a":5}\n')  # a new refusal after a success is said again
     assert len([r for r in caplog.records if "cannot append to the usage journal" in r.getMessage()]) == 2
+
+
+def test_a_journal_line_escapes_lone_surrogates_in_keys_values_and_lists_and_writes_odd_types_as_text():
+    """Found by mutation testing (spool.dumps_line / _scrub / _json_default): every branch, read back."""
+    from datetime import UTC, datetime
+    from decimal import Decimal
+    from pathlib import Path
+
+    from routing.runtime.usage import spool
+
+    row = {
+        "request_id": "r-\ud800",  # a lone surrogate: orjson refuses the row, then it is escaped
+        "trail": [("m-\udfff", "ok"), ["x"]],
+        "nested": {"k-\ud801": "v"},
+        "count": 3,
+        "cost": Decimal("0.125"),
+        "created_at": datetime(2026, 12, 6, 4, 30, tzinfo=UTC),
+        "other": Path("/x"),
+    }
+    line = spool.dumps_line(row)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    back = orjson.loads(line)
+    assert back == {
+        "request_id": "r-\\ud800",
+        "trail": [["m-\\udfff", "ok"], ["x"]],
+        "nested": {"k-\\ud801": "v"},
+        "count": 3,
+        "cost": 0.125,
+        "created_at": "2026-12-06T04:30:00+00:00",
+        "other": "/x",
+    }
+    plain = spool.dumps_line({"request_id": "r", "cost": Decimal("1.5")})  # nothing to escape: one pass
+    assert plain.endswith(b"\n") and orjson.loads(plain) == {"request_id": "r", "cost": 1.5}
