@@ -127,3 +127,34 @@ def test_each_process_without_redis_takes_an_even_share_of_what_was_left_of_a_bu
     assert syncer.degraded and live.degraded.get("redis") is True
     syncer._fail_open([known, local, spent_out], [], ConnectionError("still gone"))  # the next failed round
     assert known.lease == pytest.approx(2.0), "a second failed round must not lease the share again"
+
+
+def test_a_budget_s_lease_round_asks_for_a_share_ahead_of_use_only_while_it_is_used_and_the_cluster_has_room(clock):
+    """Found by mutation testing (`_plan_account`, a real gap): the share ahead of use, its give-back and
+    the waiters it never takes from. Amounts in µUSD, as the Lua script takes them."""
+    from routing.core.budget_accounts import Account
+
+    syncer = Syncer(Budgets(clock), Limiter(clock), "redis://127.0.0.1:1/0", clock=clock)
+    syncer.processes = 2
+
+    def account(**fields) -> Account:
+        acct = Account(("acme",), 10.0, "day", clock.now, base=1.0)
+        acct.lease, acct.used_at, acct.peak = 0.0, clock.now, 0.01
+        for name, value in fields.items():
+            setattr(acct, name, value)
+        return acct
+
+    used = account(spent=0.5, reserved=0.25, owed=0.125)
+    assert syncer._plan_account(used, clock.now) == (500_000, 125_000, 1_750_000)  # 5 % of $10 ahead; owed; seed
+    assert syncer._plan_account(account(peak=0.8), clock.now)[0] == 800_000  # one request's worst case, if larger
+    assert syncer._plan_account(account(need=0.3), clock.now)[0] == 300_000  # waiters: what they need, no more
+    assert syncer._plan_account(account(), clock.now, ahead=False)[0] == 0  # a re-run: nothing ahead of use
+    assert syncer._plan_account(account(cluster=9.2), clock.now)[0] == 0  # $0.80 left < 2 processes x $0.50
+    assert syncer._plan_account(account(cluster=9.0, lease=0.5), clock.now)[0] == 0  # our $0.50 counts as left
+    assert syncer._plan_account(account(peak=0.8000004), clock.now)[0] == 800_001  # never short of a request
+    just = account(used_at=clock.now - shared_limits.IDLE_S)  # used IDLE_S ago exactly: still in use
+    assert syncer._plan_account(just, clock.now)[0] == 500_000
+    idle = account(lease=0.5, used_at=clock.now - shared_limits.IDLE_S - 0.1)
+    assert syncer._plan_account(idle, clock.now)[0] == -500_000 and idle.lease == 0.0  # given back when idle
+    held = account(lease=0.5, used_at=clock.now - shared_limits.IDLE_S - 0.1, waiting=0.2)
+    assert syncer._plan_account(held, clock.now)[0] == -300_000 and held.lease == pytest.approx(0.2)  # not theirs
