@@ -132,6 +132,25 @@ def mock_scripts() -> list[dict[str, Any]]:
     ]
 
 
+def one_model_document(orgs: list[dict[str, Any]]) -> dict[str, Any]:
+    """An in-process benchmark's configuration: one priced chat model `m` on a provider `p` nobody
+    calls (the micro-benchmarks time the request path's functions, not an upstream), and `orgs`."""
+    return {
+        "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
+        "models": [
+            {
+                "id": "m",
+                "provider": "p",
+                "upstream_model": "m",
+                "capabilities": ["chat"],
+                "input_price_per_mtok": 2.5,
+                "output_price_per_mtok": 10.0,
+            }
+        ],
+        "orgs": orgs,
+    }
+
+
 def chat_body(model: str, stream: bool = False, vary: bool = False) -> str:
     """A small chat completion request body (the same bytes direct and through the gateway).
 

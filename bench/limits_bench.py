@@ -15,7 +15,7 @@ import argparse
 import os
 import timeit
 
-from bench import summary
+from bench import config, summary
 
 
 def main() -> None:
@@ -36,19 +36,8 @@ def main() -> None:
     from routing.plan import chain, preflight
     from routing.runtime.accounting import Context
 
-    doc = {
-        "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
-        "models": [
-            {
-                "id": "m",
-                "provider": "p",
-                "upstream_model": "m",
-                "capabilities": ["chat"],
-                "input_price_per_mtok": 2.5,
-                "output_price_per_mtok": 10.0,
-            }
-        ],
-        "orgs": [
+    doc = config.one_model_document(
+        [
             {
                 "name": "acme",
                 "limits": {"rpm": 10**9, "tpm": 10**12},
@@ -63,8 +52,8 @@ def main() -> None:
                 ],
             },
             {"name": "open", "agents": [{"name": "free"}]},
-        ],
-    }
+        ]
+    )
     rows = [
         {"key_hash": h, "prefix": h, "org": o, "agent": a}
         for h, o, a in (("k1", "acme", "bot"), ("k2", "open", "free"), ("k3", "paying", "bot"))

@@ -16,7 +16,7 @@ import os
 import timeit
 from typing import Any
 
-from bench import summary
+from bench import config, summary
 
 TARGET_NS = 1000.0
 
@@ -53,20 +53,7 @@ def namespace() -> dict[str, Any]:
     from routing.runtime import overload, tracing
     from routing.runtime.accounting import Context
 
-    doc = {
-        "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
-        "models": [
-            {
-                "id": "m",
-                "provider": "p",
-                "upstream_model": "m",
-                "capabilities": ["chat"],
-                "input_price_per_mtok": 2.5,
-                "output_price_per_mtok": 10.0,
-            }
-        ],
-        "orgs": [{"name": "open", "agents": [{"name": "free"}]}],
-    }
+    doc = config.one_model_document([{"name": "open", "agents": [{"name": "free"}]}])
     snap = build_snapshot(doc, [{"key_hash": "k", "prefix": "k", "org": "open", "agent": "free"}], {})
     key = snap.keys["k"]
     model = snap.models["m"]
