@@ -158,3 +158,49 @@ def test_a_budget_s_lease_round_asks_for_a_share_ahead_of_use_only_while_it_is_u
     assert syncer._plan_account(idle, clock.now)[0] == -500_000 and idle.lease == 0.0  # given back when idle
     held = account(lease=0.5, used_at=clock.now - shared_limits.IDLE_S - 0.1, waiting=0.2)
     assert syncer._plan_account(held, clock.now)[0] == -300_000 and held.lease == pytest.approx(0.2)  # not theirs
+
+
+def test_a_round_s_grants_are_applied_and_a_give_back_refused_during_a_rebuild_is_restored(clock):
+    """Found by mutation testing (`_apply`, a real gap): what the counters answered, per budget and bucket.
+    Amounts in µUSD and tokens, as the Lua script answers them; -1 for a counter being rebuilt."""
+    from routing.core.buckets import SharedBucket
+    from routing.core.budget_accounts import Account
+
+    syncer = Syncer(Budgets(clock), Limiter(clock), "redis://127.0.0.1:1/0", clock=clock)
+
+    def account(**fields) -> Account:
+        acct = Account(("acme",), 10.0, "day", clock.now, base=0.0)
+        acct.lease = 0.5
+        for name, value in fields.items():
+            setattr(acct, name, value)
+        return acct
+
+    granted = account(spent=2.0, owed=0.3, floor=True)
+    gave_back = account(lease=0.2)  # it gave $0.30 back this round, but the counter was being rebuilt
+    rolled = account(lease=0.2)  # the same, but its period rolled meanwhile: that counter was the old one's
+    rolled_start = rolled.start - 86400.0
+    waiting = account(need=0.0)  # its waiters asked for $0.40 during a rebuild: asked again next round
+    stale = account(spent=1.0)  # answered for the old period: ignored
+    shared, local, gave = SharedBucket(600, clock.now), SharedBucket(600, clock.now), SharedBucket(600, clock.now)
+    shared.level, local.level, local.divisor, gave.level = 3.0, 7.0, 2, 2.0
+    syncer._apply(
+        [
+            (granted, granted.start, 100_000, 300_000, 0),
+            (gave_back, gave_back.start, -300_000, 0, 0),
+            (rolled, rolled_start, -300_000, 0, 0),
+            (waiting, waiting.start, 400_000, 0, 0),
+            (stale, stale.start - 86400.0, 100_000, 0, 0),
+        ],
+        [(shared, 5.0, 0.0), (local, 5.0, 0.0), (gave, -3.0, 0.0)],
+        [(100_000, 4_200_000), (0, -1), (0, -1), (0, -1), (100_000, 9_000_000), (5, 250), (4, 300), (-3, 90)],
+        clock.now + 1.0,
+    )
+    assert granted.lease == pytest.approx(0.6) and granted.cluster == pytest.approx(4.2)
+    assert granted.owed == pytest.approx(0.0) and granted.synced == 2.0 and granted.floor is False
+    assert gave_back.lease == pytest.approx(0.5) and gave_back.cluster is None  # restored; nothing else happened
+    assert rolled.lease == pytest.approx(0.2)  # not restored into the new period
+    assert waiting.need == pytest.approx(0.4) and waiting.lease == pytest.approx(0.5)
+    assert stale.lease == pytest.approx(0.5) and stale.cluster is None and stale.synced == 0.0
+    assert (shared.level, shared.pool, shared.pool_at) == (8.0, 250.0, clock.now + 1.0)  # its share grows
+    assert (local.level, local.divisor, local.pool) == (4.0, 0, 300.0)  # back from a local share: replaced
+    assert (gave.level, gave.pool) == (2.0, 90.0)  # a give-back's answer grants nothing (never below zero)
