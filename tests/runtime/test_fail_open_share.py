@@ -204,3 +204,25 @@ def test_a_round_s_grants_are_applied_and_a_give_back_refused_during_a_rebuild_i
     assert (shared.level, shared.pool, shared.pool_at) == (8.0, 250.0, clock.now + 1.0)  # its share grows
     assert (local.level, local.divisor, local.pool) == (4.0, 0, 300.0)  # back from a local share: replaced
     assert (gave.level, gave.pool) == (2.0, 90.0)  # a give-back's answer grants nothing (never below zero)
+
+
+async def test_a_degraded_syncer_keeps_knocking_with_nothing_to_share_and_recovers_when_redis_answers(clock):
+    """Found by mutation testing (`_sync_round`, a real gap): the degraded round's heartbeat, and a quiet
+    process that is not degraded making no Redis call at all. The pipeline's reply is scripted."""
+    syncer = Syncer(Budgets(clock), Limiter(clock), "redis://127.0.0.1:1/0", clock=clock)
+    sent: list[int] = []
+
+    async def send(now, account_plans, buckets, bucket_plans):
+        sent.append(len(account_plans) + len(bucket_plans))
+        return [1, 0, 3, b"epoch-1"]  # the heartbeat counted 3 processes; the counters' marker
+
+    syncer._send = send
+    syncer.epoch = "epoch-1"
+    assert await syncer._sync_round() is False
+    assert sent == []  # nothing due, not degraded: no Redis traffic
+    syncer.degraded, syncer._outage = True, {("acme",)}
+    live.set_degraded("redis", True, "limits")
+    assert await syncer._sync_round() is False
+    assert sent == [0]  # degraded: the round runs with nothing to share, to learn Redis is back
+    assert syncer.degraded is False and syncer._outage == set() and live.degraded.get("redis") is False
+    assert syncer.processes == 3
