@@ -174,9 +174,10 @@ def test_the_writer_pauses_after_each_chunk_as_long_as_the_chunk_took_and_not_af
 
 @pytest.mark.django_db
 def test_a_batch_of_several_chunks_is_written_whole_with_a_pause_between_chunks():
+    """The Python path (SQLite's, and PostgreSQL's fallback; PostgreSQL's own is one statement)."""
     pauses: list[float] = []
     rows = [rec(n) for n in range(usage.writer.CHUNK_ROWS * 2 + 3)]
-    db_insert(rows, pace=usage.writer.Pace(sleep=pauses.append))
+    usage.writer.db_insert_python(rows, pace=usage.writer.Pace(sleep=pauses.append))
     assert UsageRecord.objects.count() == len(rows)
     assert len(pauses) == 4  # 3 chunks converted, 3 inserted: a pause between chunks, none after the last
 
