@@ -229,9 +229,7 @@ class Pace:
                 self._sleep(max(0.0, self._clock() - began))
 
 
-def db_insert(
-    rows: list[Row], using: str = "default", lines: list[bytes] | None = None, pace: Pace | None = None
-) -> None:
+def db_insert(rows: list[Row], using: str = "default", lines: list[bytes] | None = None) -> None:
     """Insert rows in one transaction; replays of committed rows are ignored (record_id unique).
 
     On PostgreSQL one statement does it all (routing.runtime.usage.pgbatch), from `lines`
@@ -253,7 +251,7 @@ def db_insert(
             raise  # unreachable: the caller keeps the rows
         except DatabaseError:  # refused content, or only the aggregates failing: the Python path decides
             pass
-    db_insert_python(rows, using=using, pace=pace)
+    db_insert_python(rows, using=using)
 
 
 def db_insert_python(rows: list[Row], using: str = "default", pace: Pace | None = None) -> None:
