@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
 from collections import Counter
@@ -121,16 +122,18 @@ async def _client(
             await asyncio.sleep(min(float(retry or 0.5), 0.5))
 
 
-async def _load(url: str, keys: dict[tuple[str, str], str], clients: dict[str, int], seconds: float) -> list[tuple]:
+async def _load(
+    url: str | list[str], keys: dict[tuple[str, str], str], clients: dict[str, int], seconds: float
+) -> list[tuple]:
+    """Closed-loop clients for `seconds`; with several gateway URLs, the clients spread over them in turn."""
     out: list[tuple] = []
     until = time.monotonic() + seconds
+    urls = [url] if isinstance(url, str) else url
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=60)) as session:
         tasks = [
-            _client(session, url, keys[(org, cls)], org, cls, until, out)
-            for org in ORGS
-            for cls, n in clients.items()
-            for _ in range(n)
+            _client(session, urls[i % len(urls)], keys[(org, cls)], org, cls, until, out)
+            for i, (org, cls) in enumerate((org, cls) for org in ORGS for cls, n in clients.items() for _ in range(n))
         ]
         await asyncio.gather(*tasks)
     return out
@@ -345,6 +348,62 @@ def _shed_by_phase(rows: list[tuple], start: float, edges: tuple[float, float]) 
     return out
 
 
+def _cluster_steps(
+    work: Path,
+    env: dict[str, str],
+    keys: dict[tuple[str, str], str],
+    mock_url: str,
+    capacity: int,
+    seconds: float,
+    capacity_rps: float,
+    redis_url: str,
+) -> dict[str, Any]:
+    """Two gateway processes on one Redis, `max` = C (an operator who knows the deployment's capacity):
+    2x C offered, all on one process, then spread over both. The cluster's max is shared by demand
+    (docs/overload.md#processes); split evenly, one busy process could use at most half of it."""
+    _import(work, env, _config(mock_url, capacity, True).replace(f"max: {capacity * 4}", f"max: {capacity}"))
+    cluster_env = {**env, "REDIS_URL": redis_url}
+    procs = [start_gateway("uvicorn", f"cluster-{n}", work, cluster_env) for n in ("a", "b")]
+    urls = [u for _, u in procs]
+    out: dict[str, Any] = {}
+    try:
+
+        async def counted() -> None:
+            async with aiohttp.ClientSession() as session:
+                for _ in range(100):  # bounded: 10 s
+                    seen = []
+                    for u in urls:
+                        async with session.get(f"{u}/metrics") as r:
+                            text = await r.text()
+                        seen.append(any(x.startswith("switchboard_limit_processes 2.0") for x in text.splitlines()))
+                    if all(seen):
+                        return
+                    await asyncio.sleep(0.1)
+            raise RuntimeError("the two gateway processes never saw each other through Redis: the run is void")
+
+        for u in urls:  # one request each: the gates exist, the processes are counted
+            asyncio.run(_load(u, keys, {"interactive": 1}, 0.2))
+        asyncio.run(counted())
+        inter = max(1, capacity // 6)
+        batch = max(1, (2 * capacity) // 3 - inter)
+        for name, targets in (("all-on-one", urls[:1]), ("spread", urls)):
+            before = _mock_calls(mock_url)
+            rows = asyncio.run(_load(targets, keys, {"interactive": inter, "batch": batch}, seconds))
+            after = _mock_calls(mock_url)
+            fig = _figures(rows, capacity, seconds, None, capacity_rps)
+            calls = after["count"] - before["count"]
+            fig["upstream_calls"] = calls
+            fig["upstream_429_share"] = (
+                round((after["over_capacity"] - before["over_capacity"]) / calls, 4) if calls else None
+            )
+            out[f"cluster-{name}-2x"] = fig
+            print(f"cluster {name} 2x C: {json.dumps(fig)}", flush=True)
+    finally:
+        for proc, _ in procs:
+            proc.stop()
+    return out
+
+
 LITELLM_VENV = Path("/tmp/switchboard-peers/litellm-1.108.7")  # where bench/peers/peers.sh installs it
 LITELLM_KEY = "sk-switchboard-bench"
 
@@ -411,6 +470,7 @@ def run(
     hedge: bool = True,
     modes: tuple[str, ...] = ("off", "on"),
     litellm: Path | None = LITELLM_VENV,
+    redis_url: str | None = None,
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="switchboard-overload-"))
     mock, mock_url = start_mock(work)
@@ -457,6 +517,12 @@ def run(
                     print(f"{mode:>3} hedging: {json.dumps(fig)}", flush=True)
             finally:
                 gw.stop()
+        if redis_url and "on" in modes:
+            results["runs"].update(
+                _cluster_steps(work, env, keys, mock_url, capacity, seconds, capacity_rps, redis_url)
+            )
+        elif "on" in modes:
+            print("the two-process steps left out: no --redis (a Redis the gateways may use)", flush=True)
         if litellm is not None:
             if (litellm / "bin" / "litellm").exists():
                 results["runs"].update(
@@ -478,11 +544,24 @@ def main() -> None:
     parser.add_argument("--modes", default="off,on", help="overload control off, on, or both")
     parser.add_argument("--litellm", type=Path, default=LITELLM_VENV, help="LiteLLM's virtualenv (from bench/peers)")
     parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM side-by-side")
+    parser.add_argument(
+        "--redis",
+        default=os.environ.get("SWITCHBOARD_BENCH_REDIS_URL", ""),
+        help="a Redis for the two-process steps (default $SWITCHBOARD_BENCH_REDIS_URL; none: the steps are left out)",
+    )
     args = parser.parse_args()
     factors = tuple(int(f) for f in args.factors.split(",") if f)
     modes = tuple(m for m in args.modes.split(",") if m)
     litellm = None if args.no_litellm else args.litellm
-    results = run(args.capacity, args.seconds, factors, hedge=not args.no_hedge, modes=modes, litellm=litellm)
+    results = run(
+        args.capacity,
+        args.seconds,
+        factors,
+        hedge=not args.no_hedge,
+        modes=modes,
+        litellm=litellm,
+        redis_url=args.redis,
+    )
     summary.save("overload", results)
 
 

@@ -147,6 +147,15 @@ class Gate:
             self.limit.reconfigure(settings)
             self._dispatch()
 
+    def reshare(self, settings: LimitSettings) -> None:
+        """This process's share of the cluster's bounds changed: the learnt limit keeps its ratio to it."""
+        if settings != self.settings:
+            lower = settings.max_limit < self.settings.max_limit
+            self.settings = settings
+            self.limit.rescale(settings)
+            self._dirty = self._dirty or lower  # the waiters' predicted starts may have moved back
+            self._dispatch()
+
     def drain_rate(self) -> float:
         """Starts a second the deployment can take; 0 unknown.
 
@@ -370,24 +379,68 @@ class Gates:
         self.gates: dict[object, Gate | None] = {}
         self.on_shed: Callable[[str, str], None] | None = None
         # Serving processes sharing the deployments (the shared limits' heartbeat, docs/overload.md#processes):
-        # each gate's bounds are this process's share of the configured ones.
+        # each gate's bounds are this process's share of the configured ones, an even share until the
+        # cluster's seats (routing.core.seats) give it one by demand.
         self.processes = 1
+        self.seats: dict[str, int] = {}  # by gate name: this process's seats of the cluster's max
+        self.seated = False  # Redis grants seats: a new gate starts with none and asks for its share at once
+        self.on_new: Callable[[], None] | None = None  # wakes the shared limits' round (a gate made while seated)
 
     def split(self, processes: int) -> None:
         """`processes` now serve (off the request path, from the heartbeat): bounds become a share each."""
         processes = max(1, processes)
         if processes != self.processes:
             self.processes = processes
-            self.configure(self.settings)
+            self._reshare()
 
-    def _share(self, s: LimitSettings) -> LimitSettings:
-        """This process's bounds: the configured initial and max split evenly (rounded up, so the cluster may
-        run up to one call per process over a max that does not divide), the min never above the max."""
+    def seat(self, seats: Mapping[str, int] | None) -> None:
+        """The cluster's seats by gate name (off the request path, from the shared limits' round). None:
+        Redis is unreachable, every gate goes back to an even share (no process is left with the one
+        seat it had while idle)."""
+        if seats is None:
+            if self.seated or self.seats:
+                self.seated = False
+                self.seats.clear()
+                self._reshare()
+            return
+        self.seated = True
+        if seats:
+            self.seats.update(seats)
+            self._reshare()
+
+    def hungry(self) -> bool:
+        """A gate has requests waiting: its seats are worth asking again soon."""
+        return any(gate is not None and len(gate.queue) for gate in self.gates.values())
+
+    def claims(self) -> list[tuple[str, int, int, int]]:
+        """Per gate: (name, the cluster's max, demand = in flight + waiting, in flight), for the seats round."""
+        out = []
+        for gate in self.gates.values():
+            s = None if gate is None else self.settings.get(gate.model_id)
+            if gate is not None and s is not None:
+                out.append((gate.name, s.max_limit, gate.inflight + len(gate.queue), gate.inflight))
+        return out
+
+    def _reshare(self) -> None:
+        for gate in self.gates.values():
+            s = None if gate is None else self.settings.get(gate.model_id)
+            if gate is not None and s is not None:
+                gate.reshare(self._share(s, self.seats.get(gate.name)))
+
+    def _share(self, s: LimitSettings, seats: int | None = None) -> LimitSettings:
+        """This process's bounds: `max` its seats when the cluster gave some, else the configured initial and
+        max split evenly (rounded up, so the cluster may run up to one call per process over a max that does
+        not divide); the min never above the max."""
         n = self.processes
-        if n == 1:
+        if seats is None:
+            if n == 1:
+                return s
+            seats = -(-s.max_limit // n)
+        top = max(0, min(seats, s.max_limit))
+        initial = min(-(-s.initial // n), top)
+        if (top, initial) == (s.max_limit, s.initial) and s.min_limit <= top:
             return s
-        top = -(-s.max_limit // n)
-        return replace(s, initial=-(-s.initial // n), max_limit=top, min_limit=min(s.min_limit, top))
+        return replace(s, initial=initial, max_limit=top, min_limit=min(s.min_limit, top))
 
     def configure(self, settings: Mapping[str, LimitSettings]) -> None:
         """New settings by model id (a config reload applies them in every process).
@@ -402,7 +455,7 @@ class Gates:
         for key, gate in self.gates.items():
             s = None if gate is None else self.settings.get(gate.model_id)
             if gate is not None and s is not None:
-                gate.reconfigure(self._share(s))
+                gate.reconfigure(self._share(s, self.seats.get(gate.name)))
                 kept[key] = gate
         self.gates = kept
         self.on = bool(settings)
@@ -411,9 +464,22 @@ class Gates:
         try:
             return self.gates[key]
         except KeyError:
-            s = self.settings.get(model_id)
-            g = self.gates[key] = None if s is None else Gate(name, self._share(s), self.clock, self.on_shed, model_id)
-            return g
+            return self._make(key, model_id, name)
+
+    def _make(self, key: object, model_id: str, name: str) -> Gate | None:
+        """A deployment's first call in this process: its gate; while seated, with the seats it had or none
+        (its first requests wait) and the round woken at once to ask for its share of what the others leave."""
+        s = self.settings.get(model_id)
+        if s is None:
+            self.gates[key] = None
+            return None
+        seats = self.seats.get(name)
+        if seats is None and self.seated:
+            seats = 0
+            if self.on_new is not None:
+                self.on_new()
+        g = self.gates[key] = Gate(name, self._share(s, seats), self.clock, self.on_shed, model_id)
+        return g
 
     async def enter(self, gate: Gate, deadline: float) -> None:
         """Wait for `gate` on behalf of the current request, at most until it could no longer be useful."""

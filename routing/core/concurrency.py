@@ -79,6 +79,20 @@ class AdaptiveLimit:
         self.settings = settings
         self._limit = float(max(settings.min_limit, min(self._limit, settings.max_limit)))
 
+    def rescale(self, settings: LimitSettings) -> None:
+        """This process's share of the cluster's `max` changed (docs/overload.md#processes): what was learnt
+        keeps its ratio to the share (a limit at its whole share of 1 seat is at its whole share of 20),
+        the level of the last refusal too; a limit that has seen no call yet, or had no seat, starts at `initial`."""
+        old = self.settings.max_limit
+        self.settings = settings
+        if self.baseline == 0 or old <= 0:
+            self._limit = float(max(settings.min_limit, min(settings.initial, settings.max_limit)))
+            return
+        factor = settings.max_limit / old
+        self._limit = float(max(settings.min_limit, min(self._limit * factor, settings.max_limit)))
+        if self._ceiling != float("inf"):
+            self._ceiling *= factor
+
     def sample(self, latency_s: float, inflight: int, now: float) -> None:
         """A call answered (first token for a stream) after `latency_s` with `inflight` calls out."""
         s = self.settings
@@ -98,7 +112,7 @@ class AdaptiveLimit:
                 if self._limit < self._ceiling + 1:  # up to just past the last refusal: no overshoot
                     self._step = min(self._step, max(1.0, self._ceiling - self._limit))
                 self._step_at = now
-            self._limit = min(float(s.max_limit), self._limit + self._step / self._limit)
+            self._limit = min(float(s.max_limit), self._limit + self._step / max(self._limit, 1.0))
 
     def dropped(self, now: float) -> None:
         """The upstream refused (429) or timed out.

@@ -103,6 +103,60 @@ redis.call('EXPIRE', KEYS[1], ARGV[4])
 return {tostring(grant), tostring(lvl)}
 """
 BUCKET_TTL_S = 120  # a bucket untouched this long is full again: its key may go
+# A deployment's concurrency seats (docs/overload.md#processes): the cluster's `max` split between the
+# processes calling it by demand, not evenly. Each process sends its demand (calls in flight + requests
+# waiting) and wants a quarter more (at least 1: room for its limit to grow into). Its fair share is
+# max-min fair over the wants of every live process that calls the deployment: a process wanting less
+# than an equal share gets what it wants, the others split the rest equally; seats nobody wants are
+# split evenly over all live processes (those that have not called it yet too), so an idle process keeps
+# room for a burst until another needs it. It gets at most what the other live processes do not hold
+# (0 when they hold them all: its requests wait), so the cluster never holds more than `max`. It records
+# what it holds, "holds:demand": its seats, or its calls in flight if more (admitted on seats it had:
+# nobody may take those before they end). A process no longer alive (not in the processes set) is
+# dropped. KEYS[1] hash, KEYS[2] processes; ARGV me, in flight, demand, max, ttl -> seats.
+SEATS_SCRIPT = """
+local alive, n = {}, 0
+for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do alive[id] = true; n = n + 1 end
+local function want(d) return d + math.max(1, math.ceil(d / 4)) end
+local total = tonumber(ARGV[4])
+local mine = want(tonumber(ARGV[3]))
+local wants, held, asked = {mine}, 0, mine
+local rows = redis.call('HGETALL', KEYS[1])
+for i = 1, #rows, 2 do
+  local id = rows[i]
+  if id ~= ARGV[1] then
+    if alive[id] then
+      local h, d = string.match(rows[i + 1], '^(%d+):(%d+)$')
+      held = held + (tonumber(h) or 0)
+      local w = want(tonumber(d) or 0)
+      wants[#wants + 1] = w
+      asked = asked + w
+    else
+      redis.call('HDEL', KEYS[1], id)
+    end
+  end
+end
+if n < #wants then n = #wants end
+local fair = mine
+if asked <= total then
+  fair = mine + math.ceil((total - asked) / n)
+else
+  table.sort(wants)
+  local left, count = total, #wants
+  for _, w in ipairs(wants) do
+    if w > left / count then break end
+    left = left - w
+    count = count - 1
+  end
+  if count > 0 then fair = math.min(mine, math.ceil(left / count)) end
+end
+local seats = math.max(math.min(fair, total - held), 0)
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%d:%d', math.max(seats, tonumber(ARGV[2])), tonumber(ARGV[3])))
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return seats
+"""
+SEATS_TTL_S = 60  # a deployment nobody has called this long: its seats hash may go
+
 SEED_LOCK_S = 15  # one process rebuilds the counters of an empty Redis; another takes over after this
 
 # The end of a rebuild: only while the lock is still ours and no marker appeared meanwhile (a rebuild
@@ -314,6 +368,7 @@ class Syncer:
         self._take: Any = None
         self._rebuild: Any = None
         self._release: Any = None
+        self._seats: Any = None
         self._outage: set[tuple[str, ...]] = set()  # accounts given their outage share
         # The cluster's seed marker this process's counters belong to (docs/limits.md#reseed): None
         # until the first round; a different marker (or none) means Redis lost the counters.
@@ -327,6 +382,8 @@ class Syncer:
         limiter.shared = True
         if balancer is not None:
             balancer.share(self)
+        if gates is not None:
+            gates.on_new = self.starved
 
     def starved(self, account: Account | None = None) -> None:
         """A request found its share too small (request path: only sets an event)."""
@@ -361,6 +418,7 @@ class Syncer:
         self._take = self._redis.register_script(BUCKET_SCRIPT)
         self._rebuild = self._redis.register_script(REBUILD_SCRIPT)
         self._release = self._redis.register_script(RELEASE_SCRIPT)
+        self._seats = self._redis.register_script(SEATS_SCRIPT)
 
     async def close(self) -> None:
         if self._redis is not None:
@@ -431,8 +489,12 @@ class Syncer:
             self.gates.split(self.processes)
 
     def _beat_due(self, mono: float) -> bool:
-        """Concurrency limits configured: the count of processes is kept fresh even with nothing else to share."""
-        return self.gates is not None and self.gates.on and mono - self._beat_at >= BEAT_S
+        """Concurrency limits configured: the count of processes and the seats are kept fresh even with nothing
+        else to share, once every BEAT_S, every round while requests wait for a deployment (docs/overload.md#processes)."""
+        gates = self.gates
+        if gates is None or not gates.on:
+            return False
+        return mono - self._beat_at >= BEAT_S or gates.hungry()
 
     # planning: what to ask of each counter and bucket; give-backs leave the share at once. A round asks
     # for the summed need of the requests waiting for it (taken here: requests that come to wait while
@@ -507,8 +569,9 @@ class Syncer:
             (a, a.start, *self._plan_account(a, now, not budgets_only)) for a in accounts if a.state != NEW
         ]
         bucket_plans = [(b, *self._plan_bucket(b, mono)) for _, b in buckets]
+        seat_plans = [] if budgets_only or self.gates is None or not self.gates.on else self.gates.claims()
         try:
-            results = await self._send(now, account_plans, buckets, bucket_plans)
+            results = await self._send(now, account_plans, buckets, bucket_plans, seat_plans)
         except Exception as exc:  # noqa: BLE001 - Redis down: fail open on local shares
             for account, start, want, _, _ in account_plans:
                 if want < 0 and account.start == start:
@@ -521,7 +584,9 @@ class Syncer:
         self._count(results[2])
         marker = results[3].decode() if results[3] else None
         rest = results[4:]
-        self._apply(account_plans, bucket_plans, rest, mono)
+        leased = len(account_plans) + len(bucket_plans)
+        self._apply(account_plans, bucket_plans, rest[:leased], mono)
+        self._apply_seats(seat_plans, rest[leased:])
         if self.degraded:
             self.degraded = False
             self._outage.clear()
@@ -547,8 +612,15 @@ class Syncer:
         ]
         return accounts, buckets
 
-    async def _send(self, now: float, account_plans: list[Any], buckets: list[Any], bucket_plans: list[Any]) -> Any:
-        """The round's pipeline: heartbeat, epoch, one lease per budget and one take per bucket."""
+    async def _send(
+        self,
+        now: float,
+        account_plans: list[Any],
+        buckets: list[Any],
+        bucket_plans: list[Any],
+        seat_plans: list[tuple[str, int, int, int]] = (),  # type: ignore[assignment]
+    ) -> Any:
+        """The round's pipeline: heartbeat, epoch, one lease per budget, one take per bucket, seats per gate."""
         pipe = self._redis.pipeline(transaction=False)
         processes = self.prefix + "processes"
         pipe.zadd(processes, {self.id: now})
@@ -563,7 +635,15 @@ class Syncer:
         for (key, bucket), (_, want, owed) in zip(buckets, bucket_plans, strict=True):
             args = [repr(bucket.capacity), repr(want), repr(owed), BUCKET_TTL_S]
             await self._take(keys=[bucket_key(key, self.prefix)], args=args, client=pipe)
+        for name, total, demand, inflight in seat_plans:
+            args = [self.id, inflight, demand, total, SEATS_TTL_S]
+            await self._seats(keys=[seats_key(name, self.prefix), processes], args=args, client=pipe)
         return await asyncio.wait_for(pipe.execute(), self.timeout_s * 2)
+
+    def _apply_seats(self, seat_plans: list[tuple[str, int, int, int]], results: list[Any]) -> None:
+        """The seats Redis granted each gate of this process."""
+        if self.gates is not None:
+            self.gates.seat({plan[0]: int(seats) for plan, seats in zip(seat_plans, results, strict=True)})
 
     def _apply(self, account_plans: list[Any], bucket_plans: list[Any], rest: list[Any], mono: float) -> None:
         """What the counters granted: leases and spend for the budgets, shares and pools for the buckets."""
@@ -706,6 +786,8 @@ class Syncer:
                 exc,
                 self.processes,
             )
+        if self.gates is not None:
+            self.gates.seat(None)  # even shares until Redis answers again
         now = time.monotonic()
         for bucket in buckets:
             if not bucket.divisor:  # a local bucket of capacity ÷ N, full: never refuse for want of Redis
@@ -720,6 +802,11 @@ class Syncer:
             share = max(0.0, account.usd - known) / self.processes
             account.lease = (account.lease or 0.0) + share
             account.owed += share  # counted when Redis is back; what is left over is given back then
+
+
+def seats_key(name: str, prefix: str = KEY_PREFIX) -> str:
+    """The Redis hash of one deployment's concurrency seats (by its gate's name)."""
+    return f"{prefix}seats:{name}"
 
 
 def bucket_key(key: tuple[str, ...], prefix: str = KEY_PREFIX) -> str:

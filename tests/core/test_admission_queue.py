@@ -284,19 +284,73 @@ async def test_a_request_predicted_to_need_nearly_all_its_wait_is_shed_at_once_n
 
 def test_processes_sharing_a_deployment_each_take_an_even_share_of_its_limit() -> None:
     """docs/overload.md#processes: `max: 40` is the cluster's; with 3 processes serving, each gate admits at
-    most 14 (rounded up); back to one process, the whole 40 again, with the learnt limit kept."""
+    most 14 (rounded up); back to one process, the whole 40 again, the learnt limit keeping its ratio to it."""
     from routing.core.admission_queue import Gates
 
-    gates = Gates(clock=FakeClock())
-    gates.configure({"m": LimitSettings(initial=40, min_limit=20, max_limit=40)})
+    clock = FakeClock()
+    gates = Gates(clock=clock)
+    gates.configure({"m": LimitSettings(initial=40, min_limit=5, max_limit=40)})
     gate = gates.gate("k", "m", "m/east")
     assert gate is not None and gate.limit.limit == 40
+    gate.limit.sample(0.1, 1, clock())  # it has seen a call: what it learns is kept
     gates.split(3)
-    assert (gate.limit.limit, gate.settings.max_limit, gate.settings.min_limit) == (14, 14, 14)
+    assert (gate.limit.limit, gate.settings.max_limit, gate.settings.min_limit) == (14, 14, 5)
     later = gates.gate("k2", "m", "m/west")  # a gate made after the split starts from the share too
     assert later is not None and (later.limit.limit, later.settings.initial) == (14, 14)
+    for _ in range(4):  # the upstream refuses: the limit learns 7 of the share of 14
+        clock.advance(2.0)
+        gate.limit.dropped(clock())
+    assert gate.limit.limit == 10
     gates.split(1)
-    assert gate.settings.max_limit == 40 and gate.limit.limit == 20  # clamped to the configured min, kept
+    assert gate.settings.max_limit == 40 and gate.limit.limit == 28  # 10/14 of the share, as before
+    assert later.limit.limit == 40  # no call seen yet: the configured initial
     gates.configure({"m": LimitSettings(initial=8, max_limit=8)})
     gates.split(2)
     assert gate.limit.limit == 4
+
+
+def test_the_cluster_s_seats_set_each_gate_s_share_and_a_new_gate_waits_for_its_own() -> None:
+    """docs/overload.md#processes: with Redis, the seats the shared limits' round brings set a gate's max;
+    a deployment first called while seated starts with none (its requests wait) and wakes the round at
+    once; Redis unreachable, every gate goes back to an even share."""
+    from routing.core.admission_queue import Gates
+
+    clock = FakeClock()
+    woken = []
+    gates = Gates(clock=clock)
+    gates.on_new = lambda: woken.append(1)
+    gates.configure({"m": LimitSettings(initial=10, max_limit=40)})
+    gates.split(2)
+    east = gates.gate("k", "m", "m/east")
+    assert east is not None and east.settings.max_limit == 20 and not woken  # not seated: an even share
+    east.limit.sample(0.1, 1, clock())
+    gates.seat({"m/east": 30})
+    assert gates.seated and east.settings.max_limit == 30 and east.limit.limit == 7  # 5 of 20 -> 7.5 of 30
+    west = gates.gate("k2", "m", "m/west")
+    assert west is not None and (west.settings.max_limit, west.limit.limit) == (0, 0) and woken == [1]
+    assert gates.claims() == [("m/east", 40, 0, 0), ("m/west", 40, 0, 0)]
+    gates.seat({"m/west": 8})
+    assert (west.settings.max_limit, west.limit.limit) == (8, 5)  # the initial's even share, within its seats
+    gates.seat(None)  # Redis unreachable
+    assert not gates.seated and (east.settings.max_limit, west.settings.max_limit) == (20, 20)
+    assert gates.gate("k3", "m", "m/north").settings.max_limit == 20 and woken == [1]
+
+
+async def test_a_gate_reports_its_demand_and_hunger_to_the_seats_round() -> None:
+    """The round asks for seats by demand (calls in flight + requests waiting) and runs every interval
+    while requests wait (docs/overload.md#processes)."""
+    from routing.core.admission_queue import Gates
+
+    clock = FakeClock()
+    gates = Gates(clock=clock)
+    gates.configure({"m": LimitSettings(initial=2, max_limit=2)})
+    gate = gates.gate("k", "m", "m/east")
+    waits = [asyncio.ensure_future(gate.acquire("org", D, 1.0, clock() + 60)) for _ in range(5)]
+    await asyncio.sleep(0)
+    assert gates.claims() == [("m/east", 2, 5, 2)] and gates.hungry()
+    for w in waits:
+        w.cancel()
+    await asyncio.gather(*waits, return_exceptions=True)
+    gate.release()
+    gate.release()
+    assert gates.claims() == [("m/east", 2, 0, 0)] and not gates.hungry()

@@ -206,3 +206,35 @@ def test_two_processes_on_one_redis_keep_within_the_deployment_s_concurrency_tog
         assert upstream.calls("ov-chat")["over_capacity"] == over
     finally:
         b.stop()
+
+
+def test_a_process_whose_clients_queue_takes_the_seats_an_idle_process_does_not_use(make_gateway, upstream, redis_url):
+    """docs/overload.md#processes: the cluster's max is shared by demand. All the load on one of two processes:
+    its limit grows past an even share (2 of 4) into the seats the idle one leaves, the upstream still never
+    sees more than its capacity, and every request is served."""
+    from tests.e2e.test_shared_limits_outage import gauge, wait_for
+
+    upstream.client.post(
+        "/_control/script", json={"model": "ov-chat", "steps": [], "then": {"delay_ms": 300}, "capacity": CAPACITY}
+    ).raise_for_status()
+    a = make_gateway(CONFIG.format(url=upstream.url, cap=CAPACITY), env={"REDIS_URL": redis_url})
+    b = a.second_process({"REDIS_URL": redis_url})
+    limit = 'switchboard_concurrency_limit{model="ov-chat"}'
+    try:
+        for gw in (a, b):
+            assert _post(gw.url, a.api_key)[0].status_code == 200
+        for gw in (a, b):
+            wait_for(lambda gw=gw: gauge(gw, "switchboard_limit_processes") == 2, 3 + SLACK_S, "both processes counted")
+        over = upstream.calls("ov-chat")["over_capacity"]
+        seen = []
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            futures = [pool.submit(_post, a.url, a.api_key) for _ in range(16)]
+            while not all(f.done() for f in futures):  # bounded: the 16 calls end within seconds
+                seen.append(gauge(a, limit))
+                time.sleep(0.05)
+            answers = [f.result()[0] for f in futures]
+        assert [r.status_code for r in answers] == [200] * 16, [r.text for r in answers if r.status_code != 200]
+        assert upstream.calls("ov-chat")["over_capacity"] == over
+        assert max(seen) > CAPACITY // 2, seen  # split evenly, its limit could never pass 2
+    finally:
+        b.stop()

@@ -212,7 +212,7 @@ async def test_a_degraded_syncer_keeps_knocking_with_nothing_to_share_and_recove
     syncer = Syncer(Budgets(clock), Limiter(clock), "redis://127.0.0.1:1/0", clock=clock)
     sent: list[int] = []
 
-    async def send(now, account_plans, buckets, bucket_plans):
+    async def send(now, account_plans, buckets, bucket_plans, seat_plans=()):
         sent.append(len(account_plans) + len(bucket_plans))
         return [1, 0, 3, b"epoch-1"]  # the heartbeat counted 3 processes; the counters' marker
 

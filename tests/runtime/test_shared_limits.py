@@ -445,11 +445,8 @@ async def test_what_a_round_leased_for_budget_waiters_is_theirs_when_the_next_ro
     assert int(await p._redis.get(account_key(account, p.prefix))) <= 10_000
 
 
-async def test_two_processes_split_a_deployment_s_concurrency_limit_and_one_stopping_gives_its_share_back(redis_url):
-    """docs/overload.md#processes: the heartbeat of the shared limits counts the serving processes, with no
-    limit or budget to share; each splits the configured max, and a process that stops leaves the count."""
-    import asyncio
-
+def _seated_processes(redis_url: str, initial: int = 10, max_limit: int = 10) -> list:
+    """Two processes on one Redis, each with a gate for deployment `m/east` of model `m` (the cluster's max)."""
     from routing.core.admission_queue import Gates
     from routing.core.concurrency import LimitSettings
 
@@ -457,16 +454,32 @@ async def test_two_processes_split_a_deployment_s_concurrency_limit_and_one_stop
     made = []
     for _ in range(2):
         gates = Gates()
-        gates.configure({"m": LimitSettings(initial=10, max_limit=10)})
+        gates.configure({"m": LimitSettings(initial=initial, max_limit=max_limit)})
         syncer = Syncer(Budgets(), Limiter(), redis_url, namespace=namespace, gates=gates, seed_wait_s=0)
         syncer.connect()
         made.append((syncer, gates, gates.gate("k", "m", "m/east")))
-    (p1, gates1, gate1), (p2, gates2, gate2) = made
-    await p1.sync_once()
-    await p2.sync_once()
-    p1._beat_at = -1e18  # its next heartbeat is due (a round beats at most once a second)
-    await p1.sync_once()
+    return made
+
+
+async def _beat(*syncers: Syncer) -> None:
+    """One round of each, in turn, heartbeat due."""
+    for p in syncers:
+        p._beat_at = -1e18  # its next heartbeat is due (a round beats at most once a second when nothing waits)
+        await p.sync_once()
+
+
+async def test_two_processes_split_a_deployment_s_concurrency_limit_and_one_stopping_gives_its_share_back(redis_url):
+    """docs/overload.md#processes: the heartbeat of the shared limits counts the serving processes, with no
+    limit or budget to share; two idle processes end up with half the configured max each (never more than
+    the max between them on the way), and a process that stops leaves the count and its seats."""
+    import asyncio
+
+    (p1, gates1, gate1), (p2, gates2, gate2) = _seated_processes(redis_url)
+    for _ in range(3):
+        await _beat(p1, p2)
+        assert gate1.settings.max_limit + gate2.settings.max_limit <= 10
     assert (gates1.processes, gates2.processes) == (2, 2)
+    assert (gate1.settings.max_limit, gate2.settings.max_limit) == (5, 5)
     assert gate1.limit.limit + gate2.limit.limit == 10
 
     task = asyncio.get_running_loop().create_task(p2.run())
@@ -474,7 +487,90 @@ async def test_two_processes_split_a_deployment_s_concurrency_limit_and_one_stop
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    p1._beat_at = -1e18
-    await p1.sync_once()
+    await _beat(p1)
     assert gates1.processes == 1 and gate1.settings.max_limit == 10
     await p1.close()
+
+
+async def test_a_busy_process_takes_the_seats_an_idle_one_leaves_and_gives_back_its_fair_share(redis_url):
+    """docs/overload.md#processes: the max is shared by demand, not evenly. A process whose clients queue
+    takes the seats the idle process does not use; when the other's clients queue too, it gives back down
+    to an equal share as its calls end. At no step do the two have more than the max in flight."""
+    import asyncio
+    import time
+
+    (p1, _, gate1), (p2, _, gate2) = _seated_processes(redis_url)
+    await _beat(p1, p2, p1, p2)
+    assert (gate1.limit.limit, gate2.limit.limit) == (5, 5)
+    gate1.limit.sample(0.1, 1, time.monotonic())  # gate 1 has seen a call: its limit follows its share
+
+    def demand(gate, n):
+        return [asyncio.ensure_future(gate.acquire("org", 1, 1.0, time.monotonic() + 60)) for _ in range(n)]
+
+    def check() -> None:
+        assert gate1.inflight + gate2.inflight <= 10
+
+    busy = demand(gate1, 9)
+    await asyncio.sleep(0)
+    assert (gate1.inflight, len(gate1.queue)) == (5, 4)
+    for _ in range(2):
+        await _beat(p1, p2)
+        await asyncio.sleep(0)
+        check()
+    assert (gate1.settings.max_limit, gate2.settings.max_limit) == (9, 1)
+    assert (gate1.inflight, len(gate1.queue)) == (9, 0)  # the 4 that waited started on the idle process's seats
+
+    late = demand(gate2, 6)  # now the other process's clients queue: it gets an equal share as seats free
+    await asyncio.sleep(0)
+    assert (gate2.inflight, len(gate2.queue)) == (1, 5)
+    await _beat(p2, p1)
+    check()
+    assert gate1.settings.max_limit == 5 and gate1.limit.limit == 5  # its share, while 9 calls still run
+    assert gate2.settings.max_limit == 1  # nothing free yet
+    for _ in range(4):  # four of its calls end
+        gate1.release()
+    await _beat(p1, p2)
+    await asyncio.sleep(0)
+    check()
+    assert (gate1.inflight, gate2.inflight, len(gate2.queue)) == (5, 5, 1)
+    assert (gate1.settings.max_limit, gate2.settings.max_limit) == (5, 5)
+    for f in (*busy, *late):
+        f.cancel()
+    await asyncio.gather(*busy, *late, return_exceptions=True)
+    await p1.close()
+    await p2.close()
+
+
+async def test_seats_are_max_min_fair_over_what_the_live_processes_demand_and_never_more_than_the_max(redis_url):
+    """docs/overload.md#processes, the seats script itself: a process wanting less than an equal share gets
+    what it wants (its demand and a quarter more), the others split the rest, seats nobody wants go evenly
+    to every live process; nobody gets what another holds (calls in flight included), and a process that
+    left the processes set is forgotten."""
+    import time
+
+    from routing.runtime.shared_limits import seats_key
+
+    p = Syncer(Budgets(), Limiter(), redis_url, namespace=uuid.uuid4().hex[:12])
+    p.connect()
+    processes, key = p.prefix + "processes", seats_key("m/east", p.prefix)
+    await p._redis.zadd(processes, dict.fromkeys(("a", "b", "c"), time.time()))
+
+    async def ask(me: str, inflight: int, demand: int) -> int:
+        return int(await p._seats(keys=[key, processes], args=[me, inflight, demand, 30, 60]))
+
+    assert await ask("a", 0, 0) == 11  # wants 1; the 29 left over split three ways (c has not called yet)
+    assert await ask("b", 0, 4) == 13  # wants 5, and its part of what is left
+    assert await ask("a", 11, 40) == 17  # floods: fair 25 (b wants 5), but b holds 13 for now
+    assert await ask("b", 4, 4) == 5  # contended: b gets what it wants, no more
+    assert await ask("a", 17, 40) == 25
+    assert await ask("c", 0, 10) == 0  # c's turn: an equal share (13) of what b leaves, none free yet
+    assert await ask("a", 25, 40) == 13  # a's share now; its 25 calls in flight still hold their seats
+    assert await ask("c", 0, 10) == 0
+    assert await ask("a", 13, 40) == 13  # 12 of its calls ended: they are free
+    assert await ask("c", 0, 10) == 12
+    held = {k.decode(): int(v.decode().split(":")[0]) for k, v in (await p._redis.hgetall(key)).items()}
+    assert held == {"a": 13, "b": 5, "c": 12} and sum(held.values()) == 30
+    await p._redis.zrem(processes, "b")  # b stopped
+    assert await ask("c", 12, 10) == 13
+    assert set(await p._redis.hkeys(key)) == {b"a", b"c"}
+    await p.close()
