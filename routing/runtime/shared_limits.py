@@ -105,7 +105,8 @@ return {tostring(grant), tostring(lvl)}
 BUCKET_TTL_S = 120  # a bucket untouched this long is full again: its key may go
 # A deployment's concurrency seats (docs/overload.md#processes): the cluster's `max` split between the
 # processes calling it by demand, not evenly. Each process sends its demand (calls in flight + requests
-# waiting) and wants a quarter more (at least 1: room for its limit to grow into). Its fair share is
+# waiting) and wants a quarter more (at least 1: room for its limit to grow into; nothing without demand).
+# Its fair share is
 # max-min fair over the wants of every live process that calls the deployment: a process wanting less
 # than an equal share gets what it wants, the others split the rest equally; seats nobody wants are
 # split evenly over all live processes (those that have not called it yet too), so an idle process keeps
@@ -113,11 +114,12 @@ BUCKET_TTL_S = 120  # a bucket untouched this long is full again: its key may go
 # (0 when they hold them all: its requests wait), so the cluster never holds more than `max`. It records
 # what it holds, "holds:demand": its seats, or its calls in flight if more (admitted on seats it had:
 # nobody may take those before they end). A process no longer alive (not in the processes set) is
-# dropped. KEYS[1] hash, KEYS[2] processes; ARGV me, in flight, demand, max, ttl -> seats.
+# dropped. KEYS[1] hash, KEYS[2] processes; ARGV me, in flight, demand, max, ttl -> {seats, contended:
+# 1 when the processes want more than the max between them, and each should come back every round}.
 SEATS_SCRIPT = """
 local alive, n = {}, 0
 for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do alive[id] = true; n = n + 1 end
-local function want(d) return d + math.max(1, math.ceil(d / 4)) end
+local function want(d) if d <= 0 then return 0 end return d + math.max(1, math.ceil(d / 4)) end
 local total = tonumber(ARGV[4])
 local mine = want(tonumber(ARGV[3]))
 local wants, held, asked = {mine}, 0, mine
@@ -153,7 +155,8 @@ end
 local seats = math.max(math.min(fair, total - held), 0)
 redis.call('HSET', KEYS[1], ARGV[1], string.format('%d:%d', math.max(seats, tonumber(ARGV[2])), tonumber(ARGV[3])))
 redis.call('EXPIRE', KEYS[1], ARGV[5])
-return seats
+if asked > total then return {seats, 1} end
+return {seats, 0}
 """
 SEATS_TTL_S = 60  # a deployment nobody has called this long: its seats hash may go
 
@@ -369,6 +372,7 @@ class Syncer:
         self._rebuild: Any = None
         self._release: Any = None
         self._seats: Any = None
+        self._contended = False  # the last seats round: the processes want more than a deployment's max
         self._outage: set[tuple[str, ...]] = set()  # accounts given their outage share
         # The cluster's seed marker this process's counters belong to (docs/limits.md#reseed): None
         # until the first round; a different marker (or none) means Redis lost the counters.
@@ -490,11 +494,13 @@ class Syncer:
 
     def _beat_due(self, mono: float) -> bool:
         """Concurrency limits configured: the count of processes and the seats are kept fresh even with nothing
-        else to share, once every BEAT_S, every round while requests wait for a deployment (docs/overload.md#processes)."""
+        else to share, once every BEAT_S; every round while requests wait for a deployment here, or while the
+        processes want more seats than there are (an idle one then gives its seats back within a round, not a
+        second: docs/overload.md#processes)."""
         gates = self.gates
         if gates is None or not gates.on:
             return False
-        return mono - self._beat_at >= BEAT_S or gates.hungry()
+        return mono - self._beat_at >= BEAT_S or self._contended or gates.hungry()
 
     # planning: what to ask of each counter and bucket; give-backs leave the share at once. A round asks
     # for the summed need of the requests waiting for it (taken here: requests that come to wait while
@@ -641,9 +647,10 @@ class Syncer:
         return await asyncio.wait_for(pipe.execute(), self.timeout_s * 2)
 
     def _apply_seats(self, seat_plans: list[tuple[str, int, int, int]], results: list[Any]) -> None:
-        """The seats Redis granted each gate of this process."""
+        """The seats Redis granted each gate of this process; whether the processes want more than there is."""
         if self.gates is not None:
-            self.gates.seat({plan[0]: int(seats) for plan, seats in zip(seat_plans, results, strict=True)})
+            self.gates.seat({plan[0]: int(seats) for plan, (seats, _) in zip(seat_plans, results, strict=True)})
+            self._contended = any(int(contended) for _, contended in results)
 
     def _apply(self, account_plans: list[Any], bucket_plans: list[Any], rest: list[Any], mono: float) -> None:
         """What the counters granted: leases and spend for the budgets, shares and pools for the buckets."""

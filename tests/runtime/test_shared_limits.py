@@ -502,6 +502,7 @@ async def test_a_busy_process_takes_the_seats_an_idle_one_leaves_and_gives_back_
     (p1, _, gate1), (p2, _, gate2) = _seated_processes(redis_url)
     await _beat(p1, p2, p1, p2)
     assert (gate1.limit.limit, gate2.limit.limit) == (5, 5)
+    assert not p2._beat_due(time.monotonic())  # idle, uncontended: its next round in a second
     gate1.limit.sample(0.1, 1, time.monotonic())  # gate 1 has seen a call: its limit follows its share
 
     def demand(gate, n):
@@ -517,16 +518,17 @@ async def test_a_busy_process_takes_the_seats_an_idle_one_leaves_and_gives_back_
         await _beat(p1, p2)
         await asyncio.sleep(0)
         check()
-    assert (gate1.settings.max_limit, gate2.settings.max_limit) == (9, 1)
+    assert (gate1.settings.max_limit, gate2.settings.max_limit) == (10, 0)  # the idle process wants none
+    assert p2._beat_due(time.monotonic())  # idle, but the processes want more than the max: every round
     assert (gate1.inflight, len(gate1.queue)) == (9, 0)  # the 4 that waited started on the idle process's seats
 
     late = demand(gate2, 6)  # now the other process's clients queue: it gets an equal share as seats free
     await asyncio.sleep(0)
-    assert (gate2.inflight, len(gate2.queue)) == (1, 5)
+    assert (gate2.inflight, len(gate2.queue)) == (0, 6)  # no seat: they wait (within their deadline)
     await _beat(p2, p1)
     check()
     assert gate1.settings.max_limit == 5 and gate1.limit.limit == 5  # its share, while 9 calls still run
-    assert gate2.settings.max_limit == 1  # nothing free yet
+    assert gate2.settings.max_limit == 0  # nothing free yet
     for _ in range(4):  # four of its calls end
         gate1.release()
     await _beat(p1, p2)
@@ -556,13 +558,17 @@ async def test_seats_are_max_min_fair_over_what_the_live_processes_demand_and_ne
     await p._redis.zadd(processes, dict.fromkeys(("a", "b", "c"), time.time()))
 
     async def ask(me: str, inflight: int, demand: int) -> int:
-        return int(await p._seats(keys=[key, processes], args=[me, inflight, demand, 30, 60]))
+        seats, contended = await p._seats(keys=[key, processes], args=[me, inflight, demand, 30, 60])
+        wanted.append(contended)
+        return int(seats)
 
-    assert await ask("a", 0, 0) == 11  # wants 1; the 29 left over split three ways (c has not called yet)
-    assert await ask("b", 0, 4) == 13  # wants 5, and its part of what is left
-    assert await ask("a", 11, 40) == 17  # floods: fair 25 (b wants 5), but b holds 13 for now
+    wanted: list[int] = []
+
+    assert await ask("a", 0, 0) == 10  # wants nothing; the 30 nobody wants split three ways (c has not called yet)
+    assert await ask("b", 0, 4) == 14  # wants 5, and its part of what is left
+    assert await ask("a", 10, 40) == 16  # floods: fair 25 (b wants 5), but b holds 14 for now
     assert await ask("b", 4, 4) == 5  # contended: b gets what it wants, no more
-    assert await ask("a", 17, 40) == 25
+    assert await ask("a", 16, 40) == 25
     assert await ask("c", 0, 10) == 0  # c's turn: an equal share (13) of what b leaves, none free yet
     assert await ask("a", 25, 40) == 13  # a's share now; its 25 calls in flight still hold their seats
     assert await ask("c", 0, 10) == 0
@@ -573,4 +579,5 @@ async def test_seats_are_max_min_fair_over_what_the_live_processes_demand_and_ne
     await p._redis.zrem(processes, "b")  # b stopped
     assert await ask("c", 12, 10) == 13
     assert set(await p._redis.hkeys(key)) == {b"a", b"c"}
+    assert wanted == [0, 0, *[1] * 9]  # from a's flood on, the processes want more than the 30 seats
     await p.close()
