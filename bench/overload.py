@@ -11,6 +11,8 @@ index), p99 of admitted requests against the unloaded p99, the latency of shed a
 the share of upstream calls that met a 429. With control on, a brown-out: 2x C while the
 capacity halves for 10 s, then recovers; how fast the limit follows each way. Then hedging: a model on two deployments whose
 answers take 50 ms, 2 % of them 2 s; p50/p99 and the extra upstream calls, off and on.
+With --redis, two gateway processes on that Redis with `max` = C: 2x C all on one of them,
+then spread over both (the cluster's max shared by demand, docs/overload.md#two-processes).
 """
 
 from __future__ import annotations
