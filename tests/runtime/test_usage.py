@@ -182,6 +182,21 @@ def test_a_batch_of_several_chunks_is_written_whole_with_a_pause_between_chunks(
     assert len(pauses) == 4  # 3 chunks converted, 3 inserted: a pause between chunks, none after the last
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_the_writer_thread_runs_below_the_event_loop_s_cpu_priority_and_leaves_the_process_s_alone():
+    """docs/performance.md#writer: the kernel gives a core to the loop before the writer's batch."""
+    import os
+    import threading
+
+    main = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    worker = usage.writer.DaemonWorker("test-writer")
+    theirs = worker.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result(5)
+    assert theirs == min(19, main + usage.writer.BACKGROUND_NICE)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main
+    plain = usage.writer.DaemonWorker("test-plain", nice=0)
+    assert plain.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result(5) == main
+
+
 @pytest.fixture
 def unreachable_alias(tmp_path, django_db_blocker):
     """A real second database alias: SQLite in a directory that does not exist yet."""

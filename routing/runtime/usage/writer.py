@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -311,15 +313,41 @@ def _fresh_rows(cursor: Any, connection: Any, rows: list[Row]) -> list[Row]:
     return key_usage.new_rows(cursor, connection.ops.quote_name, UsageRecord._meta.db_table, keyed)
 
 
+# Background threads run at a lower CPU priority than the event loop's: on a machine with more
+# runnable threads than cores, the kernel then gives the core to the loop (a request) before the
+# usage writer's batch, whose rows are not waited for. Measured: 1-client added p99 -0.2 ms, the
+# same throughput, and a saturated gateway's records written as soon after the burst as before
+# (docs/performance.md#writer).
+BACKGROUND_NICE = 10
+
+
+def lower_priority(nice: int = BACKGROUND_NICE) -> bool:
+    """Raise the calling thread's nice value by `nice` (at most 19); True if done.
+
+    Linux only: there a thread id is a scheduling entity of its own; elsewhere the same
+    call would renice a whole process (or an unrelated one), so it is skipped. Raising a
+    nice value needs no privilege.
+    """
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return False
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except OSError:
+        return False
+    return True
+
+
 class DaemonWorker:
-    """One daemon thread running submitted calls in order.
+    """One daemon thread running submitted calls in order, below the event loop's CPU priority.
 
     A dedicated thread keeps one database connection for the writer, and being a
     daemon it can never hold the interpreter's exit hostage on a hung connect.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, nice: int = BACKGROUND_NICE) -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._nice = nice
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -329,6 +357,7 @@ class DaemonWorker:
         return future
 
     def _run(self) -> None:
+        lower_priority(self._nice)
         while True:
             fn, future = self._queue.get()
             if not future.set_running_or_notify_cancel():
