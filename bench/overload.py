@@ -191,6 +191,31 @@ def _figures(
     }
 
 
+def _step(
+    url: str | list[str],
+    keys: dict[tuple[str, str], str],
+    mock_url: str,
+    capacity: int,
+    factor: int,
+    seconds: float,
+    unloaded_p99: float | None,
+    capacity_rps: float,
+) -> dict[str, Any]:
+    """One load step at `factor` x C (interactive about half of C, spread over the orgs; batch the rest):
+    its figures, with the upstream calls it caused and the share of them that met a 429."""
+    inter = max(1, capacity // 6)
+    batch = max(1, (factor * capacity) // 3 - inter)
+    before = _mock_calls(mock_url)
+    rows = asyncio.run(_load(url, keys, {"interactive": inter, "batch": batch}, seconds))
+    after = _mock_calls(mock_url)
+    fig = _figures(rows, capacity, seconds, unloaded_p99, capacity_rps)
+    calls = after["count"] - before["count"]
+    fig["upstream_calls"] = calls
+    fig["upstream_429_share"] = round((after["over_capacity"] - before["over_capacity"]) / calls, 4) if calls else None
+    fig["unloaded_p99_s"] = _round(unloaded_p99)
+    return fig
+
+
 def _keys(env: dict[str, str], first: str) -> dict[tuple[str, str], str]:
     keys = {("org-a", "interactive"): first}
     for org in ORGS:
@@ -386,18 +411,8 @@ def _cluster_steps(
         for u in urls:  # one request each: the gates exist, the processes are counted
             asyncio.run(_load(u, keys, {"interactive": 1}, 0.2))
         asyncio.run(counted())
-        inter = max(1, capacity // 6)
-        batch = max(1, (2 * capacity) // 3 - inter)
         for name, targets in (("all-on-one", urls[:1]), ("spread", urls)):
-            before = _mock_calls(mock_url)
-            rows = asyncio.run(_load(targets, keys, {"interactive": inter, "batch": batch}, seconds))
-            after = _mock_calls(mock_url)
-            fig = _figures(rows, capacity, seconds, None, capacity_rps)
-            calls = after["count"] - before["count"]
-            fig["upstream_calls"] = calls
-            fig["upstream_429_share"] = (
-                round((after["over_capacity"] - before["over_capacity"]) / calls, 4) if calls else None
-            )
+            fig = _step(targets, keys, mock_url, capacity, 2, seconds, None, capacity_rps)
             out[f"cluster-{name}-2x"] = fig
             print(f"cluster {name} 2x C: {json.dumps(fig)}", flush=True)
     finally:
@@ -446,18 +461,7 @@ def _litellm_steps(
         quiet = asyncio.run(_load(url, keys, {"interactive": 1, "batch": 1}, 2.0))
         unloaded = _pct([r[4] for r in quiet if r[2] == 200], 0.99)
         for factor in factors:
-            before = _mock_calls(mock_url)
-            inter = max(1, capacity // 6)
-            batch = max(1, (factor * capacity) // 3 - inter)
-            rows = asyncio.run(_load(url, keys, {"interactive": inter, "batch": batch}, seconds))
-            after = _mock_calls(mock_url)
-            fig = _figures(rows, capacity, seconds, unloaded, capacity_rps)
-            calls = after["count"] - before["count"]
-            fig["upstream_calls"] = calls
-            fig["upstream_429_share"] = (
-                round((after["over_capacity"] - before["over_capacity"]) / calls, 4) if calls else None
-            )
-            fig["unloaded_p99_s"] = _round(unloaded)
+            fig = _step(url, keys, mock_url, capacity, factor, seconds, unloaded, capacity_rps)
             out[f"litellm-{factor}x"] = fig
             print(f"litellm {factor}x C: {json.dumps(fig)}", flush=True)
     finally:
@@ -491,17 +495,7 @@ def run(
                 quiet = asyncio.run(_load(url, keys, {"interactive": 1, "batch": 1}, 2.0))  # 6 clients: unloaded
                 unloaded = _pct([r[4] for r in quiet if r[2] == 200], 0.99)
                 for factor in factors:
-                    before = _mock_calls(mock_url)
-                    inter = max(1, capacity // 6)  # interactive: about half of C, spread over the orgs
-                    batch = max(1, (factor * capacity) // 3 - inter)
-                    rows = asyncio.run(_load(url, keys, {"interactive": inter, "batch": batch}, seconds))
-                    after = _mock_calls(mock_url)
-                    fig = _figures(rows, capacity, seconds, unloaded, capacity_rps)
-                    calls = after["count"] - before["count"]
-                    over = after["over_capacity"] - before["over_capacity"]
-                    fig["upstream_calls"] = calls
-                    fig["upstream_429_share"] = round(over / calls, 4) if calls else None
-                    fig["unloaded_p99_s"] = round(unloaded, 3) if unloaded else None
+                    fig = _step(url, keys, mock_url, capacity, factor, seconds, unloaded, capacity_rps)
                     results["runs"][f"{mode}-{factor}x"] = fig
                     print(f"{mode:>3} {factor}x C: {json.dumps(fig)}", flush=True)
                 if mode == "on":
