@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import time
@@ -150,6 +151,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20000, help="executor runs per variant (cost)")
     parser.add_argument("--requests", type=int, default=4000, help="requests per strategy (distribution)")
     args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_project.settings")
+    import django
+
+    django.setup()  # the snapshot's types import the models (routing.config.secrets)
 
     cost = asyncio.run(_cost(args.runs))
     print("selection cost (executor run, p50 of single runs, µs):")
