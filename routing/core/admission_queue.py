@@ -123,9 +123,11 @@ class Gate:
         clock: Callable[[], float] = time.monotonic,
         on_shed: Callable[[str, str], None] | None = None,
         model_id: str = "",
+        ident: str = "",
     ) -> None:
         self.name = name
         self.model_id = model_id
+        self.ident = ident or name  # the same in every process: its seats' name (docs/overload.md#processes)
         self.settings = settings
         self.limit = AdaptiveLimit(settings)
         self.inflight = 0
@@ -382,7 +384,9 @@ class Gates:
         # each gate's bounds are this process's share of the configured ones, an even share until the
         # cluster's seats (routing.core.seats) give it one by demand.
         self.processes = 1
-        self.seats: dict[str, int] = {}  # by gate name: this process's seats of the cluster's max
+        # by gate ident (its breaker key: a model's shared deployment and an org's own credentials for it
+        # are two gates, and two pools of seats): this process's seats of the cluster's max
+        self.seats: dict[str, int] = {}
         self.seated = False  # Redis grants seats: a new gate starts with none and asks for its share at once
         self.on_new: Callable[[], None] | None = None  # wakes the shared limits' round (a gate made while seated)
 
@@ -394,7 +398,7 @@ class Gates:
             self._reshare()
 
     def seat(self, seats: Mapping[str, int] | None) -> None:
-        """The cluster's seats by gate name (off the request path, from the shared limits' round). None:
+        """The cluster's seats by gate ident (off the request path, from the shared limits' round). None:
         Redis is unreachable, every gate goes back to an even share (no process is left with the one
         seat it had while idle)."""
         if seats is None:
@@ -413,19 +417,19 @@ class Gates:
         return any(gate is not None and len(gate.queue) for gate in self.gates.values())
 
     def claims(self) -> list[tuple[str, int, int, int]]:
-        """Per gate: (name, the cluster's max, demand = in flight + waiting, in flight), for the seats round."""
+        """Per gate: (ident, the cluster's max, demand = in flight + waiting, in flight), for the seats round."""
         out = []
         for gate in self.gates.values():
             s = None if gate is None else self.settings.get(gate.model_id)
             if gate is not None and s is not None:
-                out.append((gate.name, s.max_limit, gate.inflight + len(gate.queue), gate.inflight))
+                out.append((gate.ident, s.max_limit, gate.inflight + len(gate.queue), gate.inflight))
         return out
 
     def _reshare(self) -> None:
         for gate in self.gates.values():
             s = None if gate is None else self.settings.get(gate.model_id)
             if gate is not None and s is not None:
-                gate.reshare(self._share(s, self.seats.get(gate.name)))
+                gate.reshare(self._share(s, self.seats.get(gate.ident)))
 
     def _share(self, s: LimitSettings, seats: int | None = None) -> LimitSettings:
         """This process's bounds: `max` its seats when the cluster gave some, else the configured initial and
@@ -455,7 +459,7 @@ class Gates:
         for key, gate in self.gates.items():
             s = None if gate is None else self.settings.get(gate.model_id)
             if gate is not None and s is not None:
-                gate.reconfigure(self._share(s, self.seats.get(gate.name)))
+                gate.reconfigure(self._share(s, self.seats.get(gate.ident)))
                 kept[key] = gate
         self.gates = kept
         self.on = bool(settings)
@@ -473,12 +477,13 @@ class Gates:
         if s is None:
             self.gates[key] = None
             return None
-        seats = self.seats.get(name)
+        ident = "/".join(map(str, key)) if isinstance(key, tuple) else name  # a deployment's breaker key
+        seats = self.seats.get(ident)
         if seats is None and self.seated:
             seats = 0
             if self.on_new is not None:
                 self.on_new()
-        g = self.gates[key] = Gate(name, self._share(s, seats), self.clock, self.on_shed, model_id)
+        g = self.gates[key] = Gate(name, self._share(s, seats), self.clock, self.on_shed, model_id, ident)
         return g
 
     async def enter(self, gate: Gate, deadline: float) -> None:

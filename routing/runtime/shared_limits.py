@@ -812,7 +812,7 @@ class Syncer:
 
 
 def seats_key(name: str, prefix: str = KEY_PREFIX) -> str:
-    """The Redis hash of one deployment's concurrency seats (by its gate's name)."""
+    """The Redis hash of one deployment's concurrency seats (by its gate's ident: the breaker key's parts)."""
     return f"{prefix}seats:{name}"
 
 

@@ -336,6 +336,21 @@ def test_the_cluster_s_seats_set_each_gate_s_share_and_a_new_gate_waits_for_its_
     assert gates.gate("k3", "m", "m/north").settings.max_limit == 20 and woken == [1]
 
 
+def test_a_model_s_shared_deployment_and_an_org_s_own_credentials_for_it_are_two_pools_of_seats() -> None:
+    """The seats are named by the breaker key (the same in every process), not by the model's label:
+    an org's BYO credentials for a model have a gate of their own, and their own upstream capacity."""
+    from routing.core.admission_queue import Gates
+    from routing.core.breaker import BreakerKey
+
+    gates = Gates(clock=FakeClock())
+    gates.configure({"m": LimitSettings(initial=4, max_limit=8)})
+    shared = gates.gate(BreakerKey("openai", "m"), "m", "m")
+    own = gates.gate(BreakerKey("openai", "m", "acme"), "m", "m")
+    assert [c[0] for c in gates.claims()] == ["openai/m", "openai/m/org:acme"]
+    gates.seat({"openai/m": 2, "openai/m/org:acme": 8})
+    assert (shared.settings.max_limit, own.settings.max_limit) == (2, 8)
+
+
 async def test_a_gate_reports_its_demand_and_hunger_to_the_seats_round() -> None:
     """The round asks for seats by demand (calls in flight + requests waiting) and runs every interval
     while requests wait (docs/overload.md#processes)."""
