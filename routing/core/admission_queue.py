@@ -382,7 +382,7 @@ class Gates:
         self.on_shed: Callable[[str, str], None] | None = None
         # Serving processes sharing the deployments (the shared limits' heartbeat, docs/overload.md#processes):
         # each gate's bounds are this process's share of the configured ones, an even share until the
-        # cluster's seats (routing.core.seats) give it one by demand.
+        # cluster's seats (the shared limits' seats script) give it one by demand.
         self.processes = 1
         # by gate ident (its breaker key: a model's shared deployment and an org's own credentials for it
         # are two gates, and two pools of seats): this process's seats of the cluster's max
@@ -418,18 +418,20 @@ class Gates:
 
     def claims(self) -> list[tuple[str, int, int, int]]:
         """Per gate: (ident, the cluster's max, demand = in flight + waiting, in flight), for the seats round."""
+        return [(g.ident, s.max_limit, g.inflight + len(g.queue), g.inflight) for _, g, s in self._configured()]
+
+    def _configured(self) -> list[tuple[object, Gate, LimitSettings]]:
+        """(key, gate, its model's settings) of every gate whose model has a limit configured."""
         out = []
-        for gate in self.gates.values():
+        for key, gate in self.gates.items():
             s = None if gate is None else self.settings.get(gate.model_id)
             if gate is not None and s is not None:
-                out.append((gate.ident, s.max_limit, gate.inflight + len(gate.queue), gate.inflight))
+                out.append((key, gate, s))
         return out
 
     def _reshare(self) -> None:
-        for gate in self.gates.values():
-            s = None if gate is None else self.settings.get(gate.model_id)
-            if gate is not None and s is not None:
-                gate.reshare(self._share(s, self.seats.get(gate.ident)))
+        for _, gate, s in self._configured():
+            gate.reshare(self._share(s, self.seats.get(gate.ident)))
 
     def _share(self, s: LimitSettings, seats: int | None = None) -> LimitSettings:
         """This process's bounds: `max` its seats when the cluster gave some, else the configured initial and
@@ -456,11 +458,9 @@ class Gates:
         """
         self.settings = dict(settings)
         kept: dict[object, Gate | None] = {}
-        for key, gate in self.gates.items():
-            s = None if gate is None else self.settings.get(gate.model_id)
-            if gate is not None and s is not None:
-                gate.reconfigure(self._share(s, self.seats.get(gate.ident)))
-                kept[key] = gate
+        for key, gate, s in self._configured():
+            gate.reconfigure(self._share(s, self.seats.get(gate.ident)))
+            kept[key] = gate
         self.gates = kept
         self.on = bool(settings)
 

@@ -624,7 +624,7 @@ class Syncer:
         account_plans: list[Any],
         buckets: list[Any],
         bucket_plans: list[Any],
-        seat_plans: list[tuple[str, int, int, int]] = (),  # type: ignore[assignment]
+        seat_plans: list[tuple[str, int, int, int]],
     ) -> Any:
         """The round's pipeline: heartbeat, epoch, one lease per budget, one take per bucket, seats per gate."""
         pipe = self._redis.pipeline(transaction=False)
