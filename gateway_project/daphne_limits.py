@@ -15,7 +15,9 @@ the process out of file descriptors. Run as
 - the head limits of uvicorn's protocol (gateway_project/http_limits.py): 431
   `headers_too_large` in the error shape, where Twisted answered a bare 400;
 - the head, body-progress and keep-alive deadlines, checked by one sweep per second;
-- the cap on connections: past it a new connection is closed as soon as it is accepted.
+- the cap on connections: past it a new connection is closed as soon as it is accepted;
+- the listen backlog of uvicorn (edge.LISTEN_BACKLOG) where Twisted's is 50: a burst of a few
+  hundred new connections overflowed it, and the kernel reset some of them mid-request.
 """
 
 from __future__ import annotations
@@ -227,9 +229,19 @@ class LimitedHTTPFactory(HTTPFactory):
         reactor.callLater(min(1.0, edge.limits().head_timeout_s / 4), self._sweep)
 
 
+def with_backlog(endpoint: str) -> str:
+    """A Twisted server endpoint string listening with edge.LISTEN_BACKLOG, unless it names one
+    (or is not a listening socket it opens: `fd:` sockets were listened on by their owner)."""
+    kind = endpoint.split(":", 1)[0]
+    if kind not in ("tcp", "tcp6", "unix") or ":backlog=" in endpoint:
+        return endpoint
+    return f"{endpoint}:backlog={edge.LISTEN_BACKLOG}"
+
+
 class LimitedServer(daphne_server.Server):
     def run(self) -> None:
         daphne_server.HTTPFactory = LimitedHTTPFactory  # what Server.run builds its factory from
+        self.endpoints = [with_backlog(e) for e in self.endpoints]
         super().run()
 
     def kill_all_applications(self) -> None:

@@ -32,6 +32,9 @@ from routing.gateway.paths import is_gateway_path
 log = logging.getLogger("switchboard.edge")
 
 LINGER_S = 1.0  # how long the rest of a refused request is read and dropped before closing
+# Connections the kernel queues for a process to accept: uvicorn's default. A burst of new
+# connections beyond the queue is dropped by the kernel (SYN retried a second later, or reset).
+LISTEN_BACKLOG = 2048
 
 
 @dataclass(frozen=True)

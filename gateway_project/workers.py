@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gateway_project import edge
 from gateway_project.servers import worker_command
 from routing.runtime.usage.spool import pid_alive
 
@@ -101,7 +102,7 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(2048)
+    sock.listen(edge.LISTEN_BACKLOG)
     sock.set_inheritable(True)
     return sock
 

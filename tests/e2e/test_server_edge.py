@@ -7,7 +7,9 @@ Each test runs against a real uvicorn (`manage.py serve`'s command) and a real d
 
 from __future__ import annotations
 
+import os
 import selectors
+import signal
 import socket
 import tempfile
 import threading
@@ -47,6 +49,8 @@ SLOW_ENV = {
 }
 GIB = 1 << 30
 CHUNK = b"x" * 65536
+# new connections at once: more than Twisted's default listen backlog (50), within the kernel's cap
+BURST = min(400, int(Path("/proc/sys/net/core/somaxconn").read_text()))
 
 
 def _gateway(databases, server: str, env: dict[str, str]) -> Gateway:
@@ -280,4 +284,40 @@ def test_at_the_cap_idle_keep_alive_connections_make_room_for_new_ones(databases
     finally:
         for sock in idle:
             sock.close()
+        gw.stop()
+
+
+def _connected_while_paused(port: int, n: int, pid: int) -> int:
+    """How many of `n` new connections complete their handshake while the server process is
+    paused (SIGSTOP, as a busy process that cannot accept for a moment): those the kernel
+    queues for it. Past the queue a connect waits for a SYN retry a second later, or is reset."""
+    socks = [socket.socket() for _ in range(n)]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with selectors.DefaultSelector() as sel:
+            for sock in socks:
+                sock.setblocking(False)
+                sock.connect_ex(("127.0.0.1", port))
+                sel.register(sock, selectors.EVENT_WRITE)
+            connected, deadline = 0, time.monotonic() + 0.5  # within the first SYN retry (1 s)
+            while connected < n and (left := deadline - time.monotonic()) > 0:
+                for key, _ in sel.select(left):
+                    sel.unregister(key.fileobj)
+                    connected += key.fileobj.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+        return connected
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        for sock in socks:
+            sock.close()
+
+
+@pytest.mark.parametrize("server", ["uvicorn", "daphne"])
+def test_a_burst_of_new_connections_to_a_busy_process_is_queued_in_full(databases, server):
+    # daphne listened with Twisted's backlog of 50: in a burst of a few hundred connections the
+    # kernel dropped the rest, and reset some mid-request (docs/security.md#server-edge)
+    gw = _gateway(databases, server, {})
+    try:
+        assert _connected_while_paused(gw.port, BURST, gw.process.pid) == BURST
+        assert httpx.get(f"{gw.url}/health", timeout=10).status_code == 200
+    finally:
         gw.stop()
