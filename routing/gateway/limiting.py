@@ -15,6 +15,7 @@ from typing import NoReturn
 
 from routing.config.snapshot import AgentSpec, KeySpec, ModelSpec
 from routing.core import errors
+from routing.core.buckets import LEASE_WAIT_S
 from routing.core.budget_accounts import NEW, Account, Budgets, Exhausted, Hold, Unloaded, request_cost
 from routing.core.executor import Link
 from routing.core.limiter import Limiter, Refused, Ticket
@@ -167,11 +168,6 @@ def worst_cost(links: list[Link], req: Requirements) -> float:
     return worst
 
 
-# How long a request waits for the background to bring a larger share before it is refused
-# (docs/limits.md#shared); only when the local share is too small. Longer than two rounds
-# can take (each bounded by twice the syncer's Redis timeout), so a slow or dead Redis ends
-# in the fail-open share, not in a refusal.
-LEASE_WAIT_S = 2.5
 # How long the first request of a new budget account waits for its period's spend (the usage
 # records' aggregate, read in the background); after that it goes on with what is known.
 LOAD_WAIT_S = 2.0

@@ -504,23 +504,25 @@ class Syncer:
 
     # planning: what to ask of each counter and bucket; give-backs leave the share at once. A round asks
     # for the summed need of the requests waiting for it (taken here: requests that come to wait while
-    # the round is under way ask the next one), and only for that: in a burst, what one process leases
-    # ahead would be refused to the waiters of another. Without waiters it keeps a share ahead of use,
-    # so the fast path admits without a round, unless the allowance is near its end (less than a share
-    # per process left in the cluster): then it gives the share back, so a request refused elsewhere
-    # finds nothing idle here after this process's next round (docs/limits.md#shared). What a round leased
-    # for waiters stays theirs until they resume (`Account.waiting`): a round woken during the last one
-    # begins before they do, and would otherwise give it back as held ahead of use.
+    # the round is under way ask the next one) and a share ahead of use, so the fast path admits the
+    # requests that follow without a round. Near the end of the allowance (less than a share per process
+    # left in the cluster beyond the waiters' need) it asks for the need only, and gives back what it
+    # holds beyond it: in a burst, what one process holds ahead would be refused to the waiters of
+    # another, and a request refused elsewhere finds nothing idle here after this process's next round
+    # (docs/limits.md#shared). Under a steady load far from the end, a round that asked for the need
+    # alone left the share empty for the next request: every request then waited for a round. What a
+    # round leased for waiters stays theirs until they resume (`Account.waiting`): a round woken during
+    # the last one begins before they do, and would otherwise give it back as held ahead of use.
 
     def _plan_account(self, account: Account, now: float, ahead: bool = True) -> tuple[int, int, int]:
         """(want, owed, seed) in µUSD for one budget; `ahead=False`: no share ahead of use (a re-run)."""
         lease = account.lease or 0.0
         need, account.need = account.need, 0.0
         target = 0.0
-        if ahead and not need and now - account.used_at <= IDLE_S:
+        if ahead and now - account.used_at <= IDLE_S:
             share = min(account.usd, max(account.usd * LEASE_FRACTION, account.peak))
             rest = account.usd if account.cluster is None else account.usd - account.cluster + lease
-            if rest >= self.processes * share:
+            if rest - need >= self.processes * share:
                 target = share
         want = round((target + need - lease) * _MICRO, 3)
         if want < 0:  # never from under the waiters: a round begun before they resumed would take their lease
@@ -529,7 +531,8 @@ class Syncer:
         if micro < 0:
             account.lease = lease + micro / _MICRO  # give back what is held beyond the share and the waiters
         seed = account.base + account.spent + account.reserved
-        return micro, int(account.owed * _MICRO), int(seed * _MICRO)
+        # to the nearest µUSD (a float sum such as 0.1 - 3e-17, truncated, lost one); the rest stays owed
+        return micro, round(account.owed * _MICRO), round(seed * _MICRO)
 
     def _plan_bucket(self, bucket: SharedBucket, now: float) -> tuple[float, float]:
         """(want, owed) tokens for one bucket."""
@@ -542,9 +545,9 @@ class Syncer:
         level = bucket.level
         need, bucket.need = bucket.need, 0.0
         target = 0.0
-        if not need and now - bucket.used_at <= IDLE_S:
+        if now - bucket.used_at <= IDLE_S:
             share = min(bucket.capacity, max(1.0, math.ceil(bucket.capacity * LEASE_FRACTION), bucket.peak))
-            if bucket.cluster_level() + level >= self.processes * share:
+            if bucket.cluster_level() + level - need >= self.processes * share:
                 target = share
         want = target + need - level
         if want > 0:

@@ -98,16 +98,47 @@ def test_a_request_a_cluster_bucket_lacks_is_refused_at_once_without_asking() ->
     assert [b for b, _ in refused.value.lacking] == [requests, tokens]  # what a confirming round would ask
 
 
-def test_a_round_with_waiters_asks_for_exactly_their_need_and_nothing_ahead() -> None:
+def test_a_round_with_waiters_asks_for_their_need_and_a_share_ahead_while_the_cluster_has_room() -> None:
     s = syncer(processes=2)
     bucket = SharedBucket(60, now=0.0)
     for _ in range(30):
         bucket.short(1.0)
     want, owed = s._plan_bucket(bucket, now=0.1)
-    assert (want, owed) == (30.0, 0.0)
+    assert (want, owed) == (33.0, 0.0)  # 30 left beyond the need: room for a share of 3 per process
     assert bucket.need == 0.0  # taken by this round: later waiters ask the next one
     grant(bucket, want, 60.0, now=0.1)
-    assert bucket.level == 30.0  # the 30 waiters are admitted from it
+    assert bucket.level == 33.0  # the 30 waiters are admitted from it; the next 3 requests without a round
+
+
+def test_near_the_end_a_round_with_waiters_asks_for_exactly_their_need() -> None:
+    s = syncer(processes=2)
+    bucket = SharedBucket(60, now=0.0)
+    for _ in range(56):
+        bucket.short(1.0)
+    want, _ = s._plan_bucket(bucket, now=0.1)
+    assert want == 56.0  # 4 left beyond the need, less than a share per process: nothing ahead
+
+
+def test_under_a_steady_load_far_from_the_end_requests_do_not_wait_for_rounds() -> None:
+    """One round every 0.2 s, 40 requests between rounds (200 a second), a limit of 10⁹ a minute: after
+    the first round every request is admitted from the share (they all waited for rounds when a round
+    with waiters asked for their need alone: the next request found the share empty again)."""
+    s = syncer(processes=2)
+    bucket = SharedBucket(10**9, now=0.0)
+    cluster, waited = float(10**9), 0
+    for step in range(1, 11):
+        waiting = 0
+        for _ in range(40):
+            if bucket.level >= 1.0:
+                bucket.level -= 1.0
+            else:
+                assert bucket.short(1.0)
+                waiting += 1
+        want, _ = s._plan_bucket(bucket, now=step * 0.2)
+        cluster = grant(bucket, want, cluster, now=step * 0.2)
+        bucket.level -= waiting  # the round's grant admits them
+        waited += waiting
+    assert waited == 40  # the first 40, before the first round
 
 
 def test_a_burst_over_two_processes_is_served_up_to_the_cluster_bucket() -> None:
@@ -172,11 +203,13 @@ def test_budget_waiters_are_summed_and_a_round_leases_exactly_that() -> None:
     s = syncer(processes=2)
     s.budgets = budgets
     want, owed, seed = s._plan_account(account, clock.now)
-    assert (want, owed, seed) == (350, 0, 0)  # µUSD: five worst cases, nothing ahead
-    account.lease, account.cluster = 0.00035, 0.00035
-    for _ in range(5):
+    assert (want, owed, seed) == (850, 0, 0)  # µUSD: five worst cases and 5 % of $0.01 ahead
+    account.lease, account.cluster = 0.00085, 0.00085
+    for _ in range(12):  # the five waiters and the seven that follow, without a round
         budgets.admit("acme", (0.01, "total"), "bot", None, 0.00007)
-    assert account.lease == pytest.approx(0.0, abs=1e-12)
+    assert account.lease == pytest.approx(0.00001, abs=1e-12)
+    account.need, account.cluster = 0.00035, 0.0097  # five waiters, $0.0003 left beyond what this one holds
+    assert s._plan_account(account, clock.now) == (340, 0, 840)  # near the end: their need only
 
 
 def test_a_budget_the_cluster_counter_lacks_is_refused_at_once() -> None:

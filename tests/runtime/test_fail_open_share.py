@@ -147,7 +147,8 @@ def test_a_budget_s_lease_round_asks_for_a_share_ahead_of_use_only_while_it_is_u
     used = account(spent=0.5, reserved=0.25, owed=0.125)
     assert syncer._plan_account(used, clock.now) == (500_000, 125_000, 1_750_000)  # 5 % of $10 ahead; owed; seed
     assert syncer._plan_account(account(peak=0.8), clock.now)[0] == 800_000  # one request's worst case, if larger
-    assert syncer._plan_account(account(need=0.3), clock.now)[0] == 300_000  # waiters: what they need, no more
+    assert syncer._plan_account(account(need=0.3), clock.now)[0] == 800_000  # waiters: what they need + a share
+    assert syncer._plan_account(account(need=0.3, cluster=9.0), clock.now)[0] == 300_000  # $0.70 beyond: no more
     assert syncer._plan_account(account(), clock.now, ahead=False)[0] == 0  # a re-run: nothing ahead of use
     assert syncer._plan_account(account(cluster=9.2), clock.now)[0] == 0  # $0.80 left < 2 processes x $0.50
     assert syncer._plan_account(account(cluster=9.0, lease=0.5), clock.now)[0] == 0  # our $0.50 counts as left

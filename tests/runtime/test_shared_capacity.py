@@ -65,14 +65,15 @@ async def test_an_idle_share_goes_back_to_the_cluster_bucket(cluster):
     (east,) = multi("chat", ("east",), rpm={"east": 200}).deployments
     assert await serve_once(p1, east)
     bucket = p1.balancer.peek(east.key).rpm
-    assert bucket.level == 0.0  # the round it waited for leased the one it waited for
+    assert bucket.level == 10.0  # the round it waited for leased its one and a share of 5 % of 200 ahead of use
     await p1.sync_once()
-    assert bucket.level == 10.0  # a round without waiters: a share of 5 % of 200 ahead of use
+    assert bucket.level == 10.0  # topped up to the share
     bucket.used_at -= 3  # unused for longer than IDLE_S
     await p1.sync_once()
     assert bucket.level == 0.0
     assert await serve_once(p2, east)
-    assert p2.balancer.peek(east.key).rpm.pool >= 200 - 1 - 1  # p1's 10 are back
+    theirs = p2.balancer.peek(east.key).rpm
+    assert theirs.pool + theirs.level >= 200 - 1 - 1  # p1's 10 are back (p2 now holds a share of its own)
 
 
 async def test_redis_down_each_process_enforces_an_even_share_then_shares_again(cluster):
