@@ -142,10 +142,12 @@ def command(side: Side, how: str, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def start(side: Side, how: str, mock_url: str, profile: str, work: Path) -> None:
+def start(side: Side, how: str, mock_url: str, profile: str, work: Path, redis_url: str = "") -> None:
     env = {
         "DATABASE_URL": f"sqlite:///{work / (side.label + '.sqlite3')}",
-        "REDIS_URL": "",
+        "REDIS_URL": redis_url,
+        # each side its own keys in a shared Redis: two clusters of one process, never one of two
+        "SWITCHBOARD_CLUSTER": f"ab-{side.label}-{os.urandom(3).hex()}",
         "SWITCHBOARD_USAGE_SPOOL_DIR": str(work / f"{side.label}-spool"),
         "SECRET_KEY": os.urandom(24).hex(),
         "DJANGO_SETTINGS_MODULE": "gateway_project.settings",
@@ -303,7 +305,7 @@ def running(sides: list[Side], args: argparse.Namespace, work: Path) -> Iterator
     mock, mock_url = procs.start_mock(work)
     try:
         for s in sides:
-            start(s, args.command, mock_url, args.profile, work)
+            start(s, args.command, mock_url, args.profile, work, args.redis)
         yield mock_url
     finally:
         for s in sides:
@@ -343,6 +345,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=5.0, help="wrk seconds per side and throughput round")
     p.add_argument("--connections", type=int, default=32, help="wrk connections (default 32)")
     p.add_argument("--profile", choices=("plain", "features"), default="plain")
+    p.add_argument(
+        "--redis",
+        default="",
+        metavar="URL",
+        help="serve both sides with this REDIS_URL (shared limits, cache and breakers; default: no Redis)",
+    )
     p.add_argument(
         "--command",
         choices=("auto", "serve", "uvicorn"),

@@ -58,8 +58,9 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-# Processes that share breakers over Redis (docs/scale-out.md#shared-breakers); default: those
-# on the same configuration database.
+# Processes that share breakers over Redis (docs/scale-out.md#shared-breakers) and are listed
+# together on the dashboard (docs/scale-out.md#processes); default: those on the same
+# configuration database.
 SWITCHBOARD_CLUSTER = env.str("SWITCHBOARD_CLUSTER", default="")
 
 # Gateway ----------------------------------------------------------------------
@@ -99,10 +100,8 @@ SWITCHBOARD_USAGE_FLUSH_S = env.float("SWITCHBOARD_USAGE_FLUSH_S", default=0.5)
 SWITCHBOARD_USAGE_SPOOL_DIR = env.str("SWITCHBOARD_USAGE_SPOOL_DIR", default=str(VAR_DIR / "spool"))
 # How often the dashboard pushes refreshed counters to open pages.
 SWITCHBOARD_DASHBOARD_REFRESH_S = env.float("SWITCHBOARD_DASHBOARD_REFRESH_S", default=1.5)
-# Every serving process's heartbeat for the dashboard's process list (docs/scale-out.md#processes);
-# processes with the same SWITCHBOARD_CLUSTER (default: the same database) are listed together.
+# Every serving process's heartbeat for the dashboard's process list (docs/scale-out.md#processes).
 SWITCHBOARD_HEARTBEAT_S = env.float("SWITCHBOARD_HEARTBEAT_S", default=1.0)
-SWITCHBOARD_CLUSTER = env.str("SWITCHBOARD_CLUSTER", default="")
 SWITCHBOARD_REPLICA = env.str("SWITCHBOARD_REPLICA", default="")  # a name for this replica in that list
 # Idempotency records live this long.
 SWITCHBOARD_IDEMPOTENCY_TTL_S = env.int("SWITCHBOARD_IDEMPOTENCY_TTL_S", default=24 * 3600)
