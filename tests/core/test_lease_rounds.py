@@ -98,25 +98,22 @@ def test_a_request_a_cluster_bucket_lacks_is_refused_at_once_without_asking() ->
     assert [b for b, _ in refused.value.lacking] == [requests, tokens]  # what a confirming round would ask
 
 
-def test_a_round_with_waiters_asks_for_their_need_and_a_share_ahead_while_the_cluster_has_room() -> None:
+def test_a_round_with_waiters_asks_for_their_need_and_a_share_ahead_unless_near_the_end() -> None:
     s = syncer(processes=2)
-    bucket = SharedBucket(60, now=0.0)
-    for _ in range(30):
-        bucket.short(1.0)
+
+    def waiting(n: int) -> SharedBucket:
+        bucket = SharedBucket(60, now=0.0)
+        for _ in range(n):
+            bucket.short(1.0)
+        return bucket
+
+    bucket = waiting(30)
     want, owed = s._plan_bucket(bucket, now=0.1)
     assert (want, owed) == (33.0, 0.0)  # 30 left beyond the need: room for a share of 3 per process
     assert bucket.need == 0.0  # taken by this round: later waiters ask the next one
     grant(bucket, want, 60.0, now=0.1)
     assert bucket.level == 33.0  # the 30 waiters are admitted from it; the next 3 requests without a round
-
-
-def test_near_the_end_a_round_with_waiters_asks_for_exactly_their_need() -> None:
-    s = syncer(processes=2)
-    bucket = SharedBucket(60, now=0.0)
-    for _ in range(56):
-        bucket.short(1.0)
-    want, _ = s._plan_bucket(bucket, now=0.1)
-    assert want == 56.0  # 4 left beyond the need, less than a share per process: nothing ahead
+    assert s._plan_bucket(waiting(56), now=0.1)[0] == 56.0  # 4 left beyond the need < 2 shares: nothing ahead
 
 
 def test_under_a_steady_load_far_from_the_end_requests_do_not_wait_for_rounds() -> None:
