@@ -380,13 +380,16 @@ def main(argv: list[str] | None = None) -> int:
             calls = None if args.no_calls else calls_rounds(sides, args, work)
             lat = latency_rounds(sides, mock_url, args)
             rps = {} if args.no_throughput else throughput_rounds(sides, args, work)
+            # both sides served the same requests: their resident memory now, one reading each (no verdict)
+            rss = {s.label: s.proc.rss_mb() for s in sides if s.proc is not None}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = figures(lat, rps, calls)
     print()
     print(ab_verdict.table(result, base.commit[:10], head.commit[:10]))
+    print(f"\nresident memory after the run (MB, one reading): base {rss.get('base')}, head {rss.get('head')}")
     load = os.getloadavg()
-    print(f"\nmachine load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"machine load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     report: dict[str, Any] = {
         "base": base.commit,
         "head": head.commit,
@@ -396,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         "connections": args.connections,
         "loadavg": load,
         "figures": [f.as_dict() for f in result],
+        "rss_mb": rss,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "ab-latest.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))

@@ -3,14 +3,17 @@
 #
 # Each peer is installed into a throwaway directory OUTSIDE the repository (reused when
 # already there) and started on loopback, one worker each:
-#   litellm  LiteLLM's proxy (`litellm[proxy]` from PyPI; a config whose only model is the mock)
+#   litellm  LiteLLM's proxy (`litellm[proxy]` from PyPI; a config whose only model is the mock),
+#            as `litellm` starts it (uvicorn)
+#   litellm-fast  the same install on Granian (`--run_granian`, shipped with litellm[proxy]) with
+#            its native Rust bridge switched on (LITELLM_RUST=true) where it applies
 #   portkey  Portkey's open-source gateway (`@portkey-ai/gateway` from the npm registry, run
 #            with node; routed to the mock by its x-portkey-provider / x-portkey-custom-host headers)
 # then runs `python -m bench.run --mock-port M --peers-file F "$@"`, which prints
 # Switchboard's rows with every peer's beside them. A peer that cannot be installed or
 # started is left out with one line saying why; the rest of the run goes on.
 #
-# Environment: PEERS (default "litellm portkey"; empty runs Switchboard alone),
+# Environment: PEERS (default "litellm litellm-fast portkey"; empty runs Switchboard alone),
 # PEERS_DIR (default /tmp/switchboard-peers), LITELLM_VERSION, PORTKEY_VERSION (pins),
 # PYTHON (interpreter for LiteLLM's virtualenv, default python3).
 set -uo pipefail
@@ -18,7 +21,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 DIR="${PEERS_DIR:-/tmp/switchboard-peers}"
 PY_BENCH="${ROOT}/.venv/bin/python"
-PEERS="${PEERS-litellm portkey}"
+PEERS="${PEERS-litellm litellm-fast portkey}"
 LITELLM_VERSION="${LITELLM_VERSION:-1.108.7}"
 PORTKEY_VERSION="${PORTKEY_VERSION:-1.15.2}"
 case "$DIR" in
@@ -58,8 +61,10 @@ wait_ready() {
   return 1
 }
 
+# start_litellm [fast]: LiteLLM as its command starts it; with "fast", on Granian with LITELLM_RUST.
 start_litellm() {
-  local venv="$DIR/litellm-$LITELLM_VERSION" port key="sk-switchboard-bench"
+  local venv="$DIR/litellm-$LITELLM_VERSION" port key="sk-switchboard-bench" variant="${1:-}"
+  local name="litellm${variant:+-$variant}" label="LiteLLM $LITELLM_VERSION" server=() rust=()
   if [ ! -x "$venv/bin/litellm" ]; then
     echo "installing litellm[proxy]==$LITELLM_VERSION into $venv ..." >&2
     if ! { "${PYTHON:-python3}" -m venv "$venv" && "$venv/bin/pip" install --quiet --upgrade pip &&
@@ -68,6 +73,9 @@ start_litellm() {
       rm -rf "$venv"
       return 1
     fi
+  fi
+  if [ "$variant" = fast ]; then
+    server=(--run_granian) rust=(LITELLM_RUST=true) label="$label (Granian, LITELLM_RUST)"
   fi
   port="$(free_port)"
   cat > "$WORK/litellm.yaml" <<EOF
@@ -85,13 +93,15 @@ general_settings:
   master_key: ${key}
 EOF
   # without Switchboard's DATABASE_URL / REDIS_URL: LiteLLM would take them as its own
-  env -u DATABASE_URL -u REDIS_URL LITELLM_LOG=ERROR LITELLM_TELEMETRY=False DISABLE_SCHEMA_UPDATE=True \
-    "$venv/bin/litellm" --config "$WORK/litellm.yaml" --host 127.0.0.1 --port "$port" --num_workers 1 \
-    > "$WORK/litellm.log" 2>&1 &
+  env -u DATABASE_URL -u REDIS_URL LITELLM_LOG=ERROR LITELLM_TELEMETRY=False DISABLE_SCHEMA_UPDATE=True "${rust[@]}" \
+    "$venv/bin/litellm" --config "$WORK/litellm.yaml" --host 127.0.0.1 --port "$port" --num_workers 1 "${server[@]}" \
+    > "$WORK/$name.log" 2>&1 &
   PIDS+=($!)
-  wait_ready litellm $! "http://127.0.0.1:${port}/health/liveliness" "$WORK/litellm.log" || return 1
-  # the README's performance section sets a ≥ 20× throughput target against LiteLLM
-  ENTRIES+=("{\"name\": \"LiteLLM $LITELLM_VERSION\", \"url\": \"http://127.0.0.1:${port}\", \"key\": \"${key}\", \"model\": \"bench\", \"target\": 20}")
+  wait_ready "$name" $! "http://127.0.0.1:${port}/health/liveliness" "$WORK/$name.log" || return 1
+  # the README's performance section sets a ≥ 20× throughput target against LiteLLM as it starts
+  local target=""
+  [ -z "$variant" ] && target=", \"target\": 20"
+  ENTRIES+=("{\"name\": \"$label\", \"url\": \"http://127.0.0.1:${port}\", \"key\": \"${key}\", \"model\": \"bench\"$target}")
 }
 
 start_portkey() {
@@ -118,8 +128,9 @@ start_portkey() {
 for peer in $PEERS; do
   case "$peer" in
     litellm) start_litellm ;;
+    litellm-fast) start_litellm fast ;;
     portkey) start_portkey ;;
-    *) echo "unknown peer '$peer' (choose from: litellm portkey)" >&2; exit 2 ;;
+    *) echo "unknown peer '$peer' (choose from: litellm litellm-fast portkey)" >&2; exit 2 ;;
   esac
 done
 
