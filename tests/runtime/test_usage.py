@@ -182,6 +182,27 @@ def test_a_batch_of_several_chunks_is_written_whole_with_a_pause_between_chunks(
     assert len(pauses) == 4  # 3 chunks converted, 3 inserted: a pause between chunks, none after the last
 
 
+@pytest.mark.django_db
+def test_a_writer_behind_by_a_quarter_of_the_memory_bound_writes_without_pauses(tmp_path):
+    """Under a saturating load the paused writer fell behind until its records spilled to disk
+    (docs/usage-records.md#batch): past a quarter of the bound it catches up unpaused."""
+    pauses: list[float] = []
+    sink = UsageSink(spool_dir=tmp_path, memory_bound=400)
+    sink._pace._sleep = pauses.append  # the writer's pauses, counted instead of slept
+    for n in range(usage.writer.CHUNK_ROWS * 3):  # 75 waiting: under a quarter of 400
+        sink.record(rec(n))
+    assert not sink.behind()
+    assert sink.flush_now()
+    assert len(pauses) == 4  # 3 chunks converted, 3 inserted: paused between chunks
+    pauses.clear()
+    for n in range(100, 200):  # 100 waiting: a quarter of 400
+        sink.record(rec(n))
+    assert sink.behind()
+    assert sink.flush_now()
+    assert pauses == []
+    assert UsageRecord.objects.count() == 175 and not sink.behind()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice values are Linux's")
 def test_the_writer_thread_runs_below_the_event_loop_s_cpu_priority_and_leaves_the_process_s_alone():
     """docs/performance.md#writer: the kernel gives a core to the loop before the writer's batch."""

@@ -54,7 +54,7 @@ from routing.runtime.usage.spool import (
     unlink_quietly,
 )
 from routing.runtime.usage.streams import StreamJournal, claim_orphans, interrupted_rows
-from routing.runtime.usage.writer import DaemonWorker, _Poison, db_insert
+from routing.runtime.usage.writer import DaemonWorker, Pace, _Poison, db_insert
 
 log = logging.getLogger("switchboard.usage")
 
@@ -108,6 +108,7 @@ class UsageSink:
         self._unsealed: list[int | None] = []
         self._synced: set[Path] = set()  # rotated journal files already fsynced (during an outage)
         self.streams = StreamJournal(lambda: self.spool_dir, self.pid)  # streams open (streams.py)
+        self._pace = Pace(hurry=self.behind)  # the Python insert path's pauses (writer.py)
 
     # ------------------------------------------------------------------ settings
 
@@ -199,6 +200,11 @@ class UsageSink:
     def memory_count(self) -> int:
         return len(self._pending) + len(self._staged)
 
+    def behind(self) -> bool:
+        """The writer falls behind: a quarter of the memory bound waits (docs/usage-records.md#batch).
+        It then writes without pausing between chunks, before the records would spill to disk."""
+        return self.memory_count() >= self.memory_bound // 4
+
     # ------------------------------------------------------------------ draining
 
     def _take_pending(self) -> list[Row]:
@@ -254,7 +260,7 @@ class UsageSink:
         if self._insert is not None:
             self._insert(rows)
         else:
-            db_insert(rows, using=self.using, lines=lines)
+            db_insert(rows, using=self.using, lines=lines, pace=self._pace)
 
     def _write(self, rows: list[Row], lines: list[bytes] | None = None) -> bool:
         """Commit rows; False when the database is unreachable (records kept by the caller)."""

@@ -211,27 +211,37 @@ def to_values(row: Mapping[str, Any], converters: list[tuple[str, Callable[[Any]
 # served meanwhile took several times as long: the 1-client p99 (docs/performance.md#writer).
 # So a batch goes in chunks, each followed by a pause as long as the chunk took: while it
 # writes, the writer uses at most half of the time, and a request waits at most one chunk.
+# Not while it falls behind (`hurry`): under a saturating load each pause also cost a wait
+# for the GIL, the writer wrote ~300 rows a second against 2 900 requests, and the records
+# piled up until they spilled to a spool file read back whole (RSS 100 → 220 MB in 15 s).
 CHUNK_ROWS = 25
 
 
 class Pace:
-    """Chunks of a list, with a pause after each (but the last) as long as the caller's work on it took."""
+    """Chunks of a list, with a pause after each (but the last) as long as the caller's work on it
+    took, unless `hurry()` says the writer is behind (then no pause: it catches up first)."""
 
     def __init__(
-        self, sleep: Callable[[float], Any] = time.sleep, clock: Callable[[], float] = time.perf_counter
+        self,
+        sleep: Callable[[float], Any] = time.sleep,
+        clock: Callable[[], float] = time.perf_counter,
+        hurry: Callable[[], bool] = lambda: False,
     ) -> None:
         self._sleep = sleep
         self._clock = clock
+        self._hurry = hurry
 
     def chunks(self, items: list[Any], size: int = CHUNK_ROWS) -> Iterator[list[Any]]:
         for start in range(0, len(items), size):
             began = self._clock()
             yield items[start : start + size]
-            if start + size < len(items):
+            if start + size < len(items) and not self._hurry():
                 self._sleep(max(0.0, self._clock() - began))
 
 
-def db_insert(rows: list[Row], using: str = "default", lines: list[bytes] | None = None) -> None:
+def db_insert(
+    rows: list[Row], using: str = "default", lines: list[bytes] | None = None, pace: Pace | None = None
+) -> None:
     """Insert rows in one transaction; replays of committed rows are ignored (record_id unique).
 
     On PostgreSQL one statement does it all (routing.runtime.usage.pgbatch), from `lines`
@@ -253,7 +263,7 @@ def db_insert(rows: list[Row], using: str = "default", lines: list[bytes] | None
             raise  # unreachable: the caller keeps the rows
         except DatabaseError:  # refused content, or only the aggregates failing: the Python path decides
             pass
-    db_insert_python(rows, using=using)
+    db_insert_python(rows, using=using, pace=pace)
 
 
 def db_insert_python(rows: list[Row], using: str = "default", pace: Pace | None = None) -> None:
