@@ -187,7 +187,10 @@ def test_a_writer_behind_by_a_quarter_of_the_memory_bound_writes_without_pauses(
     """Under a saturating load the paused writer fell behind until its records spilled to disk
     (docs/usage-records.md#batch): past a quarter of the bound it catches up unpaused."""
     pauses: list[float] = []
-    sink = UsageSink(spool_dir=tmp_path, memory_bound=400)
+    # the Python insert path with the sink's pace (SQLite's path; PostgreSQL's one statement has no pauses)
+    sink = UsageSink(
+        spool_dir=tmp_path, memory_bound=400, insert=lambda rows: usage.writer.db_insert_python(rows, pace=sink._pace)
+    )
     sink._pace._sleep = pauses.append  # the writer's pauses, counted instead of slept
     for n in range(usage.writer.CHUNK_ROWS * 3):  # 75 waiting: under a quarter of 400
         sink.record(rec(n))
