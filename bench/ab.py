@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,10 +160,17 @@ def start(side: Side, how: str, mock_url: str, profile: str, work: Path, redis_u
     side.manage(["import_config", str(yaml_path)], env)
     agent = config.FEATURE_AGENT if profile == "features" else config.AGENT
     side.key = side.manage(["create_api_key", "--org", config.ORG, "--agent", agent], env).strip().splitlines()[-1]
+    serve(side, how, work)
+
+
+def serve(side: Side, how: str, work: Path) -> None:
+    """Start (or restart: a fresh process, same database and key) `side`'s server."""
+    if side.proc is not None:
+        side.proc.stop()
     port = procs.free_port()
     log = work / "logs"
     log.mkdir(exist_ok=True)
-    side.proc = procs.Proc(side.label, command(side, how, port), log, env, cwd=side.root)
+    side.proc = procs.Proc(side.label, command(side, how, port), log, side.env, cwd=side.root)
     side.url = f"http://127.0.0.1:{port}"
     procs.wait_http(f"{side.url}/health", side.proc, timeout=90)
 
@@ -300,6 +308,35 @@ def throughput_rounds(sides: list[Side], args: argparse.Namespace, work: Path) -
     return out
 
 
+MEMORY_REQUESTS = 10_000
+
+
+def memory_rounds(sides: list[Side], args: argparse.Namespace, work: Path) -> dict[str, list[float]]:
+    """Resident memory of a fresh server after 10 000 requests at `--connections` clients (the
+    memory row of `make bench`), each side restarted before each reading, ABBA, each alone."""
+    out: dict[str, list[float]] = {s.label: [] for s in sides}
+    for r in range(args.rounds):
+        for s in sides if r % 2 == 0 else list(reversed(sides)):
+            serve(s, args.command, work)
+            with alone(s, sides):
+                target = {
+                    "name": s.label,
+                    "url": f"{s.url}/v1/chat/completions",
+                    "headers": {"Authorization": f"Bearer {s.key}"},
+                    "body": body(args.profile),
+                }
+                spec = {"mode": "count", "target": target, "total": MEMORY_REQUESTS, "concurrency": args.connections}
+                raw = procs.loadgen({**spec, "max_s": 90}, timeout=150)
+                time.sleep(0.5)
+                if raw["done"] < MEMORY_REQUESTS or set(map(str, raw["statuses"])) - {"200"}:
+                    raise RuntimeError(
+                        f"memory round {r + 1}: {s.label} answered {raw['statuses']}: the comparison is void"
+                    )
+                out[s.label].append(s.proc.rss_mb())  # type: ignore[union-attr]
+        print(f"memory round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:.1f} MB" for k, v in out.items()))
+    return out
+
+
 @contextlib.contextmanager
 def running(sides: list[Side], args: argparse.Namespace, work: Path) -> Iterator[str]:
     mock, mock_url = procs.start_mock(work)
@@ -318,6 +355,7 @@ def figures(
     lat: dict[str, dict[str, list[float]]],
     rps: dict[str, list[float]],
     calls: dict[str, dict[str, list[float]]] | None = None,
+    memory: dict[str, list[float]] | None = None,
 ) -> list[ab_verdict.Figure]:
     low, high = ab_verdict.LOWER_IS_BETTER, ab_verdict.HIGHER_IS_BETTER
     out = []
@@ -332,6 +370,8 @@ def figures(
     ]
     if rps:
         out.append(ab_verdict.compare("req/s, wrk", rps["base"], rps["head"], high))
+    if memory:
+        out.append(ab_verdict.compare("RSS after 10 000 requests (MB)", memory["base"], memory["head"], low))
     return out
 
 
@@ -359,6 +399,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--no-throughput", action="store_true", help="latency only (wrk not needed)")
     p.add_argument("--no-calls", action="store_true", help="skip the in-process call count (bench/callcount.py)")
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="also each side's resident memory after 10 000 requests, a fresh process per reading",
+    )
     return p.parse_args(argv)
 
 
@@ -382,9 +427,10 @@ def main(argv: list[str] | None = None) -> int:
             rps = {} if args.no_throughput else throughput_rounds(sides, args, work)
             # both sides served the same requests: their resident memory now, one reading each (no verdict)
             rss = {s.label: s.proc.rss_mb() for s in sides if s.proc is not None}
+            memory = memory_rounds(sides, args, work) if args.memory else None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = figures(lat, rps, calls)
+    result = figures(lat, rps, calls, memory)
     print()
     print(ab_verdict.table(result, base.commit[:10], head.commit[:10]))
     print(f"\nresident memory after the run (MB, one reading): base {rss.get('base')}, head {rss.get('head')}")

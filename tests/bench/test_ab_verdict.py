@@ -89,6 +89,10 @@ def test_the_runner_builds_latency_and_throughput_figures_from_rounds():
     assert figs["added p99 (ms), 1 client"].verdict == SAME
     assert figs["req/s, wrk"].verdict == SAME
     assert "req/s, wrk" not in {f.name for f in ab.figures(lat, {})}
+    memory = {"base": [113.3, 113.3, 115.7], "head": [119.5, 126.1, 117.7]}
+    rss = {f.name: f for f in ab.figures(lat, rps, None, memory)}["RSS after 10 000 requests (MB)"]
+    assert rss.verdict == SLOWER and (rss.base_median, rss.head_median) == (113.3, 119.5)  # more memory is worse
+    assert "RSS after 10 000 requests (MB)" not in {f.name for f in ab.figures(lat, rps)}
 
 
 def test_fewer_rounds_than_asked_for_are_reported_as_not_measured():
