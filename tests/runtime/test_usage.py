@@ -349,6 +349,54 @@ def test_a_row_the_database_refuses_goes_to_the_rejected_file_and_does_not_block
 
 
 @pytest.mark.django_db
+def test_each_request_is_logged_once_through_an_outage_its_retries_and_a_spill(tmp_path, caplog):
+    """The writer parses queued records one batch at a time and logs them when first tried: a batch
+    the database refused and writes again, or one that goes to a spool file, is not logged twice."""
+    logger = logging.getLogger("switchboard.requests")
+    logger.addHandler(caplog.handler)
+    try:
+        caplog.set_level(logging.INFO, logger="switchboard.requests")
+        switch = Switch()
+        switch.down = True
+        sink = UsageSink(spool_dir=tmp_path, insert=switch, batch=2)
+        for n in range(3):
+            sink.record(rec(n))
+        assert not sink.drain()  # refused: its first chunk was tried, and logged
+        sink.record(rec(3))
+        assert not sink.drain()  # tried again: logged no more
+        sink.record(rec(4))
+        assert sink.spill() == 5  # the records never tried are logged as they go to the file
+        sink.record(rec(5))
+        switch.down = False
+        assert sink.drain()
+    finally:
+        logger.removeHandler(caplog.handler)
+    logged = [orjson.loads(r.getMessage().split("\n")[i])["request_id"] for r in caplog.records
+              if r.name == "switchboard.requests" for i in range(r.getMessage().count("\n") + 1)]  # fmt: skip
+    assert sorted(logged) == [f"req-{n}" for n in range(6)]
+    assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == [f"req-{n}" for n in range(6)]
+
+
+def test_a_queued_record_is_held_as_its_journal_line_not_as_the_dict(tmp_path):
+    """What waits for the writer is the record's JSON line: the memory of a backlog (the peak of a
+    burst the writer has not caught up with) is about a third of the dicts' (docs/usage-records.md#queue)."""
+    import tracemalloc
+
+    sink = UsageSink(spool_dir=tmp_path, insert=Switch())
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(2000):  # each record made and queued, as the request path does
+            sink.record(rec(n, trail=[["op-chat", "ok"]], cost=0.000123, price_version="v1"))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    line = len(usage.spool.dumps_line(rec(1999, trail=[["op-chat", "ok"]], cost=0.000123, price_version="v1")))
+    assert sink.memory_count() == 2000
+    assert held / 2000 < line + 100, f"{held / 2000:.0f} bytes held a record against a {line}-byte line"
+
+
+@pytest.mark.django_db
 def test_one_json_log_line_per_request_without_secrets(tmp_path, caplog):
     logger = logging.getLogger("switchboard.requests")
     logger.addHandler(caplog.handler)

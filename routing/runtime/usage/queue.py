@@ -1,7 +1,10 @@
 """The in-memory queue of usage records and the process's writer (docs/usage-records.md).
 
-The request path calls `record(...)`: one deque append and one journal write()
-(routing.runtime.usage.spool), no database or fsync. A background writer
+The request path calls `record(...)`: the record's JSON line goes to one deque and
+to the journal (one write(), routing.runtime.usage.spool), no database or fsync. The
+queue holds those lines, not the record dicts: a third of the memory while records
+wait, nothing for the garbage collector to walk, and the one-statement batch
+(PostgreSQL) sends them as they are; the writer parses one batch at a time. A background writer
 (`run_writer`, on the serving loop) hands batches to one dedicated daemon thread
 that inserts them (routing.runtime.usage.writer); `record_id` is unique, so writing the
 same record twice is harmless and every replay below is idempotent.
@@ -48,6 +51,7 @@ from routing.runtime.usage.spool import (
     _fsync_dir,
     _spool_pid,
     dumps_line,
+    parse_lines,
     pid_alive,
     read_rows,
     sync_files,
@@ -86,11 +90,9 @@ class UsageSink:
         self.using = using
         self._insert = insert
         self.pid = pid if pid is not None else os.getpid()
-        self._pending: deque[Row] = deque()  # appended by the request path
-        self._pending_lines: deque[bytes] = deque()  # their journal lines, for the one-statement batch
-        self._keep_lines: bool | None = None  # PostgreSQL only (decided on the first record)
-        self._staged: list[Row] = []  # taken by the writer (and logged), not yet committed
-        self._staged_lines: list[bytes] | None = []  # their lines, or None when not all are known
+        self._pending: deque[bytes] = deque()  # records' JSON lines, appended by the request path
+        self._staged: list[bytes] = []  # lines taken by the writer, not yet committed
+        self._logged = 0  # how many of _staged (from its front) have had their request log line
         self._mem_lock = threading.Lock()  # guards _staged swaps; never held across I/O
         self._db_lock = threading.Lock()  # one drain at a time
         self._spool_lock = threading.Lock()
@@ -155,28 +157,14 @@ class UsageSink:
             row = fields  # type: ignore[assignment]
         if "created_at" not in row:
             row["created_at"] = time.time()
+        # orjson hands back its 4 KB output buffer with the line in it: the copy holds the line alone
+        line = bytes(memoryview(dumps_line(row)))
         if not self.journal_enabled:
-            self._pending.append(row)
+            self._pending.append(line)
             return
-        line = dumps_line(row)
-        keep = self._keep_lines
-        if keep is None:
-            keep = self._keep_lines = self._wants_lines()
         with self._journal_lock:  # the journal file then holds exactly what _pending holds
-            self._pending.append(row)
-            if keep:
-                self._pending_lines.append(line)
+            self._pending.append(line)
             self._journal.append(line)
-
-    def _wants_lines(self) -> bool:
-        """Keep each record's journal line beside it only where the one-statement batch uses them
-        (PostgreSQL): elsewhere they only cost memory (about +50 MB of RSS after 10 000 requests
-        at 32 clients on SQLite, measured with `python -m bench.run --only memory`)."""
-        if self._insert is not None:
-            return False
-        from django.conf import settings
-
-        return "postgresql" in settings.DATABASES.get(self.using, {}).get("ENGINE", "")
 
     def discard(self) -> int:
         """Drop every queued record and return how many (tests that drive the request path in-process)."""
@@ -184,10 +172,9 @@ class UsageSink:
             dropped = len(self._pending) + len(self._staged)
             with self._journal_lock:
                 self._pending.clear()
-                self._pending_lines.clear()
                 fd, path = self._journal.rotate()
             self._staged.clear()
-            self._staged_lines = []
+            self._logged = 0
             files, self._journal_files = self._journal_files, []
         self._journal.seal(fd)
         self._remove([*files, *([path] if path else [])])
@@ -207,14 +194,13 @@ class UsageSink:
 
     # ------------------------------------------------------------------ draining
 
-    def _take_pending(self) -> list[Row]:
-        """Move queued records to the caller (call under _mem_lock), logging their request lines once.
+    def _take_pending(self) -> list[bytes]:
+        """Move queued records' lines to the caller (call under _mem_lock).
 
         The journal rotates in the same step, so the rotated file (kept in
         _journal_files until its rows are committed or spooled) holds exactly them.
-        Their journal lines go to _staged_lines when there is one for each of them.
         """
-        taken: list[Row] = []
+        taken: list[bytes] = []
         pending = self._pending
         with self._journal_lock:
             while True:
@@ -222,25 +208,22 @@ class UsageSink:
                     taken.append(pending.popleft())
                 except IndexError:
                     break
-            lines = list(self._pending_lines)
-            self._pending_lines.clear()
             fd, path = self._journal.rotate() if taken else (None, None)
-        if not self._staged:
-            self._staged_lines = []
-        if self._staged_lines is not None:
-            if len(lines) == len(taken):  # journal on throughout (else rows queued without a line)
-                self._staged_lines.extend(lines)
-            else:
-                self._staged_lines = None
         if path is not None:
             self._journal_files.append(path)
             self._unsealed.append(fd)  # fsynced and closed by _seal() once _mem_lock is released
-        if taken:
+        return taken
+
+    def _log_once(self, rows: list[Row], first: int, count: int) -> None:
+        """The request log lines of `rows` (parsed from the `count` lines at `first` in _staged) not
+        logged yet (call under _mem_lock): a batch the database refused is written again, logged once."""
+        fresh = rows[max(0, self._logged - first) :]
+        self._logged = max(self._logged, first + count)
+        if fresh:
             try:
-                log_requests(taken)
+                log_requests(fresh)
             except Exception:  # noqa: BLE001 - a log failure must not lose the record
                 pass
-        return taken
 
     def _remove(self, files: list[Path]) -> None:
         """Delete journal files whose rows are committed or spooled."""
@@ -341,12 +324,16 @@ class UsageSink:
             self._staged.extend(self._take_pending())
             staged = self._staged
             todo = list(staged)
-            todo_lines = list(self._staged_lines) if self._staged_lines is not None else None
         self._seal()
         size = self.batch
         for i in range(0, len(todo), size):
-            chunk = todo[i : i + size]
-            if not self._write(chunk, todo_lines[i : i + size] if todo_lines is not None else None):
+            lines = todo[i : i + size]
+            rows = parse_lines(lines)
+            with self._mem_lock:
+                if self._staged is not staged:  # spilled meanwhile: the spool file has them
+                    return True
+                self._log_once(rows, 0, len(lines))  # the committed chunks before it are gone from _staged
+            if not self._write(rows, lines):
                 with self._mem_lock:
                     unsynced = [p for p in self._journal_files if p not in self._synced]
                     self._synced.update(unsynced)
@@ -355,9 +342,8 @@ class UsageSink:
             with self._mem_lock:
                 if self._staged is not staged:  # spilled meanwhile: the spool file has them
                     return True
-                del staged[: len(chunk)]
-                if self._staged_lines is not None:
-                    del self._staged_lines[: len(chunk)]
+                del staged[: len(lines)]
+                self._logged = max(0, self._logged - len(lines))
                 done = [] if staged else self._journal_files
                 if not staged:
                     self._journal_files = []
@@ -373,27 +359,29 @@ class UsageSink:
     def spill(self) -> int:
         """Move every record in memory to a new spool file (fsynced). Returns rows written."""
         with self._mem_lock:
-            rows = self._staged + self._take_pending()
+            lines = self._staged + self._take_pending()
+            if len(lines) > self._logged:
+                self._log_once(parse_lines(lines[self._logged :]), self._logged, len(lines) - self._logged)
             self._staged = []
-            self._staged_lines = []
+            self._logged = 0
             files, self._journal_files = self._journal_files, []
         self._seal()
-        if not rows:
+        if not lines:
             self._remove(files)
             return 0
         try:
-            self._write_spool(rows)
+            self._write_spool(lines)
         except OSError:
             with self._mem_lock:  # disk failed too: keep them in memory rather than lose them
-                self._staged[:0] = rows
-                self._staged_lines = None
+                self._staged[:0] = lines
+                self._logged += len(lines)
                 self._journal_files[:0] = files
-            log.exception("cannot write usage spool file in %s; %d records stay in memory", self.spool_dir, len(rows))
+            log.exception("cannot write usage spool file in %s; %d records stay in memory", self.spool_dir, len(lines))
             return 0
         self._remove(files)  # the fsynced spool file has their rows now
-        return len(rows)
+        return len(lines)
 
-    def _write_spool(self, rows: list[Row]) -> Path:
+    def _write_spool(self, lines: list[bytes]) -> Path:
         with self._spool_lock:
             directory = self.spool_dir
             directory.mkdir(parents=True, exist_ok=True)
@@ -401,14 +389,14 @@ class UsageSink:
             name = f"spool-{self.pid}-{time.time_ns()}-{self._seq}.jsonl"
             tmp = directory / (name + ".tmp")
             with open(tmp, "wb") as f:
-                f.write(_dumps(rows))
+                f.write(b"".join(lines))
                 f.flush()
                 os.fsync(f.fileno())
             path = directory / name
             os.replace(tmp, path)
             _fsync_dir(directory)
-            self._spooled[name] = len(rows)
-        log.info("spooled %d usage records to %s", len(rows), path)
+            self._spooled[name] = len(lines)
+        log.info("spooled %d usage records to %s", len(lines), path)
         return path
 
     def _read_spool(self, path: Path) -> list[Row]:
@@ -483,7 +471,7 @@ class UsageSink:
         for group in groups:
             rows = interrupted_rows(group)
             if rows:
-                self._write_spool(rows)
+                self._write_spool([dumps_line(r) for r in rows])
                 log.warning("%d stream(s) cut by the end of their process recorded as interrupted", len(rows))
             unlink_quietly(group)
         return len(groups)

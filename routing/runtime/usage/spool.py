@@ -63,6 +63,20 @@ def _dumps(rows: Iterable[Row]) -> bytes:
     return b"".join(dumps_line(r) for r in rows)
 
 
+def parse_lines(lines: list[bytes]) -> list[Row]:
+    """Records from their JSON lines (as `dumps_line` made them), in one parse for the whole list."""
+    try:
+        rows = orjson.loads(b"[" + b",".join(lines) + b"]")
+    except orjson.JSONDecodeError:  # not from dumps_line: line by line, as a spool file is read
+        rows = []
+        for line in lines:
+            try:
+                rows.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                log.error("dropping a usage record that is not JSON: %r", line[:200])
+    return [r for r in rows if isinstance(r, dict)]
+
+
 def read_rows(path: Path) -> list[Row]:
     """The records of a spool or journal file; a torn last line (killed mid-write) is skipped."""
     rows: list[Row] = []
