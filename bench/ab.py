@@ -143,9 +143,11 @@ def command(side: Side, how: str, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def start(side: Side, how: str, mock_url: str, profile: str, work: Path, redis_url: str = "") -> None:
+def start(
+    side: Side, how: str, mock_url: str, profile: str, work: Path, redis_url: str = "", database_url: str = ""
+) -> None:
     env = {
-        "DATABASE_URL": f"sqlite:///{work / (side.label + '.sqlite3')}",
+        "DATABASE_URL": database_url or f"sqlite:///{work / (side.label + '.sqlite3')}",
         "REDIS_URL": redis_url,
         # each side its own keys in a shared Redis: two clusters of one process, never one of two
         "SWITCHBOARD_CLUSTER": f"ab-{side.label}-{os.urandom(3).hex()}",
@@ -340,15 +342,20 @@ def memory_rounds(sides: list[Side], args: argparse.Namespace, work: Path) -> di
 @contextlib.contextmanager
 def running(sides: list[Side], args: argparse.Namespace, work: Path) -> Iterator[str]:
     mock, mock_url = procs.start_mock(work)
+    databases: list[procs.ThrowawayPostgres] = []
     try:
         for s in sides:
-            start(s, args.command, mock_url, args.profile, work, args.redis)
+            if args.postgres:  # each side a database of its own on that server
+                databases.append(procs.ThrowawayPostgres(args.postgres))
+            start(s, args.command, mock_url, args.profile, work, args.redis, databases[-1].url if databases else "")
         yield mock_url
     finally:
         for s in sides:
             if s.proc is not None:
                 s.proc.stop()
         mock.stop()
+        for db in databases:
+            db.drop()
 
 
 def figures(
@@ -390,6 +397,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default="",
         metavar="URL",
         help="serve both sides with this REDIS_URL (shared limits, cache and breakers; default: no Redis)",
+    )
+    p.add_argument(
+        "--postgres",
+        default="",
+        metavar="URL",
+        help="serve each side on a throwaway database of its own on this PostgreSQL server (default: SQLite)",
     )
     p.add_argument(
         "--command",
@@ -441,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         "head": head.commit,
         "profile": args.profile,
         "command": args.command,
+        "database": "postgresql" if args.postgres else "sqlite",
         "rounds": args.rounds,
         "connections": args.connections,
         "loadavg": load,
