@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from routing.core.compact import compact
 from routing.core.errors import CATALOGUE
 from routing.core.failures import _REASON
 
@@ -357,5 +358,5 @@ def body() -> bytes:
     """The document as JSON bytes, built on first use and kept."""
     global _body
     if _body is None:
-        _body = orjson.dumps(document())
+        _body = compact(orjson.dumps(document()))
     return _body

@@ -44,11 +44,12 @@ import uuid
 import zlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
+from routing.core.compact import compact
 from routing.runtime.redis_batch import Batcher
 
 log = logging.getLogger("switchboard.cache")
@@ -171,6 +172,8 @@ class MemoryCache:
             return False
         if key in self._entries:
             self._drop(key)
+        # kept until evicted: a translated answer comes from orjson, whose bytes hold its whole buffer
+        entry = replace(entry, body=compact(entry.body))
         self._entries[key] = (entry, self._clock() + ttl_s)
         self.bytes += size
         while len(self._entries) > self.max_entries or self.bytes > self.max_bytes:

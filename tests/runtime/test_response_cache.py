@@ -71,6 +71,26 @@ def test_replacing_an_entry_keeps_the_byte_count_exact():
     assert cache.bytes == entry(b"y" * 10).size and len(cache) == 1
 
 
+def test_a_stored_answer_holds_its_length_not_the_json_encoders_buffer():
+    """A translated answer is orjson's output, whose bytes keep the encoder's whole buffer (4 KB
+    for a short answer, 32 KB for a 3 KB one): the byte bound must count what the cache holds."""
+    import tracemalloc
+
+    import orjson
+
+    cache = MemoryCache(clock=Clock())
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(200):
+            cache.put(f"k{n}", entry(orjson.dumps({"id": n, "content": "x" * 3000})), 60)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(cache) == 200
+    assert held < 1.5 * cache.bytes, f"{held / 200:.0f} bytes held an answer counted as {cache.bytes / 200:.0f}"
+
+
 @pytest.mark.parametrize("body", [b'{"small":1}', b'{"data":"' + b"abc" * 2000 + b'"}', os.urandom(4000)])
 def test_entries_survive_the_redis_encoding_compressed_only_when_that_pays(body):
     e = entry(body)

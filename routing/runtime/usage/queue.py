@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from routing.core.compact import compact
 from routing.runtime.request_log import log_requests
 from routing.runtime.usage.spool import (
     JOURNAL_PREFIX,
@@ -157,8 +158,7 @@ class UsageSink:
             row = fields  # type: ignore[assignment]
         if "created_at" not in row:
             row["created_at"] = time.time()
-        # orjson hands back its 4 KB output buffer with the line in it: the copy holds the line alone
-        line = bytes(memoryview(dumps_line(row)))
+        line = compact(dumps_line(row))  # held until written: not in orjson's 4 KB buffer
         if not self.journal_enabled:
             self._pending.append(line)
             return
