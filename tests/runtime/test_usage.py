@@ -377,6 +377,20 @@ def test_each_request_is_logged_once_through_an_outage_its_retries_and_a_spill(t
     assert sorted(UsageRecord.objects.values_list("request_id", flat=True)) == [f"req-{n}" for n in range(6)]
 
 
+def test_a_torn_line_is_skipped_with_a_warning_in_a_file_and_in_a_batch_of_queued_lines(tmp_path, caplog):
+    from routing.runtime.usage.spool import dumps_line, parse_lines
+
+    whole = [dumps_line(rec(1)), dumps_line(rec(2))]
+    path = tmp_path / "wal-1-1-1.jsonl"
+    path.write_bytes(b"".join(whole) + dumps_line(rec(3))[:40])  # killed mid-write
+    with caplog.at_level(logging.WARNING, logger="switchboard.usage"):
+        assert [r["request_id"] for r in read_rows(path)] == ["req-1", "req-2"]
+        assert [r["request_id"] for r in parse_lines([*whole, b'{"request_id": "req-3"'])] == ["req-1", "req-2"]
+        assert [r["request_id"] for r in parse_lines(whole)] == ["req-1", "req-2"]
+    torn = [r.getMessage() for r in caplog.records if "torn usage line" in r.getMessage()]
+    assert torn == [f"skipping a torn usage line in usage file {path}", "skipping a torn usage line in the usage queue"]
+
+
 def test_a_queued_record_is_held_as_its_journal_line_not_as_the_dict(tmp_path):
     """What waits for the writer is the record's JSON line: the memory of a backlog (the peak of a
     burst the writer has not caught up with) is about a third of the dicts' (docs/usage-records.md#queue)."""

@@ -4,8 +4,8 @@ The request path calls `record(...)`: the record's JSON line goes to one deque a
 to the journal (one write(), routing.runtime.usage.spool), no database or fsync. The
 queue holds those lines, not the record dicts: a third of the memory while records
 wait, nothing for the garbage collector to walk, and the one-statement batch
-(PostgreSQL) sends them as they are; the writer parses one batch at a time. A background writer
-(`run_writer`, on the serving loop) hands batches to one dedicated daemon thread
+(PostgreSQL) sends them as they are; the writer parses one batch at a time
+(docs/usage-records.md#queue). A background writer (`run_writer`, on the serving loop) hands batches to one dedicated daemon thread
 that inserts them (routing.runtime.usage.writer); `record_id` is unique, so writing the
 same record twice is harmless and every replay below is idempotent.
 

@@ -63,38 +63,39 @@ def _dumps(rows: Iterable[Row]) -> bytes:
     return b"".join(dumps_line(r) for r in rows)
 
 
-def parse_lines(lines: list[bytes]) -> list[Row]:
-    """Records from their JSON lines (as `dumps_line` made them), in one parse for the whole list."""
-    try:
-        rows = orjson.loads(b"[" + b",".join(lines) + b"]")
-    except orjson.JSONDecodeError:  # not from dumps_line: line by line, as a spool file is read
-        rows = []
-        for line in lines:
-            try:
-                rows.append(orjson.loads(line))
-            except orjson.JSONDecodeError:
-                log.error("dropping a usage record that is not JSON: %r", line[:200])
-    return [r for r in rows if isinstance(r, dict)]
-
-
-def read_rows(path: Path) -> list[Row]:
-    """The records of a spool or journal file; a torn last line (killed mid-write) is skipped."""
+def _each_line(lines: Iterable[bytes], where: object) -> list[Row]:
+    """Records line by line; a line that is not a JSON object (a torn last line of a killed
+    process's file) is skipped with a warning naming `where`."""
     rows: list[Row] = []
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return rows
-    for line in data.splitlines():
+    for line in lines:
         if not line.strip():
             continue
         try:
             row = orjson.loads(line)
         except orjson.JSONDecodeError:
-            log.warning("skipping a torn line in usage file %s", path)
+            log.warning("skipping a torn usage line in %s", where)
             continue
         if isinstance(row, dict):
             rows.append(row)
     return rows
+
+
+def parse_lines(lines: list[bytes]) -> list[Row]:
+    """Records from their JSON lines (as `dumps_line` made them), in one parse for the whole list."""
+    try:
+        rows = orjson.loads(b"[" + b",".join(lines) + b"]")
+    except orjson.JSONDecodeError:  # not all from dumps_line: line by line, as a file is read
+        return _each_line(lines, "the usage queue")
+    return [r for r in rows if isinstance(r, dict)]
+
+
+def read_rows(path: Path) -> list[Row]:
+    """The records of a spool or journal file; a torn last line (killed mid-write) is skipped."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    return _each_line(data.splitlines(), f"usage file {path}")
 
 
 def pid_alive(pid: int) -> bool:
