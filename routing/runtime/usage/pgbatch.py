@@ -31,7 +31,7 @@ from typing import Any
 
 from routing.runtime.usage import rollup
 from routing.runtime.usage.bounds import MAX_JSON_ITEMS, MAX_TEXT, TRAIL_ITEM_VALUES, TRAIL_VALUE_CHARS
-from routing.runtime.usage.spool import _json_default, dumps_line
+from routing.runtime.usage.spool import json_array
 
 _sql: dict[str, str] = {}
 
@@ -251,15 +251,8 @@ def batch_statement(connection: Any, using: str) -> str:
 
 
 def payload(rows: list[dict[str, Any]], lines: list[bytes] | None) -> str:
-    """The batch as one JSON array: the journal's lines when the caller has them, else encoded here in one call."""
-    if lines is not None and len(lines) == len(rows):
-        return (b"[" + b",".join(lines) + b"]").decode()
-    import orjson
-
-    try:
-        return orjson.dumps(rows, default=_json_default).decode()
-    except TypeError:  # a lone surrogate: escaped line by line as the journal does
-        return (b"[" + b",".join(dumps_line(r) for r in rows) + b"]").decode()
+    """The batch as one JSON array (routing.runtime.usage.spool.json_array), as text for the parameter."""
+    return json_array(rows, lines).decode()
 
 
 def write(connection: Any, using: str, rows: list[dict[str, Any]], lines: list[bytes] | None = None) -> bool:

@@ -63,6 +63,17 @@ def _dumps(rows: Iterable[Row]) -> bytes:
     return b"".join(dumps_line(r) for r in rows)
 
 
+def json_array(rows: list[Row], lines: list[bytes] | None) -> bytes:
+    """A batch as one JSON array for the database to parse: the rows' journal lines when the
+    caller has one per row, else encoded here in one call (routing.runtime.usage.pgbatch, .sqlitebatch)."""
+    if lines is not None and len(lines) == len(rows):
+        return b"[" + b",".join(lines) + b"]"
+    try:
+        return orjson.dumps(rows, default=_json_default)
+    except TypeError:  # a lone surrogate: escaped line by line as the journal does
+        return b"[" + b",".join(dumps_line(r) for r in rows) + b"]"
+
+
 def _each_line(lines: Iterable[bytes], where: object) -> list[Row]:
     """Records line by line; a line that is not a JSON object (a torn last line of a killed
     process's file) is skipped with a warning naming `where`."""

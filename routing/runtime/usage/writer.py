@@ -3,9 +3,9 @@
 `db_insert` writes a batch in one transaction with `ON CONFLICT (record_id) DO NOTHING`,
 so replaying rows that are already committed is harmless, and adds the batch's new
 rows to the per-key totals (routing.runtime.usage.keys) and the hourly aggregates
-(routing.runtime.usage.rollup). On PostgreSQL one statement does all of it in the database
-(routing.runtime.usage.pgbatch); `db_insert_python` converts row by row here (SQLite, and a
-batch that statement refuses). Text that PostgreSQL refuses (NUL, lone surrogates) is
+(routing.runtime.usage.rollup). The database does all of it (routing.runtime.usage.pgbatch on
+PostgreSQL, routing.runtime.usage.sqlitebatch on SQLite); `db_insert_python` converts row by
+row here (a batch those refuse, and other databases). Text that PostgreSQL refuses (NUL, lone surrogates) is
 escaped, never dropped: see docs/usage-records.md#batch and #characters.
 """
 
@@ -24,7 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 from routing.runtime.usage import keys as key_usage
-from routing.runtime.usage import pgbatch, rollup
+from routing.runtime.usage import pgbatch, rollup, sqlitebatch
 from routing.runtime.usage.bounds import MAX_JSON_ITEMS, MAX_TEXT, TRAIL_ITEM_VALUES, TRAIL_VALUE_CHARS
 
 log = logging.getLogger("switchboard.usage")
@@ -244,9 +244,10 @@ def db_insert(
 ) -> None:
     """Insert rows in one transaction; replays of committed rows are ignored (record_id unique).
 
-    On PostgreSQL one statement does it all (routing.runtime.usage.pgbatch), from `lines`
-    (the rows' journal lines) when the caller has them; a batch that statement cannot
-    take exactly (a NUL, an odd value) is written by `db_insert_python`, as on SQLite.
+    The database does it all, from `lines` (the rows' journal lines) when the caller has
+    them: one statement on PostgreSQL (routing.runtime.usage.pgbatch), a few inside SQLite
+    (routing.runtime.usage.sqlitebatch). A batch they cannot take exactly (a NUL, an odd
+    value) is written by `db_insert_python`.
     Raises OperationalError/InterfaceError (and other DatabaseErrors) when the database
     cannot take them, `_Poison` when it refuses their content.
     """
@@ -254,9 +255,10 @@ def db_insert(
 
     global _aggregates_failing
     connection = connections[using]
-    if rows and connection.vendor == "postgresql":
+    fast = {"postgresql": pgbatch.write, "sqlite": sqlitebatch.write}.get(connection.vendor)
+    if rows and fast is not None:
         try:
-            if pgbatch.write(connection, using, rows, lines):
+            if fast(connection, using, rows, lines):
                 _aggregates_failing = False
                 return
         except (OperationalError, InterfaceError):
@@ -267,7 +269,7 @@ def db_insert(
 
 
 def db_insert_python(rows: list[Row], using: str = "default", pace: Pace | None = None) -> None:
-    """`db_insert` converting each row in Python: SQLite, and batches the one-statement path refuses.
+    """`db_insert` converting each row in Python: batches the in-database paths refuse.
 
     Plain `executemany` rather than ORM objects: this runs on a thread beside the
     event loop, and every bit of Python work here is GIL time the loop waits for.

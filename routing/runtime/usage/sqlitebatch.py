@@ -1,0 +1,302 @@
+"""A usage batch on SQLite converted, deduplicated and aggregated inside SQLite (docs/usage-records.md#batch).
+
+The Python path (routing.runtime.usage.writer.db_insert_python) spends about 30 µs of
+interpreter time a row: 34 columns converted, `executemany` binding each row and
+handing the GIL back and forth around every step, then the per-key and hourly sums.
+That is GIL time the event loop waits for. Here the batch's JSON lines (the journal's
+own encoding) go to SQLite as ONE text parameter; `json_each` parses them and a handful
+of statements do the rest in C, and Python's sqlite3 module releases the GIL while a
+statement runs. The Python work per batch is one `bytes.join` and ten `execute` calls.
+
+Exactness first. The statements produce what the Python path stores byte for byte (the
+same TEXT for a datetime, the same decimal text for a cost that SQLite's NUMERIC
+affinity turns into the same number, `json.dumps`'s spacing for the trail), but only
+for the shapes they can convert exactly. A batch with anything else (a number where text
+is expected, a negative token count, a cost with more than 8 decimals, a NUL, a trail
+item holding a comma or a non-ASCII character, ...) is not written here: `write` returns
+False and the caller writes it the Python way, as the PostgreSQL statement does
+(routing.runtime.usage.pgbatch). tests/runtime/test_usage_sqlitebatch.py writes the same
+batches both ways and compares every stored value and its storage class.
+
+The epoch floats (created_at, latency_ms) are read back by SQLite's own number parser;
+`write` checks once per process that it returns every double the journal's encoder
+writes (seeded samples across the ranges records use) and otherwise keeps the Python path.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sqlite3
+from typing import Any
+
+from routing.runtime.usage import rollup
+from routing.runtime.usage.bounds import MAX_JSON_ITEMS, MAX_TEXT, TRAIL_ITEM_VALUES, TRAIL_VALUE_CHARS
+from routing.runtime.usage.spool import json_array
+
+BATCH = "sb_usage_batch"  # a TEMP table: per connection, never in the database file
+_statements: dict[str, list[str]] = {}
+_floats_exact: bool | None = None
+# A NUL (the Python path stores it as the text \x00) or an escaped surrogate: left to Python.
+_NEEDS_PYTHON = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]")
+# Integer columns: JSON integers in this range (a larger one would not stay an integer in SQLite).
+_MAX_INT = 2**53
+_MAX_EPOCH = 253402300800  # year 10000
+
+
+def _v(name: str) -> str:
+    return f"(j ->> '$.{name}')"
+
+
+def _t(name: str) -> str:
+    return f"coalesce(json_type(j, '$.{name}'), 'null')"
+
+
+def _decimal_text(units: str) -> str:
+    """Text of `units` (an integer count of 1e-8, >= 0) as a decimal with 8 places."""
+    return f"(({units}) / 100000000) || '.' || printf('%08d', ({units}) % 100000000)"
+
+
+def _columns() -> list[tuple[str, str, str]]:
+    """Per UsageRecord column: (column, value over the parsed row `r`, shape check over the JSON object `j`)."""
+    from django.db import models
+
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
+    from routing.models import UsageRecord
+
+    out: list[tuple[str, str, str]] = []
+    for f in UsageRecord._meta.concrete_fields:
+        if f.primary_key:
+            continue
+        name, v, t = f.name, _v(f.name), _t(f.name)
+        if name == "record_id":
+            value = f"substr(coalesce(nullif({v}, ''), substr({_v('request_id')}, 1, 32)), 1, {f.max_length})"
+            out.append((f.column, value, f"{t} IN ('text', 'null')"))
+        elif name == "request_id":
+            out.append((f.column, f"substr({v}, 1, {f.max_length})", f"{t} = 'text' AND {v} <> ''"))
+        elif isinstance(f, models.CharField | models.TextField):
+            n = f.max_length if isinstance(f, models.CharField) else MAX_TEXT
+            out.append((f.column, f"coalesce(substr({v}, 1, {n}), '')", f"{t} IN ('text', 'null')"))
+        elif isinstance(f, models.DateTimeField):
+            # str() of the naive UTC datetime datetime.fromtimestamp gives: whole seconds, then
+            # the fraction * 1e6 rounded half to even, ".ffffff" only when not zero.
+            value = (
+                "datetime(r.secs + (r.us = 1000000), 'unixepoch') "
+                "|| CASE WHEN r.us % 1000000 = 0 THEN '' ELSE printf('.%06d', r.us) END"
+            )
+            out.append((f.column, value, f"{t} IN ('integer', 'real') AND {v} >= 0 AND {v} < {_MAX_EPOCH}"))
+        elif isinstance(f, models.DecimalField):
+            # Costs are rounded to 8 places when made: then the quantize of the Python path
+            # changes nothing and the cost is an exact count of 1e-8 (r.units).
+            out.append(
+                (f.column, f"CASE WHEN r.units IS NULL THEN NULL ELSE {_decimal_text('r.units')} END", "r.cost_ok")
+            )
+        elif isinstance(f, models.BooleanField):
+            out.append((f.column, f"coalesce({v}, 0)", f"{t} IN ('true', 'false', 'null')"))
+        elif isinstance(f, models.PositiveIntegerField):
+            value = v if f.null else f"coalesce({v}, 0)"
+            out.append((f.column, value, f"{t} = 'null' OR ({t} = 'integer' AND {v} BETWEEN 0 AND {_MAX_INT})"))
+        elif isinstance(f, models.FloatField):
+            value = v if f.null else f"coalesce({v}, 0.0)"
+            out.append((f.column, value, f"{t} IN ('integer', 'real', 'null')"))
+        elif isinstance(f, models.JSONField):
+            # json.dumps of the trail as the Python path stores it: ", " between items. Exact when no
+            # string holds a comma, a bracket, a quote, a backslash or a non-ASCII character, and
+            # nothing needs cutting (items, values per item, characters per value).
+            raw = f"(j -> '$.{name}')"
+            depth = "(length(x.fullkey) - length(replace(x.fullkey, '[', '')))"
+            bad_node = (
+                f"({depth} >= 1 AND x.type NOT IN ('text', 'array')) "
+                f"OR ({depth} = 1 AND x.type = 'array' AND json_array_length(x.value) > {TRAIL_ITEM_VALUES}) "
+                f"OR ({depth} >= 2 AND x.type <> 'text') "
+                f"OR (x.type = 'text' AND (length(x.atom) > {TRAIL_VALUE_CHARS} OR instr(x.atom, ',') > 0 "
+                "OR instr(x.atom, '[') > 0 OR instr(x.atom, ']') > 0))"
+            )
+            check = (
+                f"{t} = 'null' OR ({t} = 'array' AND json_array_length(j, '$.{name}') <= {MAX_JSON_ITEMS} "
+                f"AND instr({raw}, '\\') = 0 AND NOT ({raw} GLOB '*[^ -~]*') "
+                f"AND NOT EXISTS (SELECT 1 FROM json_tree(j, '$.{name}') AS x WHERE {bad_node}))"
+            )
+            out.append((f.column, f"CASE WHEN {t} = 'array' THEN replace({raw}, ',', ', ') ELSE '[]' END", check))
+        else:
+            raise TypeError(f"no SQL conversion for usage field {f.name} ({type(f).__name__})")
+    return out
+
+
+def _cost_parts() -> str:
+    """The cost's JSON text split into digits and the power of ten that makes it a count of 1e-8."""
+    c = "lower(j -> '$.cost')"
+    return f"""
+  SELECT o, j, mant, ex, replace(mant, '.', '') AS digits,
+    ex - CASE instr(mant, '.') WHEN 0 THEN 0 ELSE length(mant) - instr(mant, '.') END + 8 AS k
+  FROM (
+    SELECT o, j,
+      CASE instr({c}, 'e') WHEN 0 THEN {c} ELSE substr({c}, 1, instr({c}, 'e') - 1) END AS mant,
+      CASE instr({c}, 'e') WHEN 0 THEN 0 ELSE CAST(substr({c}, instr({c}, 'e') + 1) AS INTEGER) END AS ex
+    FROM src
+  )"""
+
+
+def statements(quote: Any) -> list[str]:
+    """The batch's statements, in order (parameters: ?1 the JSON array, ?2.. the latency bounds).
+
+    0 empties the batch table, 1 fills it (converted columns, the shape check, the raw
+    values the aggregates sum), 2 counts refused rows, 3-4 drop replays and duplicates,
+    5 inserts the records, 6 the per-key totals, 7.. one rollup grouping each.
+    """
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
+    from routing.models import KeyUsage, UsageRecord, UsageRollup
+
+    q = quote
+    cols = _columns()
+    names = [c for c, _, _ in cols]
+    shape = " AND ".join(f"({check})" for _, _, check in cols)
+    usage, keys, roll = (q(m._meta.db_table) for m in (UsageRecord, KeyUsage, UsageRollup))
+    lat = " + ".join(f"(r.lat_ms >= ?{i + 2})" for i in range(len(rollup.LATENCY_BOUNDS_MS)))
+    batch_cols = ", ".join(q(c) for c in names)
+    fill = f"""
+INSERT INTO temp.{BATCH} (o, ok, {batch_cols}, units, hour, lat)
+WITH src AS (
+  SELECT key AS o, value AS j FROM json_each(?1)
+), cost AS ({_cost_parts()}
+), parsed AS (
+  SELECT cost.o, cost.j,
+    CASE WHEN {_t("cost")} = 'null' THEN NULL
+      ELSE CAST(cost.digits AS INTEGER) * CAST('1' || substr('000000000000000000', 1, cost.k) AS INTEGER) END AS units,
+    {_t("cost")} = 'null' OR ({_t("cost")} IN ('integer', 'real') AND substr(cost.mant, 1, 1) <> '-'
+      AND cost.k BETWEEN 0 AND 18 AND length(cost.digits) + cost.k <= 18) AS cost_ok,
+    CAST({_v("created_at")} AS INTEGER) AS secs,
+    ({_v("created_at")} - CAST({_v("created_at")} AS INTEGER)) * 1000000.0 AS frac_us,
+    coalesce({_v("latency_ms")}, 0.0) AS lat_ms
+  FROM cost
+), r AS (
+  SELECT parsed.*, CAST(frac_us AS INTEGER) + (frac_us - CAST(frac_us AS INTEGER) > 0.5
+    OR (frac_us - CAST(frac_us AS INTEGER) = 0.5 AND CAST(frac_us AS INTEGER) % 2 = 1)) AS us
+  FROM parsed
+)
+SELECT r.o, json_type(r.j) = 'object' AND {shape},
+  {", ".join(value for _, value, _ in cols)},
+  r.units, datetime(r.secs / 3600 * 3600, 'unixepoch'), {lat}
+FROM r ORDER BY r.o
+"""
+    rec = q("record_id")
+    stmts = [
+        f"DELETE FROM temp.{BATCH}",
+        fill,
+        f"SELECT count(*) FROM temp.{BATCH} WHERE NOT ok",
+        f"DELETE FROM temp.{BATCH} WHERE EXISTS (SELECT 1 FROM main.{usage} u WHERE u.{rec} = {BATCH}.{rec})",
+        f"DELETE FROM temp.{BATCH} WHERE rowid NOT IN (SELECT min(rowid) FROM temp.{BATCH} GROUP BY {rec})",
+        f"INSERT INTO main.{usage} ({batch_cols}) SELECT {batch_cols} FROM temp.{BATCH} WHERE true ORDER BY o "
+        f"ON CONFLICT ({rec}) DO NOTHING",
+    ]
+    req, spend, last = q("requests"), q("spend"), q("last_used_at")
+    kp, org, agent = q("key_prefix"), q("org"), q("agent")
+    stmts.append(
+        f"INSERT INTO main.{keys} ({kp}, {org}, {agent}, {req}, {spend}, {last}) "
+        f"SELECT {kp}, {org}, {agent}, count(*), {_decimal_text('coalesce(sum(units), 0)')}, max({q('created_at')}) "
+        f"FROM temp.{BATCH} WHERE {kp} <> '' GROUP BY {kp}, {org}, {agent} "
+        f"ON CONFLICT ({kp}, {org}, {agent}) DO UPDATE SET "
+        f"{req} = {keys}.{req} + excluded.{req}, "
+        f"{spend} = {keys}.{spend} + excluded.{spend}, "
+        f"{last} = CASE WHEN {keys}.{last} IS NULL OR excluded.{last} > {keys}.{last} "
+        f"THEN excluded.{last} ELSE {keys}.{last} END"
+    )
+    status = q("status")
+    counters = [
+        "count(*)",
+        f"sum({status} >= 500)",
+        f"sum({status} >= 400 AND {status} < 500)",
+        f"sum({q('fallback_reason')} <> '')",
+        f"sum(coalesce({q('prompt_tokens')}, 0))",
+        f"sum(coalesce({q('completion_tokens')}, 0))",
+        _decimal_text("coalesce(sum(units), 0)"),
+        *(f"sum(lat = {i})" for i in range(rollup.LATENCY_BUCKETS)),
+    ]
+    numbers = (*rollup.COUNTERS, *rollup.LAT_FIELDS)
+    roll_keys = ("grouping", "bucket", *rollup.DIMENSIONS)
+    updates = ", ".join(f"{q(c)} = {roll}.{q(c)} + excluded.{q(c)}" for c in numbers)
+    for name, kept in rollup.GROUPINGS.items():
+        dims = [q(d) if d in kept else "''" for d in rollup.DIMENSIONS]
+        group = ", ".join(["hour", *(q(d) for d in kept)])
+        stmts.append(
+            f"INSERT INTO main.{roll} ({', '.join(q(c) for c in (*roll_keys, *numbers))}) "
+            f"SELECT '{name}', hour, {', '.join(dims)}, {', '.join(counters)} "
+            f"FROM temp.{BATCH} WHERE true GROUP BY {group} "
+            f"ON CONFLICT ({', '.join(q(c) for c in roll_keys)}) DO UPDATE SET {updates}"
+        )
+    return stmts
+
+
+def _create_table(quote: Any) -> str:
+    names = ", ".join(quote(c) for c, _, _ in _columns())
+    return f"CREATE TEMP TABLE IF NOT EXISTS {BATCH} (o INTEGER, ok INTEGER, {names}, units INTEGER, hour TEXT, lat INTEGER)"
+
+
+def floats_read_back_exactly(cursor: Any, n: int = 4000) -> bool:
+    """True if SQLite's JSON parser returns every double of a seeded sample as the journal wrote it."""
+    import orjson
+
+    rng = random.Random(20261206)
+    values = []
+    for i in range(n):
+        kind = i % 4
+        if kind == 0:
+            values.append(1.7e9 + rng.random() * 3e8)  # epoch seconds with microseconds
+        elif kind == 1:
+            values.append(rng.random() * 10 ** rng.randint(-2, 7))  # latencies in ms
+        elif kind == 2:
+            values.append(rng.random())
+        else:
+            values.append(rng.uniform(0, 2**53))
+    cursor.execute("SELECT value FROM json_each(?) ORDER BY key", (orjson.dumps(values).decode(),))
+    return [row[0] for row in cursor.fetchall()] == values
+
+
+def usable(cursor: Any) -> bool:
+    """Whether this SQLite can take batches here: `->>` (3.38) and exact float reading (checked once)."""
+    global _floats_exact
+    if sqlite3.sqlite_version_info < (3, 38, 0):
+        return False
+    if _floats_exact is None:
+        _floats_exact = floats_read_back_exactly(cursor)
+    return _floats_exact
+
+
+def write(connection: Any, using: str, rows: list[dict[str, Any]], lines: list[bytes] | None = None) -> bool:
+    """Write a batch inside SQLite, in one transaction. False (nothing written) when a row needs the Python path.
+
+    Raises django.db errors like the Python path: OperationalError when the database is
+    locked or unreachable, IntegrityError and the like when it refuses the content.
+    """
+    from django.db import OperationalError, transaction
+
+    data = json_array(rows, lines)
+    if _NEEDS_PYTHON.search(data):
+        return False
+    quote = connection.ops.quote_name
+    stmts = _statements.get(using)
+    if stmts is None:
+        stmts = _statements[using] = statements(quote)
+    params = (data.decode(), *rollup.LATENCY_BOUNDS_MS)
+    try:
+        with transaction.atomic(using=using), connection.wrap_database_errors:
+            cursor = connection.connection.cursor()
+            try:
+                if not usable(cursor):
+                    return False
+                cursor.execute(_create_table(quote))
+                cursor.execute(stmts[0])
+                cursor.execute(stmts[1], params)
+                refused = cursor.execute(stmts[2]).fetchone()[0]
+                for sql in stmts[3:] if not refused else ():
+                    cursor.execute(sql)
+                cursor.execute(stmts[0])
+            finally:
+                cursor.close()
+    except OperationalError as exc:
+        # Not one JSON object per row (never made by the queue), or a table missing (the Python path
+        # then still commits the records): Python decides. A locked database is raised as it is.
+        if "JSON" in str(exc) or "no such" in str(exc):
+            return False
+        raise
+    return not refused
