@@ -43,6 +43,7 @@ bench: $(BIN)/.installed
 	-$(BIN)/python -m bench.cache_bench --e2e --number 3000 --repeat 5 --rounds 10
 	-$(BIN)/python -m bench.workers_bench --seconds 3 --reps 2 $(if $(REDIS_URL),--redis $(REDIS_URL))
 	-$(BIN)/python -m bench.usage_writer_bench
+	-$(BIN)/python -m bench.usage_writer_bench --database sqlite
 	-$(BIN)/python -m bench.overload --seconds 10 $(if $(REDIS_URL),--redis $(REDIS_URL))
 	-$(BIN)/python -m bench.fieldfuzz --server both
 	$(BIN)/python -m bench.summary

@@ -192,13 +192,16 @@ def _reported(lat: dict[str, Any], s: dict[str, Any], workers: dict[str, Any] | 
 
 
 def _writer(docs: dict[str, dict[str, Any]]) -> list[Check]:
-    """The usage writer's CPU per 500-row batch on PostgreSQL (an upper bound on its GIL hold)."""
-    w = docs.get("usage_writer")
-    return [
-        Check("usage writer CPU per 500 rows, Python path", _get(w, "500.python.cpu"), "ms"),
-        Check("usage writer CPU per 500 rows, one statement", _get(w, "500.statement.cpu"), "ms"),
-        Check("usage writer CPU, Python / one statement", _get(w, "500.cpu_ratio"), "×"),
-    ]
+    """The usage writer's CPU per 500-row batch on PostgreSQL and SQLite (an upper bound on its GIL hold)."""
+    out = []
+    for name, db, inside in (("usage_writer", "", "one statement"), ("usage_writer_sqlite", ", SQLite", "in SQLite")):
+        w = docs.get(name)
+        out += [
+            Check(f"usage writer CPU per 500 rows{db}, Python path", _get(w, "500.python.cpu"), "ms"),
+            Check(f"usage writer CPU per 500 rows{db}, {inside}", _get(w, "500.statement.cpu"), "ms"),
+            Check(f"usage writer CPU{db}, Python / {inside}", _get(w, "500.cpu_ratio"), "×"),
+        ]
+    return out
 
 
 def load(run_dir: Path) -> dict[str, dict[str, Any]]:

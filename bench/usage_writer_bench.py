@@ -8,7 +8,9 @@ and drained by `UsageSink.drain` on a writer thread of its own, interleaving:
 
 - python: the batch converted, deduplicated and aggregated in Python (`db_insert_python`,
   the path before the one-statement batch, and still SQLite's and the fallback);
-- statement: one statement from the journal lines (routing.runtime.usage.pgbatch).
+- statement: one statement from the journal lines (routing.runtime.usage.pgbatch), or
+  with `--database sqlite` (a throwaway file) the statements inside SQLite
+  (routing.runtime.usage.sqlitebatch).
 
 CPU s is `time.thread_time()` of the writer thread around one drain: CPU time that
 thread spent, an upper bound on how long it held the GIL (time in libpq waiting on the
@@ -184,6 +186,29 @@ async def measure(args: argparse.Namespace, alias: str) -> list[tuple[str, int, 
     return out
 
 
+def _sqlite_database() -> tuple[str, Any]:
+    """A migrated throwaway SQLite file; returns its alias and the cleanup."""
+    import shutil
+
+    where = tempfile.mkdtemp(prefix="sb-usage-bench-db-")
+    os.environ["DATABASE_URL"] = f"sqlite:///{where}/usage.sqlite3"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_project.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+
+    def drop() -> None:
+        from django.db import connections
+
+        connections.close_all()
+        shutil.rmtree(where, ignore_errors=True)
+
+    return "default", drop
+
+
 def _database() -> tuple[str, Any]:
     """A migrated throwaway PostgreSQL database; returns its alias and the cleanup."""
     import psycopg
@@ -225,9 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,500", help="comma-separated batch sizes")
     parser.add_argument("--repeat", type=int, default=11, help="batches per path and size (interleaved)")
+    parser.add_argument(
+        "--database", choices=("postgresql", "sqlite"), default="postgresql", help="sqlite: a throwaway file"
+    )
     args = parser.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",")]
-    alias, drop = _database()
+    alias, drop = _sqlite_database() if args.database == "sqlite" else _database()
     # The request log stays at INFO (the default) but goes nowhere: a terminal would be the benchmark.
     sink_stream = io.StringIO()
     handler = logging.StreamHandler(sink_stream)
@@ -250,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     by = {(name, size): res for name, size, res in rows}
     idle = by[("idle", 0)]
     print(
-        f"usage writer per batch, PostgreSQL, median of {args.repeat} interleaved drains ({stored:,} rows stored, "
+        f"usage writer per batch, {'SQLite' if args.database == 'sqlite' else 'PostgreSQL'}, median of {args.repeat} interleaved drains ({stored:,} rows stored, "
         f"{elapsed:.1f} s, load average {os.getloadavg()[0]:.1f}); CPU = writer thread's thread_time, "
         "an upper bound on its GIL hold; loop lag = lateness of a 1 ms asyncio tick during the drain"
     )
@@ -275,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench import summary
 
     summary.save(
-        "usage_writer",
+        "usage_writer" if args.database == "postgresql" else "usage_writer_sqlite",
         {
             str(size): {name: by[(name, size)] for name in ("python", "statement")}
             | {"cpu_ratio": round(by[("python", size)]["cpu"] / max(by[("statement", size)]["cpu"], 1e-6), 2)}

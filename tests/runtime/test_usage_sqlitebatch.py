@@ -166,7 +166,9 @@ def test_times_and_costs_are_stored_as_the_python_path_stores_them(db):
         ("status", "200"),
         ("created_at", "2026-06-01T11:00:00+00:00"),
         ("created_at", -1.0),
-        ("streamed", 1),
+        ("streamed", 2),
+        ("org", ["acme"]),  # a list where text belongs: Python stores its repr
+        ("org", {"a": 1}),
         ("org", 12),
         ("requested_model", "chat-a\x00"),
         ("requested_model", "bad-\ud800-id"),

@@ -45,11 +45,8 @@ _MAX_EPOCH = 253402300800  # year 10000
 
 
 def _v(name: str) -> str:
-    return f"(j ->> '$.{name}')"
-
-
-def _t(name: str) -> str:
-    return f"coalesce(json_type(j, '$.{name}'), 'null')"
+    """A field's value as read once from the row (`->>`: text, integer, real or NULL)."""
+    return f"r.f_{name}"
 
 
 def _decimal_text(units: str) -> str:
@@ -57,26 +54,39 @@ def _decimal_text(units: str) -> str:
     return f"(({units}) / 100000000) || '.' || printf('%08d', ({units}) % 100000000)"
 
 
-def _columns() -> list[tuple[str, str, str]]:
-    """Per UsageRecord column: (column, value over the parsed row `r`, shape check over the JSON object `j`)."""
-    from django.db import models
-
+def _fields() -> list[Any]:
     # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
     from routing.models import UsageRecord
 
+    return [f for f in UsageRecord._meta.concrete_fields if not f.primary_key]
+
+
+def _columns() -> list[tuple[str, str, str]]:
+    """Per UsageRecord column: (column, value, shape check), over the row `r` read once from its JSON.
+
+    `->>` hands JSON true/false over as 1/0, which the Python path stores alike for a
+    count, a flag, a latency or a time (int(True) == 1), and a list or an object as its
+    JSON text: a text field starting with "[" or "{" (a logged request body) is asked
+    its JSON type.
+    """
+    from django.db import models
+
     out: list[tuple[str, str, str]] = []
-    for f in UsageRecord._meta.concrete_fields:
-        if f.primary_key:
-            continue
-        name, v, t = f.name, _v(f.name), _t(f.name)
+    for f in _fields():
+        name, v = f.name, _v(f.name)
+        vt = f"typeof({v})"
+        text = (
+            f"{vt} = 'text' AND CASE WHEN substr({v}, 1, 1) NOT IN ('[', '{{') THEN 1 "
+            f"ELSE json_type(r.j, '$.{name}') = 'text' END"
+        )
         if name == "record_id":
             value = f"substr(coalesce(nullif({v}, ''), substr({_v('request_id')}, 1, 32)), 1, {f.max_length})"
-            out.append((f.column, value, f"{t} IN ('text', 'null')"))
+            out.append((f.column, value, f"{vt} = 'null' OR ({text})"))
         elif name == "request_id":
-            out.append((f.column, f"substr({v}, 1, {f.max_length})", f"{t} = 'text' AND {v} <> ''"))
+            out.append((f.column, f"substr({v}, 1, {f.max_length})", f"{text} AND {v} <> ''"))
         elif isinstance(f, models.CharField | models.TextField):
             n = f.max_length if isinstance(f, models.CharField) else MAX_TEXT
-            out.append((f.column, f"coalesce(substr({v}, 1, {n}), '')", f"{t} IN ('text', 'null')"))
+            out.append((f.column, f"coalesce(substr({v}, 1, {n}), '')", f"{vt} = 'null' OR ({text})"))
         elif isinstance(f, models.DateTimeField):
             # str() of the naive UTC datetime datetime.fromtimestamp gives: whole seconds, then
             # the fraction * 1e6 rounded half to even, ".ffffff" only when not zero.
@@ -84,7 +94,7 @@ def _columns() -> list[tuple[str, str, str]]:
                 "datetime(r.secs + (r.us = 1000000), 'unixepoch') "
                 "|| CASE WHEN r.us % 1000000 = 0 THEN '' ELSE printf('.%06d', r.us) END"
             )
-            out.append((f.column, value, f"{t} IN ('integer', 'real') AND {v} >= 0 AND {v} < {_MAX_EPOCH}"))
+            out.append((f.column, value, f"{vt} IN ('integer', 'real') AND {v} >= 0 AND {v} < {_MAX_EPOCH}"))
         elif isinstance(f, models.DecimalField):
             # Costs are rounded to 8 places when made: then the quantize of the Python path
             # changes nothing and the cost is an exact count of 1e-8 (r.units).
@@ -92,49 +102,60 @@ def _columns() -> list[tuple[str, str, str]]:
                 (f.column, f"CASE WHEN r.units IS NULL THEN NULL ELSE {_decimal_text('r.units')} END", "r.cost_ok")
             )
         elif isinstance(f, models.BooleanField):
-            out.append((f.column, f"coalesce({v}, 0)", f"{t} IN ('true', 'false', 'null')"))
+            out.append((f.column, f"coalesce({v}, 0)", f"{vt} = 'null' OR ({vt} = 'integer' AND {v} IN (0, 1))"))
         elif isinstance(f, models.PositiveIntegerField):
             value = v if f.null else f"coalesce({v}, 0)"
-            out.append((f.column, value, f"{t} = 'null' OR ({t} = 'integer' AND {v} BETWEEN 0 AND {_MAX_INT})"))
+            out.append((f.column, value, f"{vt} = 'null' OR ({vt} = 'integer' AND {v} BETWEEN 0 AND {_MAX_INT})"))
         elif isinstance(f, models.FloatField):
             value = v if f.null else f"coalesce({v}, 0.0)"
-            out.append((f.column, value, f"{t} IN ('integer', 'real', 'null')"))
+            out.append((f.column, value, f"{vt} IN ('integer', 'real', 'null')"))
         elif isinstance(f, models.JSONField):
-            # json.dumps of the trail as the Python path stores it: ", " between items. Exact when no
-            # string holds a comma, a bracket, a quote, a backslash or a non-ASCII character, and
-            # nothing needs cutting (items, values per item, characters per value).
-            raw = f"(j -> '$.{name}')"
-            depth = "(length(x.fullkey) - length(replace(x.fullkey, '[', '')))"
-            bad_node = (
-                f"({depth} >= 1 AND x.type NOT IN ('text', 'array')) "
-                f"OR ({depth} = 1 AND x.type = 'array' AND json_array_length(x.value) > {TRAIL_ITEM_VALUES}) "
-                f"OR ({depth} >= 2 AND x.type <> 'text') "
-                f"OR (x.type = 'text' AND (length(x.atom) > {TRAIL_VALUE_CHARS} OR instr(x.atom, ',') > 0 "
-                "OR instr(x.atom, '[') > 0 OR instr(x.atom, ']') > 0))"
-            )
-            check = (
-                f"{t} = 'null' OR ({t} = 'array' AND json_array_length(j, '$.{name}') <= {MAX_JSON_ITEMS} "
-                f"AND instr({raw}, '\\') = 0 AND NOT ({raw} GLOB '*[^ -~]*') "
-                f"AND NOT EXISTS (SELECT 1 FROM json_tree(j, '$.{name}') AS x WHERE {bad_node}))"
-            )
-            out.append((f.column, f"CASE WHEN {t} = 'array' THEN replace({raw}, ',', ', ') ELSE '[]' END", check))
+            # json.dumps of the trail as the Python path stores it: ", " between items (see
+            # _json_refused for when that is exact). `->`: the JSON text, a string stays quoted.
+            tj = f"r.json_{name}"
+            value = f"CASE WHEN substr({tj}, 1, 1) = '[' THEN replace({tj}, ',', ', ') ELSE '[]' END"
+            out.append((f.column, value, f"{tj} IS NULL OR {tj} NOT IN (SELECT t FROM refused_{name})"))
         else:
             raise TypeError(f"no SQL conversion for usage field {f.name} ({type(f).__name__})")
     return out
 
 
-def _cost_parts() -> str:
-    """The cost's JSON text split into digits and the power of ten that makes it a count of 1e-8."""
-    c = "lower(j -> '$.cost')"
-    return f"""
-  SELECT o, j, mant, ex, replace(mant, '.', '') AS digits,
-    ex - CASE instr(mant, '.') WHEN 0 THEN 0 ELSE length(mant) - instr(mant, '.') END + 8 AS k
-  FROM (
-    SELECT o, j,
-      CASE instr({c}, 'e') WHEN 0 THEN {c} ELSE substr({c}, 1, instr({c}, 'e') - 1) END AS mant,
-      CASE instr({c}, 'e') WHEN 0 THEN 0 ELSE CAST(substr({c}, instr({c}, 'e') + 1) AS INTEGER) END AS ex
-    FROM src
-  )"""
+def _json_refused(name: str) -> str:
+    """The distinct JSON texts of field `name` in the batch that cannot be stored exactly here.
+
+    Exact when the value is a list of at most 32 items, each a string or a list of at most
+    4 strings, no string longer than 200 characters or holding a comma, a bracket, a
+    quote, a backslash or a non-ASCII character (then nothing needs cutting and `", "`
+    between items is json.dumps's spacing). Checked once per distinct text: a batch has few.
+    """
+    depth = "(length(x.fullkey) - length(replace(x.fullkey, '[', '')))"
+    bad_node = (
+        f"({depth} >= 1 AND x.type NOT IN ('text', 'array')) "
+        f"OR ({depth} = 1 AND x.type = 'array' AND json_array_length(x.value) > {TRAIL_ITEM_VALUES}) "
+        f"OR ({depth} >= 2 AND x.type <> 'text') "
+        f"OR (x.type = 'text' AND (length(x.atom) > {TRAIL_VALUE_CHARS} OR instr(x.atom, ',') > 0 "
+        "OR instr(x.atom, '[') > 0 OR instr(x.atom, ']') > 0))"
+    )
+    return f"""SELECT t FROM (SELECT DISTINCT json_{name} AS t FROM raw WHERE json_{name} IS NOT NULL)
+  WHERE NOT CASE WHEN t IN ('null', '[]') THEN 1
+    WHEN substr(t, 1, 1) <> '[' OR json_array_length(t) > {MAX_JSON_ITEMS}
+      OR instr(t, '\\') > 0 OR t GLOB '*[^ -~]*' THEN 0
+    ELSE NOT EXISTS (SELECT 1 FROM json_tree(t) AS x WHERE {bad_node}) END"""
+
+
+def _read_once() -> str:
+    """The MATERIALIZED read of each row: every field once (JSON calls are what a batch costs here)."""
+    from django.db import models
+
+    reads = ["key AS o", "type AS jt", "value AS j"]
+    for f in _fields():
+        if isinstance(f, models.JSONField):
+            reads.append(f"value -> '$.{f.name}' AS json_{f.name}")
+        else:
+            reads.append(f"value ->> '$.{f.name}' AS f_{f.name}")
+            if isinstance(f, models.DecimalField):
+                reads.append(f"value -> '$.{f.name}' AS json_{f.name}")
+    return ",\n    ".join(reads)
 
 
 def statements(quote: Any) -> list[str]:
@@ -154,30 +175,45 @@ def statements(quote: Any) -> list[str]:
     usage, keys, roll = (q(m._meta.db_table) for m in (UsageRecord, KeyUsage, UsageRollup))
     lat = " + ".join(f"(r.lat_ms >= ?{i + 2})" for i in range(len(rollup.LATENCY_BOUNDS_MS)))
     batch_cols = ", ".join(q(c) for c in names)
+    c = "lower(raw.json_cost)"
+    refused = "".join(
+        f"), refused_{f.name} AS MATERIALIZED (\n  {_json_refused(f.name)}\n"
+        for f in _fields()
+        if f.get_internal_type() == "JSONField"
+    )
     fill = f"""
 INSERT INTO temp.{BATCH} (o, ok, {batch_cols}, units, hour, lat)
-WITH src AS (
-  SELECT key AS o, value AS j FROM json_each(?1)
-), cost AS ({_cost_parts()}
-), parsed AS (
-  SELECT cost.o, cost.j,
-    CASE WHEN {_t("cost")} = 'null' THEN NULL
-      ELSE CAST(cost.digits AS INTEGER) * CAST('1' || substr('000000000000000000', 1, cost.k) AS INTEGER) END AS units,
-    {_t("cost")} = 'null' OR ({_t("cost")} IN ('integer', 'real') AND substr(cost.mant, 1, 1) <> '-'
-      AND cost.k BETWEEN 0 AND 18 AND length(cost.digits) + cost.k <= 18) AS cost_ok,
-    CAST({_v("created_at")} AS INTEGER) AS secs,
-    ({_v("created_at")} - CAST({_v("created_at")} AS INTEGER)) * 1000000.0 AS frac_us,
-    coalesce({_v("latency_ms")}, 0.0) AS lat_ms
+WITH raw AS MATERIALIZED (
+  SELECT {_read_once()}
+  FROM json_each(?1)
+{refused}), split AS MATERIALIZED (
+  SELECT raw.*,
+    CASE instr({c}, 'e') WHEN 0 THEN {c} ELSE substr({c}, 1, instr({c}, 'e') - 1) END AS mant,
+    CASE instr({c}, 'e') WHEN 0 THEN 0 ELSE CAST(substr({c}, instr({c}, 'e') + 1) AS INTEGER) END AS ex
+  FROM raw
+), cost AS MATERIALIZED (
+  SELECT split.*, replace(mant, '.', '') AS digits,
+    ex - CASE instr(mant, '.') WHEN 0 THEN 0 ELSE length(mant) - instr(mant, '.') END + 8 AS k
+  FROM split
+), parsed AS MATERIALIZED (
+  SELECT cost.*,
+    CASE WHEN f_cost IS NULL THEN NULL
+      ELSE CAST(digits AS INTEGER) * CAST('1' || substr('000000000000000000', 1, k) AS INTEGER) END AS units,
+    f_cost IS NULL OR (typeof(f_cost) IN ('integer', 'real') AND json_cost GLOB '[0-9]*'
+      AND k BETWEEN 0 AND 18 AND length(digits) + k <= 18) AS cost_ok,
+    CAST(f_created_at AS INTEGER) AS secs,
+    (f_created_at - CAST(f_created_at AS INTEGER)) * 1000000.0 AS frac_us,
+    coalesce(f_latency_ms, 0.0) AS lat_ms
   FROM cost
-), r AS (
+), r AS MATERIALIZED (
   SELECT parsed.*, CAST(frac_us AS INTEGER) + (frac_us - CAST(frac_us AS INTEGER) > 0.5
     OR (frac_us - CAST(frac_us AS INTEGER) = 0.5 AND CAST(frac_us AS INTEGER) % 2 = 1)) AS us
   FROM parsed
 )
-SELECT r.o, json_type(r.j) = 'object' AND {shape},
+SELECT r.o, r.jt = 'object' AND {shape},
   {", ".join(value for _, value, _ in cols)},
   r.units, datetime(r.secs / 3600 * 3600, 'unixepoch'), {lat}
-FROM r ORDER BY r.o
+FROM r
 """
     rec = q("record_id")
     stmts = [
@@ -185,7 +221,7 @@ FROM r ORDER BY r.o
         fill,
         f"SELECT count(*) FROM temp.{BATCH} WHERE NOT ok",
         f"DELETE FROM temp.{BATCH} WHERE EXISTS (SELECT 1 FROM main.{usage} u WHERE u.{rec} = {BATCH}.{rec})",
-        f"DELETE FROM temp.{BATCH} WHERE rowid NOT IN (SELECT min(rowid) FROM temp.{BATCH} GROUP BY {rec})",
+        f"DELETE FROM temp.{BATCH} WHERE o NOT IN (SELECT min(o) FROM temp.{BATCH} GROUP BY {rec})",
         f"INSERT INTO main.{usage} ({batch_cols}) SELECT {batch_cols} FROM temp.{BATCH} WHERE true ORDER BY o "
         f"ON CONFLICT ({rec}) DO NOTHING",
     ]
