@@ -158,31 +158,20 @@ def _read_once() -> str:
     return ",\n    ".join(reads)
 
 
-def statements(quote: Any) -> list[str]:
-    """The batch's statements, in order (parameters: ?1 the JSON array, ?2.. the latency bounds).
-
-    0 empties the batch table, 1 fills it (converted columns, the shape check, the raw
-    values the aggregates sum), 2 counts refused rows, 3-4 drop replays and duplicates,
-    5 inserts the records, 6 the per-key totals, 7.. one rollup grouping each.
-    """
-    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
-    from routing.models import KeyUsage, UsageRecord, UsageRollup
-
+def _fill(quote: Any) -> str:
+    """The statement that reads the batch (?1) into the batch table, converted, with each row's shape check."""
     q = quote
     cols = _columns()
-    names = [c for c, _, _ in cols]
     shape = " AND ".join(f"({check})" for _, _, check in cols)
-    usage, keys, roll = (q(m._meta.db_table) for m in (UsageRecord, KeyUsage, UsageRollup))
     lat = " + ".join(f"(r.lat_ms >= ?{i + 2})" for i in range(len(rollup.LATENCY_BOUNDS_MS)))
-    batch_cols = ", ".join(q(c) for c in names)
     c = "lower(raw.json_cost)"
     refused = "".join(
         f"), refused_{f.name} AS MATERIALIZED (\n  {_json_refused(f.name)}\n"
         for f in _fields()
         if f.get_internal_type() == "JSONField"
     )
-    fill = f"""
-INSERT INTO temp.{BATCH} (o, ok, {batch_cols}, units, hour, lat)
+    return f"""
+INSERT INTO temp.{BATCH} (o, ok, {", ".join(q(name) for name, _, _ in cols)}, units, hour, lat)
 WITH raw AS MATERIALIZED (
   SELECT {_read_once()}
   FROM json_each(?1)
@@ -215,19 +204,18 @@ SELECT r.o, r.jt = 'object' AND {shape},
   r.units, datetime(r.secs / 3600 * 3600, 'unixepoch'), {lat}
 FROM r
 """
-    rec = q("record_id")
-    stmts = [
-        f"DELETE FROM temp.{BATCH}",
-        fill,
-        f"SELECT count(*) FROM temp.{BATCH} WHERE NOT ok",
-        f"DELETE FROM temp.{BATCH} WHERE EXISTS (SELECT 1 FROM main.{usage} u WHERE u.{rec} = {BATCH}.{rec})",
-        f"DELETE FROM temp.{BATCH} WHERE o NOT IN (SELECT min(o) FROM temp.{BATCH} GROUP BY {rec})",
-        f"INSERT INTO main.{usage} ({batch_cols}) SELECT {batch_cols} FROM temp.{BATCH} WHERE true ORDER BY o "
-        f"ON CONFLICT ({rec}) DO NOTHING",
-    ]
+
+
+def _aggregates(quote: Any) -> list[str]:
+    """The per-key totals' upsert, then one rollup upsert per grouping, from the batch table's rows."""
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
+    from routing.models import KeyUsage, UsageRollup
+
+    q = quote
+    keys, roll = q(KeyUsage._meta.db_table), q(UsageRollup._meta.db_table)
     req, spend, last = q("requests"), q("spend"), q("last_used_at")
     kp, org, agent = q("key_prefix"), q("org"), q("agent")
-    stmts.append(
+    stmts = [
         f"INSERT INTO main.{keys} ({kp}, {org}, {agent}, {req}, {spend}, {last}) "
         f"SELECT {kp}, {org}, {agent}, count(*), {_decimal_text('coalesce(sum(units), 0)')}, max({q('created_at')}) "
         f"FROM temp.{BATCH} WHERE {kp} <> '' GROUP BY {kp}, {org}, {agent} "
@@ -236,7 +224,7 @@ FROM r
         f"{spend} = {keys}.{spend} + excluded.{spend}, "
         f"{last} = CASE WHEN {keys}.{last} IS NULL OR excluded.{last} > {keys}.{last} "
         f"THEN excluded.{last} ELSE {keys}.{last} END"
-    )
+    ]
     status = q("status")
     counters = [
         "count(*)",
@@ -261,6 +249,31 @@ FROM r
             f"ON CONFLICT ({', '.join(q(c) for c in roll_keys)}) DO UPDATE SET {updates}"
         )
     return stmts
+
+
+def statements(quote: Any) -> list[str]:
+    """The batch's statements, in order (parameters: ?1 the JSON array, ?2.. the latency bounds).
+
+    0 empties the batch table, 1 fills it (converted columns, the shape check, the raw
+    values the aggregates sum), 2 counts refused rows, 3-4 drop replays and duplicates,
+    5 inserts the records, 6 the per-key totals, 7.. one rollup grouping each.
+    """
+    # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
+    from routing.models import UsageRecord
+
+    q = quote
+    usage, rec = q(UsageRecord._meta.db_table), q("record_id")
+    batch_cols = ", ".join(q(name) for name, _, _ in _columns())
+    return [
+        f"DELETE FROM temp.{BATCH}",
+        _fill(quote),
+        f"SELECT count(*) FROM temp.{BATCH} WHERE NOT ok",
+        f"DELETE FROM temp.{BATCH} WHERE EXISTS (SELECT 1 FROM main.{usage} u WHERE u.{rec} = {BATCH}.{rec})",
+        f"DELETE FROM temp.{BATCH} WHERE o NOT IN (SELECT min(o) FROM temp.{BATCH} GROUP BY {rec})",
+        f"INSERT INTO main.{usage} ({batch_cols}) SELECT {batch_cols} FROM temp.{BATCH} WHERE true ORDER BY o "
+        f"ON CONFLICT ({rec}) DO NOTHING",
+        *_aggregates(quote),
+    ]
 
 
 def _create_table(quote: Any) -> str:
