@@ -186,12 +186,9 @@ async def measure(args: argparse.Namespace, alias: str) -> list[tuple[str, int, 
     return out
 
 
-def _sqlite_database() -> tuple[str, Any]:
-    """A migrated throwaway SQLite file; returns its alias and the cleanup."""
-    import shutil
-
-    where = tempfile.mkdtemp(prefix="sb-usage-bench-db-")
-    os.environ["DATABASE_URL"] = f"sqlite:///{where}/usage.sqlite3"
+def _migrate(url: str) -> None:
+    """Django set up on the database at `url`, migrated."""
+    os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_project.settings")
     import django
 
@@ -199,6 +196,14 @@ def _sqlite_database() -> tuple[str, Any]:
     from django.core.management import call_command
 
     call_command("migrate", interactive=False, verbosity=0)
+
+
+def _sqlite_database() -> tuple[str, Any]:
+    """A migrated throwaway SQLite file; returns its alias and the cleanup."""
+    import shutil
+
+    where = tempfile.mkdtemp(prefix="sb-usage-bench-db-")
+    _migrate(f"sqlite:///{where}/usage.sqlite3")
 
     def drop() -> None:
         from django.db import connections
@@ -227,14 +232,7 @@ def _database() -> tuple[str, Any]:
             conn.execute(f'CREATE DATABASE "{bench_db}"')
     except psycopg.Error as exc:
         raise SystemExit(f"usage_writer_bench needs a PostgreSQL server (DATABASE_URL=postgres://...): {exc}") from exc
-    os.environ["DATABASE_URL"] = f"{base}/{bench_db}"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gateway_project.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", interactive=False, verbosity=0)
+    _migrate(f"{base}/{bench_db}")
 
     def drop() -> None:
         from django.db import connections

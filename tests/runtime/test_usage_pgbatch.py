@@ -20,6 +20,7 @@ from django.db import connections
 from routing.models import KeyUsage, UsageRecord, UsageRollup
 from routing.runtime.usage import UsageSink, pgbatch, writer
 from routing.runtime.usage.spool import dumps_line
+from tests.runtime.usage_alias import both_ways, empty, migrated_alias, rollup_table_missing
 
 ALIAS = "usage_pgbatch"
 T0 = datetime(2026, 6, 1, 11, 0, tzinfo=UTC).timestamp()
@@ -29,36 +30,25 @@ T0 = datetime(2026, 6, 1, 11, 0, tzinfo=UTC).timestamp()
 def pg(django_db_blocker, postgres_url) -> Iterator[str]:
     """A migrated PostgreSQL database of its own, as connection alias ALIAS; dropped afterwards."""
     import psycopg
-    from django.core.management import call_command
 
     base = postgres_url
     name = f"sb_pgbatch_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     parsed = urlparse(base)
-    config = dict(connections.settings["default"])
-    config.update(
-        ENGINE="django.db.backends.postgresql",
-        NAME=name,
-        HOST=parsed.hostname or "127.0.0.1",
-        PORT=str(parsed.port or 5432),
-        USER=parsed.username or "",
-        PASSWORD=parsed.password or "",
-        OPTIONS={},
-        TEST={"NAME": None, "CHARSET": None, "COLLATION": None, "MIGRATE": True, "MIRROR": None},
-    )
-    connections.settings[ALIAS] = config
     try:
-        with django_db_blocker.unblock():
-            call_command("migrate", database=ALIAS, verbosity=0)
+        with migrated_alias(
+            ALIAS,
+            django_db_blocker,
+            ENGINE="django.db.backends.postgresql",
+            NAME=name,
+            HOST=parsed.hostname or "127.0.0.1",
+            PORT=str(parsed.port or 5432),
+            USER=parsed.username or "",
+            PASSWORD=parsed.password or "",
+        ):
             yield ALIAS
-            connections[ALIAS].close()
     finally:
-        del connections[ALIAS]
-        del connections.settings[ALIAS]
-        writer._insert_sql.pop(ALIAS, None)
-        writer._column_converters.pop(ALIAS, None)
-        pgbatch._sql.pop(ALIAS, None)
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -66,14 +56,8 @@ def pg(django_db_blocker, postgres_url) -> Iterator[str]:
 @pytest.fixture
 def db(pg: str, django_db_blocker) -> Iterator[str]:
     with django_db_blocker.unblock():
-        _empty(pg)
+        empty(pg)
         yield pg
-
-
-def _empty(alias: str) -> None:
-    with connections[alias].cursor() as cursor:
-        for model in (UsageRecord, KeyUsage, UsageRollup):
-            cursor.execute(f"TRUNCATE {model._meta.db_table}")
 
 
 def state(alias: str) -> tuple[list[dict], list[dict], list[dict]]:
@@ -177,22 +161,10 @@ def edge_cases() -> list[dict]:
     ]
 
 
-def both_ways(alias: str, batches: list[list[dict]]) -> tuple[tuple, tuple]:
-    """The state after writing `batches` the Python way, then after writing them with the one statement."""
-    for rows in batches:
-        writer.db_insert_python([dict(r) for r in rows], using=alias)
-    python = state(alias)
-    _empty(alias)
-    for rows in batches:
-        lines = [dumps_line(dict(r)) for r in rows]
-        assert pgbatch.write(connections[alias], alias, rows, lines), "the one-statement path refused the batch"
-    return python, state(alias)
-
-
 def test_a_batch_lands_with_the_same_values_as_the_python_path(db):
     first = realistic(300) + edge_cases()
     second = realistic(200, seed=8) + first[:50]  # new rows and replayed ones
-    python, fast = both_ways(db, [first, second])
+    python, fast = both_ways(db, [first, second], pgbatch.write, state)
     assert len(fast[0]) == 503 and len(fast[1]) == 13 and len(fast[2]) > 100  # 3 orgs x 2 agents x 2 keys + 1
     for expected, got in zip(python[0], fast[0], strict=True):
         assert got == expected
@@ -201,7 +173,7 @@ def test_a_batch_lands_with_the_same_values_as_the_python_path(db):
 
 
 def test_long_text_is_cut_to_the_column_and_rounding_is_half_to_even(db):
-    _, (records, _, _) = both_ways(db, [edge_cases()])
+    _, (records, _, _) = both_ways(db, [edge_cases()], pgbatch.write, state)
     row = next(r for r in records if r["request_id"].startswith("rrr"))
     assert row["record_id"] == "r" * 32 and len(row["request_id"]) == 128
     assert (len(row["org"]), len(row["agent"]), len(row["key_prefix"]), len(row["requested_model"])) == (
@@ -267,14 +239,8 @@ def test_a_row_of_an_odd_shape_is_written_the_python_way(db, tmp_path):
 
 
 def test_records_commit_when_only_the_aggregates_fail(db):
-    table = UsageRollup._meta.db_table
-    with connections[db].cursor() as cursor:
-        cursor.execute(f"ALTER TABLE {table} RENAME TO {table}_away")
-    try:
+    with rollup_table_missing(db):
         writer.db_insert(realistic(15), using=db)
-    finally:
-        with connections[db].cursor() as cursor:
-            cursor.execute(f"ALTER TABLE {table}_away RENAME TO {table}")
     records, keys, rolls = state(db)
     assert len(records) == 15 and rolls == []
     assert keys == []  # one savepoint for both aggregates, as on SQLite

@@ -18,6 +18,7 @@ from routing.models import KeyUsage, UsageRecord, UsageRollup
 from routing.runtime.usage import UsageSink, sqlitebatch, writer
 from routing.runtime.usage.spool import dumps_line
 from tests.runtime.test_usage_pgbatch import T0, edge_cases, realistic
+from tests.runtime.usage_alias import both_ways, empty, migrated_alias, rollup_table_missing
 
 ALIAS = "usage_sqlitebatch"
 HOUR = 3600 * math.floor(T0 / 3600)
@@ -26,44 +27,16 @@ HOUR = 3600 * math.floor(T0 / 3600)
 @pytest.fixture(scope="module")
 def lite(django_db_blocker, tmp_path_factory) -> Iterator[str]:
     """A migrated SQLite database file of its own, as connection alias ALIAS."""
-    from django.core.management import call_command
-
-    config = dict(connections.settings["default"])
-    config.update(
-        ENGINE="django.db.backends.sqlite3",
-        NAME=str(tmp_path_factory.mktemp("sqlitebatch") / "usage.sqlite3"),
-        HOST="",
-        PORT="",
-        USER="",
-        PASSWORD="",
-        OPTIONS={},
-        TEST={"NAME": None, "CHARSET": None, "COLLATION": None, "MIGRATE": True, "MIRROR": None},
-    )
-    connections.settings[ALIAS] = config
-    try:
-        with django_db_blocker.unblock():
-            call_command("migrate", database=ALIAS, verbosity=0)
-            yield ALIAS
-            connections[ALIAS].close()
-    finally:
-        del connections[ALIAS]
-        del connections.settings[ALIAS]
-        writer._insert_sql.pop(ALIAS, None)
-        writer._column_converters.pop(ALIAS, None)
-        sqlitebatch._statements.pop(ALIAS, None)
+    path = tmp_path_factory.mktemp("sqlitebatch") / "usage.sqlite3"
+    with migrated_alias(ALIAS, django_db_blocker, ENGINE="django.db.backends.sqlite3", NAME=str(path)):
+        yield ALIAS
 
 
 @pytest.fixture
 def db(lite: str, django_db_blocker) -> Iterator[str]:
     with django_db_blocker.unblock():
-        _empty(lite)
+        empty(lite)
         yield lite
-
-
-def _empty(alias: str) -> None:
-    with connections[alias].cursor() as cursor:
-        for model in (UsageRecord, KeyUsage, UsageRollup):
-            cursor.execute(f"DELETE FROM {model._meta.db_table}")
 
 
 def raw(alias: str) -> tuple[list[tuple], ...]:
@@ -83,17 +56,6 @@ def raw(alias: str) -> tuple[list[tuple], ...]:
 
 def fast(alias: str, rows: list[dict], lines: bool = True) -> bool:
     return sqlitebatch.write(connections[alias], alias, rows, [dumps_line(dict(r)) for r in rows] if lines else None)
-
-
-def both_ways(alias: str, batches: list[list[dict]]) -> tuple[tuple, tuple]:
-    """The raw tables after writing `batches` the Python way, then after writing them inside SQLite."""
-    for rows in batches:
-        writer.db_insert_python([dict(r) for r in rows], using=alias)
-    python = raw(alias)
-    _empty(alias)
-    for rows in batches:
-        assert fast(alias, rows), "the SQLite path refused the batch"
-    return python, raw(alias)
 
 
 def odd_numbers() -> list[dict]:
@@ -131,13 +93,15 @@ def odd_numbers() -> list[dict]:
 def test_a_batch_lands_with_the_same_values_and_storage_as_the_python_path(db):
     first = realistic(300) + odd_numbers()
     second = realistic(200, seed=8) + first[:50]  # new rows and replayed ones
-    python, inside = both_ways(db, [first, second])
+    python, inside = both_ways(db, [first, second], sqlitebatch.write, raw)
     assert (len(inside[0]), len(inside[1])) == (500 + len(odd_numbers()), 12) and len(inside[2]) > 100
     assert inside == python
 
 
 def test_many_random_times_and_latencies_read_back_exactly(db):
-    python, inside = both_ways(db, [realistic(500, seed=seed, start=seed * 1000) for seed in range(20, 26)])
+    python, inside = both_ways(
+        db, [realistic(500, seed=seed, start=seed * 1000) for seed in range(20, 26)], sqlitebatch.write, raw
+    )
     assert len(inside[0]) == 3000
     assert inside == python
 
@@ -189,7 +153,7 @@ def test_a_row_of_a_shape_it_cannot_convert_exactly_sends_the_batch_to_python(db
     assert raw(db) == ([], [], [])  # refused as a whole: nothing half written
     writer.db_insert(rows, using=db, lines=[dumps_line(dict(r)) for r in rows])  # the writer's path falls back
     python_way = raw(db)
-    _empty(db)
+    empty(db)
     writer.db_insert_python([dict(r) for r in rows], using=db)
     assert python_way == raw(db) and len(python_way[0]) == 12
 
@@ -213,14 +177,8 @@ def test_a_replayed_batch_changes_neither_rows_nor_key_totals_nor_rollups(db):
 
 
 def test_records_commit_when_only_the_aggregates_fail(db):
-    table = UsageRollup._meta.db_table
-    with connections[db].cursor() as cursor:
-        cursor.execute(f"ALTER TABLE {table} RENAME TO {table}_away")
-    try:
+    with rollup_table_missing(db):
         writer.db_insert(realistic(15), using=db)
-    finally:
-        with connections[db].cursor() as cursor:
-            cursor.execute(f"ALTER TABLE {table}_away RENAME TO {table}")
     records, keys, rolls = raw(db)
     assert len(records) == 15 and rolls == [] and keys == []
 
