@@ -4,9 +4,9 @@ The Python path (routing.runtime.usage.writer.db_insert_python) spends about 30 
 interpreter time a row: 34 columns converted, `executemany` binding each row and
 handing the GIL back and forth around every step, then the per-key and hourly sums.
 That is GIL time the event loop waits for. Here the batch's JSON lines (the journal's
-own encoding) go to SQLite as ONE text parameter; `json_each` parses them and a handful
-of statements do the rest in C, and Python's sqlite3 module releases the GIL while a
-statement runs. The Python work per batch is one `bytes.join` and ten `execute` calls.
+own encoding) go to SQLite as ONE text parameter; `json_each` parses them and a dozen
+statements do the rest in C, and Python's sqlite3 module releases the GIL while a
+statement runs. The Python work per batch is one `bytes.join` and the `execute` calls.
 
 Exactness first. The statements produce what the Python path stores byte for byte (the
 same TEXT for a datetime, the same decimal text for a cost that SQLite's NUMERIC
@@ -55,6 +55,7 @@ def _decimal_text(units: str) -> str:
 
 
 def _fields() -> list[Any]:
+    """UsageRecord's columns but the id, in the table's order."""
     # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
     from routing.models import UsageRecord
 

@@ -3,10 +3,11 @@
 `db_insert` writes a batch in one transaction with `ON CONFLICT (record_id) DO NOTHING`,
 so replaying rows that are already committed is harmless, and adds the batch's new
 rows to the per-key totals (routing.runtime.usage.keys) and the hourly aggregates
-(routing.runtime.usage.rollup). The database does all of it (routing.runtime.usage.pgbatch on
-PostgreSQL, routing.runtime.usage.sqlitebatch on SQLite); `db_insert_python` converts row by
-row here (a batch those refuse, and other databases). Text that PostgreSQL refuses (NUL, lone surrogates) is
-escaped, never dropped: see docs/usage-records.md#batch and #characters.
+(routing.runtime.usage.rollup). The database does all of it (routing.runtime.usage.pgbatch
+on PostgreSQL, routing.runtime.usage.sqlitebatch on SQLite); `db_insert_python` converts
+row by row here (a batch those refuse, and other databases). Text that PostgreSQL refuses
+(NUL, lone surrogates) is escaped, never dropped: see docs/usage-records.md#batch and
+#characters.
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ def db_insert(
     """Insert rows in one transaction; replays of committed rows are ignored (record_id unique).
 
     The database does it all, from `lines` (the rows' journal lines) when the caller has
-    them: one statement on PostgreSQL (routing.runtime.usage.pgbatch), a few inside SQLite
+    them: one statement on PostgreSQL (routing.runtime.usage.pgbatch), a dozen inside SQLite
     (routing.runtime.usage.sqlitebatch). A batch they cannot take exactly (a NUL, an odd
     value) is written by `db_insert_python`.
     Raises OperationalError/InterfaceError (and other DatabaseErrors) when the database
