@@ -3,11 +3,12 @@
 The request path calls `record(...)`: the record's JSON line goes to one deque and
 to the journal (one write(), routing.runtime.usage.spool), no database or fsync. The
 queue holds those lines, not the record dicts: a third of the memory while records
-wait, nothing for the garbage collector to walk, and the one-statement batch
-(PostgreSQL) sends them as they are; the writer parses one batch at a time
-(docs/usage-records.md#queue). A background writer (`run_writer`, on the serving loop) hands batches to one dedicated daemon thread
-that inserts them (routing.runtime.usage.writer); `record_id` is unique, so writing the
-same record twice is harmless and every replay below is idempotent.
+wait, nothing for the garbage collector to walk, and the in-database batch
+(PostgreSQL, SQLite) sends them as they are; the writer parses one batch at a time
+(docs/usage-records.md#queue). A background writer (`run_writer`, on the serving loop)
+hands batches to one dedicated daemon thread that inserts them
+(routing.runtime.usage.writer); `record_id` is unique, so writing the same record twice
+is harmless and every replay below is idempotent.
 
 When the database is unreachable, records stay in memory up to
 SWITCHBOARD_USAGE_MEMORY_BOUND, then spill to JSON-lines spool files

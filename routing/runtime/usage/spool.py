@@ -63,15 +63,20 @@ def _dumps(rows: Iterable[Row]) -> bytes:
     return b"".join(dumps_line(r) for r in rows)
 
 
+def _array(lines: Iterable[bytes]) -> bytes:
+    """JSON lines as one JSON array (their newlines are whitespace between items)."""
+    return b"[" + b",".join(lines) + b"]"
+
+
 def json_array(rows: list[Row], lines: list[bytes] | None) -> bytes:
     """A batch as one JSON array for the database to parse: the rows' journal lines when the
     caller has one per row, else encoded here in one call (routing.runtime.usage.pgbatch, .sqlitebatch)."""
     if lines is not None and len(lines) == len(rows):
-        return b"[" + b",".join(lines) + b"]"
+        return _array(lines)
     try:
         return orjson.dumps(rows, default=_json_default)
     except TypeError:  # a lone surrogate: escaped line by line as the journal does
-        return b"[" + b",".join(dumps_line(r) for r in rows) + b"]"
+        return _array(dumps_line(r) for r in rows)
 
 
 def _each_line(lines: Iterable[bytes], where: object) -> list[Row]:
@@ -94,7 +99,7 @@ def _each_line(lines: Iterable[bytes], where: object) -> list[Row]:
 def parse_lines(lines: list[bytes]) -> list[Row]:
     """Records from their JSON lines (as `dumps_line` made them), in one parse for the whole list."""
     try:
-        rows = orjson.loads(b"[" + b",".join(lines) + b"]")
+        rows = orjson.loads(_array(lines))
     except orjson.JSONDecodeError:  # not all from dumps_line: line by line, as a file is read
         return _each_line(lines, "the usage queue")
     return [r for r in rows if isinstance(r, dict)]

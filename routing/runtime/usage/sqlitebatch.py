@@ -35,7 +35,7 @@ from routing.runtime.usage.bounds import MAX_JSON_ITEMS, MAX_TEXT, TRAIL_ITEM_VA
 from routing.runtime.usage.spool import json_array
 
 BATCH = "sb_usage_batch"  # a TEMP table: per connection, never in the database file
-_statements: dict[str, list[str]] = {}
+_statements: dict[str, tuple[str, list[str]]] = {}  # per alias: the batch table's CREATE, the statements
 _floats_exact: bool | None = None
 # A NUL (the Python path stores it as the text \x00) or an escaped surrogate: left to Python.
 _NEEDS_PYTHON = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]")
@@ -323,10 +323,11 @@ def write(connection: Any, using: str, rows: list[dict[str, Any]], lines: list[b
     data = json_array(rows, lines)
     if _NEEDS_PYTHON.search(data):
         return False
-    quote = connection.ops.quote_name
-    stmts = _statements.get(using)
-    if stmts is None:
-        stmts = _statements[using] = statements(quote)
+    cached = _statements.get(using)
+    if cached is None:
+        quote = connection.ops.quote_name
+        cached = _statements[using] = (_create_table(quote), statements(quote))
+    create, stmts = cached
     params = (data.decode(), *rollup.LATENCY_BOUNDS_MS)
     try:
         with transaction.atomic(using=using), connection.wrap_database_errors:
@@ -334,7 +335,7 @@ def write(connection: Any, using: str, rows: list[dict[str, Any]], lines: list[b
             try:
                 if not usable(cursor):
                     return False
-                cursor.execute(_create_table(quote))
+                cursor.execute(create)
                 cursor.execute(stmts[0])
                 cursor.execute(stmts[1], params)
                 refused = cursor.execute(stmts[2]).fetchone()[0]
