@@ -7,7 +7,10 @@ On the request path's own functions, in one event loop, best of several repeats:
   at once, minus that stand-in called directly: key, LRU lookup, in-flight table, store;
 - hit (memory): `caching.serve` answering from the LRU;
 - hit (Redis): the same with the Redis store (REDIS_URL, or SWITCHBOARD_TEST_REDIS_URL,
-  or --redis), p50 and p99 of single calls: one GET round trip and a decode.
+  or --redis), p50 and p99 of single calls: one GET round trip and a decode;
+- a miss's lookup on Redis (the script that GETs and claims), one at a time, sent by
+  the cache's own connection (routing/runtime/redis_batch.py) and by redis-py's asyncio
+  client in interleaved blocks: this process's CPU and the wall time per command.
 
 Figures are microseconds per request. With `--e2e`, also real processes: the mock
 upstream and a gateway (uvicorn; `--redis` gives it REDIS_URL) on loopback, one client
@@ -238,10 +241,46 @@ async def _run(args: argparse.Namespace, result: dict) -> None:
         f"p99 {p99:.0f} µs per request (one GET round trip; no target, reported)"
     )
     result.update(redis_hit_p50_us=round(p50, 1), redis_hit_p99_us=round(p99, 1))
-    client = reader._client()
-    await client.delete(*[plan_of(b).key for b in keyed])
-    await client.aclose()
-    await store._client().aclose()
+    await reader._batch.run("DEL", *[plan_of(b).key for b in keyed])
+    await reader.aclose()
+    await store.aclose()
+    await _lookup_clients(args.redis, min(n, 2000), result)
+
+
+async def _lookup_clients(url: str, n: int, result: dict) -> None:
+    """A miss's lookup (GET_OR_CLAIM_SCRIPT on a missing key), alone, by each client in turn."""
+    import redis.asyncio as aioredis
+
+    from routing.runtime.redis_batch import Batcher
+    from routing.runtime.response_cache import GET_OR_CLAIM_SCRIPT
+
+    ours, theirs = Batcher(url, 1.0), aioredis.Redis.from_url(url)
+    clients = {"this connection": ours.run, "redis-py": theirs.execute_command}
+    tag = uuid.uuid4().hex
+    cpu: dict[str, list[float]] = {name: [] for name in clients}
+    wall: dict[str, list[float]] = {name: [] for name in clients}
+    for block in range(10):
+        for name, run in clients.items():
+            await run("PING")  # connected
+            started_cpu = time.process_time()
+            for i in range(n // 10):
+                key = f"switchboard:bench:{tag}:{block}:{i}"
+                started = time.perf_counter()
+                await run("EVAL", GET_OR_CLAIM_SCRIPT, 2, key, key + ":claim", 1000, b"bench")
+                wall[name].append((time.perf_counter() - started) * 1e6)
+            cpu[name].append((time.process_time() - started_cpu) / (n // 10) * 1e6)
+    await ours.aclose()
+    await theirs.aclose()
+    for name in clients:
+        times = sorted(wall[name])
+        print(
+            f"a miss's lookup on Redis by {name}: {statistics.median(cpu[name]):.1f} µs of CPU, "
+            f"p50 {times[len(times) // 2]:.0f} µs, p99 {times[int(len(times) * 0.99) - 1]:.0f} µs"
+        )
+    result.update(
+        lookup_cpu_us=round(statistics.median(cpu["this connection"]), 1),
+        lookup_cpu_redis_py_us=round(statistics.median(cpu["redis-py"]), 1),
+    )
 
 
 if __name__ == "__main__":

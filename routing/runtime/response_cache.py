@@ -233,33 +233,14 @@ class RedisCache:
         self.on_degraded = on_degraded
         self.probe_every_s = probe_every_s
         self.down = False
-        self._redis: Any = None
-        self._redis_loop: asyncio.AbstractEventLoop | None = None
         self._writing: dict[str, Entry] = {}  # answers whose write is on its way: readable here already
         self._claims: set[str] = set()  # keys whose cluster-wide claim this process holds
         self._unsure: set[str] = set()  # claims a failed lookup may have taken: freed on recovery
         self._token = uuid.uuid4().hex.encode()  # this process's claims' value
-        self._batch = Batcher(self._client)  # the commands of one loop pass go as one pipeline
+        self._batch = Batcher(url, timeout_s)  # one connection, the commands of a loop pass in one write
         self._writes: set[asyncio.Future[Any]] = set()  # stores on their way (bounded: MAX_PENDING_WRITES)
         self._tasks: set[asyncio.Task[None]] = set()
         self._probe: asyncio.Task[None] | None = None
-
-    def _client(self) -> Any:
-        """One client per event loop, short timeouts and no retries (the idempotency store's pattern)."""
-        loop = asyncio.get_running_loop()
-        if self._redis is None or self._redis_loop is not loop:
-            import redis.asyncio as aioredis
-            from redis.asyncio.retry import Retry
-            from redis.backoff import NoBackoff
-
-            self._redis = aioredis.Redis.from_url(
-                self.url,
-                socket_timeout=self.timeout_s,
-                socket_connect_timeout=self.timeout_s,
-                retry=Retry(NoBackoff(), 0),
-            )
-            self._redis_loop = loop
-        return self._redis
 
     async def get(self, key: str) -> Entry | None:
         """The entry under `key`, None on a miss, BYPASS while Redis is unavailable (no round trip then)."""
@@ -417,6 +398,7 @@ class RedisCache:
         if self.down:
             return
         self.down = True
+        self._batch.reset()  # a timed-out command may have left the socket hung: the probe opens a new one
         log.warning(
             "Redis at REDIS_URL is unreachable for the response cache (%s); answering from the upstream "
             "(X-Switchboard-Cache: bypass) until it is back",
@@ -432,7 +414,7 @@ class RedisCache:
             await asyncio.sleep(self.probe_every_s)
             try:
                 async with asyncio.timeout(self.timeout_s * 5):
-                    await self._client().ping()
+                    await self._batch.run("PING")
                     await self._free_unsure()
             except Exception:  # noqa: BLE001 - still down
                 continue
@@ -459,7 +441,7 @@ class RedisCache:
         its 100 ms bound rather than a connect too."""
         try:
             async with asyncio.timeout(max(1.0, self.timeout_s * 10)):
-                await self._client().ping()
+                await self._batch.run("PING")
         except Exception as exc:  # noqa: BLE001 - the first lookup finds out and fails open
             log.debug("response cache warm-up: %s", exc)
 
@@ -468,6 +450,12 @@ class RedisCache:
         while self._tasks or self._writes:
             await asyncio.gather(*self._tasks, *self._writes, return_exceptions=True)
             await self._batch.drain()
+
+    async def aclose(self) -> None:
+        """Close the connection and stop the probe (tests; a process's end closes it anyway)."""
+        if self._probe is not None:
+            self._probe.cancel()
+        self._batch.reset()
 
 
 class Flight:

@@ -211,7 +211,7 @@ async def test_two_lookups_whose_replies_cross_share_one_call_and_never_wait_on_
         assert third.headers["x-switchboard-cache"] == "hit"
     finally:
         await store.drain()
-        await store._client().aclose()
+        await store.aclose()
 
 
 async def test_a_failed_leader_gives_its_error_to_the_waiters_and_stores_nothing(gateway, upstream, cached):

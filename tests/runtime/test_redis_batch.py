@@ -1,8 +1,9 @@
-"""One pipeline per loop pass (routing.runtime.redis_batch, docs/cache.md#storage), on a real Redis."""
+"""The cache's Redis connection (routing.runtime.redis_batch, docs/cache.md#batching), on a real Redis."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 
 import pytest
@@ -10,13 +11,12 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from routing.runtime.redis_batch import Batcher
-from tests.e2e.harness import free_port
+from routing.runtime.redis_batch import Batcher, _Wire, pack, parse
+from tests.e2e.harness import RedisServer, free_port
 
 
 async def test_each_command_gets_its_own_reply_or_its_own_error_and_a_caller_that_left_is_skipped(redis_url):
-    client = aioredis.Redis.from_url(redis_url)
-    batch = Batcher(lambda: client)
+    batch = Batcher(redis_url)
     key = f"switchboard:test:batch:{uuid.uuid4().hex}"
     try:
         first = batch.call("SET", key, b"1", "PX", 10_000)
@@ -24,22 +24,154 @@ async def test_each_command_gets_its_own_reply_or_its_own_error_and_a_caller_tha
         gone = batch.call("INCR", key)
         gone.cancel()  # its caller stopped waiting before the pass ended: never sent
         read = batch.call("GET", key)
-        assert await first is True
-        with pytest.raises(ResponseError):
+        nested = batch.call("EVAL", "return {1, {ARGV[1], 2}, false}", 0, "é")
+        assert await first == b"OK"
+        with pytest.raises(ResponseError, match="NOPE|Unknown Redis command"):
             await broken
         assert await read == b"1"  # the INCR was not sent
+        assert await nested == [1, ["é".encode(), 2], None]
         await batch.drain()
-        later = await batch.call("GET", key)  # a later pass: a pipeline of its own
-        assert later == b"1"
+        assert await batch.run("GET", key) == b"1"  # a later pass, on the same connection
+        assert await batch.run("MGET", key, key + ":none") == [b"1", None]
     finally:
-        await client.delete(key)
-        await client.aclose()
+        await batch.run("DEL", key)
+        await batch.aclose()
 
 
-async def test_an_unreachable_redis_fails_every_command_of_the_batch():
-    client = aioredis.Redis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.2)
-    batch = Batcher(lambda: client)
-    calls = [batch.call("GET", "a"), batch.call("SET", "b", b"1")]
-    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+async def test_commands_behind_one_on_its_way_leave_in_one_write_and_their_replies_come_back_in_order(redis_url):
+    batch = Batcher(redis_url)
+    key = f"switchboard:test:batch:{uuid.uuid4().hex}"
+    try:
+        await batch.run("PING")  # connected
+        writes: list[int] = []
+        wire = batch._wire
+        send = wire.send
+        wire.send = lambda data, futures: (writes.append(len(futures)), send(data, futures))
+        counts = await asyncio.gather(*(batch.run("INCR", key) for _ in range(50)))
+        assert counts == list(range(1, 51))
+        assert writes == [1, 49]  # the first at once (nothing else on its way), the rest at the pass's end
+    finally:
+        await batch.run("DEL", key)
+        await batch.aclose()
+
+
+async def test_an_unreachable_redis_fails_every_command_of_the_pass():
+    batch = Batcher(f"redis://127.0.0.1:{free_port()}/0", connect_timeout_s=0.2)
+    outcomes = await asyncio.gather(batch.call("GET", "a"), batch.call("SET", "b", b"1"), return_exceptions=True)
     assert [type(o) for o in outcomes] == [RedisConnectionError] * 2, outcomes
-    await client.aclose()
+
+
+async def test_a_redis_restarted_fails_the_commands_on_their_way_and_the_next_one_reconnects():
+    server = RedisServer()
+    batch = Batcher(server.url)
+    try:
+        assert await batch.run("SET", "k", b"v") == b"OK"
+        server.stop()
+        with pytest.raises(RedisConnectionError):
+            await asyncio.wait_for(batch.run("GET", "k"), 5)
+        server.start()  # empty: it kept nothing
+        assert await asyncio.wait_for(batch.run("GET", "k"), 5) is None
+    finally:
+        await batch.aclose()
+        server.stop()
+
+
+async def test_the_url_s_database_password_and_user_are_used():
+    server = RedisServer()
+    admin = aioredis.Redis.from_url(server.url)
+    try:
+        await admin.execute_command("ACL", "SETUSER", "gateway", "on", ">s3cret", "~*", "+@all")
+        await admin.config_set("requirepass", "pass")  # the default user's password
+        base = f"127.0.0.1:{server.port}"
+        by_user = Batcher(f"redis://gateway:s3cret@{base}/3")
+        by_password = Batcher(f"redis://:pass@{base}/4")
+        assert await by_user.run("SET", "who", b"user") == b"OK"
+        assert await by_password.run("SET", "who", b"password") == b"OK"
+        await admin.execute_command("AUTH", "pass")
+        await admin.select(3)
+        assert await admin.get("who") == b"user"
+        await admin.select(4)
+        assert await admin.get("who") == b"password"
+        wrong = Batcher(f"redis://gateway:nope@{base}/0")
+        with pytest.raises(RedisConnectionError, match="refused the connection's set-up"):
+            await wrong.run("PING")
+        for batch in (by_user, by_password, wrong):
+            await batch.aclose()
+    finally:
+        await admin.aclose()
+        server.stop()
+
+
+async def test_reset_fails_the_commands_on_a_hung_connection_and_the_next_command_opens_a_new_one():
+    server = RedisServer()
+    batch = Batcher(server.url)
+    try:
+        await batch.run("PING")
+        server.process.send_signal(signal.SIGSTOP)  # hung: connected, never answering
+        hung = batch.call("PING")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(hung), 0.2)
+        batch.reset()  # what the cache does when a command timed out
+        with pytest.raises(RedisConnectionError):
+            await hung
+        server.process.send_signal(signal.SIGCONT)
+        assert await asyncio.wait_for(batch.run("PING"), 5) == b"PONG"
+    finally:
+        await batch.aclose()
+        server.stop()
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written = b""
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return False
+
+    def abort(self) -> None:
+        pass
+
+
+async def test_replies_split_anywhere_are_read_whole_and_each_goes_to_its_command():
+    replies = b"+OK\r\n-ERR no such thing\r\n:42\r\n$-1\r\n$5\r\nab\r\nc\r\n*2\r\n:1\r\n*2\r\n$0\r\n\r\n*-1\r\n"
+    expected = [b"OK", ResponseError, 42, None, b"ab\r\nc", [1, [b"", None]]]
+    loop = asyncio.get_running_loop()
+    for cut in range(1, 8):
+        wire = _Wire()
+        wire.connection_made(_Transport())
+        futures = [loop.create_future() for _ in expected]
+        wire.send(b"", futures)
+        for i in range(0, len(replies), cut):
+            wire.data_received(replies[i : i + cut])
+        for future, want in zip(futures, expected, strict=True):
+            if want is ResponseError:
+                assert isinstance(future.exception(), ResponseError)
+                assert str(future.exception()) == "ERR no such thing"
+            else:
+                assert future.result() == want, (cut, want)
+        assert not wire.buf and not wire.pending
+
+
+async def test_a_reply_nobody_asked_for_closes_the_connection_and_fails_what_waits():
+    loop = asyncio.get_running_loop()
+    wire = _Wire()
+    wire.connection_made(_Transport())
+    waiting = loop.create_future()
+    wire.send(b"", [waiting])
+    wire.data_received(b":1\r\n:2\r\n")  # two replies, one command: out of step
+    assert waiting.result() == 1
+    assert wire.closed
+    later = loop.create_future()
+    wire.send(b"", [later])
+    with pytest.raises(RedisConnectionError):
+        later.result()
+
+
+def test_commands_are_packed_as_arrays_of_bulk_strings():
+    assert pack(("SET", "k", b"\x00v", "PX", 1500)) == b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n\x00v\r\n$2\r\nPX\r\n$4\r\n1500\r\n"
+    assert parse(pack(("a",)), 0) == (["a".encode()], 11)
+    with pytest.raises(TypeError, match="bytes, str or a number"):
+        pack(("SET", None))

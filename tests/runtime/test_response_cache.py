@@ -7,6 +7,7 @@ import os
 import uuid
 
 import pytest
+import redis.asyncio as aioredis
 
 from routing.core import errors
 from routing.runtime.response_cache import (
@@ -20,6 +21,14 @@ from routing.runtime.response_cache import (
     encode_entry,
 )
 from tests.e2e.harness import RedisServer, free_port
+
+
+@pytest.fixture
+async def direct(redis_url):
+    """A plain redis-py client on the test's Redis: what another process sees there."""
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
 
 
 class Clock:
@@ -152,7 +161,7 @@ async def test_an_unreachable_redis_is_a_bypass_once_said_and_not_asked_again():
             cache._probe.cancel()
 
 
-async def test_redis_stores_and_reads_back_and_the_answer_is_readable_while_it_is_written(redis_url):
+async def test_redis_stores_and_reads_back_and_the_answer_is_readable_while_it_is_written(redis_url, direct):
     cache = RedisCache(redis_url, timeout_s=1.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
     try:
@@ -163,15 +172,15 @@ async def test_redis_stores_and_reads_back_and_the_answer_is_readable_while_it_i
         await cache.drain()
         other = RedisCache(redis_url, timeout_s=1.0)  # another process's view
         assert await other.get(key) == big
-        ttl_ms = await other._client().pttl(key)
+        ttl_ms = await direct.pttl(key)
         assert 0 < ttl_ms <= 5000
-        await other._client().delete(key)
-        await other._client().aclose()
+        await direct.delete(key)
+        await other.aclose()
     finally:
-        await cache._client().aclose()
+        await cache.aclose()
 
 
-async def test_a_claim_across_processes_hands_the_stored_answer_to_the_other_and_a_release_frees_it(redis_url):
+async def test_a_claim_across_processes_hands_the_stored_answer_to_the_other_and_a_release_frees_it(redis_url, direct):
     a, b = RedisCache(redis_url, timeout_s=1.0), RedisCache(redis_url, timeout_s=1.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
     try:
@@ -183,7 +192,7 @@ async def test_a_claim_across_processes_hands_the_stored_answer_to_the_other_and
         a.put(key, entry(), 10)
         assert await waiting == entry()
         await a.drain()
-        assert not await b._client().exists("switchboard:cache-claim:" + key)  # deleted once stored
+        assert not await direct.exists("switchboard:cache-claim:" + key)  # deleted once stored
 
         other = key + ":failed"
         assert await a.claim(other, 10)
@@ -193,13 +202,13 @@ async def test_a_claim_across_processes_hands_the_stored_answer_to_the_other_and
         assert await b.claim(other, 10)  # and the claim is free again
         b.release(other)
         await b.drain()
-        await a._client().delete(key)
+        await direct.delete(key)
     finally:
-        await a._client().aclose()
-        await b._client().aclose()
+        await a.aclose()
+        await b.aclose()
 
 
-async def test_a_lookup_takes_the_claim_on_a_miss_in_the_same_round_trip(redis_url):
+async def test_a_lookup_takes_the_claim_on_a_miss_in_the_same_round_trip(redis_url, direct):
     a, b = RedisCache(redis_url, timeout_s=1.0), RedisCache(redis_url, timeout_s=1.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
     try:
@@ -209,12 +218,12 @@ async def test_a_lookup_takes_the_claim_on_a_miss_in_the_same_round_trip(redis_u
         a.put(key, entry(), 10)
         await a.drain()
         assert await b.get_or_claim(key, 10) == (entry(), False)  # a hit takes no claim
-        assert not await b._client().exists("switchboard:cache-claim:" + key)  # freed with the store
+        assert not await direct.exists("switchboard:cache-claim:" + key)  # freed with the store
         assert not a.holds(key)
-        await a._client().delete(key)
+        await direct.delete(key)
     finally:
-        await a._client().aclose()
-        await b._client().aclose()
+        await a.aclose()
+        await b.aclose()
 
 
 async def test_an_answer_too_big_to_store_frees_the_claim_so_nobody_waits_for_it(redis_url):
@@ -228,8 +237,8 @@ async def test_an_answer_too_big_to_store_frees_the_claim_so_nobody_waits_for_it
         assert await b.get(key) is None
     finally:
         await a.drain()
-        await a._client().aclose()
-        await b._client().aclose()
+        await a.aclose()
+        await b.aclose()
 
 
 BUSY_SCRIPT = """
@@ -240,25 +249,24 @@ return 1
 """
 
 
-async def test_a_lookup_that_timed_out_after_redis_took_its_claim_frees_that_claim_once_redis_is_back(redis_url):
+async def test_a_lookup_that_timed_out_after_redis_took_its_claim_frees_that_claim_once_redis_is_back(redis_url, direct):
     """A busy Redis runs the lookup after the gateway gave up on it (a loaded machine's CI did): the
     claim it took then belongs to no request. Left alone it would make every other process wait for the
     whole claim TTL (the request deadline) before calling; the owner frees it as soon as it sees Redis again."""
     a = RedisCache(redis_url, timeout_s=0.1, probe_every_s=2.0)
     b = RedisCache(redis_url, timeout_s=1.0)
-    busy = RedisCache(redis_url, timeout_s=5.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
     try:
         warm = key + ":warm"
         assert await a.get_or_claim(warm, 30) == (None, True)  # connected and the script loaded
         a.release(warm)
         await a.drain()
-        await busy._client().ping()  # connected: its script is one write
-        hog = asyncio.create_task(busy._client().eval(BUSY_SCRIPT, 0, 600_000))  # Redis busy for 0.6 s
+        await direct.ping()  # connected: its script is one write
+        hog = asyncio.create_task(direct.eval(BUSY_SCRIPT, 0, 600_000))  # Redis busy for 0.6 s
         await asyncio.sleep(0.15)  # it has begun
         assert await a.get_or_claim(key, 30) == (BYPASS, False)  # gave up after 0.1 s...
         assert await hog == 1
-        assert await b._client().exists("switchboard:cache-claim:" + key)  # ...but Redis took the claim
+        assert await direct.exists("switchboard:cache-claim:" + key)  # ...but Redis took the claim
         waited = asyncio.get_running_loop().time()
         assert await b.wait_other(key, 20) is None  # the claim ends without an answer: b calls itself
         assert asyncio.get_running_loop().time() - waited < 6  # within a's probe, not the claim's 30 s
@@ -267,19 +275,18 @@ async def test_a_lookup_that_timed_out_after_redis_took_its_claim_frees_that_cla
         b.release(key)
         await b.drain()
     finally:
-        for cache in (a, b, busy):
-            await cache._client().aclose()
+        for cache in (a, b):
+            await cache.aclose()
 
 
-async def test_a_claim_given_up_while_redis_was_away_is_freed_once_it_is_back(redis_url):
+async def test_a_claim_given_up_while_redis_was_away_is_freed_once_it_is_back(redis_url, direct):
     a = RedisCache(redis_url, timeout_s=0.1, probe_every_s=0.2)
     b = RedisCache(redis_url, timeout_s=1.0)
-    busy = RedisCache(redis_url, timeout_s=5.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
     try:
         assert await a.get_or_claim(key, 30) == (None, True)  # a is making the call
-        await busy._client().ping()
-        hog = asyncio.create_task(busy._client().eval(BUSY_SCRIPT, 0, 600_000))
+        await direct.ping()
+        hog = asyncio.create_task(direct.eval(BUSY_SCRIPT, 0, 600_000))
         await asyncio.sleep(0.15)
         assert await a.get(key + ":other") is BYPASS  # another lookup times out: a stops using Redis
         a.release(key)  # the call failed meanwhile: nothing to unclaim with, yet
@@ -287,59 +294,54 @@ async def test_a_claim_given_up_while_redis_was_away_is_freed_once_it_is_back(re
         assert await asyncio.wait_for(b.wait_other(key, 20), 6) is None  # freed when a saw Redis again
         assert not a.down
     finally:
-        for cache in (a, b, busy):
-            await cache._client().aclose()
+        for cache in (a, b):
+            await cache.aclose()
 
 
 async def test_the_warm_up_connects_so_a_first_lookup_is_one_round_trip():
     server = RedisServer()  # a fresh server: only the connections of this test
-    cache, other = RedisCache(server.url, timeout_s=1.0), RedisCache(server.url, timeout_s=1.0)
+    cache = RedisCache(server.url, timeout_s=1.0)
+    direct = aioredis.Redis.from_url(server.url)
     try:
-        assert len(await other._client().client_list()) == 1  # the asking one
+        assert len(await direct.client_list()) == 1  # the asking one
         await cache.warm()
-        assert len(await other._client().client_list()) == 2  # the cache's, open and pooled
+        assert len(await direct.client_list()) == 2  # the cache's, open and kept
         unreachable = RedisCache(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.05)
         await unreachable.warm()  # says nothing, changes nothing: the first lookup finds out
         assert not unreachable.down
     finally:
-        await cache._client().aclose()
-        await other._client().aclose()
+        await cache.aclose()
+        await direct.aclose()
         server.stop()
 
 
-async def test_lookups_behind_one_on_its_way_and_the_stores_go_to_redis_as_one_pipeline_each_with_its_answer(redis_url):
+async def test_the_lookups_and_the_stores_of_a_loop_pass_go_to_redis_in_one_write_each_with_its_answer(redis_url, direct):
     a, b = RedisCache(redis_url, timeout_s=1.0), RedisCache(redis_url, timeout_s=1.0)
     keys = [f"switchboard:cache:test:{uuid.uuid4().hex}" for _ in range(20)]
     try:
         for key in keys[:10]:
             a.put(key, entry(key.encode()), 30)
         await a.drain()
-        sent: list[int] = []
-        pipeline = a._redis.pipeline
+        sent: list[int] = []  # commands per write() on a's connection
+        wire = a._batch._wire
+        send = wire.send
 
-        def counting_pipeline(*args, **kwargs):
-            pipe = pipeline(*args, **kwargs)
-            execute = pipe.execute
+        def counting_send(data, futures):
+            sent.append(len(futures))
+            send(data, futures)
 
-            async def counted(**kw):
-                sent.append(len(pipe.command_stack))
-                return await execute(**kw)
-
-            pipe.execute = counted
-            return pipe
-
-        a._redis.pipeline = counting_pipeline
+        wire.send = counting_send
         found = await asyncio.gather(*(a.get_or_claim(key, 30) for key in keys))
-        assert sent == [19]  # the first went at once, on its own; the nineteen behind it in one round trip
+        assert sent == [1, 19]  # the first went at once, on its own; the nineteen behind it in one write
         assert found[:10] == [(entry(key.encode()), False) for key in keys[:10]]
         assert found[10:] == [(None, True)] * 10  # each miss took its own claim
         assert await b.get_or_claim(keys[15], 30) == (None, False)
         for key in keys[10:]:
             a.put(key, entry(b"late"), 30)  # stores and claims' deletions: one pipeline
         await a.drain()
-        assert sent == [19, 20]
+        assert sent == [1, 19, 1, 19]  # ten SETs and ten claims' DELs: the first alone, then the rest
         assert await b.get_or_claim(keys[15], 30) == (entry(b"late"), False)
-        await b._client().delete(*keys)
+        await direct.delete(*keys)
     finally:
-        await a._client().aclose()
-        await b._client().aclose()
+        await a.aclose()
+        await b.aclose()
