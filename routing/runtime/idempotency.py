@@ -17,8 +17,10 @@ Answers live in a bounded in-memory LRU with an injectable clock. When REDIS_URL
 is set they are also written to Redis (SET NX with the TTL, off the request path)
 and read from it on a local miss, so replays work across processes and replicas;
 concurrent duplicates on *different* processes are not coalesced. Redis errors
-fail open to memory: short socket timeouts, logged once per outage, and Redis is
-left alone for a while before the next try.
+fail open to memory: each command is bounded (REDIS_TIMEOUT_S), an outage is logged
+once, and Redis is left alone for a while before the next try. The commands go over
+the response cache's small client (routing/runtime/redis_batch.py, docs/cache.md#batching):
+the lookup is on the request path of every request that carries the header.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+
+from routing.runtime.redis_batch import Batcher
 
 log = logging.getLogger("switchboard.idempotency")
 
@@ -128,8 +132,7 @@ class IdempotencyStore:
         self._answers: OrderedDict[Key, Answer] = OrderedDict()
         self._inflight: dict[Key, tuple[str, asyncio.Future[Answer | None]]] = {}
         self._writes: set[asyncio.Task[None]] = set()
-        self._redis: Any = None
-        self._redis_loop: asyncio.AbstractEventLoop | None = None
+        self._redis: Batcher | None = None
         self._redis_down_until = 0.0
 
     # ------------------------------------------------------------------ settings
@@ -254,21 +257,21 @@ class IdempotencyStore:
     def _redis_usable(self) -> bool:
         return self._clock() >= self._redis_down_until
 
-    def _client(self) -> Any:
-        loop = asyncio.get_running_loop()
-        if self._redis is None or self._redis_loop is not loop:
-            import redis.asyncio as aioredis
-            from redis.asyncio.retry import Retry
-            from redis.backoff import NoBackoff
-
-            self._redis = aioredis.Redis.from_url(
-                self.redis_url,
-                socket_timeout=REDIS_TIMEOUT_S,
-                socket_connect_timeout=REDIS_TIMEOUT_S,
-                retry=Retry(NoBackoff(), 0),
-            )
-            self._redis_loop = loop
+    def _client(self) -> Batcher:
+        """The store's Redis connection (the response cache's small client: routing/runtime/redis_batch.py)."""
+        if self._redis is None:
+            self._redis = Batcher(self.redis_url, REDIS_TIMEOUT_S)
         return self._redis
+
+    async def _command(self, *args: Any) -> Any:
+        """One command within REDIS_TIMEOUT_S; a timed-out one drops the connection (it may hang)."""
+        client = self._client()
+        try:
+            async with asyncio.timeout(REDIS_TIMEOUT_S):
+                return await client.run(*args)
+        except TimeoutError:
+            client.reset()
+            raise
 
     def _redis_failed(self, exc: BaseException) -> None:
         if self._redis_down_until == 0.0:
@@ -288,7 +291,7 @@ class IdempotencyStore:
         if not self._redis_usable():
             return None
         try:
-            raw = await self._client().get(self._redis_key(k))
+            raw = await self._command("GET", self._redis_key(k))
         except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
             self._redis_failed(exc)
             return None
@@ -305,7 +308,7 @@ class IdempotencyStore:
     async def _redis_set(self, k: Key, answer: Answer) -> None:
         ttl = max(1, math.ceil(answer.expires_at - self._clock()))
         try:
-            await self._client().set(self._redis_key(k), encode_answer(answer), ex=ttl, nx=True)
+            await self._command("SET", self._redis_key(k), encode_answer(answer), "EX", ttl, "NX")
         except Exception as exc:  # noqa: BLE001 - fail open on any Redis trouble
             self._redis_failed(exc)
             return

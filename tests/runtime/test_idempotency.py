@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import logging
 import socket
+import uuid
 
 import pytest
 
@@ -174,35 +175,28 @@ async def test_redis_down_fails_open_to_memory_and_logs_once(caplog: pytest.LogC
     assert "REDIS_URL" in warnings[0].getMessage()
 
 
-class FakeRedis:
-    """Just the two calls the store makes, with SET NX semantics."""
+async def test_answers_are_shared_through_redis_between_processes(redis_url: str) -> None:
+    import redis.asyncio as aioredis
 
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-        self.ttls: dict[str, int] = {}
-
-    async def get(self, key: str) -> bytes | None:
-        return self.data.get(key)
-
-    async def set(self, key: str, value: bytes, ex: int, nx: bool) -> bool:
-        if nx and key in self.data:
-            return False
-        self.data[key] = value
-        self.ttls[key] = ex
-        return True
-
-
-async def test_answers_are_shared_through_redis_between_processes(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = FakeRedis()
-    first, second = _store(redis_url="redis://shared"), _store(redis_url="redis://shared")
-    monkeypatch.setattr(first, "_client", lambda: fake)
-    monkeypatch.setattr(second, "_client", lambda: fake)
-
-    claim = await first.begin("acme", "k1", H1)
+    first, second = _store(redis_url=redis_url), _store(redis_url=redis_url)
+    key = f"k-{uuid.uuid4().hex}"
+    claim = await first.begin("acme", key, H1)
     first.complete(claim, 200, HEADERS, b"from-first")
     await first.drain()
-    assert list(fake.ttls.values()) == [24 * 3600]
-    assert all("k1" not in key for key in fake.data)  # client keys are hashed, not stored verbatim
-
-    assert (await second.begin("acme", "k1", H1)).replay == (200, HEADERS, b"from-first")
-    assert (await second.begin("acme", "k1", H2)).conflict
+    direct = aioredis.Redis.from_url(redis_url)
+    try:
+        stored = first._redis_key(("acme", key))
+        assert key not in stored  # client keys are hashed, not stored verbatim
+        assert 24 * 3600 - 5 <= await direct.ttl(stored) <= 24 * 3600
+        second_claim = await second.begin("acme", key, H1)  # not in second's memory: read from Redis
+        assert second_claim.replay == (200, HEADERS, b"from-first")
+        assert (await second.begin("acme", key, H2)).conflict
+        again = await second.begin("acme", key + "-other", H1)
+        assert again.owner  # a key nobody answered: this caller runs it
+        second.release(again)
+        first.complete(await first.begin("acme", key, H1), 200, HEADERS, b"late")  # a replay: nothing stored
+        await first.drain()
+        assert decode_answer(await direct.get(stored)).body == b"from-first"  # SET NX: the first answer stays
+        await direct.delete(stored)
+    finally:
+        await direct.aclose()

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import signal
+import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -175,3 +179,79 @@ def test_commands_are_packed_as_arrays_of_bulk_strings():
     assert parse(pack(("a",)), 0) == (["a".encode()], 11)
     with pytest.raises(TypeError, match="bytes, str or a number"):
         pack(("SET", None))
+
+
+def _self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, signed by itself (the test's own CA)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "redis.crt", folder / "redis.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+def _redis_server(*argv: str) -> subprocess.Popen:
+    server = subprocess.Popen(
+        ["redis-server", "--save", "", "--appendonly", "no", "--bind", "127.0.0.1", *argv], stdout=subprocess.DEVNULL
+    )
+    return server
+
+
+async def _answers(batch: Batcher, deadline_s: float = 5.0) -> bytes:
+    """PING until the server started by the test answers (it is still binding at first)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + deadline_s
+    while True:
+        try:
+            return await batch.run("PING")
+        except RedisConnectionError:
+            if loop.time() > end:
+                raise
+            await asyncio.sleep(0.05)
+
+
+async def test_a_tls_url_is_verified_against_its_ca_and_a_unix_socket_url_is_used(tmp_path: Path):
+    cert, key = _self_signed(tmp_path)
+    port = free_port()
+    sock = tmp_path / "redis.sock"
+    server = _redis_server(
+        "--port", "0", "--tls-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+        "--tls-auth-clients", "no", "--unixsocket", str(sock),
+    )  # fmt: skip
+    try:
+        verified = Batcher(f"rediss://127.0.0.1:{port}/2?ssl_ca_certs={cert}", connect_timeout_s=2.0)
+        assert await _answers(verified) == b"PONG"
+        assert await verified.run("SET", "over", b"tls") == b"OK"
+        unverified = Batcher(f"rediss://127.0.0.1:{port}/2?ssl_cert_reqs=none", connect_timeout_s=2.0)
+        assert await unverified.run("GET", "over") == b"tls"  # the same database, read without the CA
+        untrusted = Batcher(f"rediss://127.0.0.1:{port}/2", connect_timeout_s=2.0)  # the system's CAs only
+        with pytest.raises(RedisConnectionError, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+            await untrusted.run("PING")
+        local = Batcher(f"unix://{sock}?db=2", connect_timeout_s=2.0)
+        assert await local.run("GET", "over") == b"tls"
+        for batch in (verified, unverified, untrusted, local):
+            await batch.aclose()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
