@@ -211,12 +211,14 @@ class Batcher:
     async def _connect(self) -> None:
         try:
             wire = await self._open()
-        except Exception as exc:  # noqa: BLE001 - every parked command gets the failure
+        except BaseException as exc:  # noqa: BLE001 - every parked command gets the failure
             error = exc if isinstance(exc, RedisConnectionError) else RedisConnectionError(f"Redis unreachable: {exc!r}")
             parked, self._parked = self._parked, []
             for _, future in parked:
                 if not future.done():
                     future.set_exception(error)
+            if not isinstance(exc, Exception):
+                raise  # cancelled: the loop is going away
             return
         finally:
             self._connecting = None
@@ -250,6 +252,9 @@ class Batcher:
                 except ResponseError as exc:
                     wire.fail(RedisConnectionError(str(exc)))
                     raise RedisConnectionError(f"Redis refused the connection's set-up: {exc}") from None
+                except BaseException:  # timed out or cancelled half-way: the socket is nobody's
+                    wire.fail(RedisConnectionError("Redis connection set-up interrupted"))
+                    raise
         return wire
 
     def _tls(self) -> ssl.SSLContext | None:

@@ -118,6 +118,9 @@ async def test_reset_fails_the_commands_on_a_hung_connection_and_the_next_comman
         batch.reset()  # what the cache does when a command timed out
         with pytest.raises(RedisConnectionError):
             await hung
+        selecting = Batcher(server.url.rsplit("/", 1)[0] + "/1", connect_timeout_s=0.2)  # its SELECT never answered
+        with pytest.raises(RedisConnectionError, match="unreachable: TimeoutError"):
+            await asyncio.wait_for(selecting.run("PING"), 5)  # bounded by the connect timeout, not hung
         server.process.send_signal(signal.SIGCONT)
         assert await asyncio.wait_for(batch.run("PING"), 5) == b"PONG"
     finally:
