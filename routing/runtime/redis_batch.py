@@ -212,7 +212,9 @@ class Batcher:
         try:
             wire = await self._open()
         except BaseException as exc:  # noqa: BLE001 - every parked command gets the failure
-            error = exc if isinstance(exc, RedisConnectionError) else RedisConnectionError(f"Redis unreachable: {exc!r}")
+            error = (
+                exc if isinstance(exc, RedisConnectionError) else RedisConnectionError(f"Redis unreachable: {exc!r}")
+            )
             parked, self._parked = self._parked, []
             for _, future in parked:
                 if not future.done():

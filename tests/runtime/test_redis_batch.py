@@ -178,8 +178,11 @@ async def test_a_reply_nobody_asked_for_closes_the_connection_and_fails_what_wai
 
 
 def test_commands_are_packed_as_arrays_of_bulk_strings():
-    assert pack(("SET", "k", b"\x00v", "PX", 1500)) == b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n\x00v\r\n$2\r\nPX\r\n$4\r\n1500\r\n"
-    assert parse(pack(("a",)), 0) == (["a".encode()], 11)
+    assert (
+        pack(("SET", "k", b"\x00v", "PX", 1500))
+        == b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n\x00v\r\n$2\r\nPX\r\n$4\r\n1500\r\n"
+    )
+    assert parse(pack(("a",)), 0) == ([b"a"], 11)
     with pytest.raises(TypeError, match="bytes, str or a number"):
         pack(("SET", None))
 

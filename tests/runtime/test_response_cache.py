@@ -249,7 +249,9 @@ return 1
 """
 
 
-async def test_a_lookup_that_timed_out_after_redis_took_its_claim_frees_that_claim_once_redis_is_back(redis_url, direct):
+async def test_a_lookup_that_timed_out_after_redis_took_its_claim_frees_that_claim_once_redis_is_back(
+    redis_url, direct
+):
     """A busy Redis runs the lookup after the gateway gave up on it (a loaded machine's CI did): the
     claim it took then belongs to no request. Left alone it would make every other process wait for the
     whole claim TTL (the request deadline) before calling; the owner frees it as soon as it sees Redis again."""
@@ -315,7 +317,9 @@ async def test_the_warm_up_connects_so_a_first_lookup_is_one_round_trip():
         server.stop()
 
 
-async def test_the_lookups_and_the_stores_of_a_loop_pass_go_to_redis_in_one_write_each_with_its_answer(redis_url, direct):
+async def test_the_lookups_and_the_stores_of_a_loop_pass_go_to_redis_in_one_write_each_with_its_answer(
+    redis_url, direct
+):
     a, b = RedisCache(redis_url, timeout_s=1.0), RedisCache(redis_url, timeout_s=1.0)
     keys = [f"switchboard:cache:test:{uuid.uuid4().hex}" for _ in range(20)]
     try:
