@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import datetime
 import ipaddress
+import os
 import signal
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -17,6 +19,8 @@ from redis.exceptions import ResponseError
 
 from routing.runtime.redis_batch import Batcher, _Wire, pack, parse
 from tests.e2e.harness import RedisServer, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def test_each_command_gets_its_own_reply_or_its_own_error_and_a_caller_that_left_is_skipped(redis_url):
@@ -261,3 +265,17 @@ async def test_a_tls_url_is_verified_against_its_ca_and_a_unix_socket_url_is_use
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_a_process_without_redis_url_never_imports_redis_py():
+    """redis-py's import costs a process about 70 ms and several MB; without REDIS_URL nothing needs it."""
+    probe = (
+        "import sys, django; django.setup(); import gateway_project.asgi; "
+        "from routing.runtime.response_cache import build_store; from routing.runtime.idempotency import IdempotencyStore; "
+        "build_store(); IdempotencyStore(redis_url=''); print(sorted(m for m in sys.modules if m.split('.')[0] == 'redis'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env["DJANGO_SETTINGS_MODULE"] = "gateway_project.settings"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
