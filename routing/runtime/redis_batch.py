@@ -11,7 +11,8 @@ How it works:
 * `call()` packs the command and gives it a future for its reply. A command sent while
   nothing else is on its way leaves at once; one sent while others are waits for the
   end of the loop pass, so the commands of concurrent requests leave together in one
-  `write()`.
+  `write()`. `later()` always waits for the pass's end: the cache's stores, so that
+  they leave after the answer their request sends in the same pass.
 * One connection per event loop, opened on first use (AUTH and SELECT from the URL go
   first). Redis answers in order, so the replies resolve the futures first in, first
   out, straight from the protocol's `data_received` (no reader task).
@@ -177,11 +178,20 @@ class Batcher:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a connection belongs to its loop (tests run several)
             self._adopt(loop)
-        future = loop.create_future()
         wire = self._wire
         if wire is not None and not wire.pending and not self._queue and not wire.closed:
+            future = loop.create_future()
             wire.send(pack(args), [future])  # alone: no reason to wait for the pass's end
             return future
+        return self.later(*args)
+
+    def later(self, *args: Any) -> asyncio.Future[Any]:
+        """Send `args` at the end of this loop pass, in one write with the pass's other commands: for
+        writes nobody waits on, which then leave after the answer their request is sending."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._adopt(loop)
+        future = loop.create_future()
         self._queue.append((pack(args), future))
         if not self._flush_due:
             self._flush_due = True

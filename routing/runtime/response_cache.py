@@ -307,11 +307,12 @@ class RedisCache:
             return False
         self._writing[key] = entry
         claimed = key in self._claims
-        stored = self._batch.call("SET", key, encode_entry(entry), "PX", max(1, int(ttl_s * 1000)))
+        # after this loop pass: the answer goes to its client first (it is readable here meanwhile)
+        stored = self._batch.later("SET", key, encode_entry(entry), "PX", max(1, int(ttl_s * 1000)))
         freed = None
         if claimed:  # stored, then freed in the same pipeline: callers elsewhere waiting on it read it
             self._claims.discard(key)
-            freed = self._batch.call("DEL", LOCK_PREFIX + key)
+            freed = self._batch.later("DEL", LOCK_PREFIX + key)
         last = freed or stored
         self._writes.add(last)
         last.add_done_callback(lambda _: self._written(key, entry, stored, freed))
