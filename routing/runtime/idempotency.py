@@ -33,12 +33,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-if TYPE_CHECKING:
-    from routing.runtime.redis_batch import Batcher
+from routing.runtime.redis_batch import Batcher
 
 log = logging.getLogger("switchboard.idempotency")
 
@@ -261,8 +260,6 @@ class IdempotencyStore:
     def _client(self) -> Batcher:
         """The store's Redis connection (the response cache's small client: routing/runtime/redis_batch.py)."""
         if self._redis is None:
-            from routing.runtime.redis_batch import Batcher  # redis-py's parser and errors: only with REDIS_URL
-
             self._redis = Batcher(self.redis_url, REDIS_TIMEOUT_S)
         return self._redis
 

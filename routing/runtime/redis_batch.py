@@ -1,10 +1,12 @@
-"""The response cache's Redis commands: one connection, one write per event-loop pass (docs/cache.md#storage).
+"""The request path's Redis commands: one connection, one write per event-loop pass (docs/cache.md#batching).
 
-A cache lookup is the one Redis round trip a request may wait for, so its client is
-small. redis-py's asyncio client spent about 65 µs of CPU on a lone command (the pool's
-checkout and release, its locks, a stream reader) and as much again on a pipeline's
-setup; here a command costs its packing, the `send()` and the reply's parsing (about
-35 µs on loopback, most of it the two system calls: `python -m bench.redis_wire_bench`).
+A cache lookup (and an Idempotency-Key's) is the one Redis round trip a request may wait
+for, so its client is small. redis-py's asyncio client spent about 64 µs of CPU on a lone
+command (the pool's checkout and release, its locks, a stream reader); here a command
+costs its packing, the `send()` and the reply's parsing (38 µs on loopback, most of it
+the two system calls: `python -m bench.cache_bench --redis URL`). redis-py stays for
+everything off the request path; only its URL parser is used here, and only once a
+REDIS_URL is given, so a process without Redis never imports it.
 
 How it works:
 
@@ -17,8 +19,8 @@ How it works:
   first). Redis answers in order, so the replies resolve the futures first in, first
   out, straight from the protocol's `data_received` (no reader task).
 * Each command keeps its own reply and its own error: an error reply raises
-  `redis.exceptions.ResponseError` for that command only. A lost or refused connection
-  fails every command on its way with `redis.exceptions.ConnectionError`; the next
+  `ReplyError` for that command only. A lost or refused connection fails every
+  command on its way with `RedisUnavailable` (a `ConnectionError`); the next
   command opens a new one. `reset()` drops the connection (the owner calls it when a
   command timed out: a hung socket must not keep the next commands).
 * A caller that stopped waiting before its command left is skipped (never sent); one
@@ -35,11 +37,15 @@ import ssl
 from collections import deque
 from typing import Any
 
-from redis.connection import parse_url
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
-
 CRLF = b"\r\n"
+
+
+class ReplyError(Exception):
+    """Redis answered this one command with an error (a script's error, a wrong type, a refused AUTH)."""
+
+
+class RedisUnavailable(ConnectionError):
+    """The connection failed (refused, lost, out of step, its set-up timed out): every command on it."""
 
 
 class _Incomplete(Exception):
@@ -64,7 +70,7 @@ def pack(args: tuple[Any, ...]) -> bytes:
 
 def parse(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
     """The reply starting at `pos` and the position after it; _Incomplete when the buffer ends first.
-    An error reply is returned as a ResponseError (raised by the one command it answers)."""
+    An error reply is returned as a ReplyError (raised by the one command it answers)."""
     end = buf.find(CRLF, pos)
     if end < 0:
         raise _Incomplete
@@ -91,8 +97,8 @@ def parse(buf: bytes | bytearray, pos: int) -> tuple[Any, int]:
     if kind == b"+":
         return line, nxt
     if kind == b"-":
-        return ResponseError(line.decode(errors="replace")), nxt
-    raise RedisConnectionError(f"Redis sent a reply this client cannot read (starts with {kind!r})")
+        return ReplyError(line.decode(errors="replace")), nxt
+    raise RedisUnavailable(f"Redis sent a reply this client cannot read (starts with {kind!r})")
 
 
 class _Wire(asyncio.Protocol):
@@ -110,7 +116,7 @@ class _Wire(asyncio.Protocol):
     def send(self, data: bytes, futures: list[asyncio.Future[Any]]) -> None:
         self.pending.extend(futures)
         if self.closed:  # lost between the check and now: fail them, do not write into a closed socket
-            self.fail(RedisConnectionError("Redis closed the connection"))
+            self.fail(RedisUnavailable("Redis closed the connection"))
             return
         assert self.transport is not None
         self.transport.write(data)
@@ -126,19 +132,19 @@ class _Wire(asyncio.Protocol):
                 future = pending.popleft()
                 if future.done():
                     continue  # its caller stopped waiting
-                if isinstance(reply, ResponseError):
+                if isinstance(reply, ReplyError):
                     future.set_exception(reply)
                 else:
                     future.set_result(reply)
         except _Incomplete:
             pass
-        except (ValueError, IndexError, RedisConnectionError) as exc:  # a reply nobody asked for, or garbled
-            self.fail(RedisConnectionError(f"Redis connection out of step: {exc}"))
+        except (ValueError, IndexError, RedisUnavailable) as exc:  # a reply nobody asked for, or garbled
+            self.fail(RedisUnavailable(f"Redis connection out of step: {exc}"))
             return
         del buf[:pos]
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.fail(RedisConnectionError(f"Redis closed the connection{f': {exc}' if exc else ''}"))
+        self.fail(RedisUnavailable(f"Redis closed the connection{f': {exc}' if exc else ''}"))
 
     def fail(self, exc: Exception) -> None:
         """Close the connection and fail every command still waiting for its reply."""
@@ -160,6 +166,8 @@ class Batcher:
     def __init__(self, url: str, connect_timeout_s: float = 0.1) -> None:
         self.url = url
         self.connect_timeout_s = connect_timeout_s
+        from redis.connection import parse_url  # redis-py's URL rules; imported only where REDIS_URL is set
+
         self._params = parse_url(url)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wire: _Wire | None = None
@@ -222,9 +230,7 @@ class Batcher:
         try:
             wire = await self._open()
         except BaseException as exc:  # noqa: BLE001 - every parked command gets the failure
-            error = (
-                exc if isinstance(exc, RedisConnectionError) else RedisConnectionError(f"Redis unreachable: {exc!r}")
-            )
+            error = exc if isinstance(exc, RedisUnavailable) else RedisUnavailable(f"Redis unreachable: {exc!r}")
             parked, self._parked = self._parked, []
             for _, future in parked:
                 if not future.done():
@@ -261,11 +267,11 @@ class Batcher:
                 try:
                     for future in futures:
                         await future
-                except ResponseError as exc:
-                    wire.fail(RedisConnectionError(str(exc)))
-                    raise RedisConnectionError(f"Redis refused the connection's set-up: {exc}") from None
+                except ReplyError as exc:
+                    wire.fail(RedisUnavailable(str(exc)))
+                    raise RedisUnavailable(f"Redis refused the connection's set-up: {exc}") from None
                 except BaseException:  # timed out or cancelled half-way: the socket is nobody's
-                    wire.fail(RedisConnectionError("Redis connection set-up interrupted"))
+                    wire.fail(RedisUnavailable("Redis connection set-up interrupted"))
                     raise
         return wire
 
@@ -283,7 +289,7 @@ class Batcher:
         """Drop the connection, failing the commands on it; the next command opens a new one."""
         wire, self._wire = self._wire, None
         if wire is not None:
-            wire.fail(RedisConnectionError("Redis connection dropped (a command timed out)"))
+            wire.fail(RedisUnavailable("Redis connection dropped (a command timed out)"))
 
     async def drain(self) -> None:
         """Wait until every queued command has been sent and answered (tests, shutdown)."""

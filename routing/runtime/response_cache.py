@@ -50,6 +50,7 @@ from typing import Any
 import orjson
 
 from routing.core.compact import compact
+from routing.runtime.redis_batch import Batcher
 
 log = logging.getLogger("switchboard.cache")
 
@@ -236,8 +237,6 @@ class RedisCache:
         self._claims: set[str] = set()  # keys whose cluster-wide claim this process holds
         self._unsure: set[str] = set()  # claims a failed lookup may have taken: freed on recovery
         self._token = uuid.uuid4().hex.encode()  # this process's claims' value
-        from routing.runtime.redis_batch import Batcher  # redis-py's parser and errors: only with REDIS_URL
-
         self._batch = Batcher(url, timeout_s)  # one connection, the commands of a loop pass in one write
         self._writes: set[asyncio.Future[Any]] = set()  # stores on their way (bounded: MAX_PENDING_WRITES)
         self._tasks: set[asyncio.Task[None]] = set()

@@ -14,10 +14,8 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 
-from routing.runtime.redis_batch import Batcher, _Wire, pack, parse
+from routing.runtime.redis_batch import Batcher, RedisUnavailable, ReplyError, _Wire, pack, parse
 from tests.e2e.harness import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +32,7 @@ async def test_each_command_gets_its_own_reply_or_its_own_error_and_a_caller_tha
         read = batch.call("GET", key)
         nested = batch.call("EVAL", "return {1, {ARGV[1], 2}, false}", 0, "é")
         assert await first == b"OK"
-        with pytest.raises(ResponseError, match="NOPE|Unknown Redis command"):
+        with pytest.raises(ReplyError, match="NOPE|Unknown Redis command"):
             await broken
         assert await read == b"1"  # the INCR was not sent
         assert await nested == [1, ["é".encode(), 2], None]
@@ -66,7 +64,7 @@ async def test_commands_behind_one_on_its_way_leave_in_one_write_and_their_repli
 async def test_an_unreachable_redis_fails_every_command_of_the_pass():
     batch = Batcher(f"redis://127.0.0.1:{free_port()}/0", connect_timeout_s=0.2)
     outcomes = await asyncio.gather(batch.call("GET", "a"), batch.call("SET", "b", b"1"), return_exceptions=True)
-    assert [type(o) for o in outcomes] == [RedisConnectionError] * 2, outcomes
+    assert [type(o) for o in outcomes] == [RedisUnavailable] * 2, outcomes
 
 
 async def test_a_redis_restarted_fails_the_commands_on_their_way_and_the_next_one_reconnects():
@@ -75,7 +73,7 @@ async def test_a_redis_restarted_fails_the_commands_on_their_way_and_the_next_on
     try:
         assert await batch.run("SET", "k", b"v") == b"OK"
         server.stop()
-        with pytest.raises(RedisConnectionError):
+        with pytest.raises(RedisUnavailable):
             await asyncio.wait_for(batch.run("GET", "k"), 5)
         server.start()  # empty: it kept nothing
         assert await asyncio.wait_for(batch.run("GET", "k"), 5) is None
@@ -101,7 +99,7 @@ async def test_the_url_s_database_password_and_user_are_used():
         await admin.select(4)
         assert await admin.get("who") == b"password"
         wrong = Batcher(f"redis://gateway:nope@{base}/0")
-        with pytest.raises(RedisConnectionError, match="refused the connection's set-up"):
+        with pytest.raises(RedisUnavailable, match="refused the connection's set-up"):
             await wrong.run("PING")
         for batch in (by_user, by_password, wrong):
             await batch.aclose()
@@ -120,10 +118,10 @@ async def test_reset_fails_the_commands_on_a_hung_connection_and_the_next_comman
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(asyncio.shield(hung), 0.2)
         batch.reset()  # what the cache does when a command timed out
-        with pytest.raises(RedisConnectionError):
+        with pytest.raises(RedisUnavailable):
             await hung
         selecting = Batcher(server.url.rsplit("/", 1)[0] + "/1", connect_timeout_s=0.2)  # its SELECT never answered
-        with pytest.raises(RedisConnectionError, match="unreachable: TimeoutError"):
+        with pytest.raises(RedisUnavailable, match="unreachable: TimeoutError"):
             await asyncio.wait_for(selecting.run("PING"), 5)  # bounded by the connect timeout, not hung
         server.process.send_signal(signal.SIGCONT)
         assert await asyncio.wait_for(batch.run("PING"), 5) == b"PONG"
@@ -148,7 +146,7 @@ class _Transport:
 
 async def test_replies_split_anywhere_are_read_whole_and_each_goes_to_its_command():
     replies = b"+OK\r\n-ERR no such thing\r\n:42\r\n$-1\r\n$5\r\nab\r\nc\r\n*2\r\n:1\r\n*2\r\n$0\r\n\r\n*-1\r\n"
-    expected = [b"OK", ResponseError, 42, None, b"ab\r\nc", [1, [b"", None]]]
+    expected = [b"OK", ReplyError, 42, None, b"ab\r\nc", [1, [b"", None]]]
     loop = asyncio.get_running_loop()
     for cut in range(1, 8):
         wire = _Wire()
@@ -158,8 +156,8 @@ async def test_replies_split_anywhere_are_read_whole_and_each_goes_to_its_comman
         for i in range(0, len(replies), cut):
             wire.data_received(replies[i : i + cut])
         for future, want in zip(futures, expected, strict=True):
-            if want is ResponseError:
-                assert isinstance(future.exception(), ResponseError)
+            if want is ReplyError:
+                assert isinstance(future.exception(), ReplyError)
                 assert str(future.exception()) == "ERR no such thing"
             else:
                 assert future.result() == want, (cut, want)
@@ -177,7 +175,7 @@ async def test_a_reply_nobody_asked_for_closes_the_connection_and_fails_what_wai
     assert wire.closed
     later = loop.create_future()
     wire.send(b"", [later])
-    with pytest.raises(RedisConnectionError):
+    with pytest.raises(RedisUnavailable):
         later.result()
 
 
@@ -235,7 +233,7 @@ async def _answers(batch: Batcher, deadline_s: float = 5.0) -> bytes:
     while True:
         try:
             return await batch.run("PING")
-        except RedisConnectionError:
+        except RedisUnavailable:
             if loop.time() > end:
                 raise
             await asyncio.sleep(0.05)
@@ -256,7 +254,7 @@ async def test_a_tls_url_is_verified_against_its_ca_and_a_unix_socket_url_is_use
         unverified = Batcher(f"rediss://127.0.0.1:{port}/2?ssl_cert_reqs=none", connect_timeout_s=2.0)
         assert await unverified.run("GET", "over") == b"tls"  # the same database, read without the CA
         untrusted = Batcher(f"rediss://127.0.0.1:{port}/2", connect_timeout_s=2.0)  # the system's CAs only
-        with pytest.raises(RedisConnectionError, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+        with pytest.raises(RedisUnavailable, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
             await untrusted.run("PING")
         local = Batcher(f"unix://{sock}?db=2", connect_timeout_s=2.0)
         assert await local.run("GET", "over") == b"tls"
