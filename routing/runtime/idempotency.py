@@ -268,7 +268,7 @@ class IdempotencyStore:
         client = self._client()
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_S):
-                return await client.run(*args)
+                return await client.call(*args)
         except TimeoutError:
             client.reset()
             raise

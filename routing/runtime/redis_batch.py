@@ -160,6 +160,11 @@ class _Wire(asyncio.Protocol):
                 future.set_exception(exc)
 
 
+def _send_all(wire: _Wire, items: list[tuple[bytes, asyncio.Future[Any]]]) -> None:
+    """Packed commands in one write, their futures in the same order."""
+    wire.send(b"".join(data for data, _ in items), [future for _, future in items])
+
+
 class Batcher:
     """Redis commands from any number of coroutines, one write per loop pass, on one connection."""
 
@@ -177,7 +182,7 @@ class Batcher:
         self._flush_due = False
 
     async def run(self, *args: Any) -> Any:
-        """The reply to `args`."""
+        """The reply to `args` (a coroutine over `call`, for callers off the request path)."""
         return await self.call(*args)
 
     def call(self, *args: Any) -> asyncio.Future[Any]:
@@ -219,7 +224,7 @@ class Batcher:
             return
         wire = self._wire
         if wire is not None and not wire.closed:
-            wire.send(b"".join(data for data, _ in batch), [future for _, future in batch])
+            _send_all(wire, batch)
             return
         self._parked.extend(batch)
         if self._connecting is None:
@@ -243,7 +248,7 @@ class Batcher:
         self._wire = wire
         parked, self._parked = [item for item in self._parked if not item[1].done()], []
         if parked:
-            wire.send(b"".join(data for data, _ in parked), [future for _, future in parked])
+            _send_all(wire, parked)
 
     async def _open(self) -> _Wire:
         """A new connection, authenticated and on the URL's database."""
@@ -263,7 +268,7 @@ class Batcher:
                 hello.append(("SELECT", int(p["db"])))
             if hello:
                 futures = [loop.create_future() for _ in hello]
-                wire.send(b"".join(pack(args) for args in hello), futures)
+                _send_all(wire, [(pack(args), future) for args, future in zip(hello, futures, strict=True)])
                 try:
                     for future in futures:
                         await future

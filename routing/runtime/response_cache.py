@@ -296,8 +296,9 @@ class RedisCache:
         return key in self._claims
 
     def _run(self, *command: Any) -> Awaitable[Any]:
-        """One Redis command whose reply a request awaits (routing/runtime/redis_batch.py)."""
-        return self._batch.run(*command)
+        """One Redis command whose reply a request awaits (routing/runtime/redis_batch.py): the
+        command's future itself, no coroutine around it."""
+        return self._batch.call(*command)
 
     def put(self, key: str, entry: Entry, ttl_s: float) -> bool:
         """Write `entry` in the background; skipped while Redis is down, too big, or too many writes wait."""
@@ -309,7 +310,7 @@ class RedisCache:
         # after this loop pass: the answer goes to its client first (it is readable here meanwhile)
         stored = self._batch.later("SET", key, encode_entry(entry), "PX", max(1, int(ttl_s * 1000)))
         freed = None
-        if claimed:  # stored, then freed in the same pipeline: callers elsewhere waiting on it read it
+        if claimed:  # stored, then freed in the same write: callers elsewhere waiting on it read it
             self._claims.discard(key)
             freed = self._batch.later("DEL", LOCK_PREFIX + key)
         last = freed or stored
