@@ -35,7 +35,8 @@ from routing.runtime.usage.bounds import MAX_JSON_ITEMS, MAX_TEXT, TRAIL_ITEM_VA
 from routing.runtime.usage.spool import json_array
 
 BATCH = "sb_usage_batch"  # a TEMP table: per connection, never in the database file
-_statements: dict[str, tuple[str, list[str]]] = {}  # per alias: the batch table's CREATE, the statements
+GROUPS = "sb_usage_groups"  # the batch summed per hour and dimensions, for the rollups (TEMP too)
+_statements: dict[str, tuple[list[str], list[str]]] = {}  # per alias: the TEMP tables' CREATEs, the statements
 _floats_exact: bool | None = None
 # A NUL (the Python path stores it as the text \x00) or an escaped surrogate: left to Python.
 _NEEDS_PYTHON = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]")
@@ -171,21 +172,28 @@ def _fill(quote: Any) -> str:
         for f in _fields()
         if f.get_internal_type() == "JSONField"
     )
+    # `batch` keeps json_each's rows first: read from json_each itself, `value` renders a row's
+    # object as JSON text anew at every read, which each `->>` then parses again (3.40 caches
+    # the parse of a text, not its rendering): 47 -> 22 µs a row (docs/performance.md#sqlite-batch).
+    # The steps after `raw` are not MATERIALIZED: SQLite folds them into the final SELECT
+    # instead of copying every column four more times.
     return f"""
 INSERT INTO temp.{BATCH} (o, ok, {", ".join(q(name) for name, _, _ in cols)}, units, hour, lat)
-WITH raw AS MATERIALIZED (
+WITH batch AS MATERIALIZED (
+  SELECT key, type, value FROM json_each(?1)
+), raw AS MATERIALIZED (
   SELECT {_read_once()}
-  FROM json_each(?1)
-{refused}), split AS MATERIALIZED (
+  FROM batch
+{refused}), split AS (
   SELECT raw.*,
     CASE instr({c}, 'e') WHEN 0 THEN {c} ELSE substr({c}, 1, instr({c}, 'e') - 1) END AS mant,
     CASE instr({c}, 'e') WHEN 0 THEN 0 ELSE CAST(substr({c}, instr({c}, 'e') + 1) AS INTEGER) END AS ex
   FROM raw
-), cost AS MATERIALIZED (
+), cost AS (
   SELECT split.*, replace(mant, '.', '') AS digits,
     ex - CASE instr(mant, '.') WHEN 0 THEN 0 ELSE length(mant) - instr(mant, '.') END + 8 AS k
   FROM split
-), parsed AS MATERIALIZED (
+), parsed AS (
   SELECT cost.*,
     CASE WHEN f_cost IS NULL THEN NULL
       ELSE CAST(digits AS INTEGER) * CAST('1' || substr('000000000000000000', 1, k) AS INTEGER) END AS units,
@@ -195,7 +203,7 @@ WITH raw AS MATERIALIZED (
     (f_created_at - CAST(f_created_at AS INTEGER)) * 1000000.0 AS frac_us,
     coalesce(f_latency_ms, 0.0) AS lat_ms
   FROM cost
-), r AS MATERIALIZED (
+), r AS (
   SELECT parsed.*, CAST(frac_us AS INTEGER) + (frac_us - CAST(frac_us AS INTEGER) > 0.5
     OR (frac_us - CAST(frac_us AS INTEGER) = 0.5 AND CAST(frac_us AS INTEGER) % 2 = 1)) AS us
   FROM parsed
@@ -226,27 +234,36 @@ def _aggregates(quote: Any) -> list[str]:
         f"{last} = CASE WHEN {keys}.{last} IS NULL OR excluded.{last} > {keys}.{last} "
         f"THEN excluded.{last} ELSE {keys}.{last} END"
     ]
+    # One pass over the batch sums its rows per hour and every dimension; each grouping then sums
+    # those few group rows. Counts and 1e-8 cost units are integers, so summing sums is exact.
     status = q("status")
-    counters = [
+    dims = ", ".join(q(d) for d in rollup.DIMENSIONS)
+    sums = [
         "count(*)",
         f"sum({status} >= 500)",
         f"sum({status} >= 400 AND {status} < 500)",
         f"sum({q('fallback_reason')} <> '')",
         f"sum(coalesce({q('prompt_tokens')}, 0))",
         f"sum(coalesce({q('completion_tokens')}, 0))",
-        _decimal_text("coalesce(sum(units), 0)"),
+        "coalesce(sum(units), 0)",
         *(f"sum(lat = {i})" for i in range(rollup.LATENCY_BUCKETS)),
     ]
+    stmts += [
+        f"DELETE FROM temp.{GROUPS}",
+        f"INSERT INTO temp.{GROUPS} SELECT hour, {dims}, {', '.join(sums)} "
+        f"FROM temp.{BATCH} WHERE true GROUP BY hour, {dims}",
+    ]
     numbers = (*rollup.COUNTERS, *rollup.LAT_FIELDS)
+    totals = [_decimal_text("sum(units)") if c == "cost" else f"sum({q(c)})" for c in numbers]
     roll_keys = ("grouping", "bucket", *rollup.DIMENSIONS)
     updates = ", ".join(f"{q(c)} = {roll}.{q(c)} + excluded.{q(c)}" for c in numbers)
     for name, kept in rollup.GROUPINGS.items():
-        dims = [q(d) if d in kept else "''" for d in rollup.DIMENSIONS]
+        kept_dims = [q(d) if d in kept else "''" for d in rollup.DIMENSIONS]
         group = ", ".join(["hour", *(q(d) for d in kept)])
         stmts.append(
             f"INSERT INTO main.{roll} ({', '.join(q(c) for c in (*roll_keys, *numbers))}) "
-            f"SELECT '{name}', hour, {', '.join(dims)}, {', '.join(counters)} "
-            f"FROM temp.{BATCH} WHERE true GROUP BY {group} "
+            f"SELECT '{name}', hour, {', '.join(kept_dims)}, {', '.join(totals)} "
+            f"FROM temp.{GROUPS} WHERE true GROUP BY {group} "
             f"ON CONFLICT ({', '.join(q(c) for c in roll_keys)}) DO UPDATE SET {updates}"
         )
     return stmts
@@ -257,7 +274,8 @@ def statements(quote: Any) -> list[str]:
 
     0 empties the batch table, 1 fills it (converted columns, the shape check, the raw
     values the aggregates sum), 2 counts refused rows, 3-4 drop replays and duplicates,
-    5 inserts the records, 6 the per-key totals, 7.. one rollup grouping each.
+    5 inserts the records, 6 the per-key totals, 7-8 sum the batch per hour and dimensions, 9.. one
+    rollup grouping each, from those sums.
     """
     # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
     from routing.models import UsageRecord
@@ -277,9 +295,16 @@ def statements(quote: Any) -> list[str]:
     ]
 
 
-def _create_table(quote: Any) -> str:
+def _create_tables(quote: Any) -> list[str]:
+    """The batch table and the table of its sums per hour and dimensions (TEMP: per connection)."""
     names = ", ".join(quote(c) for c, _, _ in _columns())
-    return f"CREATE TEMP TABLE IF NOT EXISTS {BATCH} (o INTEGER, ok INTEGER, {names}, units INTEGER, hour TEXT, lat INTEGER)"
+    dims = ", ".join(f"{quote(d)} TEXT" for d in rollup.DIMENSIONS)
+    # the rollup's numbers, the cost as its integer count of 1e-8 (`units`)
+    sums = ", ".join(f"{quote('units' if c == 'cost' else c)} INTEGER" for c in (*rollup.COUNTERS, *rollup.LAT_FIELDS))
+    return [
+        f"CREATE TEMP TABLE IF NOT EXISTS {BATCH} (o INTEGER, ok INTEGER, {names}, units INTEGER, hour TEXT, lat INTEGER)",
+        f"CREATE TEMP TABLE IF NOT EXISTS {GROUPS} (hour TEXT, {dims}, {sums})",
+    ]
 
 
 def floats_read_back_exactly(cursor: Any, n: int = 4000) -> bool:
@@ -326,7 +351,7 @@ def write(connection: Any, using: str, rows: list[dict[str, Any]], lines: list[b
     cached = _statements.get(using)
     if cached is None:
         quote = connection.ops.quote_name
-        cached = _statements[using] = (_create_table(quote), statements(quote))
+        cached = _statements[using] = (_create_tables(quote), statements(quote))
     create, stmts = cached
     params = (data.decode(), *rollup.LATENCY_BOUNDS_MS)
     try:
@@ -335,7 +360,8 @@ def write(connection: Any, using: str, rows: list[dict[str, Any]], lines: list[b
             try:
                 if not usable(cursor):
                     return False
-                cursor.execute(create)
+                for sql in create:
+                    cursor.execute(sql)
                 cursor.execute(stmts[0])
                 cursor.execute(stmts[1], params)
                 refused = cursor.execute(stmts[2]).fetchone()[0]
