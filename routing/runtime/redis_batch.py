@@ -188,22 +188,26 @@ class Batcher:
     def call(self, *args: Any) -> asyncio.Future[Any]:
         """Send `args` (a Redis command): at once when nothing else is on its way, else with the
         others of this pass in one write at its end. The future holds its reply."""
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # a connection belongs to its loop (tests run several)
-            self._adopt(loop)
+        loop = self._running_loop()
         wire = self._wire
         if wire is not None and not wire.pending and not self._queue and not wire.closed:
             future = loop.create_future()
             wire.send(pack(args), [future])  # alone: no reason to wait for the pass's end
             return future
-        return self.later(*args)
+        return self._queued(loop, args)
 
     def later(self, *args: Any) -> asyncio.Future[Any]:
         """Send `args` at the end of this loop pass, in one write with the pass's other commands: for
         writes nobody waits on, which then leave after the answer their request is sending."""
+        return self._queued(self._running_loop(), args)
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
-        if loop is not self._loop:
+        if loop is not self._loop:  # a connection belongs to its loop (tests run several)
             self._adopt(loop)
+        return loop
+
+    def _queued(self, loop: asyncio.AbstractEventLoop, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         future = loop.create_future()
         self._queue.append((pack(args), future))
         if not self._flush_due:

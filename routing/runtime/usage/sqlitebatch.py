@@ -248,9 +248,10 @@ def _aggregates(quote: Any) -> list[str]:
         "coalesce(sum(units), 0)",
         *(f"sum(lat = {i})" for i in range(rollup.LATENCY_BUCKETS)),
     ]
+    sum_cols = ", ".join(q(_group_column(c)) for c in (*rollup.COUNTERS, *rollup.LAT_FIELDS))
     stmts += [
         f"DELETE FROM temp.{GROUPS}",
-        f"INSERT INTO temp.{GROUPS} SELECT hour, {dims}, {', '.join(sums)} "
+        f"INSERT INTO temp.{GROUPS} (hour, {dims}, {sum_cols}) SELECT hour, {dims}, {', '.join(sums)} "
         f"FROM temp.{BATCH} WHERE true GROUP BY hour, {dims}",
     ]
     numbers = (*rollup.COUNTERS, *rollup.LAT_FIELDS)
@@ -295,12 +296,16 @@ def statements(quote: Any) -> list[str]:
     ]
 
 
+def _group_column(number: str) -> str:
+    """The groups table's column of a rollup number: the cost as its integer count of 1e-8 (`units`)."""
+    return "units" if number == "cost" else number
+
+
 def _create_tables(quote: Any) -> list[str]:
     """The batch table and the table of its sums per hour and dimensions (TEMP: per connection)."""
     names = ", ".join(quote(c) for c, _, _ in _columns())
     dims = ", ".join(f"{quote(d)} TEXT" for d in rollup.DIMENSIONS)
-    # the rollup's numbers, the cost as its integer count of 1e-8 (`units`)
-    sums = ", ".join(f"{quote('units' if c == 'cost' else c)} INTEGER" for c in (*rollup.COUNTERS, *rollup.LAT_FIELDS))
+    sums = ", ".join(f"{quote(_group_column(c))} INTEGER" for c in (*rollup.COUNTERS, *rollup.LAT_FIELDS))
     return [
         f"CREATE TEMP TABLE IF NOT EXISTS {BATCH} (o INTEGER, ok INTEGER, {names}, units INTEGER, hour TEXT, lat INTEGER)",
         f"CREATE TEMP TABLE IF NOT EXISTS {GROUPS} (hour TEXT, {dims}, {sums})",
