@@ -252,10 +252,11 @@ def _aggregates(quote: Any) -> list[str]:
     stmts += [
         f"DELETE FROM temp.{GROUPS}",
         f"INSERT INTO temp.{GROUPS} (hour, {dims}, {sum_cols}) SELECT hour, {dims}, {', '.join(sums)} "
-        f"FROM temp.{BATCH} WHERE true GROUP BY hour, {dims}",
+        f"FROM temp.{BATCH} GROUP BY hour, {dims}",
     ]
     numbers = (*rollup.COUNTERS, *rollup.LAT_FIELDS)
-    totals = [_decimal_text("sum(units)") if c == "cost" else f"sum({q(c)})" for c in numbers]
+    totals = [f"sum({q(_group_column(c))})" for c in numbers]
+    totals = [_decimal_text(t) if c == "cost" else t for c, t in zip(numbers, totals, strict=True)]
     roll_keys = ("grouping", "bucket", *rollup.DIMENSIONS)
     updates = ", ".join(f"{q(c)} = {roll}.{q(c)} + excluded.{q(c)}" for c in numbers)
     for name, kept in rollup.GROUPINGS.items():
