@@ -85,7 +85,7 @@ async def serve(process: Process, pacer: Pacer, scope: Scope, receive: Receive, 
             cache_control = value
     ctx = Context(request.request_id(request_id), started, request.endpoint_of(path))
     if tracing.ON:  # off: this test is all tracing costs (docs/tracing.md)
-        ctx.trace = tracing.start(scope, scope["method"], path, ctx.request_id)
+        ctx.trace = tracing.start(scope, scope["method"], path, ctx.request_id, ctx.endpoint)
     anthropic = ctx.endpoint in messages.ENDPOINTS
     if anthropic:
         auth = messages.credential(auth, x_api_key)

@@ -328,7 +328,7 @@ def traced(trace: RequestTrace, attempt: Callable[[Link, float], Awaitable[Any]]
         except BaseException as exc:
             trace.end(exc)
             raise
-        trace.end(None)
+        trace.end(None, result)
         return result
 
     return run

@@ -126,8 +126,8 @@ def test_spans_reach_the_collector_with_the_client_parent_and_the_upstream_sees_
         time.sleep(0.05)
     spans = {span.name: (service, span) for service, span in collector.in_trace(TRACE_ID)}
     service, request = spans["POST /v1/chat/completions"]
-    _, first = spans["attempt trace-a"]
-    _, fallback = spans["attempt trace-b"]
+    _, first = spans["chat up-trace-a"]
+    _, fallback = spans["chat up-trace-b"]
     assert service["service.name"] == "switchboard"
     assert request.parent_span_id.hex() == "b7ad6b7169203331"
     assert first.parent_span_id == request.span_id and fallback.parent_span_id == request.span_id
@@ -136,6 +136,9 @@ def test_spans_reach_the_collector_with_the_client_parent_and_the_upstream_sees_
     assert attr(fallback, "switchboard.fallback_from") == "trace-a"
     assert attr(fallback, "switchboard.provider") == "mock"
     assert attr(request, "switchboard.model_used") == "trace-b"
+    assert attr(request, "gen_ai.operation.name") == "chat" and attr(first, "gen_ai.operation.name") == "chat"
+    assert attr(request, "gen_ai.response.model") == "up-trace-b"
+    assert attr(request, "gen_ai.usage.input_tokens") > 0 and attr(request, "gen_ai.usage.output_tokens") > 0
 
     calls = mock_upstream.calls("up-trace-b")["requests"]
     headers = {k.lower(): v for k, v in calls[-1]["headers"].items()}
