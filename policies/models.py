@@ -128,7 +128,7 @@ class ApiKey(models.Model):
     metadata = models.JSONField(
         default=dict, blank=True, help_text="Free-form JSON for your own tools; never enforced."
     )
-    # Rotation (docs/management-api.md#rotate): the previous secret stays valid until previous_expires_at.
+    # Rotation (docs/management-api.md#keys): the previous secret stays valid until previous_expires_at.
     previous_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
     previous_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
     updated_at = models.DateTimeField(auto_now=True)  # the management API's ETag

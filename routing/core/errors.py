@@ -16,7 +16,7 @@ from routing.core.dimensions import BY_NAME
 
 
 class GatewayError(Exception):
-    """An error answer in the OpenAI shape with a stable `code` (docs/errors.md#codes)."""
+    """An error answer in the OpenAI shape with a stable `code` (docs/errors.md#the-table)."""
 
     __slots__ = ("status", "code", "message", "type", "param", "headers", "error_object")
 

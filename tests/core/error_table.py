@@ -1,4 +1,4 @@
-"""The documented error table (docs/errors.md#codes), read as data for the tests."""
+"""The documented error table (docs/errors.md#the-table), read as data for the tests."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ RETRYABLE = [
     K.STREAM_ERROR,
 ]
 # A client-caused 4xx is never retried nor charged; a 2xx with a body that is not JSON is
-# charged but never retried (docs/errors.md#codes, upstream_error).
+# charged but never retried (docs/errors.md#the-table, upstream_error).
 CHARGED_NOT_RETRIED = [K.INVALID_BODY]
 # Out of quota or credit: not retried, not charged, the deployment parked (docs/errors.md#upstream).
 CLIENT_CAUSED = [
@@ -105,7 +105,7 @@ def test_documented_decision_fallback_trigger_and_reason(kind: K, trigger: str |
 
 
 # The code a failure ends the request with when nothing is left to try, by the rows of
-# docs/errors.md#codes; the status comes from that table.
+# docs/errors.md#the-table; the status comes from that table.
 DOCUMENTED_FINAL_CODES = [
     (K.UPSTREAM_5XX, "upstream_error"),
     (K.CONNECT_ERROR, "upstream_error"),

@@ -132,7 +132,7 @@ def test_a_second_demo_while_one_runs_exits_1_and_the_first_keeps_serving_the_sa
 
 
 def test_the_readmes_worked_example_flaky_turns_red(tmp_path):
-    """README "Worked example (against make demo)": five fallbacks, then `flaky`'s breaker opens for real.
+    """docs/guide.md "Worked example (against make demo)": five fallbacks, then `flaky`'s breaker opens for real.
 
     The demo has one organisation; `flaky`'s upstream answers 503 (a failure no body can
     cause), so the link itself opens: the sixth request skips it, the gauge reads 1 and the
@@ -165,7 +165,7 @@ def test_the_readmes_worked_example_flaky_turns_red(tmp_path):
         key = re.search(r"export KEY=(sb-\S+)", log.read_text()).group(1)
         base = f"http://127.0.0.1:{port}"
         seen = []
-        for _ in range(6):  # the README's loop of six curl calls
+        for _ in range(6):  # the guide's loop of six curl calls
             answer = httpx.post(
                 f"{base}/v1/chat/completions",
                 headers={"Authorization": f"Bearer {key}"},

@@ -1,4 +1,4 @@
-"""Every error the request path answers has its documented status and type (docs/errors.md#codes)."""
+"""Every error the request path answers has its documented status and type (docs/errors.md#the-table)."""
 
 from __future__ import annotations
 

@@ -146,7 +146,7 @@ class Dialect:
         cls.kinds = DIALECT_KINDS.get(cls.name, frozenset())
 
     # Whether the upstream honours `stream_options.include_usage`: the gateway then asks for the
-    # usage frame on every stream and keeps it from clients that did not ask (docs/metrics.md#usage).
+    # usage frame on every stream and keeps it from clients that did not ask (docs/metrics.md#usage-records).
     stream_usage_option = False
     # Whether `authorize` must run before each send (credentials fetched asynchronously, e.g. an
     # OAuth access token); the others cost nothing for it.
