@@ -158,7 +158,7 @@ def start(
     side.env = env
     side.manage(["migrate", "-v0"], env)
     yaml_path = work / f"{side.label}.yaml"
-    yaml_path.write_text(config.features_yaml(mock_url) if profile == "features" else config.config_yaml(mock_url))
+    yaml_path.write_text(PROFILES[profile].document(mock_url))
     side.manage(["import_config", str(yaml_path)], env)
     agent = config.FEATURE_AGENT if profile == "features" else config.AGENT
     side.key = side.manage(["create_api_key", "--org", config.ORG, "--agent", agent], env).strip().splitlines()[-1]
@@ -177,12 +177,29 @@ def serve(side: Side, how: str, work: Path) -> None:
     procs.wait_http(f"{side.url}/health", side.proc, timeout=90)
 
 
+@dataclass(frozen=True)
+class Profile:
+    """One benchmark configuration: its document and whether its bodies vary (cache misses)."""
+
+    document: Callable[[str], str]
+    vary: bool = False
+
+
+# plain: the fixed 10-model configuration; features: limits, budget, two deployments, the cache;
+# realistic: the plain model inside a configuration of a real deployment's size (docs/performance.md#ab).
+PROFILES = {
+    "plain": Profile(config.config_yaml),
+    "features": Profile(config.features_yaml, vary=True),
+    "realistic": Profile(config.realistic_yaml),
+}
+
+
 def model(profile: str) -> str:
     return config.FEATURES[0] if profile == "features" else config.CHAT[0]
 
 
 def body(profile: str) -> str:
-    return config.chat_body(model(profile), vary=profile == "features")
+    return config.chat_body(model(profile), vary=PROFILES[profile].vary)
 
 
 def calls_rounds(sides: list[Side], args: argparse.Namespace, work: Path) -> dict[str, dict[str, list[float]]]:
@@ -258,7 +275,7 @@ def latency_rounds(sides: list[Side], mock_url: str, args: argparse.Namespace) -
                     "url": f"{s.url}/v1/chat/completions",
                     "body": body(args.profile),
                     "headers": {"Authorization": f"Bearer {s.key}"},
-                    **({"vary": config.VARY} if args.profile == "features" else {}),
+                    **({"vary": config.VARY} if PROFILES[args.profile].vary else {}),
                 }
                 spec = {
                     "mode": "latency",
@@ -301,7 +318,7 @@ def throughput_rounds(sides: list[Side], args: argparse.Namespace, work: Path) -
                     args.connections,
                     args.seconds,
                     work,
-                    vary=config.VARY if args.profile == "features" else None,
+                    vary=config.VARY if PROFILES[args.profile].vary else None,
                 )
             if result["errors"] or result["non_2xx"]:
                 raise RuntimeError(f"throughput round {r + 1}: {s.label} had errors {result}: the comparison is void")
@@ -391,7 +408,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=100, help="requests per batch (default 100)")
     p.add_argument("--seconds", type=float, default=5.0, help="wrk seconds per side and throughput round")
     p.add_argument("--connections", type=int, default=32, help="wrk connections (default 32)")
-    p.add_argument("--profile", choices=("plain", "features"), default="plain")
+    p.add_argument("--profile", choices=tuple(PROFILES), default="plain")
     p.add_argument(
         "--redis",
         default="",

@@ -123,6 +123,41 @@ def features_yaml(mock_url: str) -> str:
     return yaml.safe_dump(features_document(mock_url), sort_keys=False)
 
 
+# The realistic scenario: a configuration the size of a real deployment's (dozens of models on three
+# providers, aliases, several orgs with policies and agents), the benchmark model among them.
+REALISTIC_MODELS = 40
+REALISTIC_POLICIES = 25
+REALISTIC_ORGS = 6
+REALISTIC_ALIASES = 8
+
+
+def realistic_document(mock_url: str) -> dict[str, Any]:
+    """The plain scenario's model inside a configuration of realistic size (same mock, same bodies)."""
+    doc = config_document(mock_url, models=REALISTIC_MODELS, policies=REALISTIC_POLICIES)
+    for name in ("mock-b", "mock-c"):
+        doc["providers"].append({"name": name, "dialect": "openai", "base_url": f"{mock_url}/v1"})
+    for i, entry in enumerate(doc["models"]):
+        if entry["id"].startswith("filler-"):
+            entry["provider"] = ("mock", "mock-b", "mock-c")[i % 3]
+            entry["input_price_per_mtok"], entry["output_price_per_mtok"] = 1.0 + i % 5, 4.0 + i % 7
+    fillers = [m["id"] for m in doc["models"] if m["id"].startswith("filler-")]
+    doc["aliases"] = {f"alias-{i:02d}": fillers[i] for i in range(REALISTIC_ALIASES)}
+    for o in range(1, REALISTIC_ORGS):
+        doc["orgs"].append(
+            {
+                "name": f"org-{o:02d}",
+                "default_action": "deny",
+                "agents": [{"name": f"org-{o:02d}-agent-{a}"} for a in range(4)],
+                "policies": [{"pattern": f"filler-{p:05d}", "action": "allow", "priority": p + 1} for p in range(10)],
+            }
+        )
+    return doc
+
+
+def realistic_yaml(mock_url: str) -> str:
+    return yaml.safe_dump(realistic_document(mock_url), sort_keys=False)
+
+
 def mock_scripts() -> list[dict[str, Any]]:
     """What the mock must answer for each scenario's upstream model (POST /_control/script)."""
     return [

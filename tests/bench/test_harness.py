@@ -223,3 +223,17 @@ async def test_a_varying_target_sends_a_different_body_each_request_so_the_cache
         assert all(config.VARY.encode() not in b for b in bodies)
     finally:
         await runner.cleanup()
+
+
+def test_realistic_configuration_is_valid_and_the_size_of_a_real_deployment() -> None:
+    from bench.ab import PROFILES, body, model
+    from routing.config.validation import validate_document
+
+    doc = yaml.safe_load(PROFILES["realistic"].document("http://127.0.0.1:9"))
+    assert validate_document(doc) == []
+    assert len(doc["models"]) == config.REALISTIC_MODELS and len(doc["providers"]) == 3
+    assert len(doc["aliases"]) == config.REALISTIC_ALIASES and len(doc["orgs"]) == config.REALISTIC_ORGS
+    assert sum(len(o["agents"]) for o in doc["orgs"]) > config.REALISTIC_ORGS
+    bench_org = next(o for o in doc["orgs"] if o["name"] == config.ORG)
+    assert len(bench_org["policies"]) == config.REALISTIC_POLICIES  # the whole list evaluated per request
+    assert model("realistic") == config.CHAT[0] and body("realistic") == body("plain")  # same request, bigger world
