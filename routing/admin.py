@@ -22,7 +22,8 @@ from django.urls import reverse
 from routing.config.schema import RESILIENCE
 from routing.config.store import errors_for_edit, in_scope
 from routing.config.validation import ConfigError, add_form_validators
-from routing.models import BreakerAction, BreakerOverride, ConfigRevision, ResilienceSettings, UsageRecord
+from routing.models import AuditRecord, BreakerAction, BreakerOverride, ConfigRevision, ResilienceSettings, UsageRecord
+from routing.ops.admin_audit import AuditRecordAdmin
 from routing.ops.admin_base import ReadOnlyAdmin
 from routing.ops.admin_history import ConfigRevisionAdmin
 from routing.runtime import bodies
@@ -286,3 +287,4 @@ class BreakerOverrideAdmin(ReadOnlyAdmin):
 
 
 admin.site.register(ConfigRevision, ConfigRevisionAdmin)  # docs/config-history.md#admin
+admin.site.register(AuditRecord, AuditRecordAdmin)  # docs/audit.md#admin

@@ -7,4 +7,6 @@ class RoutingConfig(AppConfig):
 
     def ready(self) -> None:
         # reason: Django's app loading: checks and signals import the models, ready only once apps are loaded
-        from routing.config import checks, reload  # noqa: F401  (registers checks and signals)
+        from routing.config import audit, checks, reload  # noqa: F401  (registers checks and signals)
+
+        audit.connect()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.db import models
 
@@ -293,3 +294,51 @@ class ConfigRevision(models.Model):
 
     def __str__(self) -> str:
         return f"v{self.version} by {self.author} ({self.source})"
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    """Audit records are never changed or removed: bulk updates and deletes refuse."""
+
+    def update(self, **kwargs: Any) -> int:
+        raise PermissionError("audit records are append-only: they cannot be updated")
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        raise PermissionError("audit records are append-only: they cannot be deleted")
+
+
+class AuditRecord(models.Model):
+    """One write or login attempt: who, when, from where, what object, which fields (docs/audit.md).
+
+    Append-only: a saved record refuses a second save and a delete, so does its queryset, and on
+    PostgreSQL a trigger refuses UPDATE and DELETE whatever the client. Never holds a secret: only
+    field names, never values.
+    """
+
+    at = models.DateTimeField(db_index=True)
+    actor = models.CharField(max_length=150, help_text="The user, `token:<name>`, or the command's OS user.")
+    source = models.CharField(max_length=32, db_index=True, help_text="admin, api, login, command, shell, …")
+    remote_addr = models.CharField(max_length=64, blank=True)
+    action = models.CharField(max_length=32, db_index=True)
+    object_type = models.CharField(max_length=64, blank=True, db_index=True)
+    object_id = models.CharField(max_length=64, blank=True)
+    object_repr = models.CharField(max_length=200, blank=True)
+    org = models.CharField(max_length=64, blank=True, db_index=True, help_text="The org the object belongs to.")
+    fields = models.JSONField(default=list, help_text="The names of the fields a change touched (never values).")
+    detail = models.CharField(max_length=500, blank=True)
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name = "audit record"
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.object_type} {self.object_repr}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise PermissionError("audit records are append-only: they cannot be updated")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise PermissionError("audit records are append-only: they cannot be deleted")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from django.dispatch import Signal
 
 from routing.config.diff import diff_documents, summarise
 from routing.config.document import document_from_db
@@ -39,6 +40,9 @@ from routing.models import ConfigRevision, ConfigVersion
 
 DEFAULT_KEEP = 100
 SYSTEM = "system"
+# Sent in the transaction of each revision recorded (not the baseline), with `revision` (its fields):
+# the audit log records an import or a rollback as one write (routing.config.audit).
+revision_recorded = Signal()
 
 
 @dataclass
@@ -52,6 +56,11 @@ class _Scope:
 
 
 _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("switchboard_config_scope", default=None)
+
+
+def current_scope() -> _Scope | None:
+    """The `change()` scope the current code runs in (its author and source), or None."""
+    return _scope.get()
 
 
 def keep() -> int:
@@ -196,17 +205,16 @@ def _record(author: str, source: str, note: str, baseline: dict[str, Any] | None
     previous = orjson.loads(last["document"]) if last is not None else None
     changes = diff_documents(previous, doc)
     version = (last["version"] if last is not None else 0) + 1
-    _insert(
-        version=version,
-        created_at=timezone.now(),
-        author=author[:150],
-        source=source[:32],
-        summary=_summary(changes, note),
-        changes=changes,
-        document=text,
-        digest=digest,
-        config_version=_config_version(),
-    )
+    revision = {
+        "version": version,
+        "created_at": timezone.now(),
+        "author": author[:150],
+        "source": source[:32],
+        "summary": _summary(changes, note),
+        "changes": changes,
+    }
+    _insert(**revision, document=text, digest=digest, config_version=_config_version())
+    revision_recorded.send(sender=ConfigRevision, revision=revision)
     prune(keep())
     return version
 

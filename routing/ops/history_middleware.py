@@ -1,4 +1,5 @@
-"""Attribute configuration changes made through the admin to the admin user (docs/config-history.md#recording).
+"""Attribute configuration changes made through the admin to the admin user (docs/config-history.md#recording),
+and every write of the request to that user and address in the audit log (docs/audit.md).
 
 Every POST under /admin/ by a signed-in user runs in one `recorder.change` scope:
 one transaction, and at most one history revision per request, authored by the user
@@ -12,6 +13,7 @@ from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 
+from routing.config import audit
 from routing.config.recorder import change
 
 
@@ -22,6 +24,7 @@ class ConfigAuthorMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         user = getattr(request, "user", None)
         if request.method == "POST" and request.path.startswith("/admin/") and user and user.is_authenticated:
-            with change(author=user.get_username(), source="admin"):
+            name = user.get_username()
+            with change(author=name, source="admin"), audit.acting(name, "admin", audit.client_address(request)):
                 return self.get_response(request)
         return self.get_response(request)

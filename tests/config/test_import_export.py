@@ -122,7 +122,7 @@ def test_update_saves_only_changed_rows(tmp_path, imported, saved_signals):
     imported["models"][1]["context_window"] = 64000
     saved_signals.clear()
     summary = run_import(tmp_path, imported)
-    assert saved_signals == [("save", "Model")]
+    assert saved_signals == [("save", "Model"), ("save", "AuditRecord")]  # and the import's one audit record
     assert "1 updated (1 model)" in summary
 
 

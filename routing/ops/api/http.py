@@ -18,6 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from policies.models import ManagementToken
 from policies.tokens import find_token
+from routing.config import audit
 from routing.core import errors
 from routing.core.errors import GatewayError
 
@@ -68,7 +69,11 @@ def api(*methods: str, write: tuple[str, ...] = ("POST", "PATCH", "PUT", "DELETE
                     raise errors.method_not_allowed(request.method or "", request.path, ", ".join(methods))
                 if request.method in write and token.scope != "write":
                     raise errors.permission_denied(f"The token '{token.name}' is read-only; {request.method} writes.")
-                result = view(request, token, **kwargs)
+                if request.method in write:  # every write of the view is the token's (docs/audit.md)
+                    with audit.acting(f"token:{token.name}", "api", audit.client_address(request)):
+                        result = view(request, token, **kwargs)
+                else:
+                    result = view(request, token, **kwargs)
             except GatewayError as error:
                 return error_response(error)
             except Exception:  # noqa: BLE001 - a bug or the database: a JSON 500 with an id, never HTML

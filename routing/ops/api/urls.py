@@ -16,6 +16,7 @@ urlpatterns = [
     path("orgs/<str:org>/agents/<str:agent>", views.agent_view, name="api-agent"),
     path("usage", views.usage_view, name="api-usage"),
     path("requests", views.requests_view, name="api-requests"),
+    path("audit", views.audit_view, name="api-audit"),
     path("breakers", views.breakers_view, name="api-breakers"),
     path("breakers/force-open", views.breaker_force_open_view, name="api-breaker-force-open"),
     path("breakers/reset", views.breaker_reset_view, name="api-breaker-reset"),

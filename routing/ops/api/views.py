@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from routing.core import errors
-from routing.ops.api import breakers, keys, orgs, requests, usage
+from routing.ops.api import audit, breakers, keys, orgs, requests, usage
 from routing.ops.api.http import api, error_response, respond
 
 OPENAPI_PATH = Path(__file__).with_name("openapi.json")
@@ -76,6 +76,11 @@ def usage_view(request: HttpRequest, token: Any) -> Any:
 @api("GET")
 def requests_view(request: HttpRequest, token: Any) -> Any:
     return 200, requests.list_requests(request, token)
+
+
+@api("GET")
+def audit_view(request: HttpRequest, token: Any) -> Any:
+    return 200, audit.list_audit(request, token)
 
 
 @api("GET")
