@@ -94,7 +94,7 @@ def django_name(dotted: str) -> bool:
     if re.fullmatch(r"[EW]\d{3}", name):
         return any(dotted in path.read_text() for path in (ROOT / "routing" / "config").glob("*.py"))
     models = list(apps.get_app_config(app).get_models())
-    if any(m.__name__ == name for m in models):
+    if any(name in (m.__name__, m._meta.model_name) for m in models):  # `app.Model` or `app.model`
         return True
     for model in models:
         opts = model._meta

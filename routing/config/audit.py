@@ -289,7 +289,7 @@ def login_failed(sender: Any, credentials: dict[str, Any], request: Any = None, 
 
 
 def client_address(request: Any) -> str:
-    """The client's address as the server saw it (REMOTE_ADDR; proxies: docs/production.md)."""
+    """The client's address as the server saw it (REMOTE_ADDR; behind a proxy: docs/audit.md#what)."""
     meta = getattr(request, "META", None) or {}
     return str(meta.get("REMOTE_ADDR", ""))[:64]
 
