@@ -213,7 +213,12 @@ def test_create_management_token_takes_an_expiry_in_or_at():
     assert before + dt.timedelta(hours=12) <= a.expires_at <= timezone.now() + dt.timedelta(hours=12)
     assert b.expires_at == dt.datetime(2031, 1, 31, 12, tzinfo=dt.UTC)
     assert c.expires_at is None and "never expires" in out.getvalue()
-    for bad in (["--expires-in", "12 parsecs"], ["--expires-in", "9999999d"], ["--expires-at", "2001-01-01T00:00:00Z"], ["--expires-at", "soon"]):
+    for bad in (
+        ["--expires-in", "12 parsecs"],
+        ["--expires-in", "9999999d"],
+        ["--expires-at", "2001-01-01T00:00:00Z"],
+        ["--expires-at", "soon"],
+    ):
         with pytest.raises(CommandError):
             call_command("create_management_token", "--name", "d", *bad, stdout=io.StringIO())
     assert not ManagementToken.objects.filter(name="d").exists()
