@@ -23,6 +23,7 @@ from typing import Any
 from policies.decision import evaluate
 from policies.matcher import BadPattern, compile_pattern
 from policies.models import Org
+from routing.config.schema import ORG, POLICY
 from routing.config.snapshot import OrgSpec, PolicySpec
 from routing.core.admission_queue import PRIORITIES
 from routing.core.dimensions import LIMIT_DIMENSIONS
@@ -33,7 +34,8 @@ ORG_OWN = ("default_action", "limits", "budget", "log_bodies", "policies", "prio
 # from an authentication backend with object permissions, for that org alone. Superusers hold it.
 MANAGE_ORG = "policies.change_org"
 _DEFAULT_PRIORITY = "default"  # the class of an org that sets none (docs/overload.md#configuration)
-_POLICY_DEFAULTS = {"action": "allow", "priority": 100, "fallback_chain": None}
+_POLICY_DEFAULTS = {"action": POLICY["action"].default, "priority": POLICY["priority"].default, "fallback_chain": None}
+_ORG_DEFAULTS = {"default_action": ORG["default_action"].default, "log_bodies": False, "policies": []}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +67,14 @@ def bounds_of(document: Mapping[str, Any], org: str) -> OrgBounds | None:
     if entry is None:
         return None
     policies = []
-    for p in sorted(entry.get("policies") or [], key=lambda p: int(p.get("priority", 100))):
+    for p in map(_policy, entry.get("policies") or []):
         try:
             regex = compile_pattern(p["pattern"])
-        except (BadPattern, KeyError, TypeError):
-            regex = re.compile(r"(?!)")  # a stored pattern that does not compile matches nothing, as on the path
-        policies.append(PolicySpec(p["pattern"], regex, p.get("action", "allow"), int(p.get("priority", 100)), None))
-    spec = OrgSpec(org, entry.get("default_action", "allow"), tuple(policies), {})
+        except (BadPattern, TypeError):
+            regex = re.compile(r"(?!)")  # a stored pattern that does not compile matches nothing
+        policies.append(PolicySpec(p["pattern"], regex, p["action"], int(p["priority"]), None))
+    policies.sort(key=lambda p: p.priority)  # ascending, as the request path evaluates them
+    spec = OrgSpec(org, entry.get("default_action", _ORG_DEFAULTS["default_action"]), tuple(policies), {})
     models = frozenset(m["id"] for m in document.get("models") or [])
     aliases = dict(document.get("aliases") or {})  # the canonical document's aliases: name -> model id
     return OrgBounds(entry, spec, models, aliases)
@@ -81,24 +84,19 @@ def bounds_of(document: Mapping[str, Any], org: str) -> OrgBounds | None:
 
 
 def _policy(p: Any) -> Any:
-    return (
-        {"pattern": p.get("pattern"), **{k: p.get(k, d) for k, d in _POLICY_DEFAULTS.items()}}
-        if isinstance(p, Mapping)
-        else p
-    )
+    """A policy as compared: the schema's defaults filled in."""
+    if not isinstance(p, Mapping):
+        return p
+    return {"pattern": p.get("pattern"), **{k: p.get(k, default) for k, default in _POLICY_DEFAULTS.items()}}
 
 
 def _own_value(field: str, value: Any) -> Any:
     """A field's value as compared: absent, null, empty and the schema's default are one value."""
-    if field == "default_action":
-        return value or "allow"
-    if field == "log_bodies":
-        return value if not isinstance(value, bool | None) else bool(value)
-    if field == "policies":
-        return [_policy(p) for p in value] if isinstance(value, list) else value if value is not None else []
-    if field == "priority":
-        return value or None
-    return value if value not in ({}, "") else None
+    if field == "policies" and isinstance(value, list):
+        return [_policy(p) for p in value]
+    if value is None or value == {} or value == "":
+        return _ORG_DEFAULTS.get(field)
+    return value
 
 
 def _changed_policy_field(current: list[Any], sent: Any) -> str:

@@ -87,7 +87,7 @@ def test_an_org_limited_token_cannot_change_its_orgs_own_controls(orga, change, 
 
 def test_resending_the_orgs_current_values_is_no_change_and_is_accepted(orga):
     shown = orga.get("/api/v1/orgs/orga").json()
-    same = {k: shown[k] for k in ("default_action", "limits", "budget", "log_bodies", "policies", "priority")}
+    same = {k: shown[k] for k in ("default_action", "limits", "budget", "log_bodies", "policies", "priority", "weight")}
     answer = _patch(orga, "/api/v1/orgs/orga", same)
     assert answer.status_code == 200, answer.content
 
