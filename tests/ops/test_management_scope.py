@@ -249,7 +249,9 @@ def keymaker(django_user_model):
 
 def _admin_key_form(agent: Agent, **fields) -> dict:
     form = {"agent": agent.pk, "label": "k", "note": "", "enabled": "on", "metadata": "{}", "priority": ""}
-    form.update({"limits_0": "", "limits_1": "", "budget_0": "", "budget_1": "", "allowed_models": "null"})
+    form.update(
+        {"limits_rpm": "", "limits_tpm": "", "budget_usd": "", "budget_period": "month", "allowed_models": "null"}
+    )
     form.update(fields)
     return form
 
@@ -269,6 +271,29 @@ def test_staff_who_do_not_manage_the_org_add_keys_within_its_bounds_in_the_admin
     manager = get_user_model().objects.get(pk=keymaker.pk)  # a fresh user: permissions are cached per object
     client.force_login(manager)
     assert client.post("/admin/policies/apikey/add/", _admin_key_form(agent, priority="interactive")).status_code == 302
+
+
+def test_staff_who_do_not_manage_the_org_add_agents_within_its_bounds_in_the_admin(client, django_user_model):
+    import_document(DOC)
+    staff = django_user_model.objects.create_user("ag", password="pw-ag-123", is_staff=True)
+    for codename in ("add_agent", "change_agent", "view_agent", "view_org"):
+        staff.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="policies"))
+    client.force_login(staff)
+    orga = Org.objects.get(name="orga")
+    form = {
+        "org": orga.pk,
+        "name": "new",
+        "default_model": "",
+        "priority": "",
+        "budget_usd": "",
+        "budget_period": "month",
+    }
+    refused = client.post("/admin/policies/agent/add/", {**form, "limits_rpm": "50", "limits_tpm": ""})
+    assert refused.status_code == 200 and "above org" in refused.content.decode()
+    assert not Agent.objects.filter(name="new").exists()
+    accepted = client.post("/admin/policies/agent/add/", {**form, "limits_rpm": "5", "limits_tpm": ""})
+    assert accepted.status_code == 302, accepted.content.decode()[-2000:]
+    assert Agent.objects.get(name="new").limits == {"rpm": 5}
 
 
 # The playground -------------------------------------------------------------------------------------------------
