@@ -175,11 +175,11 @@ def create_agent(request: HttpRequest, token: Any, org: str) -> tuple[int, dict[
     fields = _fields({k: v for k, v in data.items() if k != "name"}, AGENT_FIELDS, "a new agent")
     with atomic():
         Org.objects.select_for_update().filter(name=org).first()
-        document = document_from_db()
-        entry = _org_entry(org, document)
+        config = document_from_db()
+        entry = _org_entry(org, config)
         if any(a.get("name") == name for a in entry.get("agents") or []):
             raise errors.conflict(f"Agent '{org}/{name}' exists: update it with PATCH.")
-        _within_org(token, document, org, {"name": name, **fields}, {})
+        _within_org(token, config, org, {"name": name, **fields}, {})
         document = {"orgs": [{**_scalars(entry), "agents": [{"name": name, **fields}]}]}
         _import(token, document, f"agent {org}/{name} created over the API")
     _, shown, headers = get_agent(token, org, name)
@@ -192,11 +192,11 @@ def update_agent(request: HttpRequest, token: Any, org: str, name: str) -> tuple
     only(data, AGENT_FIELDS, "an agent update")
     with atomic():
         Org.objects.select_for_update().filter(name=org).first()
-        document = document_from_db()
-        entry = _org_entry(org, document)
+        config = document_from_db()
+        entry = _org_entry(org, config)
         agent = _agent_entry(entry, name)
         check_if_match(request, etag(_agent_view(org, agent)), f"Agent '{org}/{name}'")
-        _within_org(token, document, org, data, agent)
+        _within_org(token, config, org, data, agent)
         merged = {k: v for k, v in {**agent, **data}.items() if v is not None}
         document = {"orgs": [{**_scalars(entry), "agents": [merged]}]}
         _import(token, document, f"agent {org}/{name} changed over the API")
