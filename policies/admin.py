@@ -25,11 +25,12 @@ from policies.keys import KeyProblems, check_controls, create_api_key, revoke_ke
 from policies.models import Agent, ApiKey, ManagementToken, Org, OrgCredential, OrgPolicy
 from policies.tokens import create_management_token
 from routing.admin import DocumentCheckedForm, DocumentCheckedFormSet, edited_copy
-from routing.config.document import child_item
+from routing.config.document import child_item, document_from_db
 from routing.config.schema import AGENT, CREDENTIAL, ORG, POLICY
 from routing.config.store import find_org
 from routing.config.validation import add_form_validators
 from routing.models import KeyUsage
+from routing.ops import scope
 from routing.ops.admin_keys import StoredKeyForm
 from routing.ops.dashboard.limits import budget_summary
 from routing.ops.limit_fields import StructuredLimitsMixin
@@ -58,6 +59,32 @@ def _org_entry(doc: dict[str, Any], old_name: str | None, org: Org) -> dict[str,
 
 def _old_org_name(pk: int | None) -> str | None:
     return None if pk is None else Org.objects.filter(pk=pk).values_list("name", flat=True).first()
+
+
+class OrgBoundedForm(forms.BaseForm):
+    """A key's or agent's form that a user who may not manage its org fills within the org's bounds
+    (routing.ops.scope: the management API's org-limited tokens follow the same rule)."""
+
+    actor: Any = None  # the user saving the form, set by the admin's get_form
+    bounded: dict[str, str] = {}  # noqa: RUF012 - form field -> the scope rule's field; read, never changed
+
+    def org_of(self, data: dict[str, Any]) -> Org | None:
+        raise NotImplementedError
+
+    def check_org_bounds(self, data: dict[str, Any], what: str) -> None:
+        org = self.org_of(data)
+        if self.actor is None or org is None or scope.may_manage_org(self.actor, org):
+            return
+        bounds = scope.bounds_of(document_from_db(), org.name)
+        if bounds is None:
+            return
+        changes = {name: data.get(field) for field, name in self.bounded.items() if field in data}
+        instance = self.instance  # type: ignore[attr-defined]
+        current = {name: getattr(instance, field) for field, name in self.bounded.items()} if instance.pk else {}
+        fields = {name: field for field, name in self.bounded.items()}
+        for refusal in scope.child_refusals(bounds, changes, current, what):
+            field = fields.get(refusal.param)
+            self.add_error(field if field in self.fields else None, refusal.message)
 
 
 # Organisations and their inlines ---------------------------------------------------
@@ -263,13 +290,22 @@ class OrgChildForm(DocumentCheckedForm):
         return edit, f"orgs[{org.name}].{self.kind}[{label}]"
 
 
-class AgentForm(StructuredLimitsMixin, OrgChildForm):
+class AgentForm(StructuredLimitsMixin, OrgBoundedForm, OrgChildForm):
     kind = "agents"
+    bounded = {"limits": "limits", "budget": "budget", "priority": "priority", "default_model": "default_model"}  # noqa: RUF012
 
     class Meta:
         model = Agent
         fields = "__all__"
         widgets = {"default_model": default_model_widget()}
+
+    def org_of(self, data: dict[str, Any]) -> Org | None:
+        return data.get("org")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        self.check_org_bounds(data, f"agent '{data.get('name')}'")
+        return data
 
 
 class PolicyForm(OrgChildForm):
@@ -298,6 +334,9 @@ class AgentAdmin(admin.ModelAdmin):
     search_fields = ["name", "org__name", "default_model"]
     list_select_related = ["org"]
     readonly_fields = ["budget_spend"]
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        return _with_actor(super().get_form(request, obj, change, **kwargs), request)
 
     @admin.display(description="budget spend")
     def budget_spend(self, obj: Agent) -> str:
@@ -383,8 +422,11 @@ def key_usage_annotated(queryset: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
 KEY_CONTROL_FIELDS = ["enabled", "limits", "budget", "allowed_models", "priority", "metadata"]
 
 
-class ApiKeyForm(StructuredLimitsMixin, forms.ModelForm):
-    """A key's controls (docs/limits.md#keys), checked by the one validation the management API uses."""
+class ApiKeyForm(StructuredLimitsMixin, OrgBoundedForm, forms.ModelForm):
+    """A key's controls (docs/limits.md#keys), checked by the one validation the management API uses, and
+    within its org's bounds for a user who may not manage the org (routing.ops.scope)."""
+
+    bounded = {"limits": "limits", "budget": "budget", "priority": "priority", "allowed_models": "models"}  # noqa: RUF012
 
     class Meta:
         model = ApiKey
@@ -404,7 +446,18 @@ class ApiKeyForm(StructuredLimitsMixin, forms.ModelForm):
                 field = path.split(".")[0].split("[")[0]
                 field = "allowed_models" if field == "models" else field
                 self.add_error(field if field in self.fields else None, message)
+        self.check_org_bounds(data, "this API key")
         return data
+
+    def org_of(self, data: dict[str, Any]) -> Org | None:
+        agent = data.get("agent") or (self.instance.agent if self.instance.agent_id else None)
+        return agent.org if agent is not None else None
+
+
+def _with_actor(form: type[forms.BaseForm], request: HttpRequest) -> type[forms.BaseForm]:
+    """The admin's form class for this request (a fresh class per call), knowing who saves it."""
+    form.actor = request.user  # type: ignore[attr-defined]
+    return form
 
 
 @admin.register(ApiKey)
@@ -467,6 +520,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         return self.add_fields if obj is None else self.change_fields
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        return _with_actor(super().get_form(request, obj, change, **kwargs), request)
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         return [] if obj is None else ["prefix", "agent", "created_at", "last_used", "requests", "spend"]
@@ -573,7 +629,7 @@ NEW_TOKEN_SESSION = "switchboard_new_management_token"
 class ManagementTokenAdmin(admin.ModelAdmin):
     """Management API tokens (docs/management-api.md#tokens): superusers only; shown once, like API keys."""
 
-    list_display = ["name", "prefix_display", "scope", "org", "bodies", "created_at", "revoked"]
+    list_display = ["name", "prefix_display", "scope", "org", "bodies", "created_at", "expires_at", "revoked"]
     list_filter = ["scope", "revoked"]
     actions = ["revoke_tokens"]
 
@@ -590,8 +646,8 @@ class ManagementTokenAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: ManagementToken | None = None) -> list[str]:
         if obj is None:
-            return ["name", "scope", "org", "bodies"]
-        return ["name", "prefix", "scope", "org", "bodies", "created_at", "revoked"]
+            return ["name", "scope", "org", "bodies", "expires_at"]
+        return ["name", "prefix", "scope", "org", "bodies", "created_at", "expires_at", "revoked"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: ManagementToken | None = None) -> list[str]:
         return [] if obj is None else ["name", "prefix", "scope", "org", "bodies", "created_at"]
@@ -610,7 +666,9 @@ class ManagementTokenAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        token, plaintext = create_management_token(name=obj.name, scope=obj.scope, org=obj.org, bodies=obj.bodies)
+        token, plaintext = create_management_token(
+            name=obj.name, scope=obj.scope, org=obj.org, bodies=obj.bodies, expires_at=obj.expires_at
+        )
         obj.pk, obj.prefix, obj.token_hash, obj.created_at = token.pk, token.prefix, token.token_hash, token.created_at
         obj._state.adding = False
         request.session[NEW_TOKEN_SESSION] = {"pk": token.pk, "plaintext": plaintext}

@@ -186,7 +186,8 @@ class ManagementToken(models.Model):
     """A credential for the management API (docs/management-api.md), never for /v1: shown once, kept as SHA-256.
 
     `scope` read may only GET; write may change keys, orgs, agents and breakers. With `org`
-    set, the token sees and changes that org's objects only. `bodies`, set by a superuser,
+    set, the token sees that org's objects only and changes its keys and agents within the org's
+    bounds (routing.ops.scope). Past `expires_at` it is refused like an unknown token. `bodies`, set by a superuser,
     lets it read the stored request/response bodies of the request log.
     """
 
@@ -209,6 +210,11 @@ class ManagementToken(models.Model):
         help_text="May read stored request/response bodies in GET /api/v1/requests (docs/security.md#bodies).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="After this time (UTC) the token is refused like an unknown one (401). Empty: never expires.",
+    )
     revoked = models.BooleanField(default=False)
 
     class Meta:

@@ -98,6 +98,7 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     # the management API (docs/management-api.md)
     "invalid_management_token": (401, AUTHENTICATION_ERROR),
     "permission_denied": (403, PERMISSION_ERROR),
+    "forbidden": (403, PERMISSION_ERROR),
     "conflict": (409, INVALID_REQUEST_ERROR),
     "precondition_failed": (412, INVALID_REQUEST_ERROR),
 }
@@ -569,7 +570,7 @@ def overloaded(name: str, retry_after_s: float, priority: str = "default", reaso
 
 
 def invalid_management_token(detail: str) -> GatewayError:
-    """401: no, an unknown or a revoked management token (gateway API keys are never accepted here)."""
+    """401: no, an unknown, a revoked or an expired management token (gateway API keys are never accepted here)."""
     return _error(
         "invalid_management_token",
         f"{detail} The management API takes a management token ('Authorization: Bearer sbm-...'), created by a "
@@ -580,6 +581,17 @@ def invalid_management_token(detail: str) -> GatewayError:
 def permission_denied(detail: str) -> GatewayError:
     """403: the token's scope (read-only, or limited to one org) does not cover this request."""
     return _error("permission_denied", f"{detail} Ask a superuser for a token with that scope.")
+
+
+def forbidden(detail: str, param: str | None = None) -> GatewayError:
+    """403: the caller may write to this org, but not this change: an org-scoped token (or user) reaching past
+    the org's own bounds (docs/security.md#management-tokens-and-org-scope); `param` names the field."""
+    return _error(
+        "forbidden",
+        f"{detail} Only an operator who manages the org itself (a superuser, or a management token without an "
+        "org) can grant more.",
+        param,
+    )
 
 
 def resource_not_found(name: str) -> GatewayError:

@@ -56,6 +56,8 @@ ERROR_MEANINGS: dict[str, str] = {
     # the management API's codes (docs/management-api.md), in the one catalogue; /v1 never sends them
     "invalid_management_token": "Management API only: no, an unknown or a revoked management token.",
     "permission_denied": "Management API only: the token is read-only or limited to another org.",
+    "forbidden": "Management API: an org-limited token reaching past its org's bounds (`param` names the field); "
+    "`GET /metrics` without a staff session when it is not public.",
     "conflict": "Management API only: the object to create exists already.",
     "precondition_failed": "Management API only: If-Match names an ETag that is no longer the object's.",
 }

@@ -121,3 +121,33 @@ def test_no_5xx_and_every_answer_matches_the_document():
     assert failures == []
     assert len(statuses) >= 5 * len(spec()["paths"])  # it ran
     assert {200, 201, 400, 404} <= set(statuses)  # served, created, refused: not only one kind of answer
+
+
+def test_the_document_says_which_writes_an_org_token_is_refused_and_that_tokens_expire():
+    """The 403 `forbidden` of an org-limited token past its org's bounds is documented on each bounded write,
+    and a real refusal conforms to the document; an expired token is one of the 401's cases."""
+    from policies.models import Org
+
+    bounded = [
+        ("/api/v1/keys", "post"),
+        ("/api/v1/keys/{key_id}", "patch"),
+        ("/api/v1/orgs/{org}", "patch"),
+        ("/api/v1/orgs/{org}/agents", "post"),
+        ("/api/v1/orgs/{org}/agents/{agent}", "patch"),
+    ]
+    for path, method in bounded:
+        assert "`forbidden`" in spec()["paths"][path][method]["responses"]["403"]["description"], (path, method)
+    assert "expired" in spec()["paths"]["/api/v1/keys"]["get"]["responses"]["401"]["description"]
+    assert "expires_at" in spec()["components"]["securitySchemes"]["managementToken"]["description"]
+    import_document(
+        {**DOC, "orgs": [{"name": "acme", "budget": {"usd": 1, "period": "day"}, "agents": [{"name": "bot"}]}]}
+    )
+    _, secret = create_management_token(name="tenant", scope="write", org=Org.objects.get(name="acme"))
+    schemathesis.experimental.OPEN_API_3_1.enable()
+    schema = schemathesis.from_dict(spec(), app=get_wsgi_application())
+    case = schema["/api/v1/orgs/{org}"]["PATCH"].make_case(
+        path_parameters={"org": "acme"}, body={"budget": {"usd": 1000, "period": "day"}}, media_type="application/json"
+    )
+    response = case.call_wsgi(headers={"Authorization": f"Bearer {secret}"})
+    assert response.status_code == 403 and response.json["error"]["code"] == "forbidden"
+    case.validate_response(response, checks=CHECKS)

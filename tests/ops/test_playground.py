@@ -28,7 +28,8 @@ def keymaker(django_user_model):
     from django.contrib.auth.models import Permission
 
     user = django_user_model.objects.create_user("pg-staff", password="pw-pg-123", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="add_apikey", content_type__app_label="policies"))
+    for codename in ("add_apikey", "change_org"):  # mints keys, for the orgs it manages (all: model-wide)
+        user.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="policies"))
     return user
 
 

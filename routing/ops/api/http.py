@@ -48,7 +48,7 @@ def authenticate(request: HttpRequest) -> ManagementToken:
         raise errors.invalid_management_token("Missing management token.")
     token = find_token(header[7:].strip())
     if token is None:
-        raise errors.invalid_management_token("The management token is unknown or revoked.")
+        raise errors.invalid_management_token("The management token is unknown, revoked or expired.")
     return token
 
 
@@ -110,6 +110,12 @@ def only(data: dict[str, Any], allowed: tuple[str, ...], what: str) -> None:
             raise errors.invalid_request(
                 f"Unknown field '{name}' for {what}: the fields are {', '.join(allowed)}.", name
             )
+
+
+def refuse(refusals: list[Any]) -> None:
+    """403 `forbidden` naming the first change past the org's bounds (routing.ops.scope's `Refusal`s); none: go on."""
+    if refusals:
+        raise errors.forbidden(refusals[0].message, refusals[0].param)
 
 
 def page(request: HttpRequest) -> tuple[int, int]:

@@ -11,7 +11,9 @@ from django.utils import timezone
 
 from policies.keys import CONTROLS, KeyProblems, create_api_key, revoke_keys, rotate_key, update_key
 from policies.models import Agent, ApiKey, ManagementToken
+from routing.config.document import document_from_db
 from routing.core import errors
+from routing.ops import scope
 from routing.ops.api.http import (
     atomic,
     body,
@@ -22,6 +24,7 @@ from routing.ops.api.http import (
     only,
     page,
     parse_time,
+    refuse,
     text_param,
 )
 
@@ -99,6 +102,18 @@ def _controls(data: dict[str, Any]) -> dict[str, Any]:
     return controls
 
 
+def _within_org(token: ManagementToken, org: str, controls: dict[str, Any], key: ApiKey | None) -> None:
+    """An org-limited token gives a key no more than its org has: 403 `forbidden` naming the field
+    (routing.ops.scope; an unlimited token: no check, and no configuration read)."""
+    if not token.org_id:
+        return
+    bounds = scope.bounds_of(document_from_db(), org)
+    if bounds is None:
+        return
+    current = {} if key is None else represent(key)
+    refuse(scope.child_refusals(bounds, controls, current, f"API key {key.pk}" if key else "the new API key"))
+
+
 def list_keys(request: HttpRequest, token: ManagementToken) -> dict[str, Any]:
     """Keys, newest first; ?org=, ?agent=, ?status=active|disabled|expired|revoked filter them."""
     limit, offset = page(request)
@@ -138,6 +153,7 @@ def create(request: HttpRequest, token: ManagementToken) -> tuple[int, dict[str,
     if agent is None:
         raise errors.resource_not_found(f"Agent '{data['org']}/{data['agent']}'")
     controls = _controls(data)
+    _within_org(token, agent.org.name, controls, None)
     name, note = controls.pop("name", "") or "", controls.pop("note", "") or ""
     try:
         key, secret = create_api_key(
@@ -164,6 +180,7 @@ def update(request: HttpRequest, token: ManagementToken, key_id: int) -> tuple[i
         if key.revoked:
             raise errors.conflict(f"API key {key_id} is revoked; a revoked key cannot be changed. Create a new one.")
         check_if_match(request, etag(represent(key)), f"API key {key_id}")
+        _within_org(token, key.agent.org.name, controls, key)
         try:
             update_key(key, controls)
         except KeyProblems as exc:

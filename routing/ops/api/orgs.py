@@ -18,7 +18,8 @@ from routing.config import recorder
 from routing.config.document import document_from_db
 from routing.config.store import ConfigInvalid, find_org, import_document
 from routing.core import errors
-from routing.ops.api.http import atomic, body, check_if_match, etag, listing, only, page
+from routing.ops import scope
+from routing.ops.api.http import atomic, body, check_if_match, etag, listing, only, page, refuse
 
 ORG_FIELDS = ("default_action", "limits", "budget", "log_bodies", "policies", "priority", "weight")
 AGENT_FIELDS = ("default_model", "limits", "budget", "priority", "side_effects")  # docs/overload.md: the last two
@@ -62,11 +63,18 @@ def _allowed(token: Any, org: str) -> None:
         raise errors.resource_not_found(f"Org '{org[:64]}'")
 
 
-def _org_entry(name: str) -> dict[str, Any]:
-    entry = find_org(document_from_db(), name)
+def _org_entry(name: str, document: dict[str, Any] | None = None) -> dict[str, Any]:
+    entry = find_org(document_from_db() if document is None else document, name)
     if entry is None:
         raise errors.resource_not_found(f"Org '{name}'")
     return entry
+
+
+def _within_org(token: Any, document: dict[str, Any], org: str, data: dict[str, Any], current: dict[str, Any]) -> None:
+    """An org-limited token gives an agent no more than its org has (an unlimited token: no check)."""
+    bounds = scope.bounds_of(document, org) if token.org_id else None
+    if bounds is not None:
+        refuse(scope.child_refusals(bounds, data, current, f"agent '{org}/{data.get('name') or current.get('name')}'"))
 
 
 def _agent_entry(org: dict[str, Any], name: str) -> dict[str, Any]:
@@ -135,6 +143,8 @@ def update_org(request: HttpRequest, token: Any, name: str) -> tuple[int, dict[s
         Org.objects.select_for_update().filter(name=name).first()  # one writer at a time for this org
         entry = _org_entry(name)
         check_if_match(request, etag(_org_view(entry)), f"Org '{name}'")
+        if token.org_id:  # the org's own controls are its operators' (routing.ops.scope)
+            refuse(scope.org_refusals(entry, data))
         merged = {**_scalars(entry), **{k: v for k, v in data.items() if k != "policies"}}
         merged = {k: v for k, v in merged.items() if v is not None}
         if "policies" in data:
@@ -165,9 +175,11 @@ def create_agent(request: HttpRequest, token: Any, org: str) -> tuple[int, dict[
     fields = _fields({k: v for k, v in data.items() if k != "name"}, AGENT_FIELDS, "a new agent")
     with atomic():
         Org.objects.select_for_update().filter(name=org).first()
-        entry = _org_entry(org)
+        config = document_from_db()
+        entry = _org_entry(org, config)
         if any(a.get("name") == name for a in entry.get("agents") or []):
             raise errors.conflict(f"Agent '{org}/{name}' exists: update it with PATCH.")
+        _within_org(token, config, org, {"name": name, **fields}, {})
         document = {"orgs": [{**_scalars(entry), "agents": [{"name": name, **fields}]}]}
         _import(token, document, f"agent {org}/{name} created over the API")
     _, shown, headers = get_agent(token, org, name)
@@ -180,9 +192,11 @@ def update_agent(request: HttpRequest, token: Any, org: str, name: str) -> tuple
     only(data, AGENT_FIELDS, "an agent update")
     with atomic():
         Org.objects.select_for_update().filter(name=org).first()
-        entry = _org_entry(org)
+        config = document_from_db()
+        entry = _org_entry(org, config)
         agent = _agent_entry(entry, name)
         check_if_match(request, etag(_agent_view(org, agent)), f"Agent '{org}/{name}'")
+        _within_org(token, config, org, data, agent)
         merged = {k: v for k, v in {**agent, **data}.items() if v is not None}
         document = {"orgs": [{**_scalars(entry), "agents": [merged]}]}
         _import(token, document, f"agent {org}/{name} changed over the API")

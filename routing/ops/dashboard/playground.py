@@ -5,7 +5,10 @@ The page's script calls this gateway's own `/v1/models` and `/v1/chat/completion
 org policy, limits, budget, the chain, the usage record. Stored keys are hashed and
 cannot be shown, so the page either mints a short-lived key for the chosen agent
 (needs PLAYGROUND, the permission to create API keys: whoever holds it can mint a
-key in the admin anyway) or uses a key the user pastes. A minted key expires after
+key in the admin anyway) or uses a key the user pastes. It mints keys only for agents
+of orgs the user manages (routing.ops.scope.MANAGE_ORG; superusers: every org): the
+chat spends the org's budget, which only those who may set it may spend from here.
+A minted key expires after
 PLAYGROUND_KEY_TTL, is labelled with the user, and its plaintext goes only to the
 page that asked for it; it is never stored.
 """
@@ -27,6 +30,7 @@ from django.views.decorators.http import require_GET, require_POST
 from policies.keys import create_api_key
 from policies.models import Agent, ApiKey
 from routing.config import live
+from routing.ops import scope
 from routing.ops.dashboard.pages import may_view_usage
 from routing.ops.usage import browse
 
@@ -69,10 +73,17 @@ def mint_key(agent: Agent, username: str, now: datetime) -> tuple[ApiKey, str]:
     )
 
 
+def _agents_of_managed_orgs(user: Any) -> list[Agent]:
+    """The agents the user may spend through: those of the orgs the user manages (routing.ops.scope)."""
+    agents = list(Agent.objects.select_related("org").order_by("org__name", "name"))
+    managed = {org.pk for org in scope.managed_orgs(user, {a.org.pk: a.org for a in agents}.values())}
+    return [a for a in agents if a.org.pk in managed]
+
+
 @require_GET
 @playground_users_only
 def page(request: HttpRequest) -> HttpResponse:
-    agents = Agent.objects.select_related("org").order_by("org__name", "name")
+    agents = _agents_of_managed_orgs(request.user)
     return render(
         request,
         "dashboard/playground.html",
@@ -80,6 +91,7 @@ def page(request: HttpRequest) -> HttpResponse:
             "title": "Playground",
             "agents": [{"id": a.pk, "label": f"{a.org.name} / {a.name}"} for a in agents],
             "ttl_minutes": int(PLAYGROUND_KEY_TTL.total_seconds() // 60),
+            "manage_permission": scope.MANAGE_ORG,
         },
     )
 
@@ -93,6 +105,14 @@ def key(request: HttpRequest) -> JsonResponse:
     if agent is None:
         return JsonResponse(
             {"error": "No such agent: pick one from the list (reload the page if it changed)."}, status=400
+        )
+    if not scope.may_manage_org(request.user, agent.org):
+        return JsonResponse(
+            {
+                "error": f"You do not manage org '{agent.org.name}' ({scope.MANAGE_ORG}), so the playground will not "
+                "spend its budget for you: pick an agent from the list, or paste a key you hold."
+            },
+            status=403,
         )
     api_key, plaintext = mint_key(agent, request.user.get_username(), timezone.now())
     minted = request.session.get(SESSION_PREFIXES, [])[-19:]
