@@ -25,9 +25,11 @@ from typing import Any
 
 import aiohttp
 
+from routing.config.addresses import url_problem
 from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec
 from routing.core.failures import FailureKind, UpstreamFailure
+from routing.upstream.blocking import BlockingPools
 from routing.upstream.dialects.vertex import ServiceAccountTokens
 
 log = logging.getLogger("switchboard.upstream")
@@ -113,15 +115,19 @@ class UpstreamResponse:
 class Transport:
     """Pooled aiohttp sessions: one shared, one per provider with its own connect timeout."""
 
-    def __init__(self, pool_limit: int = POOL_LIMIT) -> None:
+    def __init__(self, pool_limit: int = POOL_LIMIT, blocking: BlockingPools | None = None) -> None:
         self._pool_limit = pool_limit
+        # The blocking calls of upstreams (token exchanges, name lookups) run on these pools, never on the
+        # loop's default pool that the reload, spend reads and usage spill use (docs/security.md#blocking).
+        self.blocking = blocking or BlockingPools()
+        self._refused: dict[str, str | None] = {}  # base_url -> why the address guard refuses it (None: allowed)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shared: aiohttp.ClientSession | None = None
         self._own: dict[tuple[str, int], aiohttp.ClientSession] = {}
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         # The process's access tokens of dialects that authorize (Vertex's service accounts): per process, not
         # per module, so a test's or a second process's tokens are its own (docs/architecture.md#composition-root).
-        self.tokens = ServiceAccountTokens()
+        self.tokens = ServiceAccountTokens(pool=self.blocking.token_exchange)
 
     def _new_session(self, connect_timeout_s: float | None) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
@@ -189,6 +195,8 @@ class Transport:
         TLS) takes longer than `connect_timeout_s`, UpstreamFailure(CONNECT_ERROR)
         when the connection fails or drops before a response.
         """
+        if self._refused.get(provider.base_url, "") is not None:
+            self._guard(provider)
         session = self.session_for(provider)
         try:
             resp = await session.request(
@@ -211,6 +219,26 @@ class Transport:
                 f"could not reach provider {provider.name!r}: {client_reason(exc)}; retry later",
             ) from exc
         return UpstreamResponse(resp)
+
+    def _guard(self, provider: ProviderSpec) -> None:
+        """The address guard's second line (the first is validation): a base_url that names a refused address
+        is never called, whatever let it into the snapshot. Checked once per base_url."""
+        refused = self._refused.get(provider.base_url, "")
+        if refused == "":
+            if len(self._refused) >= 4096:
+                self._refused.clear()
+            refused = self._refused[provider.base_url] = url_problem(provider.base_url)
+            if refused is not None:
+                log.warning(
+                    "not calling provider %r: the address of its base_url is refused: %s", provider.name, refused
+                )
+        if refused is not None:
+            raise UpstreamFailure(
+                FailureKind.UPSTREAM_4XX,
+                f"provider {provider.name!r} names an address the gateway's upstream address guard refuses "
+                "(docs/security.md#addresses); ask the gateway operator to fix its base_url",
+                status=403,
+            )
 
     def pools(self) -> dict[str, Any]:
         """Which sessions exist (for diagnostics and tests)."""
