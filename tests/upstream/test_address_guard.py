@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
+import threading
 
 import pytest
 
@@ -123,3 +125,31 @@ async def test_a_token_uri_in_the_metadata_range_is_never_exchanged():
     assert calls == [] and info.value.status == 401 and "metadata" not in info.value.message
     fine = json.dumps({"client_email": "a@b", "private_key": "k", "token_uri": "http://127.0.0.1:9/token"})
     assert await tokens.token(fine, "vx") == "ya29.x" and len(calls) == 1
+
+
+def _resolving_to(address: str, seen: list[str] | None = None):
+    def lookup(host, port, *rest):
+        if seen is not None:
+            seen.append(threading.current_thread().name)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    return lookup
+
+
+async def test_a_name_that_resolves_into_the_metadata_range_is_not_connected_to(transport):
+    transport.lookup = _resolving_to("169.254.169.254")
+    spec = provider(base_url="http://innocent.example:80/v1")
+    with pytest.raises(UpstreamFailure) as info:
+        await transport.send(spec, "GET", "http://innocent.example:80/v1/models", {}, None, 2.0)
+    assert info.value.kind is FailureKind.CONNECT_ERROR and "address guard" in info.value.message
+    assert "169.254" not in info.value.message and "innocent.example" not in info.value.message
+
+
+async def test_upstream_names_are_looked_up_on_the_resolve_pool_not_the_loops_default_pool(transport, mock):
+    seen: list[str] = []
+    transport.lookup = _resolving_to("127.0.0.1", seen)
+    port = mock.root.rsplit(":", 1)[1]
+    spec = provider(base_url=f"http://upstream.test:{port}/v1")
+    response = await transport.send(spec, "GET", f"http://upstream.test:{port}/v1/models", {}, None, 2.0)
+    await response.close()
+    assert seen and all(name.startswith("switchboard-resolve") for name in seen)
