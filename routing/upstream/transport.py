@@ -162,7 +162,7 @@ class Transport:
         # loop's default pool that the reload, spend reads and usage spill use (docs/security.md#blocking).
         self.blocking = blocking or BlockingPools()
         self.lookup: Callable[..., list] = socket.getaddrinfo  # name lookups, on `blocking.resolve`
-        self._refused: dict[str, str | None] = {}  # base_url -> why the address guard refuses it (None: allowed)
+        self._refused: dict[str, str | None] = {}  # URL -> why the address guard refuses its host (None: allowed)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shared: aiohttp.ClientSession | None = None
         self._own: dict[tuple[str, int], aiohttp.ClientSession] = {}
@@ -241,8 +241,8 @@ class Transport:
         TLS) takes longer than `connect_timeout_s`, UpstreamFailure(CONNECT_ERROR)
         when the connection fails or drops before a response.
         """
-        if self._refused.get(provider.base_url, "") is not None:
-            self._guard(provider)
+        if self._refused.get(url, "") is not None:  # the URL's own host: a provider's, an org credential's, ...
+            self._guard(provider, url)
         session = self.session_for(provider)
         try:
             resp = await session.request(
@@ -266,17 +266,21 @@ class Transport:
             ) from exc
         return UpstreamResponse(resp)
 
-    def _guard(self, provider: ProviderSpec) -> None:
+    def _guard(self, provider: ProviderSpec, url: str) -> None:
         """The address guard's second line (the first is validation): a base_url that names a refused address
-        is never called, whatever let it into the snapshot. Checked once per base_url."""
-        refused = self._refused.get(provider.base_url, "")
+        is never called, whatever let it into the snapshot. Checked once per URL (a configuration has few),
+        so a request pays one dictionary lookup."""
+        refused = self._refused.get(url, "")
         if refused == "":
             if len(self._refused) >= 4096:
                 self._refused.clear()
-            refused = self._refused[provider.base_url] = url_problem(provider.base_url)
+            refused = self._refused[url] = url_problem(url)
             if refused is not None:
                 log.warning(
-                    "not calling provider %r: the address of its base_url is refused: %s", provider.name, refused
+                    "not calling provider %r at %s: its address is refused: %s",
+                    provider.name,
+                    redact_url(url),
+                    refused,
                 )
         if refused is not None:
             raise UpstreamFailure(

@@ -107,7 +107,8 @@ def test_validation_refuses_a_metadata_base_url_and_by_the_setting_a_private_one
 
 
 async def test_the_transport_never_calls_a_refused_address_that_bypassed_validation(transport):
-    spec = provider(base_url="http://2852039166/latest/meta-data")  # built directly: no validation ran
+    # The URL's own host counts (an org credential's or a deployment's base_url), not only the provider's.
+    spec = provider(base_url="http://127.0.0.1:9/v1")
     with pytest.raises(UpstreamFailure) as info:
         await transport.send(spec, "GET", "http://2852039166/latest/meta-data", {}, None, 1.0)
     assert info.value.kind is FailureKind.UPSTREAM_4XX and info.value.status == 403
