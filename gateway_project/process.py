@@ -53,6 +53,7 @@ from routing.runtime.outage import Outage
 from routing.runtime.process import Process, current, install
 from routing.runtime.response_cache import build_store
 from routing.runtime.usage.queue import UsageSink
+from routing.upstream.blocking import BlockingPool, BlockingPools
 from routing.upstream.transport import Transport
 
 log = logging.getLogger("switchboard")
@@ -72,7 +73,8 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
         hedges=Hedges(),
         parking=Parking(),
     )
-    process = Process(executor, Transport(), IdempotencyStore(), UsageSink(), background=background)
+    transport = Transport(blocking=blocking_pools(settings))
+    process = Process(executor, transport, IdempotencyStore(), UsageSink(), background=background)
     install(process)
     overload.install(process.gates, process.hedges)  # adaptive limits and queues, when configured (docs/overload.md)
     _listen(live.swap_listeners, overload.apply)  # each reload applies its overload settings
@@ -94,6 +96,17 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
         live.set_degraded("redis", False, "cache")  # the series exists from the start
     tracing.configure()  # only with an OTLP endpoint configured (docs/tracing.md)
     return process
+
+
+def blocking_pools(settings: Any = django_settings) -> BlockingPools:
+    """The process's pools for upstreams' blocking calls, sized and timed by the settings (docs/security.md#blocking):
+    none of them can take a thread of the loop's default pool, which the reload, spend reads and spill use."""
+    return BlockingPools(
+        BlockingPool(
+            "token-exchange", settings.SWITCHBOARD_TOKEN_EXCHANGE_THREADS, settings.SWITCHBOARD_TOKEN_EXCHANGE_TIMEOUT_S
+        ),
+        BlockingPool("resolve", settings.SWITCHBOARD_RESOLVE_THREADS, settings.SWITCHBOARD_RESOLVE_TIMEOUT_S),
+    )
 
 
 def make_gateway(process: Process, settings: Any = django_settings, pacer: Pacer | None = None) -> ASGIApp:
@@ -253,6 +266,7 @@ async def shutdown(process: Process) -> None:
     await loop.run_in_executor(None, process.usage.shutdown)
     await loop.run_in_executor(None, tracing.shutdown)  # flush the last spans
     await process.transport.aclose()
+    process.transport.blocking.shutdown()
 
 
 def _close_upstreams_on_reactor_shutdown(process: Process) -> None:

@@ -136,6 +136,16 @@ SWITCHBOARD_LIMITS_SYNC_S = env.float("SWITCHBOARD_LIMITS_SYNC_S", default=0.2)
 # How often the usage spool file is fsynced (bound of records lost to a power loss).
 SWITCHBOARD_USAGE_FSYNC_S = env.float("SWITCHBOARD_USAGE_FSYNC_S", default=1.0)
 
+# Blocking calls of upstreams, each kind on a small pool of its own (docs/security.md#blocking): Vertex AI
+# token exchanges (google-auth; its socket timeout) and upstream host-name lookups.
+SWITCHBOARD_TOKEN_EXCHANGE_THREADS = env.int("SWITCHBOARD_TOKEN_EXCHANGE_THREADS", default=4)
+SWITCHBOARD_TOKEN_EXCHANGE_TIMEOUT_S = env.float("SWITCHBOARD_TOKEN_EXCHANGE_TIMEOUT_S", default=10.0)
+SWITCHBOARD_RESOLVE_THREADS = env.int("SWITCHBOARD_RESOLVE_THREADS", default=4)
+SWITCHBOARD_RESOLVE_TIMEOUT_S = env.float("SWITCHBOARD_RESOLVE_TIMEOUT_S", default=5.0)
+# The upstream address guard (docs/security.md#addresses): the link-local / cloud metadata range is always
+# refused; false also refuses loopback and private addresses in base_url and token_uri.
+SWITCHBOARD_UPSTREAM_ALLOW_PRIVATE = env.bool("SWITCHBOARD_UPSTREAM_ALLOW_PRIVATE", default=True)
+
 # Request and response bodies in the request log: off unless an org sets log_bodies, or
 # this for every org; cut to SWITCHBOARD_LOG_BODY_BYTES (docs/operations.md#bodies).
 SWITCHBOARD_LOG_BODIES = env.bool("SWITCHBOARD_LOG_BODIES", default=False)

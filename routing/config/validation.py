@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, urlsplit
 from django.core.exceptions import ValidationError
 
 from policies.matcher import pattern_error
+from routing.config.addresses import url_problem
 from routing.config.schema import (
     ACTIONS,
     AGENT,
@@ -89,7 +90,7 @@ def base_url_problem(value: Any) -> str | None:
         try:
             parts = urlsplit(value)
             if parts.scheme in ("http", "https") and parts.hostname:
-                return userinfo_problem(value)
+                return userinfo_problem(value) or url_problem(value)
         except ValueError:
             pass
     shown = redact_url(value) if isinstance(value, str) and "@" in value else value

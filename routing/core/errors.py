@@ -67,6 +67,12 @@ UPSTREAM_ERROR = "upstream_error"
 SERVICE_UNAVAILABLE_ERROR = "service_unavailable_error"
 TIMEOUT_ERROR = "timeout_error"
 
+# The words of every failed token exchange (a Vertex AI service account's): the endpoint's host, port, path
+# and the library's text go to the operators' log only (docs/security.md#urls).
+TOKEN_EXCHANGE_FAILED = (
+    "the provider's credentials could not be exchanged for an access token; the gateway operator's log has the detail"
+)
+
 # code -> (status, type). upstream_client_error's status is the upstream's 4xx
 # (400 when the upstream sent a request-validation error as a 5xx); 400 is its default.
 CATALOGUE: dict[str, tuple[int, str]] = {

@@ -16,18 +16,22 @@ the disconnect at once (docs/resilience.md#r7).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
 
+from routing.config.addresses import address_problem, private_allowed, url_problem
 from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec
 from routing.core.failures import FailureKind, UpstreamFailure
+from routing.upstream.blocking import BlockingPool, BlockingPools, PoolBusy
 from routing.upstream.dialects.vertex import ServiceAccountTokens
 
 log = logging.getLogger("switchboard.upstream")
@@ -36,6 +40,7 @@ CONNECT_LOG_EVERY_S = 10.0
 
 POOL_LIMIT = 512  # total connections per session; far above what 2 cores can drive
 KEEPALIVE_S = 30.0
+NUMERIC_FLAGS = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
 
 
 class UpstreamResponse:
@@ -110,21 +115,65 @@ class UpstreamResponse:
         return f"<UpstreamResponse {self.status}>"
 
 
+class AddressRefused(OSError):
+    """A host name that resolves to an address the upstream address guard refuses."""
+
+
+class GuardedResolver(AbstractResolver):
+    """Upstream host names resolved on the process's resolve pool, never on the loop's default pool (aiohttp's own
+    resolver uses that one), and each answer checked by the address guard: a name that points into the metadata
+    range (or, with SWITCHBOARD_UPSTREAM_ALLOW_PRIVATE=false, at a private address) is not connected to. aiohttp
+    caches the answers (`ttl_dns_cache`), so this runs once per host per 5 minutes, not per request."""
+
+    def __init__(self, pool: BlockingPool, lookup: Callable[..., list]) -> None:
+        self.pool = pool
+        self.lookup = lookup  # socket.getaddrinfo's signature (tests give their own)
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        try:
+            infos = await self.pool.run(self.lookup, host, port, family, socket.SOCK_STREAM, 0, socket.AI_ADDRCONFIG)
+        except PoolBusy as exc:
+            raise OSError(f"looking up {host!r} was not started: {exc}") from exc
+        allow = private_allowed()
+        results: list[ResolveResult] = []
+        for fam, _, proto, _, address in infos:
+            refused = address_problem(ipaddress.ip_address(address[0].split("%", 1)[0]), allow)
+            if refused is not None:
+                raise AddressRefused(f"{host!r} resolves to {refused}")
+            results.append(
+                ResolveResult(
+                    hostname=host, host=address[0], port=address[1], family=fam, proto=proto, flags=NUMERIC_FLAGS
+                )
+            )
+        return results
+
+    async def close(self) -> None:
+        return None
+
+
 class Transport:
     """Pooled aiohttp sessions: one shared, one per provider with its own connect timeout."""
 
-    def __init__(self, pool_limit: int = POOL_LIMIT) -> None:
+    def __init__(self, pool_limit: int = POOL_LIMIT, blocking: BlockingPools | None = None) -> None:
         self._pool_limit = pool_limit
+        # The blocking calls of upstreams (token exchanges, name lookups) run on these pools, never on the
+        # loop's default pool that the reload, spend reads and usage spill use (docs/security.md#blocking).
+        self.blocking = blocking or BlockingPools()
+        self.lookup: Callable[..., list] = socket.getaddrinfo  # name lookups, on `blocking.resolve`
+        self._refused: dict[str, str | None] = {}  # URL -> why the address guard refuses its host (None: allowed)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shared: aiohttp.ClientSession | None = None
         self._own: dict[tuple[str, int], aiohttp.ClientSession] = {}
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
         # The process's access tokens of dialects that authorize (Vertex's service accounts): per process, not
         # per module, so a test's or a second process's tokens are its own (docs/architecture.md#composition-root).
-        self.tokens = ServiceAccountTokens()
+        self.tokens = ServiceAccountTokens(pool=self.blocking.token_exchange)
 
     def _new_session(self, connect_timeout_s: float | None) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
+            resolver=GuardedResolver(self.blocking.resolve, self._lookup),
             limit=self._pool_limit,
             limit_per_host=0,
             keepalive_timeout=KEEPALIVE_S,
@@ -137,6 +186,9 @@ class Transport:
             skip_auto_headers=("User-Agent",),
             auto_decompress=True,
         )
+
+    def _lookup(self, *args: Any) -> list:
+        return self.lookup(*args)
 
     def _check_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -189,6 +241,8 @@ class Transport:
         TLS) takes longer than `connect_timeout_s`, UpstreamFailure(CONNECT_ERROR)
         when the connection fails or drops before a response.
         """
+        if self._refused.get(url, "") is not None:  # the URL's own host: a provider's, an org credential's, ...
+            self._guard(provider, url)
         session = self.session_for(provider)
         try:
             resp = await session.request(
@@ -211,6 +265,30 @@ class Transport:
                 f"could not reach provider {provider.name!r}: {client_reason(exc)}; retry later",
             ) from exc
         return UpstreamResponse(resp)
+
+    def _guard(self, provider: ProviderSpec, url: str) -> None:
+        """The address guard's second line (the first is validation): a base_url that names a refused address
+        is never called, whatever let it into the snapshot. Checked once per URL (a configuration has few),
+        so a request pays one dictionary lookup."""
+        refused = self._refused.get(url, "")
+        if refused == "":
+            if len(self._refused) >= 4096:
+                self._refused.clear()
+            refused = self._refused[url] = url_problem(url)
+            if refused is not None:
+                log.warning(
+                    "not calling provider %r at %s: its address is refused: %s",
+                    provider.name,
+                    redact_url(url),
+                    refused,
+                )
+        if refused is not None:
+            raise UpstreamFailure(
+                FailureKind.UPSTREAM_4XX,
+                f"provider {provider.name!r} names an address the gateway's upstream address guard refuses "
+                "(docs/security.md#addresses); ask the gateway operator to fix its base_url",
+                status=403,
+            )
 
     def pools(self) -> dict[str, Any]:
         """Which sessions exist (for diagnostics and tests)."""
@@ -264,6 +342,8 @@ def client_reason(exc: BaseException) -> str:
     if isinstance(exc, aiohttp.ClientSSLError):
         return "the TLS handshake failed"
     cause = exc.os_error if isinstance(exc, aiohttp.ClientConnectorError) else exc
+    if isinstance(cause, AddressRefused):
+        return "its address is refused by the gateway's upstream address guard (docs/security.md#addresses)"
     if isinstance(cause, socket.gaierror):
         return "its host name could not be resolved"
     if isinstance(cause, OSError) and cause.errno:

@@ -156,14 +156,23 @@ async def test_one_exchange_serves_concurrent_requests_and_is_refreshed_before_e
     assert json.loads(sa)["private_key"].splitlines()[1] not in logged
 
 
-async def test_a_refused_exchange_is_an_authentication_failure_without_secrets(token_endpoint):
+async def test_a_refused_exchange_is_an_authentication_failure_without_secrets_or_addresses(token_endpoint, caplog):
     sa, state = token_endpoint
     state["keys"].clear()  # the mock no longer knows the key: invalid_grant
+    caplog.set_level(logging.WARNING, "switchboard.upstream")
     with pytest.raises(UpstreamFailure) as info:
         await vertex.ServiceAccountTokens().token(sa, "vx")
     assert info.value.status == 401 and not info.value.is_provider_fault and not info.value.is_retryable
-    assert "invalid_grant" in info.value.message
-    assert json.loads(sa)["private_key"].splitlines()[1] not in info.value.message
+    message = info.value.message
+    assert "could not be exchanged for an access token" in message and "operator's log" in message
+    port = json.loads(sa)["token_uri"].split(":")[2].split("/")[0]
+    assert "invalid_grant" not in message and "127.0.0.1" not in message and port not in message
+    assert "/vertex/token" not in message and "RefreshError" not in message
+    assert json.loads(sa)["private_key"].splitlines()[1] not in message
+    # The operators' log keeps the detail, in one line, without the key.
+    lines = [r.getMessage() for r in caplog.records if "token exchange" in r.getMessage()]
+    assert len(lines) == 1 and "invalid_grant" in lines[0] and "127.0.0.1" not in message
+    assert json.loads(sa)["private_key"].splitlines()[1] not in caplog.text
 
 
 async def test_a_secret_that_is_not_a_service_account_is_refused():

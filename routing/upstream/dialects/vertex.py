@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import hashlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -28,8 +30,11 @@ from urllib.parse import quote
 
 import orjson
 
+from routing.config.addresses import url_problem
 from routing.config.snapshot import ModelSpec, ProviderSpec
+from routing.core.errors import TOKEN_EXCHANGE_FAILED
 from routing.core.failures import FailureKind, UpstreamFailure
+from routing.upstream.blocking import TOKEN_EXCHANGE_THREADS, TOKEN_EXCHANGE_TIMEOUT_S, BlockingPool, PoolBusy
 from routing.upstream.dialects import anthropic_translation, gemini_translation
 from routing.upstream.dialects.base import (
     Dialect,
@@ -42,6 +47,7 @@ from routing.upstream.dialects.base import (
     unsupported,
 )
 
+log = logging.getLogger("switchboard.upstream")
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 ANTHROPIC_VERSION = "vertex-2023-10-16"
 REFRESH_MARGIN_S = 300.0  # refresh this long before expiry, so no request carries a token about to lapse
@@ -51,37 +57,65 @@ def is_anthropic(upstream_model: str) -> bool:
     return upstream_model.startswith("claude")
 
 
-def _exchange(info: dict[str, Any]) -> tuple[str, float]:
-    """(access token, seconds it stays valid): google-auth signs the JWT and posts it to info's token_uri."""
+def _exchange(info: dict[str, Any], timeout_s: float = TOKEN_EXCHANGE_TIMEOUT_S) -> tuple[str, float]:
+    """(access token, seconds it stays valid): google-auth signs the JWT and posts it to info's token_uri.
+
+    Runs on the token-exchange pool's thread; every socket operation waits at most `timeout_s` (google-auth's
+    default is 120 s). What the endpoint or the connection did becomes an `ExchangeError` of the matching kind.
+    """
+    import requests
+    from google.auth import exceptions
     from google.auth.transport.requests import Request
     from google.oauth2 import service_account
 
     creds = service_account.Credentials.from_service_account_info(info, scopes=SCOPES)
-    creds.refresh(Request())
+    try:
+        creds.refresh(functools.partial(Request(), timeout=timeout_s))
+    except exceptions.RefreshError as exc:  # the endpoint answered with an error
+        kind = FailureKind.UPSTREAM_5XX if exc.retryable else FailureKind.AUTHENTICATION
+        raise ExchangeError(kind, f"the token endpoint refused the exchange: {exc}") from None
+    except exceptions.TransportError as exc:  # no answer: refused, reset, timed out, TLS
+        timed_out = isinstance(exc.__cause__, requests.Timeout)
+        kind = FailureKind.CONNECT_TIMEOUT if timed_out else FailureKind.CONNECT_ERROR
+        raise ExchangeError(kind, f"the token endpoint did not answer: {exc}") from None
     expiry = creds.expiry  # naive UTC
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     lifetime = (expiry - now).total_seconds() if expiry is not None else 3600.0
     return str(creds.token), lifetime
 
 
+class ExchangeError(Exception):
+    """A token exchange that gave no token: `kind` says whose fault it is; the text is for the operators' log only
+    (it names the endpoint's host, port and path)."""
+
+    def __init__(self, kind: FailureKind, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
 class ServiceAccountTokens:
     """Access tokens per service account, exchanged once and refreshed before expiry.
 
-    `clock` (monotonic seconds) and `exchange` are injectable for tests; the exchange
-    runs in a thread (google-auth is synchronous), and one lock per account makes
-    concurrent requests wait for the same exchange instead of starting their own.
+    The exchange (google-auth is synchronous) runs on `pool`, the process's token-exchange pool
+    (routing.upstream.blocking), never on the loop's default pool. At most one exchange per account
+    is in flight: concurrent requests, and requests that come after one gave up waiting, wait for
+    the same one (each at most the pool's timeout) instead of starting their own, so a token endpoint
+    that never answers holds one thread per account, not one per request. `clock` (monotonic seconds)
+    and `exchange` are injectable for tests.
     """
 
     def __init__(
         self,
         clock: Callable[[], float] = time.monotonic,
-        exchange: Callable[[dict[str, Any]], tuple[str, float]] = _exchange,
+        exchange: Callable[[dict[str, Any]], tuple[str, float]] | None = None,
+        pool: BlockingPool | None = None,
     ) -> None:
         self.clock = clock
-        self.exchange = exchange
-        self.exchanges = 0  # how many exchanges ran (diagnostics, tests)
+        self.pool = pool or BlockingPool("token-exchange", TOKEN_EXCHANGE_THREADS, TOKEN_EXCHANGE_TIMEOUT_S)
+        self.exchange = exchange or functools.partial(_exchange, timeout_s=self.pool.timeout_s)
+        self.exchanges = 0  # how many exchanges gave a token (diagnostics, tests)
         self._tokens: dict[str, tuple[str, float]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._pending: dict[str, asyncio.Future[tuple[str, float]]] = {}
 
     def _fresh(self, key: str) -> str | None:
         held = self._tokens.get(key)
@@ -97,23 +131,52 @@ class ServiceAccountTokens:
         token = self._fresh(key)
         if token is not None:
             return token
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            token = self._fresh(key)
-            if token is not None:
-                return token
-            info = _service_account(secret, provider)
-            try:
-                token, lifetime = await asyncio.to_thread(self.exchange, info)
-            except Exception as exc:  # google.auth.exceptions.*, requests errors: no secret in their text
-                raise _auth_failure(provider, f"the token exchange failed ({type(exc).__name__}: {exc})") from None
+        pending = self._pending.get(key)
+        if pending is None or pending.get_loop() is not asyncio.get_running_loop():
+            pending = self._start(key, _service_account(secret, provider), provider)
+        try:
+            async with asyncio.timeout(self.pool.timeout_s):
+                return (await asyncio.shield(pending))[0]
+        except TimeoutError:
+            raise _exchange_failure(provider, FailureKind.CONNECT_TIMEOUT) from None
+        except ExchangeError as exc:
+            raise _exchange_failure(provider, exc.kind) from None
+        except Exception:  # noqa: BLE001 - a key google-auth cannot load, an injected exchange's error (logged)
+            raise _exchange_failure(provider, FailureKind.AUTHENTICATION) from None
+
+    def _start(self, key: str, info: dict[str, Any], provider: str) -> asyncio.Future[tuple[str, float]]:
+        """Begin the exchange for one account on the pool (the address guard first: docs/security.md#addresses)."""
+        refused = url_problem(str(info["token_uri"]))
+        if refused is not None:
+            log.warning("Vertex AI provider %r: not exchanging its token: token_uri %s", provider, refused)
+            raise _exchange_failure(provider, FailureKind.AUTHENTICATION)
+        try:
+            pending = self.pool.submit(self.exchange, info)
+        except PoolBusy as exc:
+            log.warning("Vertex AI provider %r: token exchange not started: %s", provider, exc)
+            raise _exchange_failure(provider, FailureKind.CONNECT_ERROR) from None
+        self._pending[key] = pending
+        pending.add_done_callback(functools.partial(self._settle, key, provider))
+        return pending
+
+    def _settle(self, key: str, provider: str, pending: asyncio.Future[tuple[str, float]]) -> None:
+        """An exchange ended (on the loop): keep its token, or log why it failed, once per exchange."""
+        if self._pending.get(key) is pending:
+            del self._pending[key]
+        if pending.cancelled():
+            return
+        exc = pending.exception()
+        if exc is None:
+            token, lifetime = pending.result()
             self.exchanges += 1
             self._tokens[key] = (token, self.clock() + lifetime)
-            return token
+            return
+        why = str(exc) if isinstance(exc, ExchangeError) else f"{type(exc).__name__}: {exc}"
+        log.warning("token exchange of Vertex AI provider %r failed: %s", provider, why)
 
     def clear(self) -> None:
         self._tokens.clear()
-        self._locks.clear()
+        self._pending.clear()
 
 
 def _service_account(secret: str, provider: str) -> dict[str, Any]:
@@ -131,6 +194,18 @@ def _auth_failure(provider: str, why: str) -> UpstreamFailure:
     message = f"cannot authenticate to Vertex AI provider {provider!r}: {why}; fix the provider's credentials"
     body = orjson.dumps({"error": {"message": message, "type": "authentication_error", "code": "upstream_auth"}})
     return UpstreamFailure(FailureKind.UPSTREAM_4XX, message, 401, None, body)
+
+
+def _exchange_failure(provider: str, kind: FailureKind) -> UpstreamFailure:
+    """What the client learns of a failed exchange: the catalogue's words, no address or library text.
+
+    A token endpoint that fails or does not answer is the provider's fault (retried, failed over, charged to
+    its breaker like a connect failure); a refusal of the credentials is the configuration's (a 401, never
+    retried)."""
+    if kind is FailureKind.AUTHENTICATION:
+        return _auth_failure(provider, TOKEN_EXCHANGE_FAILED)
+    status = 502 if kind is FailureKind.UPSTREAM_5XX else None
+    return UpstreamFailure(kind, f"Vertex AI provider {provider!r}: {TOKEN_EXCHANGE_FAILED}", status)
 
 
 class VertexDialect(Dialect):
