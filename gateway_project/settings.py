@@ -196,6 +196,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "routing.ops.sso.login_context",  # the login page's SSO button (docs/sso.md)
             ],
         },
     },
@@ -215,6 +216,35 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 LOGIN_URL = "/admin/login/"
 
+# Single sign-on (docs/sso.md): OpenID Connect for the admin and the staff pages, on when an issuer is set.
+SWITCHBOARD_OIDC_ISSUER = env.str("SWITCHBOARD_OIDC_ISSUER", default="").rstrip("/")
+SWITCHBOARD_OIDC_GROUPS_CLAIM = env.str("SWITCHBOARD_OIDC_GROUPS_CLAIM", default="groups")
+SWITCHBOARD_OIDC_SUPERUSER_GROUP = env.str("SWITCHBOARD_OIDC_SUPERUSER_GROUP", default="")
+SWITCHBOARD_PASSWORD_LOGIN = env.bool("SWITCHBOARD_PASSWORD_LOGIN", default=True)
+if SWITCHBOARD_OIDC_ISSUER:
+    INSTALLED_APPS.append("mozilla_django_oidc")
+    OIDC_RP_CLIENT_ID = env.str("SWITCHBOARD_OIDC_CLIENT_ID")
+    OIDC_RP_CLIENT_SECRET = env.str("SWITCHBOARD_OIDC_CLIENT_SECRET", default="")
+    OIDC_RP_SIGN_ALGO = env.str("SWITCHBOARD_OIDC_SIGN_ALGO", default="RS256")
+    OIDC_RP_SCOPES = env.str("SWITCHBOARD_OIDC_SCOPES", default="openid email profile")
+    OIDC_USE_PKCE = True
+    OIDC_USE_NONCE = True
+    OIDC_AUTHENTICATE_CLASS = "routing.ops.sso.SwitchboardAuthenticationRequestView"
+    LOGIN_REDIRECT_URL = "/admin/"
+    LOGIN_REDIRECT_URL_FAILURE = "/admin/login/?sso=failed"
+    LOGOUT_REDIRECT_URL = "/admin/login/"
+    OIDC_STORE_ID_TOKEN = False
+    OIDC_TIMEOUT = 10  # seconds, every call to the provider (token, userinfo, keys)
+# Without an issuer the password is the only way in, whatever SWITCHBOARD_PASSWORD_LOGIN says.
+AUTHENTICATION_BACKENDS = [
+    *(["routing.ops.sso.SwitchboardOIDCBackend"] if SWITCHBOARD_OIDC_ISSUER else []),
+    *(
+        ["django.contrib.auth.backends.ModelBackend"]
+        if SWITCHBOARD_PASSWORD_LOGIN or not SWITCHBOARD_OIDC_ISSUER
+        else []
+    ),
+]
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -223,6 +253,8 @@ LOGGING = {
     "loggers": {
         "switchboard": {"handlers": ["console"], "level": env.str("SWITCHBOARD_LOG_LEVEL", default="INFO")},
         "httpx": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+        # A 500 on the Django side (admin, staff pages, single sign-on) is logged with its traceback.
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
         "switchboard.requests": {
             "handlers": ["console"],
             "level": env.str("SWITCHBOARD_REQUEST_LOG_LEVEL", default="INFO"),

@@ -1,5 +1,6 @@
 """Django-side URLs: landing page, docs, admin, dashboard pages, metrics. /v1 and /health never reach here."""
 
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
@@ -23,3 +24,5 @@ urlpatterns = [
     path("metrics", metrics_view.metrics_view, name="metrics"),
     path("api/v1/", include("routing.ops.api.urls")),  # the management API (docs/management-api.md)
 ]
+if settings.SWITCHBOARD_OIDC_ISSUER:  # single sign-on (docs/sso.md)
+    urlpatterns.append(path("oidc/", include("mozilla_django_oidc.urls")))
