@@ -24,6 +24,9 @@ from routing.core.errors import GatewayError
 log = logging.getLogger("switchboard.api")
 MAX_PAGE = 200
 DEFAULT_PAGE = 50
+# Arrays and objects nested in one body, the body itself included (docs/security.md#identifiers): the API's
+# documents are a few levels deep; deeper ones would only reach recursive code (JSON columns, validation).
+MAX_DEPTH = 32
 
 View = Callable[..., tuple[int, Any] | tuple[int, Any, dict[str, str]]]
 
@@ -95,7 +98,27 @@ def body(request: HttpRequest) -> dict[str, Any]:
         raise errors.invalid_json(str(exc)) from None
     if not isinstance(data, dict):
         raise errors.body_not_object()
+    field = deepest_field(data, MAX_DEPTH)
+    if field is not None:
+        raise errors.invalid_request(
+            f"The field '{field}' nests arrays or objects more than {MAX_DEPTH} levels deep: flatten it.", field
+        )
     return data
+
+
+def deepest_field(data: dict[str, Any], limit: int) -> str | None:
+    """The top-level field of `data` that nests containers past `limit` levels (the body is level 1),
+    found without recursion (so a 1 000-deep body cannot reach the interpreter's recursion limit)."""
+    for name, value in data.items():
+        stack: list[tuple[Any, int]] = [(value, 2)]
+        while stack:
+            item, level = stack.pop()
+            if not isinstance(item, dict | list):
+                continue
+            if level > limit:
+                return name
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return None
 
 
 def only(data: dict[str, Any], allowed: tuple[str, ...], what: str) -> None:
