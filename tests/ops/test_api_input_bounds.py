@@ -55,3 +55,14 @@ def test_a_breaker_reason_past_500_characters_or_with_escapes_is_refused(setup):
         assert refused.status_code == 400 and refused.json()["error"]["param"] == "reason"
         assert fragment in refused.json()["error"]["message"]
     assert api.get("/api/v1/breakers").json()["data"][0]["state"] == "closed"
+
+
+def test_whole_numbers_written_with_a_zero_fraction_are_integers_and_fractions_are_still_refused(setup):  # noqa: F811
+    api = client_for()
+    created = new_key(api, limits={"rpm": 10.0, "tpm": 1000.0}, metadata={"ratio": 1.0})
+    assert created.status_code == 201, created.content
+    row = ApiKey.objects.get()
+    assert row.limits == {"rpm": 10, "tpm": 1000} and type(row.limits["rpm"]) is int
+    assert row.metadata == {"ratio": 1.0}  # metadata is the client's own data: kept as sent
+    refused = new_key(api, limits={"rpm": 10.5})
+    assert refused.status_code == 400 and "got 10.5" in refused.json()["error"]["message"]

@@ -103,7 +103,20 @@ def body(request: HttpRequest) -> dict[str, Any]:
         raise errors.invalid_request(
             f"The field '{field}' nests arrays or objects more than {MAX_DEPTH} levels deep: flatten it.", field
         )
-    return data
+    return {name: value if name == "metadata" else whole_numbers(value) for name, value in data.items()}
+
+
+def whole_numbers(value: Any) -> Any:
+    """`value` with each float that has no fraction (`60.0`) as an int: JSON Schema counts it as an integer,
+    and the one validation wants whole numbers as ints (docs/request-validation.md#integers). Metadata is
+    kept as sent; the body is at most MAX_DEPTH deep, so the recursion is bounded."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    if isinstance(value, list):
+        return [whole_numbers(item) for item in value]
+    if isinstance(value, dict):
+        return {key: whole_numbers(item) for key, item in value.items()}
+    return value
 
 
 def deepest_field(data: dict[str, Any], limit: int) -> str | None:
