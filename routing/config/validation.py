@@ -393,7 +393,7 @@ def fallback_cycles(models: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
         for model_id, m in models.items()
         if isinstance(m.get("fallbacks"), list)
     }
-    order = {model_id: i for i, model_id in enumerate(models)}
+    order: dict[str, int] = {}  # document position, built at the first cycle (rare)
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     cycles: list[list[str]] = []
     for root in graph:
@@ -408,6 +408,7 @@ def fallback_cycles(models: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
                 stack.pop()
             elif state.get(target) == 1:
                 loop = path[path.index(target) :]
+                order = order or {model_id: i for i, model_id in enumerate(models)}
                 first = min(range(len(loop)), key=lambda i: order[loop[i]])
                 cycles.append(loop[first:] + loop[:first])
             elif target not in state:
