@@ -918,8 +918,8 @@ class _Validator:
         for cycle in fallback_cycles(models):
             self.add(
                 f"models[{cycle[0]}].fallbacks",
-                f"fallback cycle {' -> '.join([*cycle, cycle[0]])}: each model falls back to the next, so a failure "
-                f"goes round the loop; remove one of these links",
+                f"fallback cycle {' -> '.join([*cycle, cycle[0]])}: these models fall back to one another in a "
+                "loop, so none of them is the last resort; remove one of these links",
                 FALLBACK,
             )
 
