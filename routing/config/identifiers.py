@@ -31,6 +31,7 @@ MAX_REASON = 500  # free text: a breaker control's reason (its database column h
 MAX_PATH = 512  # a provider's health_check_path
 
 _ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*")
 _CONFUSABLE_SCRIPTS = frozenset({"LATIN", "GREEK", "CYRILLIC"})
 
 
@@ -79,6 +80,8 @@ def identifier_problem(value: Any, what: str, limit: int = MAX_ID) -> str | None
         return None
     if len(value) > limit:
         return f"{what} is {len(value)} characters long: at most {limit} are allowed, shorten it"
+    if _PRINTABLE_ASCII.fullmatch(value):  # nearly every id: one C-level match
+        return None
     problem = _character_problem(value)
     if problem is not None:
         return f"{what} {_shown(value)} {problem}"

@@ -388,10 +388,9 @@ def endpoint_kinds(item: Mapping[str, Any]) -> set[str]:
 def fallback_cycles(models: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
     """Each loop of two or more models through their `fallbacks` (a model listing itself is reported
     apart), once, starting at the model that comes first in the document."""
+    # Only models with fallbacks can be on a loop; the hops are filtered as the walk meets them.
     graph = {
-        model_id: [t for t in m.get("fallbacks") or () if isinstance(t, str) and t in models and t != model_id]
-        for model_id, m in models.items()
-        if isinstance(m.get("fallbacks"), list)
+        model_id: hops for model_id, m in models.items() if (hops := m.get("fallbacks")) and isinstance(hops, list)
     }
     order: dict[str, int] = {}  # document position, built at the first cycle (rare)
     state: dict[str, int] = {}  # 1: on the current path, 2: done
@@ -406,6 +405,8 @@ def fallback_cycles(models: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
             if target is None:
                 state[path.pop()] = 2
                 stack.pop()
+            elif not isinstance(target, str) or target == path[-1] or target not in graph:
+                continue
             elif state.get(target) == 1:
                 loop = path[path.index(target) :]
                 order = order or {model_id: i for i, model_id in enumerate(models)}
@@ -414,7 +415,7 @@ def fallback_cycles(models: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
             elif target not in state:
                 state[target] = 1
                 path.append(target)
-                stack.append(iter(graph.get(target, ())))
+                stack.append(iter(graph[target]))
     return cycles
 
 
