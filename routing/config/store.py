@@ -90,6 +90,14 @@ _Dumper.add_representer(list, _represent_list)
 
 # libyaml's safe loader parses a 10 000-model file in about a second, PyYAML's in fifteen.
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Bounds of a configuration file (docs/security.md#identifiers). A 10 000-model export is about 2 MiB and
+# nests 6 levels. libyaml builds the document recursively in C, so a file nested 100 000 levels deep
+# overflows the stack (the process dies of signal 11): the depth is measured first, on the parser's events,
+# which libyaml produces without recursion (about 15 % of the load's time).
+MAX_YAML_BYTES = 10 * 1024 * 1024
+MAX_YAML_DEPTH = 64
+_OPENS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_CLOSES = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
 
 
 def dump_yaml(doc: dict[str, Any]) -> str:
@@ -97,9 +105,44 @@ def dump_yaml(doc: dict[str, Any]) -> str:
     return yaml.dump(doc, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=120)
 
 
+def _too_deep(text: str) -> str | None:
+    """Where `text` nests sequences and mappings past MAX_YAML_DEPTH (None when it does not)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Loader):
+        if isinstance(event, _OPENS):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                mark = event.start_mark
+                return f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        elif isinstance(event, _CLOSES):
+            depth -= 1
+    return None
+
+
 def load_yaml(text: str, source: str = "<file>") -> Any:
-    """Parse YAML; a syntax error becomes ConfigInvalid naming the line. An empty file is {}."""
+    """Parse YAML; a syntax error becomes ConfigInvalid naming the line. An empty file is {}.
+
+    A file over MAX_YAML_BYTES, or nested deeper than MAX_YAML_DEPTH, is refused before it is built."""
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigInvalid(
+            [
+                ConfigError(
+                    source, f"the file is larger than {MAX_YAML_BYTES // 1048576} MiB: split it or remove content"
+                )
+            ]
+        )
     try:
+        where = _too_deep(text)
+        if where is not None:
+            raise ConfigInvalid(
+                [
+                    ConfigError(
+                        source,
+                        f"lists and mappings are nested more than {MAX_YAML_DEPTH} levels deep at {where}: "
+                        "a configuration needs about 6, fix the file",
+                    )
+                ]
+            )
         doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader (libyaml's when built with it)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -24,6 +24,13 @@ from django.core.exceptions import ValidationError
 
 from policies.matcher import pattern_error
 from routing.config.addresses import url_problem
+from routing.config.identifiers import (
+    MAX_KEY_PATTERNS,
+    MAX_PATTERN,
+    MAX_POLICIES,
+    identifier_problem,
+    path_problem,
+)
 from routing.config.schema import (
     ACTIONS,
     AGENT,
@@ -127,6 +134,9 @@ def bedrock_region_problem(base_url: str) -> str | None:
 def pattern_problem(value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         return "the pattern is empty: give a Go filepath.Match pattern such as 'chat-*' or '*/*'"
+    shape = identifier_problem(value, "the pattern", MAX_PATTERN)  # bounded before the parser sees it
+    if shape is not None:
+        return shape
     reason = pattern_error(value)
     return None if reason is None else f"malformed pattern {value!r}: {reason}"
 
@@ -147,9 +157,8 @@ def env_name_problem(value: Any) -> str | None:
 
 
 def health_path_problem(value: Any) -> str | None:
-    if isinstance(value, str) and (value == "" or value.startswith("/")):
-        return None
-    return f"{value!r} must be a path starting with '/', e.g. /models"
+    """A path the prober appends to base_url: '/', printable ASCII, no spaces (docs/security.md#identifiers)."""
+    return path_problem(value)
 
 
 def dialect_problem(value: Any) -> str | None:
@@ -362,7 +371,7 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
     # Names: checked with their uniqueness by _Validator.name (what is the entity kind there).
     "slug": (
         lambda v, key, what: None
-        if _SLUG.match(v)
+        if _SLUG.fullmatch(v)
         else f"{what} name {v!r} must be a slug (letters, digits, '-' or '_', at most 64): rename it",
         STRUCTURE,
     ),
@@ -375,6 +384,40 @@ def endpoint_kinds(item: Mapping[str, Any]) -> set[str]:
     if not isinstance(caps, list):
         return set()
     return {c for c in caps if isinstance(c, str) and c in ENDPOINT_KINDS}
+
+
+def fallback_cycles(models: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    """Each loop of two or more models through their `fallbacks` (a model listing itself is reported
+    apart), once, starting at the model that comes first in the document."""
+    # Only models with fallbacks can be on a loop; the hops are filtered as the walk meets them.
+    graph = {
+        model_id: hops for model_id, m in models.items() if (hops := m.get("fallbacks")) and isinstance(hops, list)
+    }
+    order: dict[str, int] = {}  # document position, built at the first cycle (rare)
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+    for root in graph:
+        if root in state:
+            continue
+        path, stack = [root], [iter(graph[root])]
+        state[root] = 1
+        while stack:
+            target = next(stack[-1], None)
+            if target is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif not isinstance(target, str) or target == path[-1] or target not in graph:
+                continue
+            elif state.get(target) == 1:
+                loop = path[path.index(target) :]
+                order = order or {model_id: i for i, model_id in enumerate(models)}
+                first = min(range(len(loop)), key=lambda i: order[loop[i]])
+                cycles.append(loop[first:] + loop[:first])
+            elif target not in state:
+                state[target] = 1
+                path.append(target)
+                stack.append(iter(graph[target]))
+    return cycles
 
 
 class _Validator:
@@ -703,10 +746,10 @@ class _Validator:
             if model_id:
                 if model_id in seen:
                     self.add(f"{path}.id", f"duplicate model id {model_id!r}: ids must be unique, rename or remove one")
-                elif len(model_id) > 200 or model_id != model_id.strip():
-                    self.add(
-                        f"{path}.id", f"model id {model_id!r} must be at most 200 characters without surrounding spaces"
-                    )
+                elif problem := identifier_problem(model_id, "model id"):
+                    self.add(f"{path}.id", problem, VALUE)
+                elif model_id != model_id.strip():
+                    self.add(f"{path}.id", f"model id {model_id!r} has surrounding spaces: remove them")
                 seen[model_id] = path
                 models.setdefault(model_id, m)
             if m.get("deployments") is None:  # the one-deployment shorthand (docs/deployments.md)
@@ -720,7 +763,8 @@ class _Validator:
                     f"{what} names unknown provider {provider!r}: define it under providers or fix the name",
                     REFERENCE,
                 )
-            self.string(m, "upstream_model", path, what)
+            upstream = self.string(m, "upstream_model", path, what)
+            self.check(f"{path}.upstream_model", identifier_problem(upstream, f"upstream_model of {what}"), VALUE)
             self.deployments(m, path, what, providers)
             self.string(m, "residency", path, what)
             caps = m.get("capabilities")
@@ -732,7 +776,7 @@ class _Validator:
                     )
                 else:
                     for j, cap in enumerate(caps):
-                        if cap not in _CAPABILITY_SET:
+                        if not isinstance(cap, str) or cap not in _CAPABILITY_SET:
                             self.add(
                                 f"{path}.capabilities[{j}]",
                                 f"unknown capability {cap!r} of {what}: use one of {', '.join(CAPABILITIES)}",
@@ -771,7 +815,8 @@ class _Validator:
             what = f"deployment {label!r} of {model}"
             self.fields(d, d_path, what, DEPLOYMENT.names, DEPLOYMENT.required)
             provider = self.string(d, "provider", d_path, what)
-            self.string(d, "upstream_model", d_path, what)
+            upstream = self.string(d, "upstream_model", d_path, what)
+            self.check(f"{d_path}.upstream_model", identifier_problem(upstream, f"upstream_model of {what}"), VALUE)
             self.values(d, d_path, what, DEPLOYMENT)
             if not provider:
                 continue
@@ -806,6 +851,8 @@ class _Validator:
             path = f"aliases[{name}]"
             if not isinstance(name, str) or not name or not isinstance(target, str) or not target:
                 self.add(path, f"alias {name!r} must map a name to a model id string, got {_short(target)}")
+            elif problem := identifier_problem(name, "alias"):
+                self.add(path, problem, ALIAS)
             elif name in models:
                 self.add(path, f"alias {name!r} has the same name as a model id: rename the alias", ALIAS)
             elif target in aliases and target not in models:
@@ -870,6 +917,13 @@ class _Validator:
                         )
                 if isinstance(target, str):
                     seen.add(target)
+        for cycle in fallback_cycles(models):
+            self.add(
+                f"models[{cycle[0]}].fallbacks",
+                f"fallback cycle {' -> '.join([*cycle, cycle[0]])}: these models fall back to one another in a "
+                "loop, so none of them is the last resort; remove one of these links",
+                FALLBACK,
+            )
 
     def orgs(
         self, doc: Mapping[str, Any], providers: set[str], models: Mapping[str, Any], aliases: Mapping[str, Any]
@@ -906,6 +960,15 @@ class _Validator:
     def policies(
         self, o: Mapping[str, Any], org_path: str, org: str, models: Mapping[str, Any], aliases: Mapping[str, Any]
     ) -> None:
+        listed = o.get("policies")
+        if isinstance(listed, list) and len(listed) > MAX_POLICIES:
+            self.add(
+                f"{org_path}.policies",
+                f"{org} has {len(listed)} policies; at most {MAX_POLICIES} are allowed: "
+                "merge them with patterns such as 'gpt-*'",
+                VALUE,
+            )
+            return
         for i, p in self.items(o, "policies", f"{org_path}.policies", "policy"):
             path = f"{org_path}.policies[{i}]"
             what = f"policy {i} ({p.get('pattern')!r}) of {org}"
@@ -979,8 +1042,11 @@ def validate_key_controls(controls: Mapping[str, Any], what: str = "the API key"
         validator.check("priority", rule(priority, "priority", what), code)
     allowed = controls.get("models")
     if allowed is not None:
-        if not isinstance(allowed, list) or len(allowed) > 100:
-            validator.add("models", f"models of {what} must be a list of at most 100 model patterns such as ['gpt-*']")
+        if not isinstance(allowed, list) or len(allowed) > MAX_KEY_PATTERNS:
+            validator.add(
+                "models",
+                f"models of {what} must be a list of at most {MAX_KEY_PATTERNS} model patterns such as ['gpt-*']",
+            )
         else:
             for i, pattern in enumerate(allowed):
                 validator.check(f"models[{i}]", pattern_problem(pattern), VALUE)

@@ -414,12 +414,49 @@ def check(kind: str, body: dict[str, Any], raw: bytes) -> None:
     shape = SHAPES.get(kind)
     if shape is not None:
         try:
-            value = msgspec.convert(body, shape.type)
+            value = _convert(body, shape.type)
         except msgspec.ValidationError as exc:
             raise _field_error(str(exc)) from None
         if shape.extra is not None:
             shape.extra(value)
     check_depth_of(body, raw)
+
+
+def _convert(body: dict[str, Any], shape: Any) -> Any:
+    """msgspec.convert, with whole-number floats (`"n": 1.0`) turned into ints where the schema says
+    integer: JSON Schema, and so the OpenAI API, counts a number with a zero fraction as an integer
+    (docs/request-validation.md#integers). The body is fixed in place, so the upstream gets `1`. A valid
+    body converts once; only a refused one is looked at again."""
+    for _ in range(_MAX_WHOLE_FIXES):
+        try:
+            return msgspec.convert(body, shape)
+        except msgspec.ValidationError as exc:
+            if not _fix_whole_number(body, str(exc)):
+                raise
+    return msgspec.convert(body, shape)
+
+
+def _fix_whole_number(body: dict[str, Any], text: str) -> bool:
+    """Turn the float msgspec refused as an int into one when it has no fraction (a token-id list: all
+    of that list's at once); False when there is nothing to fix."""
+    match = _AT.match(text)
+    if match is None or not _FLOAT_FOR_INT.match(match.group("detail")) or not match.group("path"):
+        return False
+    steps = [int(index) if index else name for name, index in _STEP.findall(match.group("path"))]
+    parent: Any = body
+    try:
+        for step in steps[:-1]:
+            parent = parent[step]
+        value = parent[steps[-1]]
+    except (KeyError, IndexError, TypeError):
+        return False
+    if not steps or not isinstance(value, float) or not value.is_integer():
+        return False
+    if isinstance(parent, list):
+        parent[:] = [int(v) if isinstance(v, float) and v.is_integer() else v for v in parent]
+    else:
+        parent[steps[-1]] = int(value)
+    return True
 
 
 def check_depth_of(body: dict[str, Any], raw: bytes) -> None:
@@ -456,6 +493,9 @@ def _encodes(value: Any) -> bool:
 _AT = re.compile(r"^(?P<detail>.*?)(?: - at (?:`key` in )?`\$(?P<path>[^`]*)`)?$", re.S)
 _MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]+)`$")
 _INDEX = re.compile(r"\[\d+\]")
+_FLOAT_FOR_INT = re.compile(r"^Expected `int[^`]*`, got `float`")
+_STEP = re.compile(r"\.([^.\[`]+)|\[(\d+)\]")
+_MAX_WHOLE_FIXES = 16  # integer fields of one body (token-id lists are fixed a list at a time)
 # Allowed values of each tagged or enumerated field, for a message that says what to send instead.
 _ALLOWED = {
     "messages[].role": "system, developer, user, assistant, tool, function",
@@ -483,6 +523,8 @@ def _field_error(text: str) -> errors.GatewayError:
         field = missing.group("field")
         param = f"{param}.{field}" if param else field
         return errors.invalid_field(param, "this field is required")
+    if _FLOAT_FOR_INT.match(detail):
+        return errors.invalid_field(param or None, "must be a whole number such as 2 (2.0 is fine too), not a fraction")
     allowed = _ALLOWED.get(_INDEX.sub("[]", param))
     for prefix in ("Invalid enum value ", "Invalid value "):
         if allowed is not None and detail.startswith(prefix):

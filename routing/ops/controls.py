@@ -34,6 +34,7 @@ from channels import layers
 from channels.db import database_sync_to_async
 
 from routing.config import live
+from routing.config.identifiers import text_problem
 from routing.config.overrides import RESET, write_override
 from routing.config.reload import shared_timeout_s
 from routing.config.snapshot import Snapshot
@@ -144,7 +145,10 @@ def parse(content: dict[str, Any], snapshot: Snapshot | None = None) -> Control:
         )
     if key.org is not None and key.org not in snapshot.orgs:
         raise ControlError(f"no organisation for breaker key {key.wire()[2]!r}")
-    reason = str(content.get("reason") or "").strip()[:500]
+    reason = str(content.get("reason") or "").strip()
+    problem = text_problem(reason, "the reason")  # docs/security.md#identifiers: refused, never cut silently
+    if problem:
+        raise ControlError(problem)
     until = None
     if action == "force_open":
         minutes = content.get("minutes")

@@ -147,13 +147,26 @@ async def probe_all(
     client = client or httpx.AsyncClient(follow_redirects=True)
     try:
         tokens = tokens if tokens is not None else ServiceAccountTokens()
-        found = await asyncio.gather(*(probe_provider(p, client, timeout_s, tokens) for p in providers))
+        found = await asyncio.gather(*(_probe_guarded(p, client, timeout_s, tokens) for p in providers))
     finally:
         if own:
             await client.aclose()
     for result in found:
         record_result(result)
     return list(found)
+
+
+async def _probe_guarded(
+    provider: ProviderSpec, client: httpx.AsyncClient, timeout_s: float, tokens: TokenSource
+) -> ProbeResult:
+    """probe_provider, with any unexpected failure (a health URL httpx refuses, a dialect's bug) turned into
+    that provider's "down" result: one bad provider never stops the others being probed."""
+    try:
+        return await probe_provider(provider, client, timeout_s, tokens)
+    except Exception as exc:  # noqa: BLE001 - reported as this provider's result, the round goes on
+        log.warning("could not probe provider %r", provider.name, exc_info=True)
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        return ProbeResult(provider.name, DOWN, None, _now_iso(), f"could not probe: {reason}")
 
 
 def record_result(result: ProbeResult) -> None:

@@ -171,7 +171,6 @@ def test_prune_removes_objects_not_in_the_file(tmp_path, imported):
                 "provider": "extra",
                 "upstream_model": "y",
                 "capabilities": ["chat"],
-                "fallbacks": ["old-1"],
             },
         ],
         "aliases": {"old": "old-1"},

@@ -94,7 +94,7 @@ MALFORMED: list[tuple[str, dict, str]] = [
     ("chat", chat(temperature=True), "temperature"),
     ("chat", chat(top_p=1.5), "top_p"),
     ("chat", chat(max_tokens=0), "max_tokens"),
-    ("chat", chat(max_tokens=5.0), "max_tokens"),
+    ("chat", chat(max_tokens=5.5), "max_tokens"),
     ("chat", chat(max_tokens="100"), "max_tokens"),
     ("chat", chat(max_tokens=True), "max_tokens"),
     ("chat", chat(max_tokens=10**12), "max_tokens"),
@@ -507,3 +507,46 @@ def test_a_new_endpoint_can_register_its_own_shape() -> None:
         assert info.value.param == "count"
     finally:
         del body_schemas.SHAPES["ping-test"]
+
+
+# --- integers with a zero fraction (JSON Schema counts 1.0 as an integer) ------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "fixed"),
+    [
+        ("chat", chat(n=1.0, max_tokens=10.0, seed=3.0, top_logprobs=2.0), {"n": 1, "max_tokens": 10, "seed": 3}),
+        ("chat", chat(max_completion_tokens=64.0), {"max_completion_tokens": 64}),
+        ("embeddings", {"input": [[1.0, 2.0, 3], [4.0]], "dimensions": 8.0}, {"input": [[1, 2, 3], [4]]}),
+        ("completions", {"prompt": "x", "max_tokens": 5.0, "n": 2.0, "logprobs": 1.0}, {"max_tokens": 5, "n": 2}),
+        ("rerank", {"query": "q", "documents": ["a"], "top_n": 1.0}, {"top_n": 1}),
+        ("responses", {"input": "x", "max_output_tokens": 16.0}, {"max_output_tokens": 16}),
+    ],
+)
+def test_a_whole_number_written_with_a_zero_fraction_is_an_integer(kind, body, fixed) -> None:
+    check(kind, body)
+    for name, value in fixed.items():
+        assert body[name] == value and type(body[name]) is type(value)  # the upstream gets 1, not 1.0
+    if kind == "embeddings":
+        assert orjson.dumps(body["input"]) == b"[[1,2,3],[4]]"
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "param"),
+    [
+        ("chat", chat(n=1.5), "n"),
+        ("chat", chat(max_tokens=10.25), "max_tokens"),
+        ("rerank", {"query": "q", "documents": ["a"], "top_n": 0.5}, "top_n"),
+    ],
+)
+def test_a_fraction_where_an_integer_is_expected_is_still_refused_clearly(kind, body, param) -> None:
+    with pytest.raises(GatewayError) as info:
+        check(kind, body)
+    assert (info.value.status, info.value.param) == (400, param)
+    assert "must be a whole number such as 2 (2.0 is fine too), not a fraction" in info.value.message
+
+
+def test_a_zero_fraction_past_the_bound_is_refused_by_the_bound() -> None:
+    with pytest.raises(GatewayError) as info:
+        check("chat", chat(n=1000.0))
+    assert info.value.param == "n" and "128" in info.value.message

@@ -121,3 +121,45 @@ def test_a_file_that_is_no_export_is_refused_saying_what_is_expected(db, tmp_pat
     with pytest.raises(CommandError) as exc:
         run(str(path))
     assert words in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (
+            b"date,model,cost\n2026-01-01,m," + b"9" * 200_000 + b"\n",
+            "line 2 is not CSV this command reads: field larger",
+        ),
+        ("date,model,cost\n2026-01-01,m,1\n".encode("utf-16"), "is UTF-16 text: save it as UTF-8"),
+        (b"date,model,cost\n2026-01-01,m\xe9,1\n", "is not UTF-8 text (byte 29)"),
+        (b'{"data": [{"start_time": 100000000000000000000, "results": []}]}', "is not a time: an epoch number"),
+        (b'{"data": [{"start_time": -1000000000000, "results": []}]}', "is not a time: an epoch number"),
+        (b"date,model,input_tokens\n2026-01-01,m,1e999999999\n", "is not a number of tokens"),
+        (b"date,model,cost\n2026-01-01,m,lots\n", "'lots' is not an amount of money"),
+    ],
+    ids=["field-over-128k", "utf16", "latin1", "epoch-1e20", "epoch-minus-1e12", "huge-tokens", "bad-cost"],
+)
+def test_hostile_exports_are_clean_errors(db, tmp_path, content, words) -> None:
+    path = tmp_path / "export"
+    path.write_bytes(content)
+    with pytest.raises(CommandError) as exc:
+        run(str(path))
+    assert words in str(exc.value)
+
+
+def test_the_export_is_read_no_further_than_its_bound(db, tmp_path, monkeypatch) -> None:
+    from routing.ops.usage import reconcile
+
+    monkeypatch.setattr(reconcile, "MAX_EXPORT_BYTES", 1024)
+    with pytest.raises(CommandError) as exc:
+        run("/dev/zero")
+    assert "zero is larger than 1024 bytes: export a shorter period" in str(exc.value)
+
+
+def test_control_characters_from_the_export_are_escaped_in_the_report(db, tmp_path) -> None:
+    path = tmp_path / "export.csv"
+    path.write_bytes(b"date,model,input_tokens\n2026-01-01,evil\x1b]0;owned\x07\x1b[2J,5\n")
+    lines = run(str(path))
+    text = "\n".join(lines)
+    assert "\x1b" not in text and "\x07" not in text
+    assert "evil\\x1b]0;owned\\x07" in text

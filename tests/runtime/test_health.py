@@ -275,3 +275,21 @@ def test_health_providers_shows_the_links_requests_find_open_without_naming_orgs
         {"model": "op-other", "state": "closed", "cooldown_s": 0.0, "org_views_open": 1}
     ]
     assert b"acme" not in raw  # a public endpoint: no tenant names
+
+
+async def test_one_provider_whose_health_url_cannot_be_sent_does_not_stop_the_others(snapshot, upstream):
+    """A health path with CR/LF (stored before validation refused it) is that provider's "down", not a
+    traceback that leaves every provider unprobed."""
+    from dataclasses import replace
+
+    snap = replace(
+        snapshot,
+        providers={
+            "op-a": _spec(snapshot, "op-a", upstream, "/ok\r\nX-Injected: 1"),
+            "op-b": _spec(snapshot, "op-b", upstream, "/ok"),
+        },
+    )
+    found = {r.name: r for r in await health.probe_all(snap, timeout_s=2)}
+    assert found["op-b"].status == "up"
+    assert found["op-a"].status == "down" and found["op-a"].detail.startswith("could not probe")
+    assert health.results["op-b"].status == "up"

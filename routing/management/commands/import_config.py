@@ -13,7 +13,7 @@ from typing import Any, TextIO
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from routing.config import recorder
-from routing.config.store import ConfigInvalid, import_document, load_yaml
+from routing.config.store import MAX_YAML_BYTES, ConfigInvalid, import_document, load_yaml
 
 
 def _is_tty(stream: Any) -> bool:
@@ -40,6 +40,23 @@ class ProgressLine:
         self.stream.flush()
 
 
+def _read(path: Path) -> str:
+    """The file's text, read no further than MAX_YAML_BYTES (a device or a huge file is refused, not slurped)."""
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_YAML_BYTES + 1)
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if len(data) > MAX_YAML_BYTES:
+        raise CommandError(f"{path} is larger than {MAX_YAML_BYTES // 1048576} MiB; nothing was changed: split it")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CommandError(
+            f"{path} is not UTF-8 text (byte {exc.start + 1}); nothing was changed: save it as UTF-8"
+        ) from None
+
+
 class Command(BaseCommand):
     help = "Validate a configuration YAML file and apply it in one transaction, or change nothing and list every error."
     # The system check validates the database configuration: it must not stop the import that fixes it.
@@ -61,17 +78,15 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = Path(options["file"])
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        text = _read(path)
         progress = ProgressLine(self.stderr._out) if options["progress"] or _is_tty(self.stderr._out) else None
         try:
             if progress:
                 progress("parsing " + str(path))
+            doc = load_yaml(text, source=str(path))  # before the change opens: a bad file touches nothing
             with recorder.change(author=recorder.command_author(), source="import_config", note=path.name):
                 result = import_document(
-                    load_yaml(text, source=str(path)),
+                    doc,
                     prune=options["prune"],
                     dry_run=options["dry_run"],
                     progress=progress,

@@ -30,11 +30,13 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         path = Path(options["file"])
         try:
-            export = reconcile.read_export(path.name, path.read_bytes())
+            with path.open("rb") as handle:  # no further than the bound: a device or a huge file is refused
+                data = handle.read(reconcile.MAX_EXPORT_BYTES + 1)
+            export = reconcile.read_export(path.name, data)
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
         except reconcile.ExportError as exc:
-            raise CommandError(f"{path}: {exc}") from None
+            raise CommandError(f"{reconcile.shown(path)}: {exc}") from None
         start = _day(options["start"], "--start") if options["start"] else export.start
         end = _day(options["end"], "--end") + timedelta(days=1) if options["end"] else export.end
         if start is None or end is None:
@@ -77,8 +79,8 @@ def _upstream_names() -> dict[tuple[str, str], str]:
 
 
 def _summary(lines: list[Any], reconcile: Any) -> str:
-    missing_gw = [f"{line.day} {line.model}" for line in lines if line.missing == "gateway"]
-    missing_prov = [f"{line.day} {line.model}" for line in lines if line.missing == "provider"]
+    missing_gw = [f"{line.day} {reconcile.shown(line.model)}" for line in lines if line.missing == "gateway"]
+    missing_prov = [f"{line.day} {reconcile.shown(line.model)}" for line in lines if line.missing == "provider"]
     both = [line for line in lines if not line.missing]
     drifting = [
         line
@@ -94,7 +96,7 @@ def _summary(lines: list[Any], reconcile: Any) -> str:
     ]
     parts = [f"{len(both) - len(drifting)} of {len(both)} day/model lines on both sides with 0 drift"]
     if drifting:
-        parts.append("drift on " + ", ".join(f"{line.day} {line.model}" for line in drifting))
+        parts.append("drift on " + ", ".join(f"{line.day} {reconcile.shown(line.model)}" for line in drifting))
     if missing_gw:
         parts.append("missing in the gateway: " + ", ".join(missing_gw))
     if missing_prov:

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
+from routing.config.identifiers import text_problem
 from routing.core import errors
 from routing.ops import controls
 from routing.ops.api.http import body, only
@@ -37,6 +38,8 @@ def control(request: HttpRequest, token: Any, verb: str) -> dict[str, Any]:
         raise errors.invalid_request("key must be [provider, model] or [provider, model, 'org:<org>'].", "key")
     if not isinstance(reason, str):
         raise errors.invalid_request("reason must be a string.", "reason")
+    if problem := text_problem(reason.strip(), "reason"):
+        raise errors.invalid_request(f"The breaker control was refused: {problem}.", "reason")
     if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, int | float)):
         raise errors.invalid_request("minutes must be a number (absent: until reset).", "minutes")
     try:

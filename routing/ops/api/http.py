@@ -25,6 +25,9 @@ from routing.core.errors import GatewayError
 log = logging.getLogger("switchboard.api")
 MAX_PAGE = 200
 DEFAULT_PAGE = 50
+# Arrays and objects nested in one body, the body itself included (docs/security.md#identifiers): the API's
+# documents are a few levels deep; deeper ones would only reach recursive code (JSON columns, validation).
+MAX_DEPTH = 32
 
 View = Callable[..., tuple[int, Any] | tuple[int, Any, dict[str, str]]]
 
@@ -100,7 +103,40 @@ def body(request: HttpRequest) -> dict[str, Any]:
         raise errors.invalid_json(str(exc)) from None
     if not isinstance(data, dict):
         raise errors.body_not_object()
-    return data
+    field = deepest_field(data, MAX_DEPTH)
+    if field is not None:
+        raise errors.invalid_request(
+            f"The field '{field}' nests arrays or objects more than {MAX_DEPTH} levels deep: flatten it.", field
+        )
+    return {name: value if name == "metadata" else whole_numbers(value) for name, value in data.items()}
+
+
+def whole_numbers(value: Any) -> Any:
+    """`value` with each float that has no fraction (`60.0`) as an int: JSON Schema counts it as an integer,
+    and the one validation wants whole numbers as ints (docs/request-validation.md#integers). Metadata is
+    kept as sent; the body is at most MAX_DEPTH deep, so the recursion is bounded."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    if isinstance(value, list):
+        return [whole_numbers(item) for item in value]
+    if isinstance(value, dict):
+        return {key: whole_numbers(item) for key, item in value.items()}
+    return value
+
+
+def deepest_field(data: dict[str, Any], limit: int) -> str | None:
+    """The top-level field of `data` that nests containers past `limit` levels (the body is level 1),
+    found without recursion (so a 1 000-deep body cannot reach the interpreter's recursion limit)."""
+    for name, value in data.items():
+        stack: list[tuple[Any, int]] = [(value, 2)]
+        while stack:
+            item, level = stack.pop()
+            if not isinstance(item, dict | list):
+                continue
+            if level > limit:
+                return name
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return None
 
 
 def only(data: dict[str, Any], allowed: tuple[str, ...], what: str) -> None:

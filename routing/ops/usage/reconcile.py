@@ -25,6 +25,11 @@ from typing import Any
 import orjson
 
 Key = tuple[date, str]  # (UTC day, the provider's model name)
+# Bounds of an export (docs/commands.md#reconcile_usage): the file is read no further than MAX_EXPORT_BYTES
+# (a year of daily rows per model is a few MiB); token counts and times past these are no real usage.
+MAX_EXPORT_BYTES = 256 * 1024 * 1024
+MAX_TOKENS = 10**18
+_EPOCH_RANGE = (0, 253402300799)  # 1970-01-01 .. 9999-12-31T23:59:59Z
 
 
 class ExportError(ValueError):
@@ -66,18 +71,47 @@ class Export:
         self.end = end if self.end is None else max(self.end, end)
 
 
+def shown(text: Any) -> str:
+    """`text` for a terminal: control and invisible characters from the export written as escapes
+    (\x1b, \u202e), so a model name cannot move the cursor, recolour or retitle the operator's terminal."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _int(value: Any) -> int:
     if value in (None, ""):
         return 0
     try:
-        return int(Decimal(str(value)))
-    except ArithmeticError:
-        raise ExportError(f"{value!r} is not a number of tokens") from None
+        number = Decimal(str(value))
+        if not number.is_finite() or abs(number) >= MAX_TOKENS:
+            raise ValueError
+        return int(number)
+    except (ArithmeticError, ValueError):
+        raise ExportError(f"{_short(value)} is not a number of tokens (a whole number below 10^18)") from None
+
+
+def _usd_of(value: Any, divisor: int = 1) -> Decimal:
+    try:
+        amount = Decimal(str(value).strip().lstrip("$")) / divisor
+        if not amount.is_finite() or abs(amount) >= MAX_TOKENS:
+            raise ValueError
+    except (ArithmeticError, ValueError):
+        raise ExportError(f"{_short(value)} is not an amount of money such as 12.50") from None
+    return amount
 
 
 def _time(value: Any) -> datetime:
     """An epoch number (OpenAI) or an ISO 8601 time or date (Anthropic, CSV), as UTC."""
-    if isinstance(value, int | float):
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not _EPOCH_RANGE[0] <= value <= _EPOCH_RANGE[1]:
+            raise ExportError(f"{_short(value)} is not a time: an epoch number from 0 to 253402300799 (year 9999)")
         return datetime.fromtimestamp(value, UTC)
     text = str(value).strip()
     try:
@@ -88,7 +122,12 @@ def _time(value: Any) -> datetime:
 
 
 def read_export(name: str, data: bytes) -> Export:
-    """The export in `data` (a file called `name`): JSON from a usage or cost API, or CSV."""
+    """The export in `data` (a file called `name`): JSON from a usage or cost API, or CSV, in UTF-8."""
+    if len(data) > MAX_EXPORT_BYTES:
+        bound = f"{MAX_EXPORT_BYTES // 1048576} MiB" if MAX_EXPORT_BYTES >= 1048576 else f"{MAX_EXPORT_BYTES} bytes"
+        raise ExportError(f"{shown(name)} is larger than {bound}: export a shorter period")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ExportError(f"{name} is UTF-16 text: save it as UTF-8 (e.g. iconv -f UTF-16 -t UTF-8)")
     text = data.lstrip()
     if text.startswith((b"{", b"[")):
         try:
@@ -96,7 +135,11 @@ def read_export(name: str, data: bytes) -> Export:
         except orjson.JSONDecodeError as exc:
             raise ExportError(f"{name} is not valid JSON ({exc})") from None
         return _read_json(payload)
-    return _read_csv(data.decode("utf-8-sig"))
+    try:
+        decoded = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ExportError(f"{name} is not UTF-8 text (byte {exc.start + 1}): save it as UTF-8") from None
+    return _read_csv(decoded)
 
 
 def _read_json(payload: Any) -> Export:
@@ -122,10 +165,10 @@ def _read_result(export: Export, day: date, r: Mapping[str, Any]) -> None:
     if "amount" in r:  # a cost line: OpenAI {value, currency} in dollars; Anthropic a decimal string of cents
         amount = r["amount"]
         if isinstance(amount, dict):
-            usd = Decimal(str(amount.get("value") or 0))
+            usd = _usd_of(amount.get("value") or 0)
             model = str(r.get("line_item") or "").split(",")[0].strip()
         else:
-            usd = Decimal(str(amount)) / 100
+            usd = _usd_of(amount, 100)
             model = str(r.get("model") or "")
         export.totals(day, model or "(no model)").add(None, None, usd)
         return
@@ -159,7 +202,14 @@ _CSV_COLUMNS = {
 
 def _read_csv(text: str) -> Export:
     reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip().lower() for h in reader.fieldnames or ()]
+    try:
+        return _read_rows(reader)
+    except csv.Error as exc:  # a field over csv.field_size_limit() (128 KiB), a NUL, ...
+        raise ExportError(f"line {reader.line_num + 1} is not CSV this command reads: {exc}") from None
+
+
+def _read_rows(reader: csv.DictReader) -> Export:
+    header = [shown(h.strip().lower()) for h in reader.fieldnames or ()]
     found = {what: next((h for h in names if h in header), None) for what, names in _CSV_COLUMNS.items()}
     if found["day"] is None or found["model"] is None or not (found["prompt"] or found["cost"]):
         raise ExportError(
@@ -173,10 +223,10 @@ def _read_csv(text: str) -> Export:
         start = datetime(start.year, start.month, start.day, tzinfo=UTC)
         export.cover(start, start + timedelta(days=1))
         cost = row.get(found["cost"]) if found["cost"] else None
-        export.totals(start.date(), row[found["model"]].strip()).add(
+        export.totals(start.date(), (row[found["model"]] or "").strip()).add(
             _int(row[found["prompt"]]) if found["prompt"] else None,
             _int(row[found["completion"]]) if found["completion"] else None,
-            Decimal(cost.strip().lstrip("$")) if cost not in (None, "") else None,
+            _usd_of(cost) if cost not in (None, "") else None,
         )
     return export
 
@@ -240,7 +290,7 @@ def report(lines: list[Line]) -> list[str]:
         g, p = line.gateway or Totals(), line.provider or Totals()
         note = {"gateway": "missing in the gateway", "provider": "missing in the provider export"}.get(line.missing, "")
         out.append(
-            f"{line.day.isoformat():<10}  {line.model[:32]:<32}  "
+            f"{line.day.isoformat():<10}  {shown(line.model)[:32]:<32}  "
             f"{_n(g.prompt):>10} {_n(p.prompt):>11} {_n(drift(g.prompt, p.prompt)):>8}  "
             f"{_n(g.completion):>9} {_n(p.completion):>10} {_n(drift(g.completion, p.completion)):>8}  "
             f"{_usd(g.cost):>11} {_usd(p.cost):>11} {_usd(drift(g.cost, p.cost)):>11}  {note}".rstrip()
