@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.e2e.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium
 
 USER, PASSWORD = "chooser", "choose-e2e-Secret-pw-1"
 
@@ -49,7 +49,7 @@ from policies.models import Agent, OrgPolicy
 print("STATE", json.dumps({"chain": OrgPolicy.objects.get().fallback_chain, "default": Agent.objects.get().default_model}))
 """
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"Debian's chromium is not installed ({CHROMIUM})")
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
