@@ -7,16 +7,16 @@ does on such a machine, so every `CHROMIUM` the test modules import is None.
 
 from __future__ import annotations
 
-import tempfile
+import os
 from pathlib import Path
 
 import pytest
 
 from tests.e2e import browser
 
-_EMPTY = tempfile.mkdtemp(prefix="no-browser-")
-browser.DEBIAN_CHROMIUM = Path(_EMPTY) / "chromium"
-browser.CHROMIUM = browser.find_chromium(browser.DEBIAN_CHROMIUM, path=_EMPTY)
+NOWHERE = os.devnull  # a PATH with no directory in it, and a Debian path under a file: nothing is found
+browser.DEBIAN_CHROMIUM = Path(NOWHERE) / "chromium"
+browser.CHROMIUM = browser.find_chromium(browser.DEBIAN_CHROMIUM, path=NOWHERE)
 assert browser.CHROMIUM is None, browser.CHROMIUM
 browser.needs_chromium = pytest.mark.skipif(True, reason=browser.NO_BROWSER_REASON)
 
