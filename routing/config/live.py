@@ -84,6 +84,15 @@ def read_config_version() -> int:
     return int(ConfigRevision.objects.order_by("-version").values_list("version", flat=True).first() or 0)
 
 
+def read_config_time() -> int:
+    """When the configuration served was recorded, in Unix seconds (the `created` of /v1/models): the
+    newest recorded version's time, else the reload counter's last change, 0 when neither exists."""
+    when = ConfigRevision.objects.order_by("-version").values_list("created_at", flat=True).first()
+    if when is None:
+        when = ConfigVersion.objects.filter(pk=1).values_list("updated_at", flat=True).first()
+    return int(when.timestamp()) if when is not None else 0
+
+
 def load_from_db() -> tuple[Snapshot | None, list, int]:
     """Read and validate the configuration; return (snapshot, [], version) or (None, errors, version)."""
 
@@ -98,7 +107,7 @@ def load_from_db() -> tuple[Snapshot | None, list, int]:
         snapshot = build_snapshot(
             document, key_rows, os.environ, version=version, stored_keys=stored, config_version=config_version
         )
-        snapshot = dataclasses.replace(snapshot, overrides=read_overrides())
+        snapshot = dataclasses.replace(snapshot, overrides=read_overrides(), config_time=read_config_time())
     lastgood.save(document, key_rows, version, stored, config_version)
     return snapshot, [], version
 
@@ -220,6 +229,8 @@ def _boot_from_last_good(db_error: Exception) -> Snapshot:
     snapshot = build_snapshot(
         document, key_rows, os.environ, version=version, stored_keys=stored, config_version=config_version
     )
+    # No database to ask when the version was recorded: the file was written when it was last served.
+    snapshot = dataclasses.replace(snapshot, config_time=int(lastgood.path().stat().st_mtime))
     swap(snapshot)
     log.warning(
         "database unreachable at boot (%s): serving the last good configuration version %s from %s until it answers",

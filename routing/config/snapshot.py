@@ -164,6 +164,9 @@ class Snapshot:
     # The configuration version an operator sees everywhere (history, dashboard, logs): the newest
     # recorded version (ConfigRevision) of the document this snapshot serves; 0 when none is recorded.
     config_version: int = 0
+    # When that version was recorded (Unix seconds): the `created` of every model in /v1/models; the
+    # reload counter's time when no version is recorded, the last good file's time when serving it.
+    config_time: int = 0
     overload: OverloadSpec | None = None  # docs/overload.md#configuration; None: not configured
     cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 

@@ -139,8 +139,11 @@ async def _admit(call: Call, scope: Scope, receive: Receive, auth: bytes, conten
     if ctx.endpoint == "models":
         if method != "GET":
             raise errors.method_not_allowed(method, path, "GET")
+        if path == request.MODELS_PATH:
+            payload = request.models_payload(snap, key.agent.org, key)
+        else:
+            payload = request.model_payload(snap, key.agent.org, key, path[len(request.MODEL_PREFIX) :])
         ctx.status = 200
-        payload = request.models_payload(snap, key.agent.org, key)
         await send_response(call.send, 200, payload, [JSON, (b"x-request-id", ctx.request_id.encode())])
         return False
     if method != "POST":

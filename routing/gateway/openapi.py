@@ -91,6 +91,15 @@ _OPERATIONS: tuple[tuple[str, str, str, str, str | None, bool], ...] = (
         "ChatCompletionRequest",
         True,
     ),
+    (
+        "post",
+        "/v1/completions",
+        "createCompletion",
+        "OpenAI legacy text completions, on models with the `completions` capability (openai-dialect "
+        "providers); `stream: true` answers text/event-stream ending with `data: [DONE]`.",
+        "CompletionRequest",
+        True,
+    ),
     ("post", "/v1/embeddings", "createEmbedding", "OpenAI Embeddings.", "EmbeddingRequest", False),
     (
         "post",
@@ -132,7 +141,24 @@ _OPERATIONS: tuple[tuple[str, str, str, str, str | None, bool], ...] = (
         None,
         False,
     ),
+    (
+        "get",
+        "/v1/models/{model}",
+        "retrieveModel",
+        "One model or alias the calling key may use, as in the list; 404 `model_not_found` for any other id "
+        "(whether or not it exists).",
+        None,
+        False,
+    ),
 )
+# The path parameter of /v1/models/{model}.
+_MODEL_PARAMETER = {
+    "name": "model",
+    "in": "path",
+    "required": True,
+    "description": "A model id or alias (may contain `/`).",
+    "schema": {"type": "string"},
+}
 
 
 def _headers() -> dict[str, Any]:
@@ -220,6 +246,8 @@ def _paths() -> dict[str, Any]:
                 "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{body}"}}},
             }
             operation["parameters"].append({"$ref": "#/components/parameters/IdempotencyKey"})
+        if "{model}" in path:
+            operation["parameters"].append(_MODEL_PARAMETER)
         paths[path] = {method: operation}
     paths["/health"] = {
         "get": {
@@ -285,6 +313,20 @@ def _schemas() -> dict[str, Any]:
                     "description": "A model id or alias; optional when the agent has a default model.",
                 },
                 "messages": messages,
+                "stream": {"type": "boolean"},
+                "max_tokens": {"type": "integer", "minimum": 1},
+            },
+        },
+        "CompletionRequest": {
+            "type": "object",
+            "additionalProperties": True,
+            "required": ["prompt"],
+            "properties": {
+                "model": {"type": "string", "description": "A model id or alias with the `completions` capability."},
+                "prompt": {
+                    "description": "A string, or a list of strings or token ids.",
+                    "oneOf": [{"type": "string"}, {"type": "array", "minItems": 1}],
+                },
                 "stream": {"type": "boolean"},
                 "max_tokens": {"type": "integer", "minimum": 1},
             },

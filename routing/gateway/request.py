@@ -25,9 +25,16 @@ ROUTES = {
 _REQUEST_ID_JUNK = re.compile(r"[^A-Za-z0-9._:\-]")
 
 
+MODELS_PATH = "/v1/models"
+MODEL_PREFIX = "/v1/models/"  # GET /v1/models/{id}: one model or alias (the id may hold a "/")
+
+
 def endpoint_of(path: str) -> str:
-    """The endpoint kind a path serves, "models" for the list, "unknown" otherwise."""
-    return ROUTES.get(path, "models" if path == "/v1/models" else "unknown")
+    """The endpoint kind a path serves, "models" for the list and one model, "unknown" otherwise."""
+    kind = ROUTES.get(path)
+    if kind is not None:
+        return kind
+    return "models" if path == MODELS_PATH or (path.startswith(MODEL_PREFIX) and path != MODEL_PREFIX) else "unknown"
 
 
 def authenticate(snap: Snapshot, auth: bytes) -> KeySpec:
@@ -64,26 +71,52 @@ def parse_body(raw: bytes) -> dict:
     return body
 
 
+def _model_entries(snap: Snapshot, org: OrgSpec, key: KeySpec | None) -> dict[str, bytes]:
+    """Every model and alias the organisation's policy allows, narrowed by the key's own list when it
+    has one (docs/limits.md#keys), id -> its JSON object; cached per snapshot (per key only for such keys).
+
+    `created` is the time of the configuration version served (Snapshot.config_time): the
+    configuration holds no per-model date, and this one is stable until the configuration changes."""
+    narrowed = key is not None and key.models is not None
+    cache_key = ("models-entries", org.name, key.prefix) if narrowed else ("models-entries", org.name)
+    entries = snap.cache.get(cache_key)
+    if entries is not None:
+        return entries
+    entries = {}
+    created = snap.config_time
+    for model in snap.models.values():
+        if decide(snap, org, model.id).allowed and (not narrowed or key.allows(model.id)):
+            entries[model.id] = orjson.dumps(
+                {"id": model.id, "object": "model", "created": created, "owned_by": model.provider.name}
+            )
+    for alias, target in snap.aliases.items():
+        model = snap.models.get(target)
+        if model is None or not decide(snap, org, model.id).allowed:
+            continue
+        if narrowed and not key.allows(alias, model.id):
+            continue
+        entry = {"id": alias, "object": "model", "created": created, "owned_by": model.provider.name}
+        entries[alias] = orjson.dumps({**entry, "alias_of": model.id})
+    snap.cache[cache_key] = entries
+    return entries
+
+
 def models_payload(snap: Snapshot, org: OrgSpec, key: KeySpec | None = None) -> bytes:
-    """GET /v1/models for one organisation: the models and aliases its policy allows, narrowed by the key's
-    own list when it has one (docs/limits.md#keys); cached per snapshot (per key only for such keys)."""
+    """GET /v1/models for one organisation and key: the list of what _model_entries allows."""
     narrowed = key is not None and key.models is not None
     cache_key = ("models-list", org.name, key.prefix) if narrowed else ("models-list", org.name)
     payload = snap.cache.get(cache_key)
     if payload is None:
-        data = []
-        for model in snap.models.values():
-            if decide(snap, org, model.id).allowed and (not narrowed or key.allows(model.id)):
-                data.append({"id": model.id, "object": "model", "created": 0, "owned_by": model.provider.name})
-        for alias, target in snap.aliases.items():
-            model = snap.models.get(target)
-            if model is None or not decide(snap, org, model.id).allowed:
-                continue
-            if narrowed and not key.allows(alias, model.id):
-                continue
-            data.append(
-                {"id": alias, "object": "model", "created": 0, "owned_by": model.provider.name, "alias_of": model.id}
-            )
-        payload = orjson.dumps({"object": "list", "data": data})
+        entries = _model_entries(snap, org, key)
+        payload = b'{"object":"list","data":[' + b",".join(entries.values()) + b"]}"
         snap.cache[cache_key] = payload
     return payload
+
+
+def model_payload(snap: Snapshot, org: OrgSpec, key: KeySpec, name: str) -> bytes:
+    """GET /v1/models/{name}: the one model or alias, or 404 model_not_found when it does not exist *or*
+    this key may not use it (the answer must not tell a key which models exist beyond its own)."""
+    entry = _model_entries(snap, org, key).get(name)
+    if entry is None:
+        raise errors.model_not_found(name)
+    return entry

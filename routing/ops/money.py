@@ -13,7 +13,10 @@ CURRENCY = "USD"
 
 
 def usd(value: Decimal | float | int | None, places: int = 4) -> str:
-    """`$1,234.5678`; None (no cost recorded) is a dash."""
+    """`$1,234.5678`; None (no cost recorded) is a dash. A cost too small for `places` reads
+    `< $0.0001`, never `$0.0000`: a request that cost something must not look free."""
     if value is None:
         return "–"
+    if value and abs(value) < Decimal(1).scaleb(-places):
+        return f"{'> -' if value < 0 else '< '}${Decimal(1).scaleb(-places):.{places}f}"
     return f"${value:,.{places}f}"

@@ -42,9 +42,12 @@ class BreakerStates:
     """Breaker states to explain with: per link key, and per (link key, org) for org views.
 
     Each value is (state name, seconds of cooldown left); `source` says where they come from.
+    `known`: False when they cannot be read (no REDIS_URL in a process that serves nothing, or
+    Redis unreachable): a link with no entry is then "unknown", never assumed "closed".
     """
 
     source: str
+    known: bool = True
     links: dict[tuple[str, ...], tuple[str, float]] = field(default_factory=dict)
     orgs: dict[tuple[tuple[str, ...], str], tuple[str, float]] = field(default_factory=dict)
 
@@ -55,11 +58,16 @@ class BreakerStates:
         if old is None or _RANK[state] > _RANK[old[0]]:
             table[where] = (state, left)
 
+    @property
+    def unseen(self) -> str:
+        """The state of a link (or org view) with no entry: closed when the states are known."""
+        return "closed" if self.known else "unknown"
+
     def link(self, key: tuple[str, ...]) -> tuple[str, float]:
-        return self.links.get(key, ("closed", 0.0))
+        return self.links.get(key, (self.unseen, 0.0))
 
     def org(self, key: tuple[str, ...], org: str | None) -> tuple[str, float]:
-        return self.orgs.get((key, org), ("closed", 0.0)) if org is not None else ("closed", 0.0)
+        return self.orgs.get((key, org), (self.unseen, 0.0)) if org is not None else ("closed", 0.0)
 
 
 def local_states(registry: BreakerRegistry, states: BreakerStates | None = None) -> BreakerStates:
@@ -119,6 +127,7 @@ def explain(
         "serves": None,
         "error": None,
         "breakers_from": None,
+        "states_known": None,
     }
     if model is None:
         out["error"] = _error(errors.model_not_found(name))
@@ -133,7 +142,7 @@ def explain(
 
     links = preflight.apply(chain_mod.build_chain(snapshot, org, model, name), req)
     states = states if states is not None else local_states(registry if registry is not None else BreakerRegistry())
-    out["breakers_from"] = states.source
+    out["breakers_from"], out["states_known"] = states.source, states.known
     serves, open_left = _chain(links, states, req, org.name, out["chain"], picker)
     if not decision.allowed:
         out["error"] = _error(errors.model_denied(model.id))
@@ -170,19 +179,21 @@ def _chain(
     cooldowns left of the kept links a request would find open."""
     # a forced breaker is an open one (the detail says who holds it)
     breakers = {key: "open" if state == "forced" else state for key, (state, _) in states.links.items()}
+    unseen = states.unseen
     open_left: list[float] = []
     serves = None
     for position, link in enumerate(links):
         m = link.model
         state, left = states.link(link.breaker_key)
         view, view_left = states.org(link.breaker_key, link.org)
-        entry = _entry(position, link, breakers, view)
+        entry = _entry(position, link, breakers, view, unseen)
         if link.skip_reason in (preflight.UNSUPPORTED, preflight.CONTEXT_LENGTH):
             entry["detail"] = _unfit(m, req) or entry["detail"]
         elif link.skip_reason is None and not link.deployments:
             refused = _refusal(state, left, view, view_left, org)
             if refused is not None:
                 entry["detail"], wait = refused
+                entry["open_for_request"] = True  # kept by preflight, skipped for its breaker
                 open_left.append(wait)
             elif serves is None:
                 serves = m.id
@@ -190,13 +201,14 @@ def _chain(
             serves = serves or m.id
         if link.deployments:
             entry["routing"] = link.routing
-            entry["deployments"] = deployments(link, breakers, picker=picker)
+            entry["deployments"] = deployments(link, breakers, picker=picker, unseen=unseen)
         entries.append(entry)
     return serves, open_left
 
 
-def _entry(position: int, link: Any, breakers: dict[Any, str], view: str) -> dict[str, Any]:
-    """One link of the chain as explain shows it (no secrets: the credentials' owner, not the key)."""
+def _entry(position: int, link: Any, breakers: dict[Any, str], view: str, unseen: str = "closed") -> dict[str, Any]:
+    """One link of the chain as explain shows it (no secrets: the credentials' owner, not the key).
+    `unseen`: the state of a link the states do not list ("unknown" when they could not be read)."""
     m = link.model
     return {
         "position": position,
@@ -205,8 +217,8 @@ def _entry(position: int, link: Any, breakers: dict[Any, str], view: str) -> dic
         "base_url": link.base_url or None,
         "credentials": "org" if link.breaker_key.org is not None else "platform",
         "breaker_key": link.breaker_key.wire(),
-        "breaker": breakers.get(link.breaker_key, "closed") if link.skip_reason != "model_not_found" else None,
-        "org_view": view if view != "closed" else None,
+        "breaker": breakers.get(link.breaker_key, unseen) if link.skip_reason != "model_not_found" else None,
+        "org_view": view if view not in ("closed", "unknown") else None,
         "kept": link.skip_reason is None,
         "skip_reason": link.skip_reason,
         "detail": _SKIP_DETAIL.get(link.skip_reason or ""),
@@ -240,7 +252,11 @@ def _refusal(state: str, left: float, view: str, view_left: float, org: str) -> 
 
 
 def deployments(
-    link: Any, breakers: dict[tuple[str, ...], str], rand: Any = None, picker: Balancer | None = None
+    link: Any,
+    breakers: dict[tuple[str, ...], str],
+    rand: Any = None,
+    picker: Balancer | None = None,
+    unseen: str = "closed",
 ) -> list[dict[str, Any]]:
     """Each deployment of a link with its live figures in this process, and which one the
     next try would pick (docs/deployments.md#visibility; `weighted` draws at random, so its
@@ -250,7 +266,7 @@ def deployments(
     eligible = []
     for target in link.deployments:
         figures = balancer.peek(target.key)
-        state = breakers.get(target.key, "closed")
+        state = breakers.get(target.key, unseen)
         full = balancer.room_s(target, 0) > 0
         if state != "open" and not full:
             eligible.append(target)
@@ -305,7 +321,9 @@ def render(result: dict[str, Any]) -> str:
         header = ("#", "model", "provider", "credentials", "breaker", "result")
         rows = [header]
         for link in result["chain"]:
-            if link["kept"]:
+            if link.get("open_for_request"):
+                verdict = f"skipped: circuit_open ({link['detail']})"
+            elif link["kept"]:
                 verdict = "kept" + (f" ({link['detail']})" if link["detail"] else "")
             else:
                 verdict = f"skipped: {link['skip_reason']}" + (f" ({link['detail']})" if link["detail"] else "")
@@ -315,7 +333,7 @@ def render(result: dict[str, Any]) -> str:
                     link["model"],
                     link["provider"] or "-",
                     link["credentials"],
-                    (link["breaker"] or "-") + (f", org view {link['org_view']}" if link.get("org_view") else ""),
+                    _breaker_cell(link, result["org"]),
                     verdict,
                 )
             )
@@ -333,9 +351,27 @@ def render(result: dict[str, Any]) -> str:
                         f"{share}, breaker {d['breaker']}{', AT CAPACITY' if d['at_capacity'] else ''}, "
                         f"in flight {d['in_flight']}, latency {latency}"
                     )
+    lines.append(_result_line(result))
+    return "\n".join(lines)
+
+
+def _breaker_cell(link: dict[str, Any], org: str) -> str:
+    """The breaker as this org's request meets it: its own view first when that is open."""
+    state, view = link["breaker"] or "-", link.get("org_view")
+    if view == "open":
+        return f"open for {org} (link {state})"
+    return state + (f", org view {view}" if view else "")
+
+
+def _result_line(result: dict[str, Any]) -> str:
+    """The verdict; with unknown breaker states it says which link would be tried, not who serves."""
     if result["error"] is not None:
         err = result["error"]
-        lines.append(f"result:    {err['status']} {err['code']}: {err['message']}")
-    else:
-        lines.append(f"result:    served by {result['serves']} (unless its upstream fails)")
-    return "\n".join(lines)
+        return f"result:    {err['status']} {err['code']}: {err['message']}"
+    if result.get("states_known") is False:
+        return (
+            f"result:    {result['serves']} would be tried first if its breaker is closed; the breaker states "
+            "are unknown here, so a serving process may skip it or answer 503 circuit_open "
+            "(set REDIS_URL to share them, or see the dashboard)"
+        )
+    return f"result:    served by {result['serves']} (unless its upstream fails)"

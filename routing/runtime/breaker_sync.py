@@ -612,7 +612,8 @@ def breaker_states(snapshot: Snapshot, serving: bool, local: BreakerRegistry | N
         "this process"
         if serving
         else "unknown: without REDIS_URL each serving process keeps its breakers in memory "
-        "(see the dashboard); only force-opens are shown"
+        "(see the dashboard); only force-opens are shown",
+        known=serving,
     )
     if url:
         import redis
@@ -628,7 +629,7 @@ def breaker_states(snapshot: Snapshot, serving: bool, local: BreakerRegistry | N
         except Exception as exc:  # noqa: BLE001 - Redis down: say so, show what is known here
             states.source += f" (Redis unreachable: {type(exc).__name__})"
         else:
-            states.source = "cluster"
+            states.source, states.known = "cluster", True
             for st in shared:
                 states.put(tuple(st.key), st.org, st.state.name.lower(), st.remaining_s)
         finally:

@@ -52,3 +52,15 @@ def test_unknown_agent_suggests_create_agent(imported):
     assert not ApiKey.objects.exists()
     key = create("--org", "acme", "--agent", "new-bot", "--create-agent").rstrip("\n").split("\n")[-1]
     assert ApiKey.objects.get(key_hash=hash_key(key)).agent == Agent.objects.get(name="new-bot")
+
+
+def test_the_agent_created_by_the_command_is_recorded_as_its_user_not_system(imported, monkeypatch):
+    """The configuration history names who ran `create_api_key --create-agent`, like import_config."""
+    from routing.config import recorder
+    from routing.models import ConfigRevision
+
+    monkeypatch.setattr(recorder.getpass, "getuser", lambda: "alice")
+    create("--org", "acme", "--agent", "hist-bot", "--create-agent")
+    newest = ConfigRevision.objects.order_by("-version").first()
+    assert (newest.author, newest.source) == ("alice", "create_api_key")
+    assert "hist-bot" in str(newest.changes)

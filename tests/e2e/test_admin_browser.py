@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.e2e.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium
 
 USER, PASSWORD = "chooser", "choose-e2e-Secret-pw-1"
 
@@ -49,7 +49,7 @@ from policies.models import Agent, OrgPolicy
 print("STATE", json.dumps({"chain": OrgPolicy.objects.get().fallback_chain, "default": Agent.objects.get().default_model}))
 """
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"Debian's chromium is not installed ({CHROMIUM})")
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +98,35 @@ def test_chain_and_default_model_are_picked_in_the_browser_and_saved_in_order(gw
         browser.close()
 
     assert stored(gw) == {"chain": ["pick-gamma", "pick-alpha"], "default": "quick"}
+
+
+# Each link's label, measured in the page: its box is one line high and its cell wider than
+# a few letters (the stock dashboard CSS once squeezed the column to 11-34 px).
+LINK_BOXES = """() => [...document.querySelectorAll('#switchboard-dashboard-module th a')].map(a => {
+    const box = a.getBoundingClientRect();
+    return {text: a.textContent, height: box.height, width: box.width,
+            line: parseFloat(getComputedStyle(a).lineHeight) || parseFloat(getComputedStyle(a).fontSize) * 1.4,
+            cell: a.closest('th').getBoundingClientRect().width};
+})"""
+
+
+@pytest.mark.parametrize("width", [1000, 1400])
+def test_the_operations_box_shows_each_link_on_one_line(gw, width):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_context(viewport={"width": width, "height": 900}, locale="en-GB").new_page()
+        page.set_default_timeout(WAIT_MS)
+        page.goto(f"{gw.url}/admin/login/?next=/admin/")
+        page.fill("#id_username", USER)
+        page.fill("#id_password", PASSWORD)
+        page.click("input[type=submit]")
+        page.wait_for_selector("#switchboard-dashboard-module")
+        links = page.evaluate(LINK_BOXES)
+        browser.close()
+
+    assert len(links) >= 7, links
+    for link in links:
+        assert link["height"] < 1.5 * link["line"], link
+        assert link["cell"] >= link["width"] and link["cell"] > 100, link

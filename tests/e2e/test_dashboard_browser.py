@@ -17,47 +17,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium
 from tests.e2e.harness import ROOT
 
-
-def _find_chromium() -> Path | None:
-    """Debian's binary first (its /usr/bin/chromium is a wrapper script), then whatever PATH has."""
-    debian = Path("/usr/lib/chromium/chromium")
-    if debian.exists():
-        return debian
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        found = shutil.which(name)
-        if found:
-            return Path(found)
-    return None
-
-
-CHROMIUM = _find_chromium()
-CHROMIUM_ARGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOT = os.environ.get("SWITCHBOARD_DASHBOARD_SCREENSHOT", "")
-VIEWPORT = {"width": 1280, "height": 800}
 ADMIN_USER = "operator"
 ADMIN_PASSWORD = "dash-e2e-Secret-pw-1"
 VIEWER_USER = "viewer"
 OPEN_RED = "rgb(207, 34, 46)"  # --open in templates/dashboard/dashboard.css
 CLOSED_GREEN = "rgb(26, 127, 55)"  # --closed
-WAIT_MS = 5000
 
 PRIMARY_PROVIDER = "mock-openai"
 PRIMARY_LINK = f"{PRIMARY_PROVIDER}/dash-primary"
@@ -124,10 +97,7 @@ session.create()
 print("SESSION", session.session_key)
 """
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no Chromium: neither /usr/lib/chromium/chromium nor chromium/chromium-browser/google-chrome on PATH",
-)
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import time
 import httpx
 import pytest
 
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium
 from tests.e2e.harness import ROOT, SLACK_S
-from tests.e2e.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS
 
 USER, PASSWORD = "historian", "history-e2e-Secret-pw-1"
 SCREENSHOT = os.environ.get("SWITCHBOARD_HISTORY_SCREENSHOT", "")
@@ -37,10 +37,7 @@ orgs:
       - name: bot
 """
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no Chromium: neither /usr/lib/chromium/chromium nor chromium/chromium-browser/google-chrome on PATH",
-)
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, needs_chromium
 from tests.e2e.harness import ROOT
-from tests.e2e.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS
 
 ADMIN_USER = "analyst"
 ADMIN_PASSWORD = "ops-e2e-Secret-pw-1"
@@ -93,7 +93,7 @@ session.create()
 print("SESSION", session.session_key)
 """
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (see test_dashboard_browser)")
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from routing.runtime.processes import STALE_BEATS
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, needs_chromium
 from tests.e2e.harness import SERVER, SLACK_S, Gateway, manage
-from tests.e2e.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS
 
 HEARTBEAT_S = 0.2
 PASSWORD = "processes-e2e-password"
@@ -119,7 +119,7 @@ def test_without_redis_the_list_shows_this_machines_workers_and_a_replaced_one(m
     wait_for(replaced, STALE_BEATS * HEARTBEAT_S + 15 + SLACK_S, "the killed worker stale, a new worker 0 alive")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (CI installs Debian's)")
+@needs_chromium
 def test_the_dashboard_page_shows_the_process_list(machine):
     from playwright.sync_api import sync_playwright
 

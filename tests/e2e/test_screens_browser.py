@@ -10,7 +10,7 @@ import re
 import httpx
 import pytest
 
-from tests.e2e.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium
 
 USER, PASSWORD = "screens", "screens-e2e-Secret-pw-1"
 
@@ -44,10 +44,7 @@ org = Org.objects.get(name="acme")
 print("STATE", json.dumps({"org": [org.limits, org.budget], "bot": [Agent.objects.get(name="bot").limits, Agent.objects.get(name="bot").budget]}))
 """
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="no Chromium: neither /usr/lib/chromium/chromium nor chromium/chromium-browser/google-chrome on PATH",
-)
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")

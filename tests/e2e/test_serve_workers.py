@@ -183,3 +183,30 @@ def test_the_secret_key_rule_lets_development_and_real_keys_through():
     for weak in ("short", "django-insecure-" + "x" * 40):
         with pytest.raises(CommandError):
             refuse_insecure_secret_key(weak, debug=False)
+
+
+def test_serve_on_every_address_with_loopback_only_hosts_refuses_saying_what_to_set():
+    """Before: --host 0.0.0.0 with the default ALLOWED_HOSTS served, /v1/models answered 200 and
+    /admin/login/ answered 400 to every real host name."""
+    from tests.e2e.harness import SECRET_KEY, manage
+
+    env = {"SECRET_KEY": SECRET_KEY, "DEBUG": "false", "ALLOWED_HOSTS": "127.0.0.1,localhost,[::1],testserver"}
+    result = manage(["serve", "--host", "0.0.0.0", "--port", "0"], env, check=False)
+    assert result.returncode == 1, result.stdout
+    assert "ALLOWED_HOSTS names only loopback" in result.stderr and "CSRF_TRUSTED_ORIGINS" in result.stderr
+    assert "Serving the gateway" not in result.stdout
+
+
+def test_the_hosts_rule_lets_loopback_named_hosts_and_development_through():
+    from django.core.management.base import CommandError
+
+    from routing.management.commands.serve import refuse_loopback_only_hosts
+
+    default = ["127.0.0.1", "localhost", "[::1]", "testserver"]
+    refuse_loopback_only_hosts("127.0.0.1", default, debug=False)  # this machine only
+    refuse_loopback_only_hosts("0.0.0.0", ["gateway.example.com"], debug=False)
+    refuse_loopback_only_hosts("0.0.0.0", ["*"], debug=False)
+    refuse_loopback_only_hosts("::", default, debug=True)
+    for host in ("0.0.0.0", "::", "10.0.0.5"):
+        with pytest.raises(CommandError, match="ALLOWED_HOSTS=gateway.example.com"):
+            refuse_loopback_only_hosts(host, default, debug=False)

@@ -12,11 +12,13 @@ from tests.inprocess import gateway_application
 
 ENDPOINTS = {
     "/v1/chat/completions": "post",
+    "/v1/completions": "post",
     "/v1/embeddings": "post",
     "/v1/rerank": "post",
     "/v1/responses": "post",
     "/v1/messages": "post",
     "/v1/models": "get",
+    "/v1/models/{model}": "get",
     "/health": "get",
     "/health/providers": "get",
 }
@@ -79,3 +81,13 @@ async def test_a_real_error_answer_matches_the_documented_error_shape(spec: dict
     schema["properties"]["error"]["properties"]["code"] = {"$ref": "#/components/schemas/ErrorCode"}
     jsonschema.validate(answer.json(), schema)
     assert answer.json()["error"]["code"] in spec["components"]["schemas"]["ErrorCode"]["enum"]
+
+
+async def test_completions_and_one_model_are_described_with_their_body_and_parameter(spec: dict) -> None:
+    completions = spec["paths"]["/v1/completions"]["post"]
+    assert completions["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/CompletionRequest")
+    assert "text/event-stream" in completions["responses"]["200"]["content"]
+    assert spec["components"]["schemas"]["CompletionRequest"]["required"] == ["prompt"]
+    one = spec["paths"]["/v1/models/{model}"]["get"]
+    assert {"name": "model", "in": "path"}.items() <= next(p for p in one["parameters"] if "name" in p).items()
+    assert "`model_not_found`" in one["responses"]["404"]["description"]

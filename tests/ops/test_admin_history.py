@@ -64,6 +64,17 @@ def test_the_history_pages_list_versions_and_show_each_diff(root, two_versions):
     assert "(current)" in page and "rollback-link" not in page  # nothing to roll back to on the newest
 
 
+def test_the_history_footer_counts_versions_in_plain_english(root, two_versions):
+    import re
+
+    changelist = reverse("admin:routing_configrevision_changelist")
+    footer = re.search(r'<p class="paginator" id="history-count">(.*?)</p>', text(root.get(changelist)), re.S)
+    assert " ".join(footer.group(1).split()) == "2 versions"
+    ConfigRevision.objects.filter(version=1).delete()
+    footer = re.search(r'<p class="paginator" id="history-count">(.*?)</p>', text(root.get(changelist)), re.S)
+    assert " ".join(footer.group(1).split()) == "1 version"
+
+
 def test_rollback_asks_first_then_restores_as_a_new_version(root, two_versions):
     first, _ = two_versions
     url = reverse("admin:routing_configrevision_rollback", args=[first.pk])

@@ -133,20 +133,24 @@ def configured_db(db):
     import_document(doc)
 
 
-def test_command_prints_table(configured_db) -> None:
+def test_command_prints_table(configured_db, settings) -> None:
+    settings.REDIS_URL = ""  # the command serves nothing: without Redis it cannot know the breakers
     out = io.StringIO()
     call_command("explain_route", "--org", "acme", "--model", "fast", "--tools", "--tokens", "800", stdout=out)
     text = out.getvalue()
     assert "model chat-a (alias)" in text
     assert "'chat-*' priority 10 -> allow" in text
-    assert "served by chat-c" in text
+    assert "chat-c would be tried first if its breaker is closed" in text
+    assert "served by" not in text and " closed " not in text.split("chain (", 1)[1].split("result:")[0]
 
 
-def test_command_json(configured_db) -> None:
+def test_command_json(configured_db, settings) -> None:
+    settings.REDIS_URL = ""
     out = io.StringIO()
     call_command("explain_route", "--org", "acme", "--model", "chat-a", "--stream", "--json", stdout=out)
     data = orjson.loads(out.getvalue())
-    assert data["serves"] == "chat-a"
+    assert data["serves"] == "chat-a" and data["states_known"] is False
+    assert data["chain"][0]["breaker"] == "unknown"
     assert data["requirements"]["needs"] == ["chat", "streaming"]
 
 
@@ -167,13 +171,43 @@ def test_a_link_open_for_the_org_is_skipped_as_requests_skip_it() -> None:
     assert first["breaker"] == "closed" and first["org_view"] == "open"
     assert "open for org acme" in first["detail"]
     assert result["serves"] == "chat-b" and result["breakers_from"] == "cluster"
-    assert "org view open" in render(result) and "breaker states: cluster" in render(result)
+    assert "open for acme (link closed)" in render(result) and "breaker states: cluster" in render(result)
 
     for key in (("p1", "chat-a"), ("p2", "chat-b"), ("p1", "chat-c"), ("p2", "ghost-free")):
         states.put(key, None, "open", 5.0)
     result = explain(snap, "acme", "chat-a", states=states)
     assert result["serves"] is None
     assert result["error"]["code"] == "circuit_open" and result["error"]["status"] == 503
+
+
+def test_with_unknown_states_nothing_is_called_closed_or_said_to_serve() -> None:
+    """No REDIS_URL and a process that serves nothing: the table says "unknown" and the result
+    names the link that would be tried first, never "closed" or "served by"."""
+    from routing.plan.explain import BreakerStates
+
+    states = BreakerStates("unknown: without REDIS_URL ...", known=False)
+    result = explain(_snap(), "acme", "chat-a", states=states)
+    assert {link["breaker"] for link in result["chain"] if link["kept"]} == {"unknown"}
+    text = render(result)
+    assert "closed" not in text.replace("if its breaker is closed", "") and "served by" not in text
+    assert text.splitlines()[-1].startswith("result:    chat-a would be tried first")
+    assert "503 circuit_open" in text.splitlines()[-1]  # what it may meet, said as a possibility
+
+    states.put(("p1", "chat-a"), None, "forced", 0.0)  # force-opens are known even so
+    assert explain(_snap(), "acme", "chat-a", states=states)["chain"][0]["breaker"] == "open"
+
+
+def test_a_link_the_org_is_refused_reads_open_for_the_org_and_skipped() -> None:
+    from routing.plan.explain import BreakerStates
+
+    states = BreakerStates("cluster")
+    for key in (("p1", "chat-a"), ("p2", "chat-b"), ("p1", "chat-c"), ("p2", "ghost-free")):
+        states.put(key, "acme", "open", 7.0)
+    result = explain(_snap(), "acme", "chat-a", states=states)
+    assert result["error"]["code"] == "circuit_open"
+    rows = [line for line in render(result).splitlines() if line.startswith("  ") and "chat-" in line]
+    assert rows and all("open for acme (link closed)" in row and "skipped: circuit_open" in row for row in rows)
+    assert not any(row.rstrip().endswith(")") and " kept" in row for row in rows)
 
 
 def test_a_process_serving_nothing_reads_the_clusters_breakers_from_redis(settings, redis_url) -> None:

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from policies.keys import create_api_key
 from policies.models import Agent, Org
+from routing.config import recorder
 
 
 class Command(BaseCommand):
@@ -43,7 +44,9 @@ class Command(BaseCommand):
                 validate_slug(options["agent"])
             except ValidationError as exc:
                 raise CommandError(f"agent name {options['agent']!r}: use letters, digits, '-' or '_'") from exc
-            agent = Agent.objects.create(org=org, name=options["agent"])
+            # A new agent changes the configuration: its history names who ran the command, as import_config's does.
+            with recorder.change(author=recorder.command_author(), source="create_api_key", note="--create-agent"):
+                agent = Agent.objects.create(org=org, name=options["agent"])
             self.stdout.write(f"Created agent {agent}.")
         expires_days = options["expires_days"]
         if expires_days is not None and expires_days <= 0:

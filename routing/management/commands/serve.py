@@ -36,6 +36,7 @@ class Command(BaseCommand):
         if not 0 <= port <= 65535:
             raise CommandError(f"--port must be between 0 and 65535 (got {port}).")
         refuse_insecure_secret_key(settings.SECRET_KEY, settings.DEBUG)
+        refuse_loopback_only_hosts(host, settings.ALLOWED_HOSTS, settings.DEBUG)
         self.stdout.write(f"Serving the gateway on http://{host}:{port} with {server}, {n} worker(s)")
         self.stdout.flush()
         if n == 1:
@@ -60,4 +61,27 @@ def refuse_insecure_secret_key(key: str, debug: bool) -> None:
         "sessions and CSRF tokens could be forged. Set SECRET_KEY to a long random value, e.g. "
         "export SECRET_KEY=$(python -c 'import secrets; print(secrets.token_urlsafe(50))'), "
         "the same on every process of a cluster; or set DEBUG=true for development."
+    )
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1", "testserver"})
+
+
+def _is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def refuse_loopback_only_hosts(host: str, allowed_hosts: list[str], debug: bool) -> None:
+    """Listening beyond loopback while ALLOWED_HOSTS names only loopback (the default) gives a half
+    working gateway: /v1 and /health answer any Host, but the admin, dashboard and management API
+    answer 400 to every real host name. Refuse, saying what to set (docs/production.md#hosts)."""
+    if debug or _is_loopback(host) or any(not _is_loopback(h) for h in allowed_hosts):
+        return
+    raise CommandError(
+        f"--host {host} listens beyond this machine, but ALLOWED_HOSTS names only loopback "
+        f"({', '.join(allowed_hosts) or 'nothing'}): the admin, dashboard and management API would answer "
+        "400 Bad Request to every real host name while /v1 answers. Set ALLOWED_HOSTS to the names clients "
+        "use (comma-separated, e.g. ALLOWED_HOSTS=gateway.example.com; a leading dot allows subdomains) and "
+        "CSRF_TRUSTED_ORIGINS to the admin's origin (e.g. https://gateway.example.com); or listen on "
+        "127.0.0.1 behind a proxy on this machine."
     )

@@ -59,6 +59,7 @@ def _choices() -> dict[str, list[str]]:
     return {
         "orgs": sorted(snap.orgs),
         "models": sorted(snap.models),
+        "requested": sorted({*snap.models, *snap.aliases}),  # suggestions only: any name may be typed
         "providers": sorted(snap.providers),
     }
 

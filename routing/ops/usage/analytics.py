@@ -61,8 +61,11 @@ FILTERS: dict[str, str] = {
     "agent": "agent",
     "key": "key_prefix",
     "model": "model_used",
+    "requested": "requested_model",  # the model or alias the client named, even one that never served
     "provider": "provider",
 }
+# Filters the hourly aggregates do not keep: a view with one reads the usage records for every range.
+RECORDS_ONLY = frozenset({"requested"})
 MAX_FILTER_LEN = 200
 TOP_DIMENSIONS: dict[str, tuple[str, ...]] = {
     "models": ("model_used", "provider"),
@@ -120,8 +123,9 @@ class View:
 
     @property
     def uses_rollup(self) -> bool:
-        """Hourly or coarser buckets come from the hourly aggregates; minute buckets from the records."""
-        return self.range.step_s >= 3600
+        """Hourly or coarser buckets come from the hourly aggregates; minute buckets, and a filter the
+        aggregates do not keep (the requested model), from the records."""
+        return self.range.step_s >= 3600 and not RECORDS_ONLY.intersection(self.filters)
 
     def rollups(self, *group_by: str) -> QuerySet[Any]:
         """The aggregate rows of this view: the smallest grouping holding its filters and `group_by`."""

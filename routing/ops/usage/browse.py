@@ -26,6 +26,7 @@ EXACT: dict[str, str] = {
     "agent": "agent",
     "key": "key_prefix",
     "model": "model_used",
+    "requested": "requested_model",  # what the client named (an alias, a model that never served)
     "provider": "provider",
     "error_code": "error_code",
     "fallback_reason": "fallback_reason",
