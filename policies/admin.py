@@ -12,6 +12,8 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, User
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -732,3 +734,19 @@ class OperatorScopeAdmin(OrgScopedAdmin):
     @admin.display(description="orgs")
     def org_names(self, obj: OperatorScope) -> str:
         return ", ".join(sorted(o.name for o in obj.orgs.all())) or "none (sees no org)"
+
+
+# Users and groups name every org's operators, and a user's page could widen its own scope's permissions:
+# hidden from org-scoped operators whatever auth permissions they hold.
+class ScopedUserAdmin(OrgScopedAdmin, UserAdmin):
+    org_path = HIDDEN
+
+
+class ScopedGroupAdmin(OrgScopedAdmin, GroupAdmin):
+    org_path = HIDDEN
+
+
+admin.site.unregister(User)
+admin.site.register(User, ScopedUserAdmin)
+admin.site.unregister(Group)
+admin.site.register(Group, ScopedGroupAdmin)

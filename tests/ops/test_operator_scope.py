@@ -99,7 +99,7 @@ def operator(world) -> Client:
     user = get_user_model().objects.get(username="alice")
     assert user.is_staff and not user.is_superuser and user.groups.filter(name=scope.ORG_OPERATORS_GROUP).exists()
     user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label__in=["policies", "providers", "routing"])
+        Permission.objects.filter(content_type__app_label__in=["policies", "providers", "routing", "auth"])
     )
     client = Client()
     assert client.login(username="alice", password=password)
@@ -157,6 +157,7 @@ def test_every_admin_list_and_staff_page_shows_a_scoped_operator_none_of_the_oth
     assert "not one of the available choices" in seen["/admin/explain-route/?org=bravo-org&model=cheap-a&kind=chat"][1]
     assert seen["/admin/routing/configrevision/"][0] == 403  # each version is every org's document
     assert seen["/admin/policies/operatorscope/"][0] == 403
+    assert seen["/admin/auth/user/"][0] == seen["/admin/auth/group/"][0] == 403  # they name every org's operators
     assert seen["/admin/providers/model/"][0] == 200 and "cheap-a" in seen["/admin/providers/model/"][1]
 
 
@@ -240,7 +241,7 @@ def test_every_admin_of_the_gateway_says_how_its_model_reaches_an_org():
     """A new ModelAdmin cannot forget the scope: it derives from OrgScopedAdmin (else this fails) and, saying
     nothing, is hidden from scoped operators."""
     for model, model_admin in admin.site._registry.items():
-        if model._meta.app_label in ("policies", "providers", "routing"):
+        if model._meta.app_label in ("policies", "providers", "routing", "auth"):
             assert isinstance(model_admin, OrgScopedAdmin), model._meta.label
             path = model_admin.org_path
             assert path in (GLOBAL, HIDDEN) or model.objects.filter(**{f"{path}__in": []}).count() == 0
