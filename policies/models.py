@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 from providers.models import Provider
@@ -223,3 +224,21 @@ class ManagementToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.scope}{', ' + self.org.name if self.org_id else ''})"
+
+
+class OperatorScope(models.Model):
+    """A staff user limited to some orgs (docs/operations.md#org-scoped-staff): every admin list and form, the
+    dashboard, analytics, the request log, explain-route and the playground show that user those orgs only.
+
+    The row itself is the limit: a user with one and no orgs (say, its only org was deleted) sees no org at
+    all, never every org. Superusers are never limited.
+    """
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="operator_scope")
+    orgs = models.ManyToManyField(Org, blank=True, related_name="operators", help_text="The orgs this user may see.")
+
+    class Meta:
+        verbose_name = "operator scope"
+
+    def __str__(self) -> str:
+        return f"{self.user} (org-scoped)"

@@ -35,6 +35,7 @@ from routing.core.breaker import BreakerKey
 from routing.core.kinds import ENDPOINT_KINDS
 from routing.core.prices import CLASSES as PRICE_CLASSES
 from routing.ops import controls
+from routing.ops.admin_base import GLOBAL, OrgScopedAdmin
 from routing.ops.admin_keys import StoredKeyForm
 from routing.runtime import health
 from routing.runtime.process import current
@@ -72,7 +73,8 @@ class ProviderForm(StoredKeyForm, DocumentCheckedForm):
 
 
 @admin.register(Provider)
-class ProviderAdmin(admin.ModelAdmin):
+class ProviderAdmin(OrgScopedAdmin):
+    org_path = GLOBAL  # the catalogue is global configuration: an org-scoped operator views it only
     form = ProviderForm
     list_display = ["name", "dialect", "base_url", "api_key_env", "model_count", "probing", "last_probe", "updated_at"]
     list_filter = ["dialect", "health_probe_enabled"]
@@ -311,7 +313,8 @@ def force_open_breakers(modeladmin: admin.ModelAdmin, request: Any, queryset: An
 
 
 @admin.register(Model)
-class ModelAdmin(GuardedDeleteMixin, admin.ModelAdmin):
+class ModelAdmin(GuardedDeleteMixin, OrgScopedAdmin):
+    org_path = GLOBAL
     form = ModelConfigForm
     inlines = [FallbackLinkInline, DeploymentInline]
     readonly_fields = ["deployment_states"]
@@ -428,7 +431,8 @@ class AliasForm(DocumentCheckedForm):
 
 
 @admin.register(Alias)
-class AliasAdmin(GuardedDeleteMixin, admin.ModelAdmin):
+class AliasAdmin(GuardedDeleteMixin, OrgScopedAdmin):
+    org_path = GLOBAL
     form = AliasForm
     list_display = ["name", "target"]
     search_fields = ["name", "target__public_id"]

@@ -24,7 +24,7 @@ from routing.config.store import errors_for_edit, in_scope
 from routing.config.validation import ConfigError, add_form_validators
 from routing.models import AuditRecord, BreakerAction, BreakerOverride, ConfigRevision, ResilienceSettings, UsageRecord
 from routing.ops.admin_audit import AuditRecordAdmin
-from routing.ops.admin_base import ReadOnlyAdmin
+from routing.ops.admin_base import GLOBAL, OrgScopedAdmin, ReadOnlyAdmin
 from routing.ops.admin_history import ConfigRevisionAdmin
 from routing.runtime import bodies
 
@@ -183,7 +183,8 @@ class ResilienceForm(DocumentCheckedForm):
 
 
 @admin.register(ResilienceSettings)
-class ResilienceSettingsAdmin(admin.ModelAdmin):
+class ResilienceSettingsAdmin(OrgScopedAdmin):
+    org_path = GLOBAL
     """A singleton: one row (pk=1), never added twice, never deleted."""
 
     form = ResilienceForm
@@ -232,6 +233,7 @@ class ResilienceSettingsAdmin(admin.ModelAdmin):
 
 @admin.register(UsageRecord)
 class UsageRecordAdmin(ReadOnlyAdmin):
+    org_path = "org"
     list_display = [
         "created_at",
         "org",
@@ -272,6 +274,7 @@ class UsageRecordAdmin(ReadOnlyAdmin):
 
 @admin.register(BreakerAction)
 class BreakerActionAdmin(ReadOnlyAdmin):
+    org_path = GLOBAL  # shared breakers of the catalogue, no org
     list_display = ["created_at", "user", "action", "provider", "model", "reason", "expires_at"]
     list_filter = ["action", "provider"]
     search_fields = ["user", "provider", "model", "reason"]
@@ -279,6 +282,7 @@ class BreakerActionAdmin(ReadOnlyAdmin):
 
 @admin.register(BreakerOverride)
 class BreakerOverrideAdmin(ReadOnlyAdmin):
+    org_path = "org"  # an org's own breaker views; the shared ones (no org) are not an org's
     """The stored last control per breaker, which every process applies (docs/scale-out.md#controls)."""
 
     list_display = ["updated_at", "provider", "model", "org", "action", "user", "reason", "until", "revision"]

@@ -31,6 +31,7 @@ def _csv_cell(value: Any) -> str:
 
 
 class AuditRecordAdmin(ReadOnlyAdmin):
+    org_path = "org"  # an org-scoped operator reads its orgs' records (logins and global changes name no org)
     list_display = ["at", "actor", "source", "action", "object_type", "object_repr", "org", "remote_addr"]
     list_filter = ["action", "source", "object_type", "org", "at"]
     search_fields = ["actor", "object_repr", "object_id", "remote_addr", "detail"]

@@ -20,13 +20,15 @@ from django.urls import path, reverse
 from routing.config import history
 from routing.config.diff import ADDED, REMOVED, short_value
 from routing.models import ConfigRevision
-from routing.ops.admin_base import ReadOnlyAdmin
+from routing.ops import scope
+from routing.ops.admin_base import HIDDEN, ReadOnlyAdmin
 
 ROLLBACK_PERMISSION = "routing.rollback_config"  # ConfigRevision.Meta.permissions
 
 
 def may_roll_back(user: Any) -> bool:
-    return bool(user.is_active and user.is_staff and user.has_perm(ROLLBACK_PERMISSION))
+    """Staff with ROLLBACK_PERMISSION, unless org-scoped: a rollback replaces every org's configuration."""
+    return bool(user.is_active and user.is_staff and user.has_perm(ROLLBACK_PERMISSION) and not scope.is_scoped(user))
 
 
 def diff_rows(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -45,6 +47,7 @@ def diff_rows(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class ConfigRevisionAdmin(ReadOnlyAdmin):
+    org_path = HIDDEN  # each version is the whole document, every org's
     list_display = ["version", "created_at", "author", "source", "summary"]
     list_display_links = ["version", "summary"]
     list_filter = ["source", "author"]

@@ -23,6 +23,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
 from routing.config import live
+from routing.ops import scope
 from routing.plan.explain import explain
 from routing.plan.preflight import KINDS
 from routing.runtime.breaker_sync import breaker_states
@@ -44,7 +45,8 @@ class ExplainForm(forms.Form):
 
 def explain_route_view(request: HttpRequest) -> HttpResponse:
     snapshot = live.current()
-    form = ExplainForm(request.GET or None, orgs=sorted(snapshot.orgs))
+    orgs = scope.visible_orgs(request.user)  # an org-scoped operator explains its orgs' routes only
+    form = ExplainForm(request.GET or None, orgs=sorted(o for o in snapshot.orgs if scope.org_visible(orgs, o)))
     result = None
     if form.is_bound and form.is_valid():
         data = form.cleaned_data

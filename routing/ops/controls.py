@@ -40,6 +40,7 @@ from routing.config.reload import shared_timeout_s
 from routing.config.snapshot import Snapshot
 from routing.core.breaker import BreakerKey
 from routing.models import BreakerAction
+from routing.ops import scope
 from routing.ops.dashboard import state
 from routing.runtime import feed
 from routing.runtime.process import current
@@ -102,7 +103,8 @@ def may_control(user: Any) -> bool:
 
     Viewing the dashboard only needs staff; a control changes what every process
     serves, so it needs the named permission (superusers have every permission).
-    Reads the user's permissions (a query the first time): call it off the loop.
+    Reads the user's permissions (a query the first time): call it off the loop. An org-scoped operator
+    never may: a shared breaker serves every org (docs/operations.md#org-scoped-staff).
     """
     return bool(
         user is not None
@@ -110,6 +112,7 @@ def may_control(user: Any) -> bool:
         and user.is_active
         and user.is_staff
         and user.has_perm(PERMISSION)
+        and not scope.is_scoped(user)
     )
 
 

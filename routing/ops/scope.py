@@ -11,6 +11,10 @@ rule, once, for the management API (routing.ops.api), the admin (policies.admin)
 
 Plain functions over the configuration document (routing.config.document.document_from_db), answering
 `Refusal`s (field, message): the API turns the first into 403 `forbidden`, the admin each into a form error.
+
+Org-scoped staff (docs/operations.md#org-scoped-staff): a staff user with an `OperatorScope` sees only its
+orgs. `visible_orgs` is the one answer every staff page asks (None: every org), `within` the one filter of a
+queryset by it; such a user never manages an org itself, so it edits its orgs' keys and agents within bounds.
 """
 
 from __future__ import annotations
@@ -20,9 +24,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth.models import Group, Permission
+from django.core.exceptions import ObjectDoesNotExist
+from django.db.models import QuerySet
+
 from policies.decision import evaluate
 from policies.matcher import BadPattern, compile_pattern
-from policies.models import Org
+from policies.models import OperatorScope, Org
 from routing.config.schema import ORG, POLICY
 from routing.config.snapshot import OrgSpec, PolicySpec
 from routing.core.admission_queue import PRIORITIES
@@ -254,13 +262,66 @@ def child_refusals(
 # Who manages an org -------------------------------------------------------------------------------------------
 
 
+def visible_orgs(user: Any) -> frozenset[str] | None:
+    """The names of the orgs `user` may see on staff pages: None for every org (superusers and unscoped
+    staff), else those of its OperatorScope (possibly none). One query; callers ask once per request."""
+    if not getattr(user, "is_authenticated", False) or user.is_superuser:
+        return None
+    try:
+        operator = OperatorScope.objects.get(user_id=user.pk)
+    except ObjectDoesNotExist:
+        return None
+    return frozenset(operator.orgs.values_list("name", flat=True))
+
+
+def is_scoped(user: Any) -> bool:
+    """The user is an org-scoped operator (sees only some orgs, manages none of them itself)."""
+    return visible_orgs(user) is not None
+
+
+def within(queryset: QuerySet[Any], org_path: str, orgs: frozenset[str] | None) -> QuerySet[Any]:
+    """`queryset` narrowed to rows whose `org_path` (a lookup ending at an org's name) is in `orgs`."""
+    return queryset if orgs is None else queryset.filter(**{f"{org_path}__in": sorted(orgs)})
+
+
+def org_visible(orgs: frozenset[str] | None, name: str | None) -> bool:
+    """A row or an entry naming org `name` may be shown to a user seeing `orgs`."""
+    return orgs is None or name in orgs
+
+
+# The group `manage.py create_operator` puts an org-scoped operator in unless told others: its orgs' keys
+# and agents (add, change, view), the rest of its orgs and the catalogue to view, and the usage pages.
+ORG_OPERATORS_GROUP = "Org operators"
+ORG_OPERATOR_PERMISSIONS = (
+    *(f"policies.{verb}_{model}" for model in ("apikey", "agent") for verb in ("add", "change", "view")),
+    *(f"policies.view_{model}" for model in ("org", "orgpolicy", "orgcredential")),
+    *(f"providers.view_{model}" for model in ("provider", "model", "alias")),
+    "routing.view_usagerecord",
+    "routing.view_auditrecord",
+)
+
+
+def ensure_org_operators_group() -> Any:
+    """The ORG_OPERATORS_GROUP holding ORG_OPERATOR_PERMISSIONS (created, or completed, when needed)."""
+    group, _ = Group.objects.get_or_create(name=ORG_OPERATORS_GROUP)
+    for permission in ORG_OPERATOR_PERMISSIONS:
+        app_label, codename = permission.split(".")
+        group.permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+    return group
+
+
 def may_manage_org(user: Any, org: Org) -> bool:
-    """The user may change `org` itself (so spend it, and set its keys and agents past its bounds)."""
+    """The user may change `org` itself (so spend it, and set its keys and agents past its bounds).
+    An org-scoped operator never does: it runs its orgs' keys and agents within the orgs' bounds."""
     if not (user.is_authenticated and user.is_active and user.is_staff):
+        return False
+    if is_scoped(user):
         return False
     return bool(user.has_perm(MANAGE_ORG) or user.has_perm(MANAGE_ORG, org))
 
 
 def managed_orgs(user: Any, orgs: Iterable[Org]) -> list[Org]:
-    """The orgs among `orgs` that `user` manages (a superuser: all of them)."""
+    """The orgs among `orgs` that `user` manages (a superuser: all of them; an org-scoped operator: none)."""
+    if is_scoped(user):
+        return []  # asked once, not once per org
     return [org for org in orgs if may_manage_org(user, org)]

@@ -11,7 +11,8 @@ from django.conf import settings
 from django.urls import path
 
 from routing.ops import controls
-from routing.ops.dashboard.state import build_state
+from routing.ops import scope as org_scope
+from routing.ops.dashboard.state import build_state, scoped_state
 from routing.runtime import feed
 from routing.runtime.process import current
 
@@ -36,6 +37,8 @@ def _same_origin(scope: dict[str, Any]) -> bool:
 class DashboardConsumer(AsyncJsonWebsocketConsumer):
     """Staff-only socket: full state on connect, then events and state refreshes; controls in."""
 
+    _orgs: frozenset[str] | None = frozenset()  # the user's orgs (scope.visible_orgs), set on connect
+
     async def connect(self) -> None:
         if not _same_origin(self.scope):
             await self.close(code=4403)
@@ -46,13 +49,15 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
             await self.accept()
             await self.close(code=4403)
             return
+        # An org-scoped operator's socket carries its orgs' breakers and events only (asked once, here).
+        self._orgs = await database_sync_to_async(org_scope.visible_orgs)(self.scope.get("user"))
         feed.install(current().breakers)
         await self.accept()
         feed.viewers += 1
         self._counted = True
         if self.channel_layer is not None:
             await self.channel_layer.group_add(feed.DASHBOARD_GROUP, self.channel_name)
-        await self.send_json(build_state())
+        await self.send_json(scoped_state(build_state(), self._orgs))
         if self.channel_layer is not None and feed.shared_layer():
             await feed.publish(feed.CONTROL_GROUP, {"type": "control.hello"})
 
@@ -72,7 +77,7 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "ack", "ok": False, "message": "send a JSON object"})
             return
         if content.get("action") == "state":
-            await self.send_json(build_state())
+            await self.send_json(scoped_state(build_state(), self._orgs))
             return
         if not await database_sync_to_async(controls.may_control)(user):
             await self.send_json(
@@ -96,13 +101,14 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
                 "message": f"{control.action.replace('_', ' ')} applied to {link}",
             }
         )
-        await self.send_json(build_state())
+        await self.send_json(scoped_state(build_state(), self._orgs))
 
     async def dashboard_events(self, message: dict[str, Any]) -> None:
-        await self.send_json({"type": "events", "process": message["process"], "events": message["events"]})
+        events = {"type": "events", "process": message["process"], "events": message["events"]}
+        await self.send_json(scoped_state(events, self._orgs))
 
     async def dashboard_state(self, message: dict[str, Any]) -> None:
-        await self.send_json(message["state"])
+        await self.send_json(scoped_state(message["state"], self._orgs))
 
 
 websocket_urlpatterns = [path("ws/dashboard/", DashboardConsumer.as_asgi())]

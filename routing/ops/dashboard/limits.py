@@ -19,6 +19,7 @@ from routing.core.budget_accounts import Budgets, period_bounds
 from routing.core.dimensions import LIMIT_DIMENSIONS
 from routing.core.limiter import AGENT, ORG, Limiter
 from routing.ops.dashboard.views import staff_only
+from routing.ops.scope import org_visible, visible_orgs
 from routing.runtime import feed
 from routing.runtime.process import current
 
@@ -54,8 +55,11 @@ def _budget(budgets: Budgets, key: tuple[str, ...], budget: tuple[float, str] | 
     }
 
 
-def limits_rows(snapshot: Snapshot, limiter: Limiter, budgets: Budgets, now: float) -> list[dict[str, Any]]:
-    """One row per org, then its agents, that has a limit or a budget (agents as the keys name them)."""
+def limits_rows(
+    snapshot: Snapshot, limiter: Limiter, budgets: Budgets, now: float, orgs: frozenset[str] | None = None
+) -> list[dict[str, Any]]:
+    """One row per org (of `orgs`, the user's: scope.visible_orgs), then its agents, that has a limit or a
+    budget (agents as the keys name them)."""
     agents: dict[str, dict[str, Any]] = {}
     for key in snapshot.keys.values():
         agent = key.agent
@@ -63,6 +67,8 @@ def limits_rows(snapshot: Snapshot, limiter: Limiter, budgets: Budgets, now: flo
             agents.setdefault(agent.org.name, {})[agent.name] = agent
     rows: list[dict[str, Any]] = []
     for org in sorted(snapshot.orgs.values(), key=lambda o: o.name):
+        if not org_visible(orgs, org.name):
+            continue
         entries = [(ORG, org.name, (ORG, org.name), org.limits, org.budget)] if org.limits or org.budget else []
         for name, agent in sorted(agents.get(org.name, {}).items()):
             entries.append((AGENT, f"{org.name}/{name}", (AGENT, org.name, name), agent.limits, agent.budget))
@@ -83,7 +89,8 @@ def limits_view(request: HttpRequest) -> HttpResponse:
     """Requests and tokens against each limit, spend against each budget, of this process's view."""
     proc = current()
     now = datetime.now(UTC).timestamp()
-    rows = feed.call_on_loop(lambda: limits_rows(live.current(), proc.limiter, proc.budgets, now))
+    orgs = visible_orgs(request.user)
+    rows = feed.call_on_loop(lambda: limits_rows(live.current(), proc.limiter, proc.budgets, now, orgs))
     return render(
         request,
         "dashboard/limits.html",

@@ -19,6 +19,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidde
 from django.shortcuts import render
 
 from routing.config import live
+from routing.ops import scope
 from routing.ops.usage import analytics, browse
 from routing.runtime import bodies
 
@@ -53,11 +54,11 @@ def _bad_request(request: HttpRequest, title: str, message: str) -> HttpResponse
     return render(request, "dashboard/bad_request.html", {"title": title, "message": message}, status=400)
 
 
-def _choices() -> dict[str, list[str]]:
-    """Filter choices from the live snapshot (memory, no query)."""
+def _choices(orgs: frozenset[str] | None) -> dict[str, list[str]]:
+    """Filter choices from the live snapshot (memory, no query): of the orgs, the viewer's."""
     snap = live.current()
     return {
-        "orgs": sorted(snap.orgs),
+        "orgs": sorted(o for o in snap.orgs if scope.org_visible(orgs, o)),
         "models": sorted(snap.models),
         "requested": sorted({*snap.models, *snap.aliases}),  # suggestions only: any name may be typed
         "providers": sorted(snap.providers),
@@ -67,8 +68,9 @@ def _choices() -> dict[str, list[str]]:
 @usage_viewers_only
 def analytics_page(request: HttpRequest) -> HttpResponse:
     """Traffic, errors, latency, spend and tokens over the chosen range; `?format=csv` exports the series."""
+    orgs = scope.visible_orgs(request.user)
     try:
-        view = analytics.View.parse(request.GET, now=time.time())
+        view = analytics.View.parse(request.GET, now=time.time(), orgs=orgs)
     except analytics.ViewError as exc:
         return _bad_request(request, "Analytics", str(exc))
     started = time.perf_counter()
@@ -89,7 +91,7 @@ def analytics_page(request: HttpRequest) -> HttpResponse:
             "data": data,
             "totals": data["totals"],
             "top": data["top"],
-            "choices": _choices(),
+            "choices": _choices(orgs),
             "csv_query": view.query_string(format="csv"),
             "query_ms": round(query_ms, 1),
             "uplot": UPLOT_DIR,
@@ -100,11 +102,12 @@ def analytics_page(request: HttpRequest) -> HttpResponse:
 @usage_viewers_only
 def request_log(request: HttpRequest) -> HttpResponse:
     """The newest usage records matching the filters, newest first."""
+    orgs = scope.visible_orgs(request.user)
     try:
         search = browse.Search.parse(request.GET)
     except browse.SearchError as exc:
         return _bad_request(request, "Request log", str(exc))
-    page = browse.find(search)
+    page = browse.find(search, orgs=orgs)
     return render(
         request,
         "dashboard/requests.html",
@@ -112,7 +115,7 @@ def request_log(request: HttpRequest) -> HttpResponse:
             "title": "Request log",
             "search": search,
             "page": page,
-            "choices": _choices(),
+            "choices": _choices(orgs),
             "statuses": browse.STATUS_CLASSES,
             "since_choices": [(1, "last hour"), (24, "last day"), (168, "last week"), (720, "last 30 days")],
             "page_size": browse.PAGE_SIZE,
@@ -123,7 +126,7 @@ def request_log(request: HttpRequest) -> HttpResponse:
 @usage_viewers_only
 def request_detail(request: HttpRequest, record_id: str) -> HttpResponse:
     """One record with its chain trail, each link with its provider and what happened there."""
-    record = browse.get(record_id)
+    record = browse.get(record_id, scope.visible_orgs(request.user))  # another org's: 404, as if none
     if record is None:
         raise Http404("no usage record with this id")
     return render(

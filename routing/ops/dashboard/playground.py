@@ -158,7 +158,7 @@ def record(request: HttpRequest, request_id: str) -> JsonResponse:
     Records of keys this session minted are shown; others need the usage pages' permission.
     """
 
-    found = browse.get(request_id)
+    found = browse.get(request_id, scope.visible_orgs(request.user))  # another org's: 404, as if none
     if found is None:
         return JsonResponse({"error": "not recorded yet"}, status=404)
     if found.key_prefix not in request.session.get(SESSION_PREFIXES, []) and not may_view_usage(request.user):

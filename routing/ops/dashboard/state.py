@@ -85,6 +85,25 @@ def build_state() -> dict[str, Any]:
     }
 
 
+def scoped_state(message: dict[str, Any], orgs: frozenset[str] | None) -> dict[str, Any]:
+    """A state (or events) message as an org-scoped operator seeing `orgs` gets it: the shared links as they
+    are, but no other org's own breaker, org view or event (docs/operations.md#org-scoped-staff)."""
+    if orgs is None:
+        return message
+    out = dict(message)
+    if "links" in message:
+        out["links"] = [_scoped_link(link, orgs) for link in message["links"] if link.get("org") in (None, *orgs)]
+    for field in ("feed", "events"):
+        if field in message:
+            out[field] = [e for e in message[field] if e.get("org") in (None, *orgs)]
+    return out
+
+
+def _scoped_link(link: dict[str, Any], orgs: frozenset[str]) -> dict[str, Any]:
+    views = [v for v in link.get("org_views") or () if v["org"] in orgs]
+    return {**link, "org_views": views, "org_open": [v["org"] for v in views]}
+
+
 def link_entry(key: BreakerKey, view: Any, org_views: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """One row of the links table: the link, its breaker key (wire form) and the breaker's state.
 

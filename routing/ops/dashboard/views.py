@@ -20,7 +20,7 @@ from django.shortcuts import render
 from django.utils import timezone
 
 from routing.models import UsageRecord
-from routing.ops import controls
+from routing.ops import controls, scope
 from routing.ops.dashboard import state
 from routing.runtime import feed, processes
 from routing.runtime.process import current
@@ -46,7 +46,7 @@ def index(request: HttpRequest) -> HttpResponse:
         request,
         "dashboard/index.html",
         {
-            "initial_state": feed.call_on_loop(state.build_state),
+            "initial_state": state.scoped_state(feed.call_on_loop(state.build_state), scope.visible_orgs(request.user)),
             "refresh_s": state.refresh_s(),
             "title": "Switchboard dashboard",
             "can_control": controls.may_control(request.user),  # else the buttons are disabled
@@ -63,8 +63,9 @@ def usage_summary(request: HttpRequest) -> HttpResponse:
 
     hours = USAGE_WINDOWS.get(request.GET.get("hours", "24"), 24)
     since = timezone.now() - timedelta(hours=hours)
+    records = scope.within(UsageRecord.objects.all(), "org", scope.visible_orgs(request.user))
     rows = (
-        UsageRecord.objects.filter(created_at__gte=since)
+        records.filter(created_at__gte=since)
         .values("model_used")
         .annotate(
             requests=Count("id"),

@@ -26,6 +26,7 @@ from django.db.models import Aggregate, Count, F, FloatField, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, Trunc
 
 from routing.models import UsageRecord, UsageRollup
+from routing.ops import scope
 from routing.runtime.usage import rollup
 
 
@@ -86,9 +87,10 @@ class View:
     range: Range
     filters: dict[str, str] = field(default_factory=dict)
     now: float = 0.0  # epoch s
+    orgs: frozenset[str] | None = None  # the viewer's orgs (routing.ops.scope.visible_orgs); None: every org
 
     @classmethod
-    def parse(cls, params: Mapping[str, str], now: float) -> View:
+    def parse(cls, params: Mapping[str, str], now: float, orgs: frozenset[str] | None = None) -> View:
         name = (params.get("range") or DEFAULT_RANGE).strip()
         if name not in RANGES:
             raise ViewError(f"range must be one of {', '.join(RANGES)}, got {name[:40]!r}")
@@ -99,7 +101,7 @@ class View:
                 raise ViewError(f"{param} must be at most {MAX_FILTER_LEN} characters")
             if value:
                 filters[param] = value
-        return cls(RANGES[name], filters, now)
+        return cls(RANGES[name], filters, now, orgs)
 
     @property
     def first_bucket(self) -> int:
@@ -119,7 +121,10 @@ class View:
         qs = UsageRecord.objects.filter(created_at__gte=since)
         for param, value in self.filters.items():
             qs = qs.filter(**{FILTERS[param]: value})
-        return qs.order_by()
+        return self._within_orgs(qs).order_by()
+
+    def _within_orgs(self, qs: QuerySet[Any]) -> QuerySet[Any]:
+        return scope.within(qs, "org", self.orgs)
 
     @property
     def uses_rollup(self) -> bool:
@@ -131,11 +136,13 @@ class View:
         """The aggregate rows of this view: the smallest grouping holding its filters and `group_by`."""
 
         columns = [FILTERS[p] for p in self.filters] + list(group_by)
+        if self.orgs is not None:  # an org-scoped viewer: rows that keep the org, to keep only its orgs'
+            columns.append("org")
         since = datetime.fromtimestamp(self.first_bucket, tz=UTC)
         qs = UsageRollup.objects.filter(grouping=rollup.grouping_for(columns), bucket__gte=since)
         for param, value in self.filters.items():
             qs = qs.filter(**{FILTERS[param]: value})
-        return qs.order_by()
+        return self._within_orgs(qs).order_by()
 
     def query_string(self, **changes: str) -> str:
         """This view's parameters (with changes), for links and the CSV export."""

@@ -17,6 +17,7 @@ from typing import Any
 from django.db.models import Q
 
 from routing.models import UsageRecord
+from routing.ops import scope
 
 PAGE_SIZE = 50
 MAX_TEXT = 200
@@ -133,25 +134,29 @@ class Page:
     next_before: int | None  # `before` of the next (older) page; None on the last page
 
 
-def find(search: Search, size: int = PAGE_SIZE) -> Page:
-    """One page of matching records, newest first (one query, size + 1 rows to know if more follow)."""
+def find(search: Search, size: int = PAGE_SIZE, orgs: frozenset[str] | None = None) -> Page:
+    """One page of matching records of `orgs` (the viewer's: routing.ops.scope.visible_orgs; None: every org),
+    newest first (one query, size + 1 rows to know if more follow)."""
 
     rows = list(
-        UsageRecord.objects.filter(search.condition())
-        .defer("request_body", "response_body")
-        .order_by("-id")[: size + 1]
+        _of_orgs(orgs).filter(search.condition()).defer("request_body", "response_body").order_by("-id")[: size + 1]
     )
     more = len(rows) > size
     rows = rows[:size]
     return Page(rows, rows[-1].id if more and rows else None)
 
 
-def get(record_id: str) -> Any | None:
-    """A record by its record id (the request log's links) or, failing that, by its request id (newest)."""
+def get(record_id: str, orgs: frozenset[str] | None = None) -> Any | None:
+    """A record of `orgs` by its record id (the request log's links) or, failing that, by its request id
+    (newest)."""
 
     record_id = record_id.strip()[:128]
-    found = UsageRecord.objects.filter(record_id=record_id).first()
-    return found or UsageRecord.objects.filter(request_id=record_id).order_by("-id").first()
+    found = _of_orgs(orgs).filter(record_id=record_id).first()
+    return found or _of_orgs(orgs).filter(request_id=record_id).order_by("-id").first()
+
+
+def _of_orgs(orgs: frozenset[str] | None) -> Any:
+    return scope.within(UsageRecord.objects.all(), "org", orgs)
 
 
 @dataclass(frozen=True, slots=True)
