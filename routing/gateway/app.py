@@ -159,7 +159,9 @@ async def _admit(call: Call, scope: Scope, receive: Receive, auth: bytes, conten
     if call.snap.affine:  # some model has affinity (docs/deployments.md#affinity): this request's conversation
         pinned = any(link.model.affinity_s for link in call.links)
         original = call.shape.original if call.shape is not None else None
-        affinity.conversation.set(affinity.key_of(scope["headers"], call.body, original) if pinned else None)
+        key = affinity.key_of(scope["headers"], call.body, original) if pinned else None
+        # per org: its BYO deployments are its own, and one tenant's keys never move another's pins
+        affinity.conversation.set(None if key is None else f"{call.ctx.key.agent.org.name}/{key}")
     return True
 
 
