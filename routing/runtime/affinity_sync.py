@@ -122,6 +122,7 @@ class AffinitySync:
             async with asyncio.timeout(self.timeout_s):
                 await pubsub.subscribe(self.channel)
             await self.load(client)
+            log.info("affinity pins: %d loaded from Redis", self.loaded)
             self._up()
             reader = asyncio.ensure_future(self._read(pubsub))
             writer = asyncio.ensure_future(self._write(client))
