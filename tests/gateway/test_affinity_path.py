@@ -18,6 +18,7 @@ from routing.runtime.process import current
 from tests.inprocess import gateway_application
 
 API_KEY = "sb-affinity-key-0123456789"
+OTHER_KEY = "sb-affinity-other-0123456789"  # an agent of another org
 DEPLOYMENTS = ("d1", "d2", "d3")
 
 
@@ -36,7 +37,7 @@ def _document(upstream: str) -> dict:
             {"id": "single", **chat, "provider": "d1", "upstream_model": "one"},
             {"id": "opens", **chat, "deployments": _deployments("open"), "affinity": {"ttl_s": 300}},
         ],
-        "orgs": [{"name": "acme", "agents": [{"name": "bot"}]}],
+        "orgs": [{"name": "acme", "agents": [{"name": "bot"}]}, {"name": "umbrella", "agents": [{"name": "bot"}]}],
     }
 
 
@@ -54,12 +55,13 @@ async def client(mock: tuple[str, object]) -> AsyncIterator[httpx.AsyncClient]:
     upstream, _ = mock
     rows = [
         {
-            "key_hash": hashlib.sha256(API_KEY.encode()).hexdigest(),
-            "prefix": API_KEY[:10],
-            "org": "acme",
+            "key_hash": hashlib.sha256(key.encode()).hexdigest(),
+            "prefix": key[:10],
+            "org": org,
             "agent": "bot",
             "expires_at": None,
         }
+        for key, org in ((API_KEY, "acme"), (OTHER_KEY, "umbrella"))
     ]
     previous = live.current()
     live.swap(build_snapshot(_document(upstream), rows, {}, version=1))
@@ -141,3 +143,18 @@ async def test_a_pinned_deployment_whose_breaker_opens_gets_no_more_requests(cli
         served[r.headers["x-switchboard-provider-used"]] += 1
     assert state.model(f"open-{pinned}").count == calls_before  # 0 requests to the open deployment
     assert pinned not in served and len(served) == 1  # re-pinned to one other deployment, and it stays
+
+
+async def test_the_same_session_in_two_orgs_is_two_conversations(client) -> None:
+    body = {"model": "pinned", "messages": [{"role": "user", "content": "hello"}]}
+    mine, theirs = set(), set()
+    for i in range(12):  # each org's conversation "shared-name" stays where it was pinned, whatever the other does
+        headers = {"X-Switchboard-Session": "shared-name"}
+        if i % 2:
+            headers["Authorization"] = f"Bearer {OTHER_KEY}"
+        r = await client.post("/v1/chat/completions", json=body, headers=headers)
+        (theirs if i % 2 else mine).add(r.headers["x-switchboard-provider-used"])
+    assert len(mine) == 1 and len(theirs) == 1
+    pins = current().picker.pins
+    assert pins.get("pinned", "acme/s:shared-name", current().picker.clock()) is not None
+    assert pins.get("pinned", "umbrella/s:shared-name", current().picker.clock()) is not None
