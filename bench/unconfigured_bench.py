@@ -38,6 +38,7 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
     ("tracing", "tracing.ON", "routing/gateway/app.py:serve"),
     ("overload classes", "overload.ON", "routing/gateway/app.py:_model"),
     ("body logging", "org.log_bodies or settings.SWITCHBOARD_LOG_BODIES", "routing/gateway/app.py:_model"),
+    ("prompt-cache affinity", "snap.affine", "routing/gateway/app.py:_admit"),
 )
 
 
@@ -77,6 +78,7 @@ def namespace() -> dict[str, Any]:
         "tracing": tracing,
         "overload": overload,
         "settings": settings,
+        "snap": snap,
     }
 
 

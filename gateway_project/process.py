@@ -22,6 +22,7 @@ from typing import Any
 from django.conf import settings as django_settings
 
 from routing.config import live
+from routing.config.reload import shared_timeout_s
 from routing.core.admission_queue import Gates
 from routing.core.breaker import BreakerRegistry
 from routing.core.executor import Executor
@@ -36,6 +37,7 @@ from routing.ops import controls
 from routing.ops.dashboard import state
 from routing.plan.chain import breaker_keys
 from routing.runtime import (
+    affinity_sync,
     background,
     breaker_sync,
     counters,
@@ -81,6 +83,7 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
     overload.apply(live.current())
     feed.install(process.breakers)  # breaker transitions into the dashboard feed and the circuit metric
     process.parking.observe = metrics.parking_changed  # quota parks and refused credentials as gauges
+    process.picker.pins.on_repin = metrics.affinity_repin  # conversations moved off their deployment
     metrics.watch_backlog(process.usage.backlog)
     _listen(metrics.request_listeners, counters.note_request)
     _listen(live.swap_listeners, _retain_breakers)
@@ -196,6 +199,7 @@ def start(process: Process) -> Process:
         if process.cache is not None and process.cache.name == "redis":
             process.tasks.append(_spawn("cache-warm-up", process.cache.warm))
         _start_shared_limits(process)
+        _start_affinity_sync(process)
     return process
 
 
@@ -218,6 +222,17 @@ def _start_shared_limits(process: Process, settings: Any = django_settings) -> N
     )
     shared_limits.install(syncer)
     process.tasks.append(_spawn("shared-limits", syncer.run))
+
+
+def _start_affinity_sync(process: Process, settings: Any = django_settings) -> None:
+    """With REDIS_URL, prompt-cache pins are shared by the cluster and survive a restart (docs/deployments.md#affinity)."""
+    url = getattr(settings, "REDIS_URL", "")
+    if not url:
+        return
+    sync = affinity_sync.AffinitySync(
+        process.picker.pins, feed.PROCESS_ID, url, shared_timeout_s(), breaker_sync.cluster_of(settings)
+    )
+    process.tasks.append(_spawn("affinity-sync", sync.run))
 
 
 RECOVERED_S = 5.0  # a restarted background task that runs this long has recovered

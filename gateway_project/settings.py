@@ -98,6 +98,10 @@ SWITCHBOARD_USAGE_BATCH = env.int("SWITCHBOARD_USAGE_BATCH", default=500)
 SWITCHBOARD_USAGE_MEMORY_BOUND = env.int("SWITCHBOARD_USAGE_MEMORY_BOUND", default=10_000)
 SWITCHBOARD_USAGE_FLUSH_S = env.float("SWITCHBOARD_USAGE_FLUSH_S", default=0.5)
 SWITCHBOARD_USAGE_SPOOL_DIR = env.str("SWITCHBOARD_USAGE_SPOOL_DIR", default=str(VAR_DIR / "spool"))
+# Price versions `manage.py sync_prices` proposes, until accepted or rejected (docs/commands.md#sync_prices).
+SWITCHBOARD_PRICE_PROPOSALS_FILE = env.str(
+    "SWITCHBOARD_PRICE_PROPOSALS_FILE", default=str(VAR_DIR / "price-proposals.json")
+)
 # How often the dashboard pushes refreshed counters to open pages.
 SWITCHBOARD_DASHBOARD_REFRESH_S = env.float("SWITCHBOARD_DASHBOARD_REFRESH_S", default=1.5)
 # Every serving process's heartbeat for the dashboard's process list (docs/scale-out.md#processes).

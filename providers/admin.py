@@ -333,7 +333,7 @@ class ModelAdmin(GuardedDeleteMixin, OrgScopedAdmin):
     list_select_related = ["provider"]
     fieldsets = [
         (None, {"fields": ["public_id", "provider", "upstream_model", "capabilities"]}),
-        ("Deployments", {"fields": ["routing", "deployment_states"]}),
+        ("Deployments", {"fields": ["routing", "affinity", "deployment_states"]}),
         (
             "Limits and prices",
             {

@@ -121,6 +121,12 @@ class Model(models.Model):
         help_text='Hedged first tokens, e.g. {"budget_pct": 5, "tools": false}: a late first token is asked of '
         "another deployment too, within budget_pct % extra calls (docs/overload.md#hedging). Blank: off.",
     )
+    affinity = models.JSONField(
+        null=True,
+        blank=True,
+        help_text='Prompt-cache affinity, e.g. {"ttl_s": 300}: each conversation stays on the deployment that served '
+        "it last for this long since its last request (docs/deployments.md#affinity). Blank: off.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

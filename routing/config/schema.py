@@ -34,6 +34,8 @@ ROUTINGS = ("weighted", "least_busy", "latency")  # how a model picks among its 
 # The one dialect table is routing.core.kinds.DIALECT_KINDS (docs/architecture.md#what-a-change-touches).
 CONCURRENCY_KEYS = ("initial", "min", "max", "queue")  # a model's adaptive limit (docs/overload.md#configuration)
 HEDGE_KEYS = ("budget_pct", "tools")  # a model's hedged first tokens (docs/overload.md#hedging)
+AFFINITY_KEYS = ("ttl_s",)  # a model's prompt-cache affinity (docs/deployments.md#affinity)
+AFFINITY_MAX_S = 86_400  # a pin outlives no provider's prompt cache by more than a day
 
 # When export writes a field: always, when not None, or when truthy (not None/""/False/[]).
 ALWAYS, SET, TRUTHY = "always", "set", "truthy"
@@ -247,6 +249,8 @@ MODEL = Entity(
     # Overload control (docs/overload.md#configuration): the adaptive limit per deployment, hedging.
     Field("concurrency", "mapping", export=TRUTHY, check="concurrency"),
     Field("hedge", "mapping", export=TRUTHY, check="hedge"),
+    # Prompt-cache affinity (docs/deployments.md#affinity): {ttl_s: 300} pins a conversation to a deployment.
+    Field("affinity", "mapping", export=TRUTHY, check="affinity"),
 )
 
 ALIAS = Entity(

@@ -64,6 +64,7 @@ class ModelSpec:
     # Dated price versions (`prices`, sorted by start) and the label of the flat prices ("" or "deployment").
     price_versions: tuple[PriceVersion, ...] = ()
     price_label: str = ""
+    affinity_s: float = 0.0  # docs/deployments.md#affinity: how long a pin lives since its last use; 0: off
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +169,8 @@ class Snapshot:
     # reload counter's time when no version is recorded, the last good file's time when serving it.
     config_time: int = 0
     overload: OverloadSpec | None = None  # docs/overload.md#configuration; None: not configured
+    # Some model has affinity (docs/deployments.md#affinity): only then does a request derive its key.
+    affine: bool = False
     cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def resolve(self, name: str) -> ModelSpec | None:
@@ -400,6 +403,7 @@ class _ModelBuilder:
             routing=m.get("routing") or _ROUTING,
             class_prices=class_prices(m),
             price_versions=price_versions(m),
+            affinity_s=float((m.get("affinity") or {}).get("ttl_s") or 0.0),
         )
         if listed:
             deployments = _deployments(spec, listed, self.providers, m, self.timeouts_for)
@@ -518,4 +522,5 @@ def build_snapshot(
         orgs=orgs,
         keys=keys,
         overload=build_overload(document, key_rows),
+        affine=any(m.affinity_s for m in models.values()),
     )

@@ -33,6 +33,8 @@ from routing.config.identifiers import (
 )
 from routing.config.schema import (
     ACTIONS,
+    AFFINITY_KEYS,
+    AFFINITY_MAX_S,
     AGENT,
     BUDGET_KEYS,
     BUDGET_PERIODS,
@@ -363,6 +365,7 @@ CHECKS: dict[str, tuple[Callable[[Any, str, str], str | None], str]] = {
     ),
     "concurrency": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.concurrency
     "hedge": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.hedge
+    "affinity": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.affinity
     "fallback_on": (lambda v, key, what: None, VALUE),  # per-trigger paths: _Validator.fallback_on
     "limits": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.limits
     "budget": (lambda v, key, what: None, VALUE),  # per-key paths: _Validator.budget
@@ -510,7 +513,7 @@ class _Validator:
             if f.check == "budget":
                 self.budget(value, f"{path}.{f.name}", what)
                 continue
-            if f.check in ("concurrency", "hedge"):
+            if f.check in ("concurrency", "hedge", "affinity"):
                 getattr(self, f.check)(value, f"{path}.{f.name}", what)
                 continue
             if f.check == "price_versions":
@@ -604,6 +607,23 @@ class _Validator:
                     f"the model's requests), got {_short(setting)}: use e.g. 5",
                     VALUE,
                 )
+
+    def affinity(self, value: Any, path: str, what: str) -> None:
+        """A model's `affinity: {ttl_s}` (docs/deployments.md#affinity): seconds a pin lives since its last use."""
+        if not isinstance(value, Mapping):
+            self.add(path, f"affinity of {what} must be a mapping such as {{ttl_s: 300}}, got {_kind(value)}")
+            return
+        for key in value:
+            if key not in AFFINITY_KEYS:
+                self.add(f"{path}.{key}", f"unknown affinity setting {key!r} of {what}: remove it (allowed: ttl_s)")
+        ttl = value.get("ttl_s")
+        if not (_is_num(ttl) and 0 < ttl <= AFFINITY_MAX_S):
+            self.add(
+                f"{path}.ttl_s",
+                f"affinity ttl_s of {what} must be a number of seconds more than 0 and at most {AFFINITY_MAX_S}, "
+                f"got {_short(ttl)}: use about the provider's prompt-cache lifetime, e.g. 300",
+                VALUE,
+            )
 
     def prices(self, value: Any, path: str, what: str, extra: tuple[str, ...]) -> bool:
         """A price entry (docs/configuration.md#price-versions): USD per million tokens by class."""
@@ -766,6 +786,13 @@ class _Validator:
             upstream = self.string(m, "upstream_model", path, what)
             self.check(f"{path}.upstream_model", identifier_problem(upstream, f"upstream_model of {what}"), VALUE)
             self.deployments(m, path, what, providers)
+            if m.get("affinity") is not None and len(m.get("deployments") or ()) < 2:
+                self.add(
+                    f"{path}.affinity",
+                    f"{what} has affinity but fewer than two deployments: affinity picks one of several "
+                    "deployments; list its deployments or remove affinity",
+                    VALUE,
+                )
             self.string(m, "residency", path, what)
             caps = m.get("capabilities")
             if caps is not None:

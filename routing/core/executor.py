@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from routing.core import errors
 from routing.core.admission_queue import Gate, Gates, Shed, current
+from routing.core.affinity import conversation
 from routing.core.backoff import backoff_delay
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.core.buckets import LEASE_WAIT_S
@@ -443,7 +444,10 @@ class Executor:
                 if short and await self._await_lease(spread, walk.deadline, now):
                     continue
                 break
-            target = self.balancer.pick(link.routing, eligible, self.rand)
+            if link.model.affinity_s and (pin := conversation.get()) is not None:  # docs/deployments.md#affinity
+                target = self.balancer.pick_pinned(link, eligible, self.rand, pin, self._closed)
+            else:
+                target = self.balancer.pick(link.routing, eligible, self.rand)
             assert target is not None
             spread.left.remove(target)
             adm = self.breakers.admit(
@@ -466,6 +470,9 @@ class Executor:
             if not (failure.is_provider_fault and failure.is_retryable):
                 return None, None  # the provider answered (4xx, context length...): not another deployment's job
         return None, _none_served(self.parking, spread, link.model.id, walk)
+
+    def _closed(self, key: Any) -> bool:
+        return self.breakers.state(key) is State.CLOSED
 
     def _eligible(self, spread: _Spread, tokens: int, now: float) -> tuple[list[Target], bool]:
         """The deployments left that can take the request now, and whether one's shared share is short;

@@ -21,6 +21,10 @@ request and with capacity left; the executor then asks the breaker):
   two distinct deployments at random and take the faster; with probability
   `EXPLORE` (5 %) take a uniformly random one instead, so a slow deployment's figure
   keeps being refreshed. A deployment without a figure yet counts as fastest.
+
+With affinity (docs/deployments.md#affinity; routing.core.affinity), `pick_pinned` goes to the
+deployment the conversation is pinned to while it is eligible and its breaker closed, and
+otherwise pins the conversation to the strategy's pick among the closed ones.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from routing.core.affinity import Pins
 from routing.core.buckets import Bucket, Lessor, SharedBucket
 
 WEIGHTED, LEAST_BUSY, LATENCY = "weighted", "least_busy", "latency"
@@ -77,6 +82,7 @@ class Balancer:
         self.clock = clock
         self._figures: dict[Any, Figures] = {}
         self.lessor: Lessor | None = None  # keeps shared buckets' shares (None: capacity per process)
+        self.pins = Pins()  # conversations pinned to a deployment (docs/deployments.md#affinity)
 
     def share(self, lessor: Lessor) -> None:
         """Count capacity in shares of cluster buckets that `lessor` keeps topped up (docs/limits.md#shared).
@@ -207,6 +213,34 @@ class Balancer:
         if strategy == LATENCY:
             return self._latency(eligible, rand)
         return pick_weighted(eligible, rand())
+
+    def pick_pinned(
+        self,
+        link: Any,
+        eligible: Sequence[Target],
+        rand: Callable[[], float],
+        key: str,
+        closed: Callable[[Any], bool],
+    ) -> Target | None:
+        """The deployment `link`'s conversation `key` is pinned to when it is in `eligible` (not tried,
+        not parked, with capacity) and `closed(its breaker key)`; else the strategy's pick among the
+        eligible ones whose breaker is closed (all of them when none is), which becomes the pin.
+        Without `affinity` on the model, the strategy's pick."""
+        ttl = link.model.affinity_s
+        if not ttl:
+            return self.pick(link.routing, eligible, rand)
+        model = link.model.id
+        pins = self.pins
+        now = self.clock()
+        pinned = pins.get(model, key, now)
+        if pinned is not None:
+            for t in eligible:
+                if t.key == pinned and closed(pinned):
+                    return t
+        target = self.pick(link.routing, [t for t in eligible if closed(t.key)] or eligible, rand)
+        if target is not None:
+            pins.put(model, key, target.key, ttl, now)
+        return target
 
     def _least_busy(self, eligible: Sequence[Target], rand: Callable[[], float]) -> Target:
         n = len(eligible)

@@ -58,3 +58,4 @@ class LinkModel(Protocol):
     id: str
     fallback_on: frozenset[str]
     timeouts: Timeouts
+    affinity_s: float  # docs/deployments.md#affinity; 0: off

@@ -20,7 +20,7 @@ from django.conf import settings
 from policies.decision import decide, select_model_name
 from routing.config import live
 from routing.config.snapshot import ModelSpec
-from routing.core import errors
+from routing.core import affinity, errors
 from routing.core.errors import GatewayError
 from routing.gateway import body_schemas, caching, limiting, messages, openapi, request
 from routing.gateway.pacing import Pacer
@@ -159,6 +159,12 @@ async def _admit(call: Call, scope: Scope, receive: Receive, auth: bytes, conten
     if stream and call.idempotency_key:
         raise errors.idempotency_stream_conflict()
     await _route(call, model)
+    if call.snap.affine:  # some model has affinity (docs/deployments.md#affinity): this request's conversation
+        pinned = any(link.model.affinity_s for link in call.links)
+        original = call.shape.original if call.shape is not None else None
+        key = affinity.key_of(scope["headers"], call.body, original) if pinned else None
+        # per org: its BYO deployments are its own, and one tenant's keys never move another's pins
+        affinity.conversation.set(None if key is None else f"{call.ctx.key.agent.org.name}/{key}")
     return True
 
 

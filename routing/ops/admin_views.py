@@ -72,6 +72,37 @@ def explain_route_view(request: HttpRequest) -> HttpResponse:
     return TemplateResponse(request, "admin/routing/explain_route.html", context)
 
 
+def price_proposals_view(request: HttpRequest) -> HttpResponse:
+    """The price versions `sync_prices` proposed (docs/commands.md#sync_prices): accept (appends the dated
+    version through the one validation, recorded in the history) or reject, one model at a time."""
+    from routing.config import price_proposals  # reason: the page's store reads settings and the database
+    from routing.config.store import ConfigInvalid
+
+    message = error = ""
+    if request.method == "POST":
+        model = request.POST.get("model", "")
+        if not request.user.has_perm("providers.change_model"):
+            error = "You may not change models' prices: ask someone who may change models."
+        else:
+            try:
+                if request.POST.get("action") == "accept":
+                    p = price_proposals.accept(model, author=request.user.get_username())
+                    message = f"{p.model} is priced from {p.effective_from}: {'; '.join(p.changes())}."
+                else:
+                    price_proposals.reject(model)
+                    message = f"The proposal for {model} was rejected."
+            except (price_proposals.NoProposal, ConfigInvalid) as exc:
+                error = str(exc)
+    context = {
+        **admin.site.each_context(request),
+        "title": "Price proposals",
+        "proposals": price_proposals.pending(),
+        "message": message,
+        "error": error,
+    }
+    return TemplateResponse(request, "admin/routing/price_proposals.html", context)
+
+
 @dataclass(frozen=True, slots=True)
 class Page:
     """An admin page that is not a model's change list: where it lives and how the index lists it."""
@@ -90,6 +121,13 @@ PAGES: tuple[Page, ...] = (
         "Explain a route",
         "Which policy matches a request and which links of its chain would serve it",
         explain_route_view,
+    ),
+    Page(
+        "price-proposals/",
+        "price-proposals",
+        "Price proposals",
+        "Dated price versions manage.py sync_prices proposes from the price catalogue: accept or reject",
+        price_proposals_view,
     ),
 )
 

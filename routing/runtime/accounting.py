@@ -89,11 +89,14 @@ def record(ctx: Context, sink: UsageSink, elapsed: float) -> None:
     """Queue (so journal) the request's usage record: what must survive a crash, before the answer's
     last byte (docs/usage-records.md#journal). Metrics and the log line follow in `observe`."""
     journaled = ctx.journaled
-    if journaled is None:
-        sink.record(**_row(ctx, elapsed))
-        return
-    sink.record(**_row(ctx, elapsed, journaled.record_id))  # the settle replaces the commit's entry
-    sink.streams.close(journaled)
+    row = _row(ctx, elapsed, None if journaled is None else journaled.record_id)
+    sink.record(**row)
+    if journaled is not None:  # the settle replaces the commit's entry
+        sink.streams.close(journaled)
+    cost = row["cost"]
+    if (cost is None or (not cost and (ctx.prompt_tokens or ctx.completion_tokens))) and row["model_used"]:
+        if ctx.status == 200 and not row["cached"]:
+            metrics.unpriced(row["model_used"])  # docs/metrics.md#spend
 
 
 def observe(ctx: Context, elapsed: float | None = None) -> None:
@@ -118,6 +121,11 @@ def observe(ctx: Context, elapsed: float | None = None) -> None:
     )
     if ctx.cache:
         metrics.cache_result(ctx.resolved, ctx.cache)
+    if model is not None and ctx.prompt_tokens and not ctx.tokens_estimated:  # the cached-input ratio
+        classes = ctx.token_classes
+        metrics.input_tokens(
+            model.id, model.provider.name, ctx.prompt_tokens, classes.get("cache_read", 0) if classes else 0
+        )
 
 
 def journal_stream(ctx: Context, sink: UsageSink) -> None:

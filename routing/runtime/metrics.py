@@ -143,6 +143,59 @@ def cache_result(model: str, result: str) -> None:
     child.inc()
 
 
+# Spend (docs/metrics.md#spend): prompt-cache affinity and prices.
+AFFINITY_REPINS = Counter(
+    "switchboard_affinity_repins_total",
+    "Conversations moved off the deployment they were pinned to: it was open, parked, full or failed "
+    "(docs/deployments.md#affinity).",
+    ["model"],
+)
+INPUT_TOKENS = Counter(
+    "switchboard_input_tokens_total",
+    "Prompt tokens the providers reported per model and deployment (provider), all (kind=total) and those read "
+    "from the provider's prompt cache (kind=cached): their ratio is the cached-input ratio.",
+    ["model", "provider", "kind"],
+)
+UNPRICED = Counter(
+    "switchboard_unpriced_total",
+    "Served requests whose cost is unknown (a model or token class without any price) or zero although tokens "
+    "were used (docs/configuration.md#prices).",
+    ["model"],
+)
+_repins: dict[str, Any] = {}
+_input_tokens: dict[tuple[str, str], tuple[Any, Any]] = {}
+_unpriced: dict[str, Any] = {}
+
+
+def affinity_repin(model: str) -> None:
+    """routing.core.affinity.Pins's observer: one conversation re-pinned (a configured model: bounded labels)."""
+    child = _repins.get(model)
+    if child is None:
+        child = _repins[model] = AFFINITY_REPINS.labels(model)
+    child.inc()
+
+
+def input_tokens(model: str, provider: str, total: int, cached: int) -> None:
+    """One served request's prompt tokens and the cached part of them, per deployment."""
+    pair = _input_tokens.get((model, provider))
+    if pair is None:
+        pair = _input_tokens[(model, provider)] = (
+            INPUT_TOKENS.labels(model, provider, "total"),
+            INPUT_TOKENS.labels(model, provider, "cached"),
+        )
+    pair[0].inc(total)
+    if cached:
+        pair[1].inc(cached)
+
+
+def unpriced(model: str) -> None:
+    """One served request of `model` priced at nothing (a configured model: bounded labels)."""
+    child = _unpriced.get(model)
+    if child is None:
+        child = _unpriced[model] = UNPRICED.labels(model)
+    child.inc()
+
+
 # serve --workers (docs/scale-out.md#metrics): values live in shared files, a function is never
 # read there, so run_refresher sets them instead.
 MULTIPROCESS = "PROMETHEUS_MULTIPROC_DIR" in os.environ

@@ -71,6 +71,7 @@ def test_usage_summary_is_staff_only_and_aggregates_per_model(client, staff_user
         prompt_tokens=10,
         completion_tokens=4,
         cost="0.5",
+        cache_read_tokens=4,
     )
     UsageRecord.objects.create(
         request_id="u2",
@@ -98,6 +99,9 @@ def test_usage_summary_is_staff_only_and_aggregates_per_model(client, staff_user
     assert rows["op-chat"]["requests"] == 2 and rows["op-chat"]["errors"] == 1 and rows["op-chat"]["fallbacks"] == 1
     assert rows["op-chat"]["prompt_tokens"] == 10 and float(rows["op-chat"]["cost"]) == 0.5
     assert response.context["totals"]["requests"] == 3
+    assert rows["op-chat"]["cached_pct"] == "40 %" and rows["op-chat"]["unpriced"] == 0
+    assert rows["op-chat-b"]["unpriced"] == 1  # served, tokens, no cost: flagged (docs/metrics.md#spend)
+    assert 'data-role="unpriced">1 ⚠' in response.content.decode()
     assert 'data-model="op-chat-b"' in response.content.decode()
 
 

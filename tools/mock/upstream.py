@@ -33,6 +33,13 @@ frames), no_done (end cleanly without the terminator), invalid_json (2xx non-JSO
 no_usage (never send the usage frame, as some servers do not), role_chunk (false: no role-only first chunk; OpenAI chat streams send one by default,
 as OpenAI and the OpenAI-compatible servers do).
 
+{"model": M, "prompt_cache": true} gives the model a prompt cache of its own, as a provider's
+deployment has: a non-streamed OpenAI chat answer then reports `prompt_tokens` (the messages'
+JSON length / 4) and `prompt_tokens_details.cached_tokens` = the tokens of the longest message
+prefix this model has seen before (0 the first time), so a test can measure the cached-input
+ratio one conversation gets over several deployments; `cache_hits` in /_control/calls counts
+the requests that had one.
+
 GET /_control/calls answers {"count", "disconnected", "disconnected_at", "in_flight", "requests":
 [{"path", "headers", "body", "peer"}]} (the last 200 requests), so tests can assert
 what the gateway sent (BYO keys, translated bodies), that it hung up on cancellation
@@ -45,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import socket
 import sys
 import time
@@ -84,6 +92,8 @@ class ModelState:
         "capacity",
         "over",
         "over_capacity",
+        "prompt_cache",
+        "cache_hits",
     )
 
     def __init__(self) -> None:
@@ -100,6 +110,8 @@ class ModelState:
         self.capacity: int | None = None
         self.over: dict[str, Any] = {"status": 429}
         self.over_capacity = 0
+        self.prompt_cache: set[bytes] | None = None  # digests of the message prefixes seen; None: no cache
+        self.cache_hits = 0
 
     def next_step(self, body: dict[str, Any] | None = None, headers: Any = None) -> dict[str, Any] | None:
         for (kind, name, value), steps, then in self.rules:
@@ -161,6 +173,7 @@ class MockState:
             "disconnected_at": list(state.disconnected_at),
             "in_flight": state.in_flight,
             "over_capacity": state.over_capacity,
+            "cache_hits": state.cache_hits,
             "requests": requests,
         }
 
@@ -331,6 +344,8 @@ def _route(
         if check is not None and (denied := check(request, body)) is not None:
             return denied
         step = ms.next_step(body, request.headers) if ms.rules else ms.next_step()
+        if ms.prompt_cache is not None and isinstance(body.get("messages"), list):
+            step = {**(step or {}), "usage": _cached_usage(ms, body["messages"])}
         ms.in_flight += 1
         if ms.capacity is not None and ms.in_flight > ms.capacity:
             step = ms.over
@@ -462,9 +477,13 @@ async def _openai_chat(
 ) -> web.StreamResponse:
     tool = _wants_openai_tool(body)
     if not body.get("stream"):
-        if tool is None:
+        if tool is None and not (step and "usage" in step):
             return web.Response(body=_chat_body(model), content_type=JSON_TYPE)
         out = orjson.loads(_chat_body(model))
+        if step and "usage" in step:
+            out["usage"] = step["usage"]
+        if tool is None:
+            return web.Response(body=orjson.dumps(out), content_type=JSON_TYPE)
         call = {
             "id": "call_mock1",
             "type": "function",
@@ -744,6 +763,8 @@ async def _control_script(request: web.Request) -> web.StreamResponse:
         return web.Response(body=orjson.dumps({"model": spec["model"], "steps": len(steps)}), content_type=JSON_TYPE)
     ms.steps = deque(steps)
     ms.then = then
+    if spec.get("prompt_cache") is True:
+        ms.prompt_cache = set()
     capacity = spec.get("capacity")
     if capacity is not None:
         if not isinstance(capacity, int) or capacity < 1:
@@ -751,6 +772,29 @@ async def _control_script(request: web.Request) -> web.StreamResponse:
         over = spec.get("over")
         ms.capacity, ms.over = capacity, over if isinstance(over, dict) else {"status": 429}
     return web.Response(body=orjson.dumps({"model": spec["model"], "steps": len(steps)}), content_type=JSON_TYPE)
+
+
+def _cached_usage(ms: ModelState, messages: list[Any]) -> dict[str, Any]:
+    """The usage of a chat call to a model with a prompt cache: its longest message prefix seen before is
+    read from the cache; every prefix of this call is in the cache from now on."""
+    seen = ms.prompt_cache
+    assert seen is not None
+    cached = 0
+    for i in range(1, len(messages) + 1):
+        head = orjson.dumps(messages[:i])
+        digest = hashlib.blake2b(head, digest_size=16).digest()
+        if digest in seen:
+            cached = len(head) // 4
+        seen.add(digest)
+    prompt = max(len(orjson.dumps(messages)) // 4, 1)
+    if cached:
+        ms.cache_hits += 1
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": 7,
+        "total_tokens": prompt + 7,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
 
 
 async def _control_calls(request: web.Request) -> web.StreamResponse:

@@ -59,7 +59,8 @@ USAGE_WINDOWS = {"1": 1, "24": 24, "168": 168, "720": 720}
 
 @staff_only
 def usage_summary(request: HttpRequest) -> HttpResponse:
-    """Per model over a time window: requests, errors, fallbacks, tokens, cost."""
+    """Per model over a time window: requests, errors, fallbacks, tokens, cost; the share of prompt tokens the
+    providers read from their prompt cache, and the served requests nobody could price (docs/metrics.md#spend)."""
 
     hours = USAGE_WINDOWS.get(request.GET.get("hours", "24"), 24)
     since = timezone.now() - timedelta(hours=hours)
@@ -68,19 +69,34 @@ def usage_summary(request: HttpRequest) -> HttpResponse:
         records.filter(created_at__gte=since)
         .values("model_used")
         .annotate(
+            # first: below, "cost" names the sum; here still the record's own column
+            unpriced=Count("id", filter=Q(status=200, cached=False) & (Q(cost__isnull=True) | Q(cost=0))),
             requests=Count("id"),
             errors=Count("id", filter=Q(status__gte=500)),
             fallbacks=Count("id", filter=~Q(fallback_reason="")),
             prompt_tokens=Sum("prompt_tokens"),
             completion_tokens=Sum("completion_tokens"),
             cost=Sum("cost"),
+            cached_tokens=Sum("cache_read_tokens"),
         )
         .order_by("-requests", "model_used")
     )
-    totals = {"requests": 0, "errors": 0, "fallbacks": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost": 0}
+    totals = {
+        "requests": 0,
+        "errors": 0,
+        "fallbacks": 0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "cost": 0,
+        "cached_tokens": 0,
+        "unpriced": 0,
+    }
+    rows = list(rows)
     for row in rows:
         for field in totals:
             totals[field] += row[field] or 0
+        row["cached_pct"] = _pct(row["cached_tokens"], row["prompt_tokens"])
+    totals["cached_pct"] = _pct(totals["cached_tokens"], totals["prompt_tokens"])
     return render(
         request,
         "dashboard/usage.html",
@@ -93,6 +109,11 @@ def usage_summary(request: HttpRequest) -> HttpResponse:
             "title": "Usage",
         },
     )
+
+
+def _pct(part: int | None, whole: int | None) -> str:
+    """A share as "42 %", or "–" when there is nothing to divide."""
+    return f"{100 * (part or 0) / whole:.0f} %" if whole else "–"
 
 
 @staff_only

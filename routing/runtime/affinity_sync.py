@@ -1,0 +1,223 @@
+"""Prompt-cache pins shared by every process over Redis, off the request path (docs/deployments.md#affinity).
+
+With REDIS_URL set, each serving process runs one background task (`AffinitySync.run`, started by
+gateway_project.process) around its balancer's `Pins` (routing.core.affinity):
+
+- **Load.** On connecting, the pins still alive in Redis (one key per pin, `PREFIX` + cluster +
+  model + conversation, expiring with the pin) are merged into the process's map: a restarted
+  process, or a new one, knows every conversation's deployment before it serves it.
+- **Write.** Every `FLUSH_S` the pins the request path queued (`Pins.outbox`: new pins, re-pins,
+  and pins in use whose shared copy is half gone) are written with their TTL left and published
+  on the cluster's channel, in one pipeline. The request path only queues; it never waits for Redis.
+- **Merge.** What the other processes publish is merged into this process's map (a pin already
+  here and newer is kept).
+
+While Redis is unreachable each process pins on its own (`switchboard_degraded{component="redis"}`);
+the task reconnects with backoff and loads again. Times on the wire are durations left, never
+clock readings: processes share no monotonic clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlparse
+
+import orjson
+
+from routing.config import live
+from routing.core.affinity import Pins
+from routing.core.breaker import BreakerKey
+
+log = logging.getLogger("switchboard.affinity")
+
+PREFIX = "switchboard:affinity:"  # + cluster + ":" + JSON [model, conversation]: the pin, PX = its life left
+CHANNEL_PREFIX = "switchboard:affinity-pins:"  # + the Redis db index (pub/sub ignores the db) + ":" + cluster
+FLUSH_S = 0.05  # queued pins are shared this often
+SCAN_COUNT = 500
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 5.0
+
+
+def pin_name(cluster: str, model: str, key: str) -> str:
+    return f"{PREFIX}{cluster}:{orjson.dumps([model, key]).decode()}"
+
+
+def encode(model: str, key: str, deployment: Any, left_s: float, ttl_s: float, origin: str) -> bytes:
+    """One pin as stored and published: the deployment's breaker key, its life left and TTL, who set it."""
+    return orjson.dumps({"m": model, "k": key, "d": list(deployment), "l": left_s, "t": ttl_s, "o": origin})
+
+
+def decode(raw: bytes | str) -> tuple[str, str, BreakerKey, float, float, str]:
+    """(model, key, deployment, life left s, ttl s, origin); ValueError says what is wrong."""
+    try:
+        m = orjson.loads(raw)
+        out = (str(m["m"]), str(m["k"]), BreakerKey.from_wire(m["d"]), float(m["l"]), float(m["t"]), str(m["o"]))
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not an affinity pin ({exc})") from exc
+    return out
+
+
+class AffinitySync:
+    """One process's side of the shared pins; see the module docstring. `clock` is the pins' (monotonic)."""
+
+    def __init__(
+        self,
+        pins: Pins,
+        origin: str,
+        redis_url: str,
+        timeout_s: float = 1.0,
+        cluster: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pins = pins
+        self.origin = origin
+        self.redis_url = redis_url
+        self.cluster = cluster
+        path = urlparse(redis_url).path.strip("/")
+        self.channel = f"{CHANNEL_PREFIX}{path or '0'}:{cluster}"
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.degraded = False
+        self.connected = False  # subscribed and loaded
+        self.loaded = 0  # pins merged at the last load
+        self.written = 0
+        self.merged = 0
+
+    async def run(self) -> None:
+        """Load, write and merge until cancelled; reconnect with backoff on any Redis error."""
+        delay = BACKOFF_MIN_S
+        while True:
+            started = self.clock()
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any Redis trouble: pins per process, retry later
+                self._down(exc)
+            if self.clock() - started > BACKOFF_MAX_S * 2:
+                delay = BACKOFF_MIN_S
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, BACKOFF_MAX_S)
+
+    def _client(self) -> Any:
+        import redis.asyncio as aioredis  # reason: only processes with REDIS_URL load redis-py
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        return aioredis.Redis.from_url(
+            self.redis_url,
+            socket_timeout=self.timeout_s,
+            socket_connect_timeout=self.timeout_s,
+            retry=Retry(NoBackoff(), 0),
+        )
+
+    async def _session(self) -> None:
+        client = self._client()
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await pubsub.subscribe(self.channel)
+            await self.load(client)
+            log.info("affinity pins: %d loaded from Redis", self.loaded)
+            self._up()
+            reader = asyncio.ensure_future(self._read(pubsub))
+            writer = asyncio.ensure_future(self._write(client))
+            try:
+                done, _ = await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()
+                raise ConnectionError("the affinity sync session ended")
+            finally:
+                for task in (reader, writer):
+                    task.cancel()
+                await asyncio.gather(reader, writer, return_exceptions=True)
+        finally:
+            self.connected = False
+            for closing in (pubsub.aclose(), client.aclose()):
+                try:
+                    await asyncio.wait_for(closing, self.timeout_s)
+                except Exception:  # noqa: BLE001 - the connection is gone anyway
+                    pass
+
+    async def load(self, client: Any) -> int:
+        """Merge every pin alive in Redis for this cluster; the number merged."""
+        match = f"{PREFIX}{self.cluster}:*"
+        count = 0
+        cursor = 0
+        while True:
+            async with asyncio.timeout(self.timeout_s):
+                cursor, names = await client.scan(cursor, match=match, count=SCAN_COUNT)
+            if names:
+                async with asyncio.timeout(self.timeout_s):
+                    pipe = client.pipeline(transaction=False)
+                    for name in names:
+                        pipe.get(name)
+                        pipe.pttl(name)
+                    values = await pipe.execute()
+                for raw, left_ms in zip(values[::2], values[1::2], strict=True):
+                    if raw is not None and left_ms and left_ms > 0 and self._merge(raw, left_ms / 1000.0):
+                        count += 1
+            if not cursor:
+                break
+        self.loaded = count
+        return count
+
+    def _merge(self, raw: bytes, left_s: float | None = None) -> bool:
+        """Merge one stored (`left_s` from its PTTL) or published pin; False for garbage and own messages."""
+        try:
+            model, key, deployment, left, ttl, origin = decode(raw)
+        except ValueError as exc:
+            log.warning("ignoring an affinity pin: %s", exc)
+            return False
+        if left_s is None and origin == self.origin:
+            return False
+        self.pins.merge(model, key, deployment, self.clock() + (left if left_s is None else left_s), ttl)
+        return True
+
+    async def _read(self, pubsub: Any) -> None:
+        while True:
+            message = await pubsub.get_message(timeout=1.0)
+            if message is None or message.get("type") != "message":
+                continue
+            if self._merge(message["data"]):
+                self.merged += 1
+
+    async def _write(self, client: Any) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            out = self.pins.take_outbox()
+            if not out:
+                continue
+            now = self.clock()
+            pipe = client.pipeline(transaction=False)
+            for (model, key), (deployment, expires, ttl) in out.items():
+                left = expires - now
+                if left <= 0:
+                    continue
+                raw = encode(model, key, deployment, left, ttl, self.origin)
+                pipe.set(pin_name(self.cluster, model, key), raw, px=max(int(left * 1000), 1))
+                pipe.publish(self.channel, raw)
+            async with asyncio.timeout(self.timeout_s):
+                await pipe.execute()
+            self.written += len(out)
+
+    def _up(self) -> None:
+        self.connected = True
+        if self.degraded:
+            log.warning("Redis is reachable again: affinity pins are shared again")
+        self.degraded = False
+        live.set_degraded("redis", False, "affinity")
+
+    def _down(self, exc: BaseException) -> None:
+        self.pins.take_outbox()  # what could not be shared stays local; the next pins go out on reconnect
+        if not self.degraded:
+            log.warning(
+                "Redis is unreachable (%s): affinity pins are per process until it is back; requests are unaffected",
+                exc or type(exc).__name__,
+            )
+            self.degraded = True
+            live.set_degraded("redis", True, "affinity")
