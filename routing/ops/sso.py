@@ -12,7 +12,9 @@ checked against the provider's JWKS, the userinfo call). This module adds what i
   that name an existing Django group are the user's groups, set anew at every login (a group
   removed at the provider is removed here); a user with at least one is staff; a value equal to
   `SWITCHBOARD_OIDC_SUPERUSER_GROUP` (when set) makes a superuser. Groups are never created from
-  claims: an operator creates them, with their permissions, in the admin.
+  claims: an operator creates them, with their permissions, in the admin;
+- **org scopes**: group values `org:<name>` (`SWITCHBOARD_OIDC_ORG_PREFIX`) limit the user to those orgs,
+  as `manage.py create_operator --org` does (docs/operations.md#org-scoped-staff).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from django.views import View
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
 from mozilla_django_oidc.views import OIDCAuthenticationRequestView
+
+from policies.models import OperatorScope, Org
 
 log = logging.getLogger("switchboard.sso")
 DISCOVERY_TIMEOUT_S = 5.0
@@ -96,6 +100,20 @@ def claimed_groups(claims: dict[str, Any]) -> list[str]:
     if isinstance(raw, str):
         raw = [raw]
     return [str(g) for g in raw or [] if isinstance(g, str | int)]
+
+
+def set_org_scope(user: Any, claimed: list[str]) -> None:
+    """Group values `<SWITCHBOARD_OIDC_ORG_PREFIX><org>` limit the user to those orgs (an OperatorScope);
+    a user once limited whose claims now name no org keeps a scope with no org: a claim removed at the
+    provider never widens what someone sees."""
+    prefix = settings.SWITCHBOARD_OIDC_ORG_PREFIX
+    names = [value[len(prefix) :] for value in claimed if prefix and value.startswith(prefix)]
+    scope = OperatorScope.objects.filter(user=user).first()
+    if not names and scope is None:
+        return  # never limited: staff of every org, as a password account without a scope
+    if scope is None:
+        scope = OperatorScope.objects.create(user=user)
+    scope.orgs.set(Org.objects.filter(name__in=names))
 
 
 class SwitchboardOIDCBackend(OIDCAuthenticationBackend):
@@ -171,6 +189,7 @@ class SwitchboardOIDCBackend(OIDCAuthenticationBackend):
         user.set_unusable_password()  # an SSO account never signs in with a password
         user.save()
         user.groups.set(groups)
+        set_org_scope(user, names)
         return user
 
 

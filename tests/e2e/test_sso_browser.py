@@ -31,6 +31,9 @@ orgs:
   - name: acme
     agents:
       - name: bot
+  - name: beta
+    agents:
+      - name: bot
 """
 GROUPS = """
 from django.contrib.auth.models import Group, Permission
@@ -41,7 +44,7 @@ READ_USER = """
 import json
 from django.contrib.auth import get_user_model
 u = get_user_model().objects.get(username="alice")
-print("USER", json.dumps({"staff": u.is_staff, "superuser": u.is_superuser, "groups": sorted(g.name for g in u.groups.all()), "usable_password": u.has_usable_password(), "email": u.email}))
+print("USER", json.dumps({"orgs": sorted(o.name for o in u.operator_scope.orgs.all()) if hasattr(u, "operator_scope") else None, "staff": u.is_staff, "superuser": u.is_superuser, "groups": sorted(g.name for g in u.groups.all()), "usable_password": u.has_usable_password(), "email": u.email}))
 """
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or not CHROMIUM.exists(), reason=f"Debian's chromium is not installed ({CHROMIUM})"
@@ -61,7 +64,11 @@ def provider() -> Iterator[str]:
     try:
         wait_for_port(port, process, timeout=30)
         url = f"http://127.0.0.1:{port}"
-        claims = {"email": "alice@example.com", "preferred_username": "alice", "groups": ["sre", "not-a-django-group"]}
+        claims = {
+            "email": "alice@example.com",
+            "preferred_username": "alice",
+            "groups": ["sre", "not-a-django-group", "org:acme"],
+        }
         httpx.put(f"{url}/users/alice", json=claims, timeout=10).raise_for_status()
         yield url
     finally:
@@ -109,9 +116,12 @@ def test_a_browser_signs_in_through_the_provider_and_lands_in_the_admin_with_the
         assert "alice" in page.inner_text("#user-tools").lower()
         assert page.locator("a[href='/admin/policies/org/']").count() >= 1  # the group's view permission
         assert page.locator("a[href='/admin/policies/apikey/']").count() == 0  # and nothing it does not grant
+        page.goto(f"{gw.url}/admin/policies/org/")
+        assert "acme" in page.inner_text("#result_list") and "beta" not in page.inner_text("#result_list")
         browser.close()
     state = user_state(gw)
     assert state == {
+        "orgs": ["acme"],  # the provider's org:acme: an operator of acme alone
         "staff": True,
         "superuser": False,
         "groups": ["sre"],  # the provider's groups that name a Django group
