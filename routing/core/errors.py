@@ -288,6 +288,16 @@ def dialect_cannot_serve(dialect: str, kind: str, model: str) -> GatewayError:
     )
 
 
+def no_counterpart(param: str, model: str, dialect: str, protocol: str) -> GatewayError:
+    """A field of a `protocol` request that the serving link's API cannot express (a translated link)."""
+    return _error(
+        "unsupported_capability",
+        f"The field '{param}' has no counterpart on model {model!r}, whose {dialect} provider is reached by "
+        f"translation; remove it, or pick a model whose provider speaks {protocol} itself.",
+        param,
+    )
+
+
 def context_length_exceeded(
     model: str,
     estimated_tokens: int | None = None,

@@ -22,7 +22,7 @@ from routing.config import live
 from routing.config.snapshot import ModelSpec
 from routing.core import errors
 from routing.core.errors import GatewayError
-from routing.gateway import body_schemas, caching, limiting, messages, openapi, request
+from routing.gateway import body_schemas, caching, limiting, messages, openapi, request, responses
 from routing.gateway.pacing import Pacer
 from routing.gateway.proxy import Call, proxy_idempotent, proxy_once, proxy_stream
 from routing.gateway.wire import (
@@ -151,8 +151,8 @@ async def _admit(call: Call, scope: Scope, receive: Receive, auth: bytes, conten
         await messages.send_count(call.send, ctx, call.body)
         return False
     stream = call.stream = call.body.get("stream", False) is True and call.kind not in ("embeddings", "rerank")
-    if stream and call.kind == "responses":
-        raise errors.streaming_not_supported(path)
+    if stream and call.kind == "responses":  # the upstream's event stream, relayed (routing.gateway.responses)
+        call.shape = responses.StreamShape()
     if stream and call.idempotency_key:
         raise errors.idempotency_stream_conflict()
     await _route(call, model)
@@ -165,9 +165,14 @@ async def _read(call: Call, scope: Scope, receive: Receive, content_length: int)
     ctx = call.ctx
     raw = call.raw = await read_body(receive, content_length, ctx, settings.SWITCHBOARD_MAX_BODY_BYTES)
     body = request.parse_body(raw)
-    if call.kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat
-        body, call.shape, call.kind = messages.chat_body(call.kind, body, raw), messages.Shape(body, scope), "chat"
-    body_schemas.check(call.kind, body, raw)
+    try:
+        if call.kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat
+            shape = messages.Shape(body, scope, ctx)
+            body, call.shape, call.kind = messages.chat_body(call.kind, body, raw, shape.gaps), shape, "chat"
+        body_schemas.check(call.kind, body, raw)
+    except GatewayError:
+        ctx.requested = request.named_model(body)  # the log and usage record say which model was asked for
+        raise
     call.body = body
 
 

@@ -20,6 +20,7 @@ from routing.core.executor import Link, Settlement
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.limiter import Ticket
 from routing.core.stream import UsageTap, open_stream
+from routing.gateway.model_name import Renamer, renamer
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
 from routing.plan.cache_key import Plan
 from routing.runtime.accounting import Context, journal_stream
@@ -156,7 +157,8 @@ async def proxy_once(call: Call) -> tuple[int, Headers, bytes]:
     ctx.status = 200
     ctx.prompt_tokens, ctx.completion_tokens = parsed.usage
     ctx.token_classes = parsed.classes
-    return 200, answer_headers(ctx, [JSON]), parsed.body
+    rename = renamer(ctx.requested, outcome.link.model.upstream_model)
+    return 200, answer_headers(ctx, [JSON]), parsed.body if rename is None else rename(parsed.body)
 
 
 async def proxy_idempotent(call: Call, key: str) -> None:
@@ -200,7 +202,8 @@ async def proxy_stream(call: Call) -> None:
     """
     ctx, send, body, shape = call.ctx, call.send, call.body, call.shape
     options = body.get("stream_options")
-    client_asked = isinstance(options, dict) and options.get("include_usage") is True
+    # A Responses stream always ends with its usage (response.completed): nothing to ask for.
+    client_asked = call.kind == "responses" or (isinstance(options, dict) and options.get("include_usage") is True)
     with_usage = body if client_asked else {**body, "stream_options": {**(options or {}), "include_usage": True}}
 
     trace = ctx.trace
@@ -247,16 +250,9 @@ async def proxy_stream(call: Call) -> None:
     tap: Tap = UsageTap(strip=not client_asked) if shape is None else shape.tap(outcome.link, not client_asked)
     # journaled from its first frame: a crash leaves it recorded (docs/usage-records.md#streams)
     journal_stream(ctx, call.process.usage)
-    journaled = ctx.journaled
     try:
         await send({"type": "http.response.start", "status": 200, "headers": answer_headers(ctx, list(SSE_HEADERS))})
-        async for chunk in committed.relay():
-            if journaled is not None:
-                journaled.relayed(chunk)  # counted before it is sent
-            out = tap.feed(chunk)
-            if out:
-                await send({"type": "http.response.body", "body": out, "more_body": True})
-        await send({"type": "http.response.body", "body": tap.flush(), "more_body": False})
+        await _relay(send, committed, tap, ctx.journaled, renamer(ctx.requested, outcome.link.model.upstream_model))
     finally:
         ctx.prompt_tokens, ctx.completion_tokens = tap.prompt_tokens, tap.completion_tokens
         ctx.token_classes = getattr(tap, "classes", None)
@@ -265,6 +261,22 @@ async def proxy_stream(call: Call) -> None:
         _settle(outcome.settlement, committed.ending, ctx)
         await committed.aclose()
         await response.close()
+
+
+async def _relay(send: Send, committed: Any, tap: Tap, journaled: Any, rename: Renamer | None) -> None:
+    """The committed stream's bytes to the client through its tap, the model renamed to the one asked for."""
+    async for chunk in committed.relay():
+        if journaled is not None:
+            journaled.relayed(chunk)  # counted before it is sent
+        out = tap.feed(chunk)
+        if rename is not None:
+            out = rename.feed(out)
+        if out:
+            await send({"type": "http.response.body", "body": out, "more_body": True})
+    last = tap.flush()
+    if rename is not None:
+        last = rename.feed(last) + rename.flush()
+    await send({"type": "http.response.body", "body": last, "more_body": False})
 
 
 async def _discard(result: Any) -> None:

@@ -64,6 +64,12 @@ def parse_body(raw: bytes) -> dict:
     return body
 
 
+def named_model(body: dict) -> str:
+    """The `model` a (refused) body names, as far as it is a string: for its log line and usage record."""
+    name = body.get("model")
+    return name[:200] if isinstance(name, str) else ""
+
+
 def models_payload(snap: Snapshot, org: OrgSpec, key: KeySpec | None = None) -> bytes:
     """GET /v1/models for one organisation: the models and aliases its policy allows, narrowed by the key's
     own list when it has one (docs/limits.md#keys); cached per snapshot (per key only for such keys)."""

@@ -67,6 +67,11 @@ class AnthropicDialect(Dialect):
             headers["anthropic-beta"] = beta
         return PreparedRequest("POST", join_url(base_url, "/messages"), headers, encode(payload))
 
+    def prepare_native(
+        self, payload: dict[str, Any], model: ModelSpec, base_url: str, api_key: str | None, beta: str | None
+    ) -> PreparedRequest:
+        return self.prepare(payload, base_url, api_key, beta)
+
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         """Anthropic authenticates with `x-api-key` and needs `anthropic-version` on every call."""
         if api_key:

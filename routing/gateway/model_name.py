@@ -1,0 +1,70 @@
+"""The answer's `model` is the id the client asked for, on every endpoint (docs/api.md#model-in-answers).
+
+Upstreams answer with their own model name (the link's `upstream_model`), which a client
+compares with what it sent: Claude Code drops its thinking blocks from the history when the
+two differ, and SDKs log and cache by it. The gateway names the upstream model in the
+`x-switchboard-upstream-model` header instead, and rewrites the `"model": "<upstream name>"`
+members of the answer's bytes to the requested id. Everything else of the bytes is untouched,
+so a passthrough answer or stream stays the upstream's, "the model name aside".
+
+The rewrite is a bytes search for the upstream name (C speed; nothing to do when it is absent,
+or when the names are the same) and a regex substitution only on the frames that carry it. Only
+a JSON object member named `model` whose value is exactly the upstream name is rewritten: the
+same text inside a string (a tool argument, escaped as `\\"model\\"`) never matches.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import orjson
+
+
+@lru_cache(maxsize=512)
+def _pattern(upstream: str) -> tuple[bytes, re.Pattern[bytes]]:
+    value = orjson.dumps(upstream)  # the name as JSON encodes it, quotes included
+    return value, re.compile(rb'("model"\s*:\s*)' + re.escape(value))
+
+
+class Renamer:
+    """Rewrites `"model": "<upstream>"` to `"model": "<requested>"` in JSON (or SSE) bytes.
+
+    `feed` is for a stream: it holds back the bytes after the last line end of a chunk, so a
+    member cut across two chunks is still rewritten (the bytes are re-chunked, never changed
+    otherwise); `flush` gives back what is held at the end.
+    """
+
+    __slots__ = ("_needle", "_pattern", "_value", "_held")
+
+    def __init__(self, upstream: str, requested: str) -> None:
+        self._needle, self._pattern = _pattern(upstream)
+        self._value = orjson.dumps(requested)
+        self._held = b""
+
+    def __call__(self, data: bytes) -> bytes:
+        if self._needle not in data:
+            return data
+        value = self._value
+        return self._pattern.sub(lambda m: m.group(1) + value, data)
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._held + chunk if self._held else chunk
+        end = data.rfind(b"\n") + 1
+        self._held = data[end:]
+        return self(data[:end]) if end else b""
+
+    def flush(self) -> bytes:
+        held, self._held = self._held, b""
+        return self(held)
+
+
+def renamer(requested: str, upstream: str) -> Renamer | None:
+    """The rewrite of answers from `upstream` for a client that asked for `requested`; None when there
+    is nothing to rewrite (the same name, or no name asked for)."""
+    if not requested or requested == upstream:
+        return None
+    return Renamer(upstream, requested)
+
+
+__all__ = ["Renamer", "renamer"]
