@@ -167,7 +167,7 @@ async def _read(call: Call, scope: Scope, receive: Receive, content_length: int)
     body = request.parse_body(raw)
     try:
         if call.kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat
-            shape = messages.Shape(body, scope, ctx)
+            shape = messages.Shape(body, raw, scope, ctx)
             body, call.shape, call.kind = messages.chat_body(call.kind, body, raw, shape.gaps), shape, "chat"
         body_schemas.check(call.kind, body, raw)
     except GatewayError:

@@ -21,6 +21,7 @@ from routing.core.errors import GatewayError
 from routing.core.executor import Link
 from routing.core.prices import token_classes
 from routing.gateway import body_schemas, messages_fields
+from routing.gateway.model_name import with_model
 from routing.gateway.wire import JSON, Scope, Send, answer_headers, send_response
 from routing.plan import preflight
 from routing.runtime.accounting import Context
@@ -91,10 +92,11 @@ class Shape:
     stream is translated back.
     """
 
-    __slots__ = ("original", "beta", "gaps", "ctx")
+    __slots__ = ("original", "raw", "beta", "gaps", "ctx")
 
-    def __init__(self, original: dict[str, Any], scope: Scope, ctx: Context) -> None:
+    def __init__(self, original: dict[str, Any], raw: bytes, scope: Scope, ctx: Context) -> None:
         self.original = original
+        self.raw = raw  # the client's bytes: a passthrough sends them, only the model replaced
         self.gaps = Gaps()  # filled by chat_body
         self.ctx = ctx
         betas = [value.decode("latin-1") for name, value in scope["headers"] if name == b"anthropic-beta"]
@@ -110,12 +112,15 @@ class Shape:
             self.ctx.dropped = ", ".join(self.gaps.dropped)
             return None
         self.ctx.dropped = ""
-        payload = {**self.original, "model": model.upstream_model}
+        original = self.original
+        payload = {**original, "model": model.upstream_model}
         if stream:
             payload["stream"] = True
         else:
             payload.pop("stream", None)
-        return dialect.prepare_native(payload, model, link.base_url, link.api_key, self.beta)
+        # `stream` as sent: the call streams exactly when the client's body says "stream": true
+        encoded = with_model(self.raw, model.upstream_model) if isinstance(original.get("model"), str) else None
+        return dialect.prepare_native(payload, model, link.base_url, link.api_key, self.beta, encoded)
 
     def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:
         if _passthrough(link):

@@ -59,6 +59,28 @@ class Renamer:
         return self(held)
 
 
+_MODEL_KEY = re.compile(rb'"model"\s*:')
+_STRING = re.compile(rb'\s*("(?:[^"\\]|\\.)*")')
+
+
+def with_model(raw: bytes, upstream: str) -> bytes | None:
+    """The client's body bytes with its top-level `model` string replaced by `upstream`, every other byte
+    as sent: a passthrough link gets the client's own request. Call it only for a body whose top-level
+    `model` is a string. None when that cannot be done safely (more than one member of that name): the
+    caller encodes the body itself.
+
+    One `"model":` in the bytes is then the top-level one (a member inside a string is escaped, `\"model\":`).
+    """
+    found = _MODEL_KEY.finditer(raw)
+    key = next(found, None)
+    if key is None or next(found, None) is not None:
+        return None
+    value = _STRING.match(raw, key.end())
+    if value is None:
+        return None
+    return raw[: value.start(1)] + orjson.dumps(upstream) + raw[value.end(1) :]
+
+
 def renamer(requested: str, upstream: str) -> Renamer | None:
     """The rewrite of answers from `upstream` for a client that asked for `requested`; None when there
     is nothing to rewrite (the same name, or no name asked for)."""
@@ -67,4 +89,4 @@ def renamer(requested: str, upstream: str) -> Renamer | None:
     return Renamer(upstream, requested)
 
 
-__all__ = ["Renamer", "renamer"]
+__all__ = ["Renamer", "renamer", "with_model"]

@@ -570,6 +570,8 @@ def _block(block: Any, p: str, turn: _Turn, gaps: Gaps) -> None:
     if kind == "text":
         turn.parts.append({"type": "text", "text": _string(block.get("text"), f"{p}.text")})
     elif kind == "image" and role == "user":
+        if not isinstance(block.get("source"), dict):
+            raise invalid_request(f"{p}.source must be an object", f"{p}.source")
         try:
             turn.parts.append({"type": "image_url", "image_url": {"url": image_url_of(block, p)}})
         except GatewayError as exc:  # e.g. a Files API source: an Anthropic upstream takes it
@@ -611,9 +613,11 @@ def _turn(msg: Any, param: str, gaps: Gaps) -> list[dict[str, Any]]:
     if not isinstance(content, list):
         raise invalid_request(f"{param}.content must be a string or a list of content blocks", f"{param}.content")
     turn = _Turn(role)
+    refused = len(gaps.refused)
     for j, block in enumerate(content):
         _block(block, f"{param}.content[{j}]", turn, gaps)
-    return turn.messages()
+    # a turn of blocks only an Anthropic upstream takes: still a turn, for routing and preflight
+    return turn.messages() or ([{"role": role, "content": ""}] if len(gaps.refused) > refused else [])
 
 
 def chat_tools(tools: Any, gaps: Gaps | None = None) -> list[dict[str, Any]]:

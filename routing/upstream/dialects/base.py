@@ -173,10 +173,17 @@ class Dialect:
         return protocol in self.native
 
     def prepare_native(
-        self, payload: dict[str, Any], model: ModelSpec, base_url: str, api_key: str | None, beta: str | None
+        self,
+        payload: dict[str, Any],
+        model: ModelSpec,
+        base_url: str,
+        api_key: str | None,
+        beta: str | None,
+        encoded: bytes | None = None,
     ) -> PreparedRequest:
         """The upstream request for a client's own body in a protocol this dialect `speaks` (only `model`
-        replaced by the caller); `beta` is the client's `anthropic-beta` header, for APIs that take it."""
+        replaced by the caller); `beta` is the client's `anthropic-beta` header, for APIs that take it;
+        `encoded`, when given, is `payload` as the client's own bytes, sent instead of encoding it again."""
         raise unsupported(self.name, "messages", model)
 
     async def authorize(

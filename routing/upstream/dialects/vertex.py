@@ -171,7 +171,13 @@ class VertexDialect(Dialect):
         return protocol in self.native and is_anthropic(model.upstream_model)
 
     def prepare_native(
-        self, payload: dict[str, Any], model: ModelSpec, base_url: str, api_key: str | None, beta: str | None
+        self,
+        payload: dict[str, Any],
+        model: ModelSpec,
+        base_url: str,
+        api_key: str | None,
+        beta: str | None,
+        encoded: bytes | None = None,
     ) -> PreparedRequest:
         """The client's Messages body at :rawPredict (the access token is added by `authorize`; Vertex takes no
         `anthropic-beta`)."""
