@@ -64,6 +64,11 @@ _HEADERS: dict[str, tuple[str, str]] = {  # name: (schema type, description)
     "X-Request-Id": ("string", "The client's X-Request-Id (sanitised, at most 128 characters), else a new one."),
     "X-Switchboard-Model-Used": ("string", "The model id that served, after alias resolution and fallback."),
     "X-Switchboard-Provider-Used": ("string", "That model's provider name."),
+    "X-Switchboard-Upstream-Model": (
+        "string",
+        "That model's name at its upstream; the answer's `model` is the id the client asked for.",
+    ),
+    "X-Switchboard-Dropped": ("string", "/v1/messages served by translation: the hints it dropped, e.g. thinking."),
     "X-Switchboard-Attempts": ("integer", "Upstream attempts made, retries and fallbacks included."),
     "X-Switchboard-Cache": ("string", "On models with a response cache: hit, miss or bypass."),
     "X-Switchboard-Fallback": ("string", "Only when a fallback served: why the link before it was left."),
