@@ -24,7 +24,7 @@ from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.gateway import body_schemas, caching, limiting, messages, openapi, request, responses
 from routing.gateway.pacing import Pacer
-from routing.gateway.proxy import Call, proxy_idempotent, proxy_once, proxy_stream
+from routing.gateway.proxy import Call, as_requested, proxy_idempotent, proxy_once, proxy_stream
 from routing.gateway.wire import (
     JSON,
     ClientGone,
@@ -245,9 +245,10 @@ async def _serve(call: Call, receive: Receive) -> None:
             status, headers, payload = await caching.serve(
                 process.cache, process.coalescer, call, lambda: proxy_once(call)
             )
-            await send_response(call.send, status, payload, headers)
+            await send_response(call.send, status, as_requested(ctx, payload), headers)
         else:
             status, headers, payload = await proxy_once(call)
+            payload = as_requested(ctx, payload)
             if ctx.request_body is not None:
                 ctx.response_body = bodies.capture(payload)
             await send_response(call.send, status, payload, headers)

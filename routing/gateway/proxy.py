@@ -157,8 +157,18 @@ async def proxy_once(call: Call) -> tuple[int, Headers, bytes]:
     ctx.status = 200
     ctx.prompt_tokens, ctx.completion_tokens = parsed.usage
     ctx.token_classes = parsed.classes
-    rename = renamer(ctx.requested, outcome.link.model.upstream_model)
-    return 200, answer_headers(ctx, [JSON]), parsed.body if rename is None else rename(parsed.body)
+    return 200, answer_headers(ctx, [JSON]), parsed.body
+
+
+def as_requested(ctx: Context, payload: bytes) -> bytes:
+    """The answer with its `model` named as the client asked (docs/api.md#model-in-answers).
+
+    Applied where an answer leaves, not in `proxy_once`: the response cache stores the upstream's
+    bytes, which an alias and its target share, and each hit is named for its own requester."""
+    outcome = ctx.outcome
+    link = outcome.link if outcome is not None else None
+    rename = renamer(ctx.requested, link.model.upstream_model) if link is not None else None
+    return payload if rename is None else rename(payload)
 
 
 async def proxy_idempotent(call: Call, key: str) -> None:
@@ -188,6 +198,7 @@ async def proxy_idempotent(call: Call, key: str) -> None:
     except BaseException:
         store.release(claim)
         raise
+    payload = as_requested(ctx, payload)  # a replay answers the same body, so the same model name
     kept = [h for h in headers if h[0] != b"x-request-id" and not h[0].startswith(b"x-ratelimit-")]
     store.complete(claim, status, kept, payload)
     await send_response(send, status, payload, headers)
