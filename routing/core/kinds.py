@@ -13,17 +13,17 @@ ENDPOINT_KINDS: tuple[str, ...] = ("chat", "embeddings", "rerank", "responses", 
 # deployment rule "the provider's dialect serves the model's kinds" (docs/deployments.md#validation).
 DIALECT_KINDS: dict[str, frozenset[str]] = {
     "openai": frozenset({"chat", "embeddings", "rerank", "responses", "completions"}),
-    "anthropic": frozenset({"chat"}),
+    "anthropic": frozenset({"chat", "responses"}),  # responses: translated to chat (routing.gateway.responses)
     "ollama": frozenset({"chat", "embeddings"}),
     "tei": frozenset({"embeddings", "rerank"}),
     "cohere": frozenset({"embeddings", "rerank"}),
-    "bedrock": frozenset({"chat"}),
+    "bedrock": frozenset({"chat", "responses"}),
 }
 DIALECT_KINDS.update(  # cloud providers' APIs (docs/providers.md)
     {
         "azure_openai": frozenset({"chat", "embeddings", "responses"}),
-        "gemini": frozenset({"chat", "embeddings"}),
-        "vertex": frozenset({"chat"}),
+        "gemini": frozenset({"chat", "embeddings", "responses"}),
+        "vertex": frozenset({"chat", "responses"}),
     }
 )
 # The one dialect table: a new dialect is a row above (and its adapter), never a migration. Validation,

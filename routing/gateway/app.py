@@ -151,8 +151,6 @@ async def _admit(call: Call, scope: Scope, receive: Receive, auth: bytes, conten
         await messages.send_count(call.send, ctx, call.body)
         return False
     stream = call.stream = call.body.get("stream", False) is True and call.kind not in ("embeddings", "rerank")
-    if stream and call.kind == "responses":  # the upstream's event stream, relayed (routing.gateway.responses)
-        call.shape = responses.StreamShape()
     if stream and call.idempotency_key:
         raise errors.idempotency_stream_conflict()
     await _route(call, model)
@@ -170,6 +168,8 @@ async def _read(call: Call, scope: Scope, receive: Receive, content_length: int)
             shape = messages.Shape(body, raw, scope, ctx)
             body, call.shape, call.kind = messages.chat_body(call.kind, body, raw, shape.gaps), shape, "chat"
         body_schemas.check(call.kind, body, raw)
+        if call.kind == "responses":  # relayed or translated per link (routing.gateway.responses)
+            call.shape = responses.Shape(body)
     except GatewayError:
         ctx.requested = request.named_model(body)  # the log and usage record say which model was asked for
         raise

@@ -46,6 +46,12 @@ def document(mock: str) -> dict:
                 "upstream_model": "up-codex",
                 "capabilities": ["responses", "streaming", "tools"],
             },
+            {
+                "id": "codex-claude",
+                "provider": "mock-claude",
+                "upstream_model": "up-codex-claude",
+                "capabilities": ["chat", "responses", "streaming", "tools"],
+            },
         ],
         "aliases": {"claude-opus-4-8": "cc-claude"},
         "orgs": [{"name": "acme", "agents": [{"name": "bot"}]}],
@@ -345,3 +351,79 @@ async def test_every_endpoint_answers_with_the_model_asked_for(mock, rows):
         ) as stream:
             final = await stream.get_final_message()
         assert final.model == "cc-openai"
+
+
+# --- Responses on a link that does not speak it: translated through the chat shape ------------
+
+
+def check_grammar(events: list[Any]) -> None:
+    """The Responses event grammar: numbered 0, 1, 2...; every delta belongs to an added item; every
+    done item is in response.completed's output, in order."""
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert [e.type for e in events[:2]] == ["response.created", "response.in_progress"]
+    assert events[-1].type == "response.completed"
+    added = {e.item.id for e in events if e.type == "response.output_item.added"}
+    deltas = [e for e in events if e.type.endswith(".delta")]
+    assert deltas and all(e.item_id in added for e in deltas)
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [i.model_dump() for i in done] == [i.model_dump() for i in events[-1].response.output]
+
+
+async def test_a_streamed_responses_call_on_an_anthropic_link_is_translated_with_its_tool_call(mock, rows):
+    async with codex() as client:
+        stream = await client.responses.create(model="codex-claude", input="list files", tools=[FUNCTION], stream=True)
+        events = [event async for event in stream]
+    check_grammar(events)
+    output = events[-1].response.output
+    assert [item.type for item in output] == ["message", "function_call"]
+    assert output[0].content[0].text == "tok0 tok1 tok2 "
+    assert (output[1].name, output[1].arguments) == ("shell", '{"query": "mock"}')
+    assert events[-1].response.model == "codex-claude" and events[-1].response.usage.input_tokens == 12
+    sent = orjson.loads(raw_of(mock[1], "up-codex-claude")[-1])
+    assert sent["tools"][0]["name"] == "shell" and sent["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "list files"}]}
+    ]
+    assert (rows[-1]["prompt_tokens"], rows[-1]["completion_tokens"]) == (12, 7)
+
+
+async def test_codexs_second_turn_on_an_anthropic_link_sends_the_call_and_its_output(mock, rows):
+    turn_2 = [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "be careful"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list files"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": None, "encrypted_content": None},
+        {"type": "function_call", "id": "fc_1", "call_id": "toolu_1", "name": "shell", "arguments": '{"c": "ls"}'},
+        {"type": "function_call_output", "call_id": "toolu_1", "output": "a.txt"},
+    ]
+    async with codex() as client:
+        stream = await client.responses.create(
+            model="codex-claude", input=turn_2, tools=[FUNCTION], store=False, stream=True
+        )
+        events = [event async for event in stream]
+        answer = await client.responses.create(model="codex-claude", input="hi")
+    check_grammar(events)
+    assert [item.type for item in events[-1].response.output] == ["message"]
+    sent = orjson.loads(raw_of(mock[1], "up-codex-claude")[0])
+    assert sent["system"] == "be careful"
+    assert sent["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "shell", "input": {"c": "ls"}}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.txt"}]},
+    ]
+    assert answer.model == "codex-claude" and answer.output_text == "Hello from the mock upstream."
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+    ],
+)
+async def test_what_a_translated_responses_link_cannot_honour_is_refused_by_name(mock, rows, extra, param):
+    async with codex() as client:
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.responses.create(model="codex-claude", input="hi", **extra)
+    assert info.value.body["param"] == param
+    assert mock[1].model("up-codex-claude").count == 0
