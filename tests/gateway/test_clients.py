@@ -115,6 +115,11 @@ BASH = {
     "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
     "cache_control": {"type": "ephemeral"},
 }
+AGENT = {  # Claude Code's Agent tool has a `model` parameter: a second "model" member in the body
+    "name": "Agent",
+    "description": "Launch a sub-agent",
+    "input_schema": {"type": "object", "properties": {"model": {"type": "string", "enum": ["sonnet", "opus"]}}},
+}
 TURN_1: dict[str, Any] = {
     "max_tokens": 8192,
     "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
@@ -125,7 +130,7 @@ TURN_1: dict[str, Any] = {
         },
         {"role": "system", "content": "Available agent types: general-purpose, Explore."},
     ],
-    "tools": [BASH],
+    "tools": [BASH, AGENT],
     "metadata": {"user_id": "user_abc_account_1_session_2"},
     "thinking": {"type": "enabled", "budget_tokens": 1024},
     "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
