@@ -11,7 +11,9 @@ from routing.gateway.model_name import Renamer, renamer, with_model
 
 def test_only_model_members_with_the_upstream_name_are_renamed():
     raw = b'{"model": "up", "x": "the \\"model\\": \\"up\\"", "tool": {"model":"up2"}}'
-    assert Renamer("up", "asked")(raw) == b'{"model": "asked", "x": "the \\"model\\": \\"up\\"", "tool": {"model":"up2"}}'
+    assert (
+        Renamer("up", "asked")(raw) == b'{"model": "asked", "x": "the \\"model\\": \\"up\\"", "tool": {"model":"up2"}}'
+    )
     assert renamer("same", "same") is None and renamer("", "up") is None
 
 
