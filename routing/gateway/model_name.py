@@ -60,18 +60,22 @@ class Renamer:
 
 
 _MODEL_KEY = re.compile(rb'"model"\s*:')
-_STRING = re.compile(rb'\s*("(?:[^"\\]|\\.)*")')
+_STRING = re.compile(rb'\s*("[^"\\]*(?:\\.[^"\\]*)*")')
 
 
-_ANY_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+# Every byte but quotes and brackets, deleted (bytes.translate) before the brackets are counted.
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"{}[]')
+_QUOTED = re.compile(rb'"[^"]*"')
 _MAX_CANDIDATES = 8
 
 
-def _top_level(prefix: bytes) -> bool:
-    """Whether the bytes after `prefix` sit directly in the body object (strings taken out, then
-    brackets counted: C-speed passes, no Python loop over the bytes)."""
-    bare = _ANY_STRING.sub(b"", prefix)
-    return bare.count(b"{") - bare.count(b"}") + bare.count(b"[") - bare.count(b"]") == 1
+def _depth(segment: bytes) -> int:
+    """How many objects and arrays `segment` (bytes between two places outside any string) opens: escaped
+    backslashes and quotes out, then everything but quotes and brackets, then the (now short) strings,
+    then count. Each step is a C-speed pass over the bytes, no Python loop over them."""
+    bare = segment.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    bare = _QUOTED.sub(b"", bare)
+    return bare.count(b"{") - bare.count(b"}") + bare.count(b"[") - bare.count(b"]")
 
 
 def with_model(raw: bytes, upstream: str) -> bytes | None:
@@ -80,12 +84,16 @@ def with_model(raw: bytes, upstream: str) -> bytes | None:
     `model` is a string. None when that cannot be done safely: the caller encodes the body itself.
 
     A `"model":` member inside a string is escaped (`\\"model\\":`) and never matches; one in a nested
-    object (a tool's schema, a tool call's input) is told from the top-level one by its depth.
+    object (a tool's schema, a tool call's input) is told from the top-level one by its depth, counted
+    once over the bytes up to the top-level one (each candidate adds only the bytes since the last).
     """
+    depth, start = 0, 0
     for n, key in enumerate(_MODEL_KEY.finditer(raw)):
         if n >= _MAX_CANDIDATES:
             return None
-        if _top_level(raw[: key.start()]):
+        depth += _depth(raw[start : key.start()])
+        start = key.start()
+        if depth == 1:
             value = _STRING.match(raw, key.end())
             if value is None:
                 return None
