@@ -275,10 +275,6 @@ def max_output_exceeded(model: str, param: str, requested: int, limit: int | Non
     )
 
 
-def streaming_not_supported(path: str) -> GatewayError:
-    return _error("unsupported_capability", f'Streaming is not supported on {path}; send "stream": false.', "stream")
-
-
 def dialect_cannot_serve(dialect: str, kind: str, model: str) -> GatewayError:
     return _error(
         "unsupported_capability",

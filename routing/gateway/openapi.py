@@ -107,9 +107,9 @@ _OPERATIONS: tuple[tuple[str, str, str, str, str | None, bool], ...] = (
         "post",
         "/v1/responses",
         "createResponse",
-        "OpenAI Responses, non-streaming only; output items pass through unchanged.",
+        "OpenAI Responses, streamed or not; relayed from Responses upstreams, translated for the others.",
         "OpenObject",
-        False,
+        True,
     ),
     (
         "post",
