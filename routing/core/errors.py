@@ -282,16 +282,22 @@ def max_output_exceeded(model: str, param: str, requested: int, limit: int | Non
     )
 
 
-def streaming_not_supported(path: str) -> GatewayError:
-    return _error("unsupported_capability", f'Streaming is not supported on {path}; send "stream": false.', "stream")
-
-
 def dialect_cannot_serve(dialect: str, kind: str, model: str) -> GatewayError:
     return _error(
         "unsupported_capability",
         f"model {model!r} is served by a {dialect} provider, which cannot do {kind}; "
         "use a model whose provider supports it.",
         "model",
+    )
+
+
+def no_counterpart(param: str, model: str, dialect: str, protocol: str) -> GatewayError:
+    """A field of a `protocol` request that the serving link's API cannot express (a translated link)."""
+    return _error(
+        "unsupported_capability",
+        f"The field '{param}' has no counterpart on model {model!r}, whose {dialect} provider is reached by "
+        f"translation; remove it, or pick a model whose provider speaks {protocol} itself.",
+        param,
     )
 
 

@@ -13,19 +13,30 @@ ENDPOINT_KINDS: tuple[str, ...] = ("chat", "embeddings", "rerank", "responses", 
 # deployment rule "the provider's dialect serves the model's kinds" (docs/deployments.md#validation).
 DIALECT_KINDS: dict[str, frozenset[str]] = {
     "openai": frozenset({"chat", "embeddings", "rerank", "responses", "completions"}),
-    "anthropic": frozenset({"chat"}),
+    "anthropic": frozenset({"chat", "responses"}),  # responses: translated to chat (routing.gateway.responses)
     "ollama": frozenset({"chat", "embeddings"}),
     "tei": frozenset({"embeddings", "rerank"}),
     "cohere": frozenset({"embeddings", "rerank"}),
-    "bedrock": frozenset({"chat"}),
+    "bedrock": frozenset({"chat", "responses"}),
 }
 DIALECT_KINDS.update(  # cloud providers' APIs (docs/providers.md)
     {
         "azure_openai": frozenset({"chat", "embeddings", "responses"}),
-        "gemini": frozenset({"chat", "embeddings"}),
-        "vertex": frozenset({"chat"}),
+        "gemini": frozenset({"chat", "embeddings", "responses"}),
+        "vertex": frozenset({"chat", "responses"}),
     }
 )
 # The one dialect table: a new dialect is a row above (and its adapter), never a migration. Validation,
 # the admin's select, the schema and the adapters (`Dialect.kinds`) read it.
 DIALECTS: tuple[str, ...] = tuple(DIALECT_KINDS)
+
+# The client protocols each dialect's upstream speaks itself: a request in one of them goes up as the
+# client sent it (only `model` replaced) and its answer comes back as sent, with no translation either way
+# (docs/anthropic-messages.md#passthrough). "messages" is Anthropic's Messages API; Vertex speaks it
+# for Claude models only (its adapter narrows the row by model). The others are reached by translation.
+NATIVE_PROTOCOLS: dict[str, frozenset[str]] = {
+    "openai": frozenset({"chat", "responses", "completions", "embeddings", "rerank"}),
+    "azure_openai": frozenset({"chat", "responses", "embeddings"}),
+    "anthropic": frozenset({"messages"}),
+    "vertex": frozenset({"messages"}),
+}

@@ -22,9 +22,9 @@ from routing.config import live
 from routing.config.snapshot import ModelSpec
 from routing.core import affinity, errors
 from routing.core.errors import GatewayError
-from routing.gateway import body_schemas, caching, limiting, messages, openapi, request
+from routing.gateway import body_schemas, caching, limiting, messages, openapi, request, responses
 from routing.gateway.pacing import Pacer
-from routing.gateway.proxy import Call, proxy_idempotent, proxy_once, proxy_stream
+from routing.gateway.proxy import Call, as_requested, proxy_idempotent, proxy_once, proxy_stream
 from routing.gateway.wire import (
     JSON,
     ClientGone,
@@ -154,8 +154,6 @@ async def _admit(call: Call, scope: Scope, receive: Receive, auth: bytes, conten
         await messages.send_count(call.send, ctx, call.body)
         return False
     stream = call.stream = call.body.get("stream", False) is True and call.kind not in ("embeddings", "rerank")
-    if stream and call.kind == "responses":
-        raise errors.streaming_not_supported(path)
     if stream and call.idempotency_key:
         raise errors.idempotency_stream_conflict()
     await _route(call, model)
@@ -174,9 +172,16 @@ async def _read(call: Call, scope: Scope, receive: Receive, content_length: int)
     ctx = call.ctx
     raw = call.raw = await read_body(receive, content_length, ctx, settings.SWITCHBOARD_MAX_BODY_BYTES)
     body = request.parse_body(raw)
-    if call.kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat
-        body, call.shape, call.kind = messages.chat_body(call.kind, body, raw), messages.Shape(body, scope), "chat"
-    body_schemas.check(call.kind, body, raw)
+    try:
+        if call.kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat
+            shape = messages.Shape(body, raw, scope, ctx)
+            body, call.shape, call.kind = messages.chat_body(call.kind, body, raw, shape.gaps), shape, "chat"
+        body_schemas.check(call.kind, body, raw)
+        if call.kind == "responses":  # relayed or translated per link (routing.gateway.responses)
+            call.shape = responses.Shape(body)
+    except GatewayError:
+        ctx.requested = request.named_model(body)  # the log and usage record say which model was asked for
+        raise
     call.body = body
 
 
@@ -249,9 +254,10 @@ async def _serve(call: Call, receive: Receive) -> None:
             status, headers, payload = await caching.serve(
                 process.cache, process.coalescer, call, lambda: proxy_once(call)
             )
-            await send_response(call.send, status, payload, headers)
+            await send_response(call.send, status, as_requested(ctx, payload), headers)
         else:
             status, headers, payload = await proxy_once(call)
+            payload = as_requested(ctx, payload)
             if ctx.request_body is not None:
                 ctx.response_body = bodies.capture(payload)
             await send_response(call.send, status, payload, headers)

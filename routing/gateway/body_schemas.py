@@ -310,15 +310,25 @@ class RerankRequest(Struct):
 
 class ResponsePart(Struct):
     type: str
-    text: Str = UNSET
+    text: NStr = UNSET
 
 
 class ResponseItem(Struct):
-    """An input item: a message (role + content) or any typed item, passed through."""
+    """An input item: a message (role + content) or any typed item, passed through.
 
-    type: Str = UNSET
-    role: Literal["user", "assistant", "system", "developer"] | Unset = UNSET
-    content: str | list[ResponsePart] | Unset = UNSET
+    Nullable where OpenAI's own item types are: a client that keeps no state (Codex, `store:
+    false`) echoes its earlier output items back as it got them, e.g. a reasoning item with
+    `"content": null`, `"encrypted_content": null` or `"status": null`. Item types and fields
+    not named here pass through unchecked.
+    """
+
+    type: NStr = UNSET
+    id: NStr = UNSET
+    status: NStr = UNSET
+    role: Literal["user", "assistant", "system", "developer"] | None | Unset = UNSET
+    content: str | list[ResponsePart] | None | Unset = UNSET
+    summary: list[Obj] | None | Unset = UNSET
+    encrypted_content: NStr = UNSET
 
 
 class Typed(Struct):
@@ -332,7 +342,7 @@ class TextConfig(Struct):
 
 class ResponsesRequest(Struct):
     model: NStr = UNSET
-    input: str | list[ResponseItem] | Unset = UNSET
+    input: str | list[ResponseItem] | None | Unset = UNSET
     instructions: NStr = UNSET
     stream: NBool = UNSET
     max_output_tokens: PosTokens | None | Unset = UNSET

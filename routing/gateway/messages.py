@@ -16,16 +16,19 @@ from typing import Any
 
 import orjson
 
+from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.core.executor import Link
 from routing.core.prices import token_classes
 from routing.gateway import body_schemas, messages_fields
+from routing.gateway.model_name import with_model
 from routing.gateway.wire import JSON, Scope, Send, answer_headers, send_response
 from routing.plan import preflight
 from routing.runtime.accounting import Context
 from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
 from routing.upstream.dialects.anthropic_translation import (
     AnthropicRelay,
+    Gaps,
     MessagesStream,
     anthropic_usage,
     chat_request,
@@ -34,11 +37,10 @@ from routing.upstream.dialects.anthropic_translation import (
     message_of,
 )
 from routing.upstream.dialects.base import load_json
-from routing.upstream.dialects.vertex import VertexDialect, is_anthropic
 
 ENDPOINTS = frozenset({"messages", "count_tokens"})
-_ANTHROPIC = get_dialect("anthropic")
-_VERTEX = VertexDialect()  # stateless: for its prepare_anthropic (Claude on Vertex AI)
+PROTOCOL = "messages"  # this endpoint's row of routing.core.kinds.NATIVE_PROTOCOLS
+_PROTOCOL_NAME = "Anthropic's Messages API"
 
 
 def credential(auth: bytes, x_api_key: bytes) -> bytes:
@@ -48,14 +50,16 @@ def credential(auth: bytes, x_api_key: bytes) -> bytes:
     return b"Bearer " + x_api_key.strip()
 
 
-def chat_body(endpoint: str, body: dict[str, Any], raw: bytes) -> dict[str, Any]:
+def chat_body(endpoint: str, body: dict[str, Any], raw: bytes, gaps: Gaps | None = None) -> dict[str, Any]:
     """The internal chat body for an Anthropic request; 400 naming the field when it is malformed.
 
+    It decides the model, the chain and preflight; a passthrough link never sends it. What it
+    cannot carry goes to `gaps`, for the translated links to refuse or drop (Shape.prepare).
     The depth check comes first: the translation encodes tool inputs itself.
     """
     messages_fields.check(body, count_tokens=endpoint == "count_tokens")
     body_schemas.check_depth_of(body, raw)
-    return chat_request(body)
+    return chat_request(body, gaps if gaps is not None else Gaps())
 
 
 def error_answer(ctx: Context, exc: GatewayError) -> bytes:
@@ -72,39 +76,51 @@ async def send_count(send: Send, ctx: Context, body: dict[str, Any]) -> None:
 
 
 def _passthrough(link: Link) -> bool:
-    """Whether the link speaks the Messages API itself: Anthropic, or Claude on Vertex AI."""
-    dialect = link.model.provider.dialect
-    return dialect == "anthropic" or (dialect == "vertex" and is_anthropic(link.model.upstream_model))
+    """Whether the link's upstream speaks the Messages API itself (the dialect table's row, narrowed by
+    model: Anthropic, or Claude on Vertex AI)."""
+    model = link.model
+    return get_dialect(model.provider.dialect).speaks(PROTOCOL, model)
 
 
 class Shape:
     """The proxy hook (routing.gateway.proxy.Shape) for one /v1/messages request.
 
-    An anthropic-dialect link gets the client's own body (only `model` replaced) and its
-    `anthropic-beta` header, and its answer or event stream is relayed as the upstream sent it; any other link gets the
-    chat translation, and its answer / chunk stream is translated back.
+    A link whose upstream speaks the Messages API gets the client's own body (only `model`
+    replaced) and its `anthropic-beta` header, and its answer or event stream is relayed as the
+    upstream sent it; any other link gets the chat translation (refused when a field has no
+    counterpart, its dropped hints named in `x-switchboard-dropped`), and its answer / chunk
+    stream is translated back.
     """
 
-    __slots__ = ("original", "beta")
+    __slots__ = ("original", "raw", "beta", "gaps", "ctx")
 
-    def __init__(self, original: dict[str, Any], scope: Scope) -> None:
+    def __init__(self, original: dict[str, Any], raw: bytes, scope: Scope, ctx: Context) -> None:
         self.original = original
-        self.beta: str | None = None  # the client's anthropic-beta, for Anthropic upstreams only
-        for name, value in scope["headers"]:
-            if name == b"anthropic-beta":
-                self.beta = value.decode("latin-1")
+        self.raw = raw  # the client's bytes: a passthrough sends them, only the model replaced
+        self.gaps = Gaps()  # filled by chat_body
+        self.ctx = ctx
+        betas = [value.decode("latin-1") for name, value in scope["headers"] if name == b"anthropic-beta"]
+        self.beta: str | None = ",".join(betas) or None  # the client's anthropic-beta, for Anthropic upstreams
 
     def prepare(self, link: Link, stream: bool) -> PreparedRequest | None:
-        if not _passthrough(link):
+        model = link.model
+        dialect = get_dialect(model.provider.dialect)
+        if not dialect.speaks(PROTOCOL, model):
+            refused = self.gaps.refused
+            if refused:
+                raise errors.no_counterpart(refused[0][0], model.id, dialect.name, _PROTOCOL_NAME)
+            self.ctx.dropped = ", ".join(self.gaps.dropped)
             return None
-        payload = {**self.original, "model": link.model.upstream_model}
+        self.ctx.dropped = ""
+        original = self.original
+        payload = {**original, "model": model.upstream_model}
         if stream:
             payload["stream"] = True
         else:
             payload.pop("stream", None)
-        if link.model.provider.dialect == "vertex":  # the access token is added by the dialect's authorize
-            return _VERTEX.prepare_anthropic(payload, link.model.upstream_model, link.base_url, stream)
-        return _ANTHROPIC.prepare(payload, link.base_url, link.api_key, self.beta)
+        # `stream` as sent: the call streams exactly when the client's body says "stream": true
+        encoded = with_model(self.raw, model.upstream_model) if isinstance(original.get("model"), str) else None
+        return dialect.prepare_native(payload, model, link.base_url, link.api_key, self.beta, encoded)
 
     def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:
         if _passthrough(link):

@@ -35,7 +35,12 @@ FIELDS: tuple[tuple[str, str, bool, bool], ...] = (
     ("metadata", "an object", False, False),
     ("tools", "an array", False, False),
     ("tool_choice", "an object", False, False),
+    ("thinking", "an object", False, False),  # {"type": "enabled", "budget_tokens"} | {"type": "adaptive"} | ...
+    ("output_config", "an object", False, False),
+    ("context_management", "an object", False, False),
 )
+# Any other field is kept: a passthrough link forwards it, a translated one drops it as a hint or refuses it
+# by name (routing.upstream.dialects.anthropic_translation.MAPPED_FIELDS / HINT_FIELDS).
 # integer fields with a lower bound
 _MINIMUM = {"max_tokens": 1, "top_k": 0}
 

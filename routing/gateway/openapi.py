@@ -66,6 +66,11 @@ _HEADERS: dict[str, tuple[str, str]] = {  # name: (schema type, description)
     "X-Request-Id": ("string", "The client's X-Request-Id (sanitised, at most 128 characters), else a new one."),
     "X-Switchboard-Model-Used": ("string", "The model id that served, after alias resolution and fallback."),
     "X-Switchboard-Provider-Used": ("string", "That model's provider name."),
+    "X-Switchboard-Upstream-Model": (
+        "string",
+        "That model's name at its upstream; the answer's `model` is the id the client asked for.",
+    ),
+    "X-Switchboard-Dropped": ("string", "/v1/messages served by translation: the hints it dropped, e.g. thinking."),
     "X-Switchboard-Attempts": ("integer", "Upstream attempts made, retries and fallbacks included."),
     "X-Switchboard-Cache": ("string", "On models with a response cache: hit, miss or bypass."),
     "X-Switchboard-Fallback": ("string", "Only when a fallback served: why the link before it was left."),
@@ -113,9 +118,9 @@ _OPERATIONS: tuple[tuple[str, str, str, str, str | None, bool], ...] = (
         "post",
         "/v1/responses",
         "createResponse",
-        "OpenAI Responses, non-streaming only; output items pass through unchanged.",
+        "OpenAI Responses, streamed or not; relayed from Responses upstreams, translated for the others.",
         "OpenObject",
-        False,
+        True,
     ),
     (
         "post",

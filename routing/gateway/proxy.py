@@ -20,6 +20,7 @@ from routing.core.executor import Link, Settlement
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.limiter import Ticket
 from routing.core.stream import UsageTap, open_stream
+from routing.gateway.model_name import Renamer, renamer
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
 from routing.plan.cache_key import Plan
 from routing.runtime.accounting import Context, journal_stream
@@ -159,6 +160,17 @@ async def proxy_once(call: Call) -> tuple[int, Headers, bytes]:
     return 200, answer_headers(ctx, [JSON]), parsed.body
 
 
+def as_requested(ctx: Context, payload: bytes) -> bytes:
+    """The answer with its `model` named as the client asked (docs/api.md#model-in-answers).
+
+    Applied where an answer leaves, not in `proxy_once`: the response cache stores the upstream's
+    bytes, which an alias and its target share, and each hit is named for its own requester."""
+    outcome = ctx.outcome
+    link = outcome.link if outcome is not None else None
+    rename = renamer(ctx.requested, link.model.upstream_model) if link is not None else None
+    return payload if rename is None else rename(payload)
+
+
 async def proxy_idempotent(call: Call, key: str) -> None:
     """Replay the stored answer of an Idempotency-Key, or make the call once and store it."""
     ctx, send = call.ctx, call.send
@@ -186,6 +198,7 @@ async def proxy_idempotent(call: Call, key: str) -> None:
     except BaseException:
         store.release(claim)
         raise
+    payload = as_requested(ctx, payload)  # a replay answers the same body, so the same model name
     kept = [h for h in headers if h[0] != b"x-request-id" and not h[0].startswith(b"x-ratelimit-")]
     store.complete(claim, status, kept, payload)
     await send_response(send, status, payload, headers)
@@ -200,7 +213,8 @@ async def proxy_stream(call: Call) -> None:
     """
     ctx, send, body, shape = call.ctx, call.send, call.body, call.shape
     options = body.get("stream_options")
-    client_asked = isinstance(options, dict) and options.get("include_usage") is True
+    # A Responses stream always ends with its usage (response.completed): nothing to ask for.
+    client_asked = call.kind == "responses" or (isinstance(options, dict) and options.get("include_usage") is True)
     with_usage = body if client_asked else {**body, "stream_options": {**(options or {}), "include_usage": True}}
 
     trace = ctx.trace
@@ -247,16 +261,9 @@ async def proxy_stream(call: Call) -> None:
     tap: Tap = UsageTap(strip=not client_asked) if shape is None else shape.tap(outcome.link, not client_asked)
     # journaled from its first frame: a crash leaves it recorded (docs/usage-records.md#streams)
     journal_stream(ctx, call.process.usage)
-    journaled = ctx.journaled
     try:
         await send({"type": "http.response.start", "status": 200, "headers": answer_headers(ctx, list(SSE_HEADERS))})
-        async for chunk in committed.relay():
-            if journaled is not None:
-                journaled.relayed(chunk)  # counted before it is sent
-            out = tap.feed(chunk)
-            if out:
-                await send({"type": "http.response.body", "body": out, "more_body": True})
-        await send({"type": "http.response.body", "body": tap.flush(), "more_body": False})
+        await _relay(send, committed, tap, ctx.journaled, renamer(ctx.requested, outcome.link.model.upstream_model))
     finally:
         ctx.prompt_tokens, ctx.completion_tokens = tap.prompt_tokens, tap.completion_tokens
         ctx.token_classes = getattr(tap, "classes", None)
@@ -265,6 +272,22 @@ async def proxy_stream(call: Call) -> None:
         _settle(outcome.settlement, committed.ending, ctx)
         await committed.aclose()
         await response.close()
+
+
+async def _relay(send: Send, committed: Any, tap: Tap, journaled: Any, rename: Renamer | None) -> None:
+    """The committed stream's bytes to the client through its tap, the model renamed to the one asked for."""
+    async for chunk in committed.relay():
+        if journaled is not None:
+            journaled.relayed(chunk)  # counted before it is sent
+        out = tap.feed(chunk)
+        if rename is not None:
+            out = rename.feed(out)
+        if out:
+            await send({"type": "http.response.body", "body": out, "more_body": True})
+    last = tap.flush()
+    if rename is not None:
+        last = rename.feed(last) + rename.flush()
+    await send({"type": "http.response.body", "body": last, "more_body": False})
 
 
 async def _discard(result: Any) -> None:

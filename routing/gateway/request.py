@@ -101,6 +101,12 @@ def _model_entries(snap: Snapshot, org: OrgSpec, key: KeySpec | None) -> dict[st
     return entries
 
 
+def named_model(body: dict) -> str:
+    """The `model` a (refused) body names, as far as it is a string: for its log line and usage record."""
+    name = body.get("model")
+    return name[:200] if isinstance(name, str) else ""
+
+
 def models_payload(snap: Snapshot, org: OrgSpec, key: KeySpec | None = None) -> bytes:
     """GET /v1/models for one organisation and key: the list of what _model_entries allows."""
     narrowed = key is not None and key.models is not None

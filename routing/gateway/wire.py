@@ -44,10 +44,13 @@ def answer_headers(ctx: Context, headers: Headers) -> Headers:
         link = outcome.link
         if link is not None:
             headers.append((b"x-switchboard-model-used", link.model.id.encode()))
+            headers.append((b"x-switchboard-upstream-model", link.model.upstream_model.encode()))
             headers.append((b"x-switchboard-provider-used", link.model.provider.name.encode()))
         headers.append((b"x-switchboard-attempts", str(outcome.attempts).encode()))
         if outcome.fallback_reason and outcome.error is None:
             headers.append((b"x-switchboard-fallback", outcome.fallback_reason.encode()))
+    if ctx.dropped:  # a translation went without these hints (docs/anthropic-messages.md#translation)
+        headers.append((b"x-switchboard-dropped", ctx.dropped.encode()))
     if ctx.ratelimit is not None:  # only callers with limits (docs/limits.md#headers)
         headers.extend(ctx.ratelimit.headers())
     if ctx.cache:  # only models with a cache (docs/cache.md#header)

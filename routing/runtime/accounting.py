@@ -49,6 +49,7 @@ class Context:
         "response_body",
         "journaled",
         "token_classes",
+        "dropped",
     )
 
     def __init__(self, request_id: str, started: float, endpoint: str) -> None:
@@ -76,6 +77,7 @@ class Context:
         self.response_body: str | None = None
         self.journaled: Any = None  # a committed stream's routing.runtime.usage.streams.OpenStream
         self.token_classes: dict[str, int] | None = None  # routing.core.prices.token_classes of the usage
+        self.dropped = ""  # hints the serving link's translation went without (x-switchboard-dropped)
 
 
 def finish(ctx: Context, sink: UsageSink) -> None:

@@ -30,6 +30,7 @@ SAMPLES: dict[str, Any] = {
     "capability": "tools",
     "dialect": "tei",
     "kind": "chat",
+    "protocol": "Anthropic's Messages API",
     "param": "max_tokens",
     "requested": 9000,
     "limit": 100,

@@ -82,7 +82,8 @@ def test_a_failure_after_the_role_chunk_fails_over_to_one_clean_stream(client, m
     # one clean stream from the fallback: its role chunk, two tokens, the finish chunk
     assert [c.choices[0].delta.content for c in chunks] == ["", "tok0 ", "tok1 ", None]
     assert chunks[0].choices[0].delta.role == "assistant"
-    assert all(c.model == "st-fb" for c in chunks)
+    assert all(c.model == "s-role-break" for c in chunks)  # the model asked for; the upstream's in a header
+    assert raw.headers["x-switchboard-upstream-model"] == "st-fb"
     assert mock_upstream.count("st-role-break") == 1
 
 
@@ -97,7 +98,8 @@ def test_role_chunk_then_content_is_relayed_byte_identical(gw, mock_upstream):
         ).content
     assert direct.startswith(b'data: {"id":"chatcmpl-mock","object":"chat.completion.chunk"')
     assert b'"delta":{"role":"assistant","content":""}' in direct.split(b"\n\n")[0]
-    assert through == direct  # the client asked for usage: every frame, the role chunk and usage included
+    # the client asked for usage: every frame, the role chunk and usage included, the model named as asked
+    assert through == direct.replace(b'"model":"st-plain"', b'"model":"s-plain"')
 
 
 def test_a_stream_whose_client_did_not_ask_for_usage_is_recorded_with_tokens_and_cost(gw, client, mock_upstream):

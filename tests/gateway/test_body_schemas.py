@@ -210,6 +210,21 @@ def test_unknown_fields_and_content_part_types_pass_through() -> None:
     assert body == before
 
 
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": None, "encrypted_content": None},
+        {"type": "reasoning", "id": "rs_1", "summary": None, "status": None, "encrypted_content": "gAAAA"},
+        {"type": "function_call_output", "call_id": "c", "output": "ok", "id": None, "status": None},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": None}], "id": None},
+        {"type": "hologram_call", "anything": [None]},
+    ],
+)
+def test_responses_items_echoed_back_with_openais_nulls_are_accepted(item: dict) -> None:
+    # a stateless client (Codex, store: false) sends its earlier output items back as it got them
+    check("responses", {"model": "m", "input": [{"role": "user", "content": "hi"}, item]})
+
+
 # --- nesting depth -------------------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ def cached(gateway, upstream, monkeypatch):
         if m["id"] in ("chat-b", "embed-a"):
             m["cache_ttl_s"] = 60
     doc["orgs"].append({"name": "globex", "agents": [{"name": "bot"}]})
+    doc["aliases"]["chat-b-alias"] = "chat-b"
     rows = key_rows() + [
         {
             "key_hash": hashlib.sha256(OTHER_KEY.encode()).hexdigest(),
@@ -245,3 +246,12 @@ async def test_a_hit_still_counts_against_rpm_but_not_tpm(gateway, upstream, cac
     # Only the first request's real usage (12 + 7 tokens from the mock) was charged: the hit's reservation came back.
     assert int(refused.headers["x-ratelimit-remaining-tokens"]) >= 100000 - 19
     current().limiter.forget()
+
+
+async def test_a_cached_answer_names_the_model_each_client_asked_for(gateway, upstream, cached, monkeypatch):
+    body = {"messages": [{"role": "user", "content": f"alias {uuid.uuid4()}"}]}
+    first = await gateway.post("/v1/chat/completions", json={**body, "model": "chat-b"})
+    second = await gateway.post("/v1/chat/completions", json={**body, "model": "chat-b-alias"})
+    assert second.headers["x-switchboard-cache"] == "hit"  # an alias shares its target's entries ...
+    assert (first.json()["model"], second.json()["model"]) == ("chat-b", "chat-b-alias")  # ... named as asked
+    assert await calls(upstream, "ip-chat-b") == 1

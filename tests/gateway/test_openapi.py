@@ -26,6 +26,8 @@ HEADERS = [
     "X-Request-Id",
     "X-Switchboard-Model-Used",
     "X-Switchboard-Provider-Used",
+    "X-Switchboard-Upstream-Model",
+    "X-Switchboard-Dropped",
     "X-Switchboard-Attempts",
     "X-Switchboard-Cache",
     "X-Switchboard-Fallback",

@@ -130,7 +130,7 @@ async def test_models_list_is_filtered_by_org_policy(gateway):
     assert ids == {"chat-a", "chat-b", "embed-a", "fast"}
 
 
-async def test_responses_streaming_is_unsupported_capability(gateway):
+async def test_a_streamed_responses_call_to_a_model_without_responses_is_unsupported_capability(gateway):
     response = await gateway.post("/v1/responses", json={"model": "chat-a", "input": "hi", "stream": True})
     assert response.status_code == 400 and error_code(response) == "unsupported_capability"
 

@@ -27,7 +27,9 @@ BODY = (
 )
 
 
-async def test_a_responses_answer_with_unknown_items_and_fields_comes_back_byte_identical(gateway, upstream):
+async def test_a_responses_answer_with_unknown_items_and_fields_comes_back_byte_identical_but_the_model(
+    gateway, upstream
+):
     doc = copy.deepcopy(document(upstream))
     doc["models"].append({"id": "resp", "provider": "mock", "upstream_model": "ip-resp", "capabilities": ["responses"]})
     live.swap(build_snapshot(doc, key_rows(), {}, version=2))
@@ -36,6 +38,8 @@ async def test_a_responses_answer_with_unknown_items_and_fields_comes_back_byte_
         (await control.post("/_control/script", json=script)).raise_for_status()
         response = await gateway.post("/v1/responses", json={"model": "resp", "input": "hi"})
         assert response.status_code == 200, response.text
-        assert response.content == BODY.encode()
+        # byte for byte, only the model renamed to the id the client asked for (the upstream's in a header)
+        assert response.content == BODY.replace('"model": "ip-resp"', '"model": "resp"').encode()
+        assert response.headers["x-switchboard-upstream-model"] == "ip-resp"
         calls = (await control.get("/_control/calls", params={"model": "ip-resp"})).json()
     assert calls["requests"][-1]["body"] == {"model": "ip-resp", "input": "hi"}

@@ -572,7 +572,74 @@ async def _openai_rerank(
 async def _openai_responses(
     request: web.Request, body: dict[str, Any], model: bytes, step: dict[str, Any] | None
 ) -> web.StreamResponse:
+    if body.get("stream") is True:
+        frames = _responses_events(orjson.loads(model), body, int((step or {}).get("frames", 3)))
+        return await _sse(request, frames[:-1], frames[-1], step)
     return web.Response(body=RESPONSES[0] + model + RESPONSES[1], content_type=JSON_TYPE)
+
+
+def _wants_responses_tool(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The function tool to call: the first offered, unless the input ends with its output already."""
+    tools = [t for t in body.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"]
+    items = body.get("input")
+    last = items[-1] if isinstance(items, list) and items else {}
+    if not tools or (isinstance(last, dict) and last.get("type") == "function_call_output"):
+        return None
+    return tools[0]
+
+
+def _responses_events(name: str, body: dict[str, Any], count: int) -> list[bytes]:
+    """OpenAI's Responses event stream (as the official SDK's types have it): created, in_progress, a
+    message item's added / part / text deltas / done events, a function call's when a tool is offered,
+    then response.completed with every done item. The last frame is the terminator (no [DONE])."""
+    seq = iter(range(1 << 20))
+    out: list[bytes] = []
+
+    def emit(kind: str, **data: Any) -> None:
+        out.append(_event(kind, {"type": kind, "sequence_number": next(seq), **data}))
+
+    response: dict[str, Any] = {
+        "id": "resp_mock",
+        "object": "response",
+        "created_at": CREATED,
+        "status": "in_progress",
+        "model": name,
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": None,
+    }
+    emit("response.created", response=dict(response))
+    emit("response.in_progress", response=dict(response))
+    text = "".join(f"tok{i} " for i in range(count))
+    message = {"id": "msg_mock", "type": "message", "status": "in_progress", "role": "assistant", "content": []}
+    emit("response.output_item.added", output_index=0, item=dict(message))
+    part = {"type": "output_text", "text": "", "annotations": []}
+    where = {"item_id": "msg_mock", "output_index": 0, "content_index": 0}
+    emit("response.content_part.added", **where, part=part)
+    for i in range(count):
+        emit("response.output_text.delta", **where, delta=f"tok{i} ", logprobs=[])
+    emit("response.output_text.done", **where, text=text, logprobs=[])
+    done_part = {**part, "text": text}
+    emit("response.content_part.done", **where, part=done_part)
+    done = [{**message, "status": "completed", "content": [done_part]}]
+    emit("response.output_item.done", output_index=0, item=done[0])
+    tool = _wants_responses_tool(body)
+    if tool is not None:
+        args = '{"query": "mock"}'
+        call = {"id": "fc_mock", "type": "function_call", "status": "in_progress", "call_id": "call_mock1"}
+        call.update(name=str(tool.get("name", "")), arguments="")
+        emit("response.output_item.added", output_index=1, item=dict(call))
+        for piece in ('{"query": ', '"mock"}'):
+            emit("response.function_call_arguments.delta", item_id="fc_mock", output_index=1, delta=piece)
+        emit("response.function_call_arguments.done", item_id="fc_mock", output_index=1, arguments=args)
+        done.append({**call, "status": "completed", "arguments": args})
+        emit("response.output_item.done", output_index=1, item=done[1])
+    usage = {"input_tokens": 12, "output_tokens": 7, "total_tokens": 19}
+    usage.update(input_tokens_details={"cached_tokens": 0}, output_tokens_details={"reasoning_tokens": 0})
+    emit("response.completed", response={**response, "status": "completed", "output": done, "usage": usage})
+    return out
 
 
 async def _models(request: web.Request) -> web.StreamResponse:

@@ -58,14 +58,31 @@ class AnthropicDialect(Dialect):
         return self.prepare(anthropic_request(body, model.upstream_model, stream), base_url, api_key)
 
     def prepare(
-        self, payload: dict[str, Any], base_url: str, api_key: str | None, beta: str | None = None
+        self,
+        payload: dict[str, Any],
+        base_url: str,
+        api_key: str | None,
+        beta: str | None = None,
+        encoded: bytes | None = None,
     ) -> PreparedRequest:
         """The upstream request for an Anthropic Messages body (also /v1/messages' passthrough,
-        which forwards the client's `anthropic-beta`)."""
+        which forwards the client's `anthropic-beta` and sends the client's own bytes as `encoded`)."""
         headers = {"Content-Type": "application/json", **self.auth_headers(api_key)}
         if beta:
             headers["anthropic-beta"] = beta
-        return PreparedRequest("POST", join_url(base_url, "/messages"), headers, encode(payload))
+        body = encode(payload) if encoded is None else encoded
+        return PreparedRequest("POST", join_url(base_url, "/messages"), headers, body)
+
+    def prepare_native(
+        self,
+        payload: dict[str, Any],
+        model: ModelSpec,
+        base_url: str,
+        api_key: str | None,
+        beta: str | None,
+        encoded: bytes | None = None,
+    ) -> PreparedRequest:
+        return self.prepare(payload, base_url, api_key, beta, encoded)
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         """Anthropic authenticates with `x-api-key` and needs `anthropic-version` on every call."""

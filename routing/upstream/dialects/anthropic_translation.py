@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from routing.config.snapshot import ModelSpec
-from routing.core.errors import invalid_request
+from routing.core.errors import GatewayError, invalid_request
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.prices import token_classes
 from routing.core.stream import SAMPLE_BYTES, relayed_tokens
@@ -456,8 +456,52 @@ async def translate_sse(chunks: AsyncIterator[bytes], model: ModelSpec) -> Async
 
 # --- Anthropic client request -> OpenAI chat request (the /v1/messages endpoint) ------
 
+# How a translated (non-Anthropic) link treats each top-level field of a Messages request: mapped to
+# a chat field, or a hint it can do without (dropped, and named in the answer's x-switchboard-dropped).
+# Any other field has no counterpart: such a link refuses the request naming it (docs/anthropic-messages.md).
+MAPPED_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "system",
+        "stream",
+        "stop_sequences",
+        "temperature",
+        "top_p",
+        "top_k",
+        "metadata",
+        "tools",
+        "tool_choice",
+        "output_config",
+    }
+)
+HINT_FIELDS = frozenset({"thinking", "context_management", "cache_control", "service_tier"})
 # Blocks of earlier assistant turns that carry nothing another model can use.
 _DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+
+
+class Gaps:
+    """What a translated link cannot carry of one Messages request, found while translating it.
+
+    A passthrough link needs none of this (it gets the client's own body), so nothing here is
+    refused at once: `dropped` are hints a translated link goes without, `refused` the fields it
+    cannot serve at all, (param, what) in request order; routing.gateway.messages.Shape refuses
+    the request on such a link only.
+    """
+
+    __slots__ = ("dropped", "refused")
+
+    def __init__(self) -> None:
+        self.dropped: list[str] = []
+        self.refused: list[tuple[str, str]] = []
+
+    def drop(self, name: str) -> None:
+        if name not in self.dropped:
+            self.dropped.append(name)
+
+    def refuse(self, param: str, what: str) -> None:
+        self.refused.append((param, what))
 
 
 def _string(value: Any, param: str, what: str = "a string") -> str:
@@ -466,8 +510,8 @@ def _string(value: Any, param: str, what: str = "a string") -> str:
     return value
 
 
-def _text_blocks(content: Any, param: str) -> str:
-    """A string, or a list of text blocks, as one string (system, tool results)."""
+def _text_blocks(content: Any, param: str, gaps: Gaps | None = None) -> str:
+    """A string, or a list of text blocks, as one string (system, system turns, tool results)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -479,6 +523,8 @@ def _text_blocks(content: Any, param: str) -> str:
         p = f"{param}[{i}]"
         if not isinstance(block, dict):
             raise invalid_request(f"{p} must be a content block object", p)
+        if gaps is not None and block.get("cache_control") is not None:
+            gaps.drop("cache_control")
         if block.get("type") == "text":
             texts.append(_string(block.get("text"), f"{p}.text"))
         elif block.get("type") != "image":  # images in tool results are dropped (docs/anthropic-messages.md)
@@ -486,70 +532,99 @@ def _text_blocks(content: Any, param: str) -> str:
     return "\n".join(texts)
 
 
-def _turn(msg: Any, param: str) -> list[dict[str, Any]]:
-    """One Anthropic turn as OpenAI messages: tool results first (as tool messages), then the rest."""
+class _Turn:
+    """The OpenAI pieces of one Anthropic turn, as its blocks are read."""
+
+    __slots__ = ("role", "parts", "calls", "results")
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.parts: list[dict[str, Any]] = []
+        self.calls: list[dict[str, Any]] = []
+        self.results: list[dict[str, Any]] = []
+
+    def messages(self) -> list[dict[str, Any]]:
+        """Tool results first (as tool messages), then the rest of the turn."""
+        parts = self.parts
+        if self.role == "assistant":
+            out: dict[str, Any] = {"role": "assistant", "content": "".join(p["text"] for p in parts) or None}
+            if self.calls:
+                out["tool_calls"] = self.calls
+            return [out]
+        if parts:
+            only_text = len(parts) == 1 and parts[0]["type"] == "text"
+            self.results.append({"role": "user", "content": parts[0]["text"] if only_text else parts})
+        return self.results
+
+
+def _block(block: Any, p: str, turn: _Turn, gaps: Gaps) -> None:
+    """Read one content block into `turn`; a block another API cannot carry is noted in `gaps`."""
+    if not isinstance(block, dict):
+        raise invalid_request(f"{p} must be a content block object", p)
+    kind = block.get("type")
+    if not isinstance(kind, str):  # a list or object here is not a block type (and is unhashable)
+        raise invalid_request(f"{p}.type must be a string: text, image, tool_use, tool_result or thinking", f"{p}.type")
+    role = turn.role
+    if block.get("cache_control") is not None:
+        gaps.drop("cache_control")
+    if kind == "text":
+        turn.parts.append({"type": "text", "text": _string(block.get("text"), f"{p}.text")})
+    elif kind == "image" and role == "user":
+        if not isinstance(block.get("source"), dict):
+            raise invalid_request(f"{p}.source must be an object", f"{p}.source")
+        try:
+            turn.parts.append({"type": "image_url", "image_url": {"url": image_url_of(block, p)}})
+        except GatewayError as exc:  # e.g. a Files API source: an Anthropic upstream takes it
+            gaps.refuse(exc.param or p, "an image source other than base64 or url")
+    elif kind == "tool_use" and role == "assistant":
+        _string(block.get("id"), f"{p}.id")
+        _string(block.get("name"), f"{p}.name")
+        if not isinstance(block.get("input", {}), dict):
+            raise invalid_request(f"{p}.input must be an object", f"{p}.input")
+        turn.calls.append(tool_call_of(block))
+    elif kind == "tool_result" and role == "user":
+        if block.get("is_error") is True:
+            gaps.drop("tool_result.is_error")
+        turn.results.append(
+            {
+                "role": "tool",
+                "tool_call_id": _string(block.get("tool_use_id"), f"{p}.tool_use_id"),
+                "content": _text_blocks(block.get("content"), f"{p}.content", gaps),
+            }
+        )
+    elif kind in _DROPPED_BLOCKS:
+        gaps.drop("thinking")
+    else:
+        gaps.refuse(f"{p}.type", f"a {kind!r} block in a {role} turn")
+
+
+def _turn(msg: Any, param: str, gaps: Gaps) -> list[dict[str, Any]]:
+    """One Anthropic turn as OpenAI messages; a `system` turn (Claude Code sends them) is a system message."""
     if not isinstance(msg, dict):
         raise invalid_request(f"{param} must be an object with role and content", param)
     role = msg.get("role")
-    if role not in ("user", "assistant"):
-        raise invalid_request(f"{param}.role must be 'user' or 'assistant'", f"{param}.role")
+    if role not in ("user", "assistant", "system"):
+        raise invalid_request(f"{param}.role must be 'user', 'assistant' or 'system'", f"{param}.role")
     content = msg.get("content")
+    if role == "system":
+        return [{"role": "system", "content": _text_blocks(content, f"{param}.content", gaps)}]
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
         raise invalid_request(f"{param}.content must be a string or a list of content blocks", f"{param}.content")
-    parts: list[dict[str, Any]] = []
-    calls: list[dict[str, Any]] = []
-    results: list[dict[str, Any]] = []
+    turn = _Turn(role)
+    refused = len(gaps.refused)
     for j, block in enumerate(content):
-        p = f"{param}.content[{j}]"
-        if not isinstance(block, dict):
-            raise invalid_request(f"{p} must be a content block object", p)
-        kind = block.get("type")
-        if not isinstance(kind, str):  # a list or object here is not a block type (and is unhashable)
-            raise invalid_request(
-                f"{p}.type must be a string: text, image, tool_use, tool_result or thinking", f"{p}.type"
-            )
-        if kind == "text":
-            parts.append({"type": "text", "text": _string(block.get("text"), f"{p}.text")})
-        elif kind == "image" and role == "user":
-            parts.append({"type": "image_url", "image_url": {"url": image_url_of(block, p)}})
-        elif kind == "tool_use" and role == "assistant":
-            _string(block.get("id"), f"{p}.id")
-            _string(block.get("name"), f"{p}.name")
-            if not isinstance(block.get("input", {}), dict):
-                raise invalid_request(f"{p}.input must be an object", f"{p}.input")
-            calls.append(tool_call_of(block))
-        elif kind == "tool_result" and role == "user":
-            results.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": _string(block.get("tool_use_id"), f"{p}.tool_use_id"),
-                    "content": _text_blocks(block.get("content"), f"{p}.content"),
-                }
-            )
-        elif kind in _DROPPED_BLOCKS:
-            continue
-        else:
-            raise invalid_request(
-                f"{p}.type {kind!r} is not supported in a {role} turn here; use text, image, tool_use or tool_result",
-                f"{p}.type",
-            )
-    if role == "assistant":
-        out: dict[str, Any] = {"role": "assistant", "content": "".join(p["text"] for p in parts) or None}
-        if calls:
-            out["tool_calls"] = calls
-        return [out]
-    if parts:
-        only_text = len(parts) == 1 and parts[0]["type"] == "text"
-        results.append({"role": "user", "content": parts[0]["text"] if only_text else parts})
-    return results
+        _block(block, f"{param}.content[{j}]", turn, gaps)
+    # a turn of blocks only an Anthropic upstream takes: still a turn, for routing and preflight
+    return turn.messages() or ([{"role": role, "content": ""}] if len(gaps.refused) > refused else [])
 
 
-def chat_tools(tools: Any) -> list[dict[str, Any]]:
-    """Anthropic custom tools as OpenAI function tools (server tools cannot be translated)."""
+def chat_tools(tools: Any, gaps: Gaps | None = None) -> list[dict[str, Any]]:
+    """Anthropic custom tools as OpenAI function tools; a server tool (no input_schema) has no counterpart."""
     if not isinstance(tools, list):
         raise invalid_request("tools must be a list of tool objects", "tools")
+    gaps = gaps if gaps is not None else Gaps()
     out = []
     for i, tool in enumerate(tools):
         p = f"tools[{i}]"
@@ -558,10 +633,10 @@ def chat_tools(tools: Any) -> list[dict[str, Any]]:
         name = _string(tool.get("name"), f"{p}.name")
         schema = tool.get("input_schema")
         if not isinstance(schema, dict):
-            raise invalid_request(
-                f"{p}.input_schema must be an object (server tools such as {tool.get('type')!r} are not supported)",
-                f"{p}.input_schema",
-            )
+            gaps.refuse(f"{p}.input_schema", f"the server tool {tool.get('type')!r}")
+            continue
+        if tool.get("cache_control") is not None:
+            gaps.drop("cache_control")
         fn: dict[str, Any] = {"name": name, "parameters": schema}
         if tool.get("description") is not None:
             fn["description"] = _string(tool["description"], f"{p}.description")
@@ -587,20 +662,22 @@ def chat_tool_choice(choice: Any) -> tuple[Any, bool]:
     raise invalid_request("tool_choice.type must be auto, any, tool or none", "tool_choice.type")
 
 
-def chat_request(body: dict[str, Any]) -> dict[str, Any]:
-    """The internal (OpenAI chat) body for an Anthropic Messages body whose top-level types are checked."""
-    messages: list[dict[str, Any]] = []
-    system = _text_blocks(body.get("system"), "system")
-    if system:
-        messages.append({"role": "system", "content": system})
-    raw = body.get("messages")
-    if not isinstance(raw, list):
-        raise invalid_request("messages must be a list of message objects", "messages")
-    for i, msg in enumerate(raw):
-        messages.extend(_turn(msg, f"messages[{i}]"))
-    out: dict[str, Any] = {"messages": messages}
-    if body.get("model") is not None:
-        out["model"] = body["model"]
+def _output_config(config: Any, out: dict[str, Any], gaps: Gaps) -> None:
+    """`output_config`: its JSON schema `format` is chat's `response_format`; `effort` is a hint."""
+    if not isinstance(config, dict):
+        raise invalid_request("output_config must be an object", "output_config")
+    for key, value in config.items():
+        if key == "format" and isinstance(value, dict) and value.get("type") == "json_schema":
+            schema = {"name": "output", "schema": value.get("schema") or {}}
+            out["response_format"] = {"type": "json_schema", "json_schema": schema}
+        elif key == "effort":
+            gaps.drop("output_config.effort")
+        elif value is not None:
+            gaps.refuse(f"output_config.{key}", "this output setting")
+
+
+def _top_level(body: dict[str, Any], out: dict[str, Any], gaps: Gaps) -> None:
+    """The fields besides messages and system, mapped, dropped as hints or noted as having no counterpart."""
     for name in ("max_tokens", "temperature", "top_p", "top_k"):
         if body.get(name) is not None:
             out[name] = body[name]
@@ -611,14 +688,50 @@ def chat_request(body: dict[str, Any]) -> dict[str, Any]:
     if isinstance(metadata, dict) and metadata.get("user_id") is not None:
         out["user"] = _string(metadata["user_id"], "metadata.user_id")
     if body.get("tools"):
-        out["tools"] = chat_tools(body["tools"])
+        out["tools"] = chat_tools(body["tools"], gaps) or None
+        if out["tools"] is None:
+            del out["tools"]
     if body.get("tool_choice") is not None:
         choice, parallel = chat_tool_choice(body["tool_choice"])
         out["tool_choice"] = choice
         if not parallel:
             out["parallel_tool_calls"] = False
+    if body.get("output_config") is not None:
+        _output_config(body["output_config"], out, gaps)
+    for name, value in body.items():
+        if name in MAPPED_FIELDS or value is None:
+            continue
+        if name in HINT_FIELDS:
+            gaps.drop(name)
+        else:
+            gaps.refuse(name, "this field")
+
+
+def chat_request(body: dict[str, Any], gaps: Gaps | None = None) -> dict[str, Any]:
+    """The internal (OpenAI chat) body for an Anthropic Messages body whose top-level types are checked.
+
+    With `gaps`, what the chat shape cannot carry is noted there (the caller decides per link);
+    without, the first such field is refused at once, a 400 naming it.
+    """
+    noted = gaps if gaps is not None else Gaps()
+    messages: list[dict[str, Any]] = []
+    system = _text_blocks(body.get("system"), "system", noted)
+    if system:
+        messages.append({"role": "system", "content": system})
+    raw = body.get("messages")
+    if not isinstance(raw, list):
+        raise invalid_request("messages must be a list of message objects", "messages")
+    for i, msg in enumerate(raw):
+        messages.extend(_turn(msg, f"messages[{i}]", noted))
+    out: dict[str, Any] = {"messages": messages}
+    if body.get("model") is not None:
+        out["model"] = body["model"]
+    _top_level(body, out, noted)
     if body.get("stream") is True:
         out["stream"] = True
+    if gaps is None and noted.refused:
+        param, what = noted.refused[0]
+        raise invalid_request(f"{param}: {what} cannot be translated to the chat shape", param)
     return out
 
 

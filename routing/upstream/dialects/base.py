@@ -20,7 +20,7 @@ from routing.config.snapshot import ModelSpec, ProviderSpec
 from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.core.failures import FailureKind, UpstreamFailure, failure_from_response
-from routing.core.kinds import DIALECT_KINDS, ENDPOINT_KINDS
+from routing.core.kinds import DIALECT_KINDS, ENDPOINT_KINDS, NATIVE_PROTOCOLS
 from routing.core.prices import token_classes
 
 KINDS = ENDPOINT_KINDS
@@ -140,10 +140,12 @@ class Dialect:
 
     name = "base"
     kinds: frozenset[str] = frozenset()
+    native: frozenset[str] = frozenset()  # the client protocols its upstream speaks itself (NATIVE_PROTOCOLS)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.kinds = DIALECT_KINDS.get(cls.name, frozenset())
+        cls.native = NATIVE_PROTOCOLS.get(cls.name, frozenset())
 
     # Whether the upstream honours `stream_options.include_usage`: the gateway then asks for the
     # usage frame on every stream and keeps it from clients that did not ask (docs/metrics.md#usage-records).
@@ -165,6 +167,24 @@ class Dialect:
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
         raise NotImplementedError
+
+    def speaks(self, protocol: str, model: ModelSpec) -> bool:
+        """Whether `model`'s upstream speaks the client's `protocol` itself (a passthrough, no translation)."""
+        return protocol in self.native
+
+    def prepare_native(
+        self,
+        payload: dict[str, Any],
+        model: ModelSpec,
+        base_url: str,
+        api_key: str | None,
+        beta: str | None,
+        encoded: bytes | None = None,
+    ) -> PreparedRequest:
+        """The upstream request for a client's own body in a protocol this dialect `speaks` (only `model`
+        replaced by the caller); `beta` is the client's `anthropic-beta` header, for APIs that take it;
+        `encoded`, when given, is `payload` as the client's own bytes, sent instead of encoding it again."""
+        raise unsupported(self.name, "messages", model)
 
     async def authorize(
         self, prepared: PreparedRequest, provider: ProviderSpec, api_key: str | None, tokens: TokenSource

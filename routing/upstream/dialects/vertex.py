@@ -241,6 +241,23 @@ class VertexDialect(Dialect):
         url = join_url(base_url, f"/publishers/anthropic/models/{quote(upstream_model, safe='-._@')}") + method
         return PreparedRequest("POST", url, {"Content-Type": "application/json"}, encode(body))
 
+    def speaks(self, protocol: str, model: ModelSpec) -> bool:
+        """Vertex speaks Anthropic's Messages API for the Claude models only."""
+        return protocol in self.native and is_anthropic(model.upstream_model)
+
+    def prepare_native(
+        self,
+        payload: dict[str, Any],
+        model: ModelSpec,
+        base_url: str,
+        api_key: str | None,
+        beta: str | None,
+        encoded: bytes | None = None,
+    ) -> PreparedRequest:
+        """The client's Messages body at :rawPredict (the access token is added by `authorize`; Vertex takes no
+        `anthropic-beta`)."""
+        return self.prepare_anthropic(payload, model.upstream_model, base_url, payload.get("stream") is True)
+
     async def authorize(
         self, prepared: PreparedRequest, provider: ProviderSpec, api_key: str | None, tokens: TokenSource
     ) -> PreparedRequest:

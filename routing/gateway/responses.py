@@ -1,0 +1,65 @@
+"""`/v1/responses` over any chat-capable link (docs/api.md#responses).
+
+A link whose upstream speaks the Responses API itself (`openai`, `azure_openai`: the
+dialect table's NATIVE_PROTOCOLS row) gets the client's body as sent (the dialect replaces
+only `model`), and its answer or event stream comes back as it came, its events framed for
+the commit rule of chat streams (routing.upstream.dialects.responses_stream). Any other link
+gets the request translated to the internal chat shape (responses_request), which its dialect
+sends as it sends chat, and its answer or chunk stream is translated back (responses_answer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from routing.core.executor import Link
+from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
+from routing.upstream.dialects.responses_answer import ResponsesEvents, response_of
+from routing.upstream.dialects.responses_request import chat_request
+from routing.upstream.dialects.responses_stream import ResponsesRelay, held_until_content
+
+PROTOCOL = "responses"  # this endpoint's row of routing.core.kinds.NATIVE_PROTOCOLS
+
+
+def _native(link: Link) -> bool:
+    model = link.model
+    return get_dialect(model.provider.dialect).speaks(PROTOCOL, model)
+
+
+class Shape:
+    """The proxy hook (routing.gateway.proxy.Shape) of one Responses request."""
+
+    __slots__ = ("original", "_chat")
+
+    def __init__(self, original: dict[str, Any]) -> None:
+        self.original = original
+        self._chat: dict[str, Any] | None = None  # the chat translation, made for the first translated link
+
+    def prepare(self, link: Link, stream: bool) -> PreparedRequest | None:
+        if _native(link):
+            return None  # the dialect's own request: the client's body, `model` replaced
+        if self._chat is None:
+            self._chat = chat_request(self.original)
+        model = link.model
+        dialect = get_dialect(model.provider.dialect)
+        body = self._chat
+        if stream and dialect.stream_usage_option:  # the usage frame, for response.completed's usage
+            body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        return dialect.build_request("chat", body, model, link.base_url, link.api_key, stream)
+
+    def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:
+        if _native(link):
+            return dialect.parse_response(PROTOCOL, data, link.model, prepared.context)
+        parsed = dialect.parse_response("chat", data, link.model, prepared.context)
+        return ParsedResponse(orjson.dumps(response_of(orjson.loads(parsed.body))), parsed.usage, parsed.classes)
+
+    def chunks(self, dialect: Dialect, link: Link, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        if _native(link):
+            return held_until_content(chunks)
+        return dialect.translate_stream(chunks, link.model)
+
+    def tap(self, link: Link, strip: bool) -> ResponsesRelay | ResponsesEvents:  # noqa: ARG002 - nothing kept back
+        return ResponsesRelay() if _native(link) else ResponsesEvents()

@@ -1,0 +1,294 @@
+"""A Chat Completions answer or chunk stream as a Responses API answer or event stream.
+
+The other direction of routing.upstream.dialects.responses_request: a link that does not
+speak Responses answers in the internal chat shape, and the client gets the Responses
+shape back (docs/api.md#responses). `response_of` builds the `response` object of a
+chat.completion; `ResponsesEvents` turns a committed chunk stream into Responses' events:
+`response.created`, `response.in_progress`, then per output item `response.output_item.added`,
+(a message: `response.content_part.added`, `response.output_text.delta`…,
+`response.output_text.done`, `response.content_part.done`; a function call:
+`response.function_call_arguments.delta`…, `.done`), `response.output_item.done`, and
+`response.completed` carrying every done item and the usage, with `sequence_number`
+counting from 0.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from routing.core.prices import token_classes
+from routing.core.stream import relayed_tokens
+from routing.upstream.dialects.anthropic_translation import _normalised, sse_events
+
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+def _usage(usage: Any) -> dict[str, Any]:
+    usage = usage if isinstance(usage, dict) else {}
+    prompt = usage.get("prompt_tokens") if type(usage.get("prompt_tokens")) is int else 0
+    completion = usage.get("completion_tokens") if type(usage.get("completion_tokens")) is int else 0
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else 0
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached if type(cached) is int else 0},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": reasoning if type(reasoning) is int else 0},
+        "total_tokens": prompt + completion,
+    }
+
+
+def _response(rid: str, model: str, status: str, output: list[Any], usage: Any, finish: Any = None) -> dict[str, Any]:
+    reason = _INCOMPLETE.get(finish) if isinstance(finish, str) else None
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "incomplete" if reason and status == "completed" else status,
+        "incomplete_details": {"reason": reason} if reason else None,
+        "error": None,
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": usage,
+    }
+
+
+def _message_item(iid: str, text: str, status: str = "completed") -> dict[str, Any]:
+    parts = [{"type": "output_text", "text": text, "annotations": []}] if status == "completed" else []
+    return {"id": iid, "type": "message", "status": status, "role": "assistant", "content": parts}
+
+
+def _call_item(iid: str, call_id: str, name: str, arguments: str, status: str = "completed") -> dict[str, Any]:
+    return {
+        "id": iid,
+        "type": "function_call",
+        "status": status,
+        "call_id": call_id,
+        "name": name,
+        "arguments": arguments,
+    }
+
+
+def response_of(data: Any) -> dict[str, Any]:
+    """The Responses `response` object for an OpenAI chat.completion (the first choice)."""
+    data = data if isinstance(data, dict) else {}
+    choices = data.get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    rid = str(data.get("id") or "chat")
+    output: list[dict[str, Any]] = []
+    text = message.get("content")
+    if isinstance(text, str) and text:
+        output.append(_message_item(f"msg_{rid}", text))
+    for i, call in enumerate(message.get("tool_calls") or ()):
+        fn = call.get("function") if isinstance(call, dict) and isinstance(call.get("function"), dict) else {}
+        call_id = str(call.get("id") or f"call_{i}") if isinstance(call, dict) else f"call_{i}"
+        output.append(_call_item(f"fc_{call_id}", call_id, str(fn.get("name") or ""), str(fn.get("arguments") or "")))
+    usage = _usage(data.get("usage"))
+    return _response(
+        f"resp_{rid}", str(data.get("model") or ""), "completed", output, usage, choice.get("finish_reason")
+    )
+
+
+def _event(kind: str, seq: int, data: dict[str, Any]) -> bytes:
+    payload = orjson.dumps({"type": kind, "sequence_number": seq, **data})
+    return b"event: " + kind.encode() + b"\ndata: " + payload + b"\n\n"
+
+
+class ResponsesEvents:
+    """A committed chat chunk stream as Responses events, frame by frame (a routing.gateway.proxy.Tap)."""
+
+    __slots__ = (
+        "prompt_tokens",
+        "completion_tokens",
+        "classes",
+        "_buf",
+        "_seq",
+        "_id",
+        "_model",
+        "_started",
+        "_ended",
+        "_text",
+        "_open",
+        "_calls",
+        "_done",
+        "_finish",
+        "_usage",
+        "_chars",
+    )
+
+    def __init__(self) -> None:
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.classes: dict[str, int] | None = None
+        self._buf = bytearray()
+        self._seq = 0
+        self._id = "resp_chat"
+        self._model = ""
+        self._started = False
+        self._ended = False
+        self._text: list[str] | None = None  # the open message item's text, None when none is open
+        self._open: dict[str, Any] | None = None  # the open function call item
+        self._calls: dict[int, dict[str, Any]] = {}  # chat tool_calls index -> its item
+        self._done: list[dict[str, Any]] = []  # items done, in order: response.completed's output
+        self._finish: Any = None
+        self._usage: Any = None
+        self._chars = [0, 0]
+
+    @property
+    def final(self) -> bool:
+        return self.prompt_tokens is not None
+
+    def estimated_completion_tokens(self) -> int:
+        return relayed_tokens(self._chars[0], self._chars[1])
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self._ended:
+            return b""
+        _normalised(self._buf, chunk)
+        out: list[bytes] = []
+        for _, payload in sse_events(self._buf):
+            self._frame(payload, out)
+            if self._ended:
+                break
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        if self._ended:
+            return b""
+        out: list[bytes] = []
+        self._error({"message": "the upstream stream ended unexpectedly; retry the request"}, out)
+        return b"".join(out)
+
+    def _emit(self, kind: str, out: list[bytes], **data: Any) -> None:
+        out.append(_event(kind, self._seq, data))
+        self._seq += 1
+
+    def _frame(self, payload: bytes, out: list[bytes]) -> None:
+        if payload == b"[DONE]":
+            self._complete(out)
+            return
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return
+        if not isinstance(obj, dict):
+            return
+        if obj.get("error") is not None:
+            self._error(obj["error"], out)
+            return
+        self._start(obj, out)
+        usage = obj.get("usage")
+        if isinstance(usage, dict) and type(usage.get("prompt_tokens")) is int:
+            self._usage = usage
+            self.prompt_tokens = usage["prompt_tokens"]
+            completion = usage.get("completion_tokens")
+            self.completion_tokens = completion if type(completion) is int else None
+            self.classes = token_classes(usage)
+        for choice in obj.get("choices") or ():
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
+                self._choice(choice, out)
+
+    def _start(self, obj: dict[str, Any], out: list[bytes]) -> None:
+        if self._started:
+            return
+        self._started = True
+        self._id = f"resp_{obj.get('id') or 'chat'}"
+        self._model = str(obj.get("model") or "")
+        response = _response(self._id, self._model, "in_progress", [], None)
+        self._emit("response.created", out, response=response)
+        self._emit("response.in_progress", out, response=response)
+
+    def _choice(self, choice: dict[str, Any], out: list[bytes]) -> None:
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                self._text_delta(text, out)
+            for call in delta.get("tool_calls") or ():
+                if isinstance(call, dict):
+                    self._call_delta(call, out)
+        if choice.get("finish_reason"):
+            self._finish = choice["finish_reason"]
+
+    def _text_delta(self, text: str, out: list[bytes]) -> None:
+        if self._text is None:
+            self._close(out)
+            self._text = []
+            item = _message_item(self._item_id("msg"), "", "in_progress")
+            self._emit("response.output_item.added", out, output_index=len(self._done), item=item)
+            part = {"type": "output_text", "text": "", "annotations": []}
+            self._emit("response.content_part.added", out, **self._where(), part=part)
+        self._text.append(text)
+        self._chars[0] += len(text)
+        self._chars[1] += 1
+        self._emit("response.output_text.delta", out, **self._where(), delta=text, logprobs=[])
+
+    def _call_delta(self, call: dict[str, Any], out: list[bytes]) -> None:
+        index = call.get("index", 0)
+        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        item = self._calls.get(index)
+        if item is None:
+            self._close(out)
+            call_id = str(call.get("id") or f"call_{index}")
+            item = self._calls[index] = self._open = _call_item(
+                f"fc_{call_id}", call_id, str(fn.get("name") or ""), "", "in_progress"
+            )
+            self._emit("response.output_item.added", out, output_index=len(self._done), item=dict(item))
+        args = fn.get("arguments")
+        if isinstance(args, str) and args and item is self._open:
+            item["arguments"] += args
+            self._chars[0] += len(args)
+            self._chars[1] += 1
+            where = {"item_id": item["id"], "output_index": len(self._done)}
+            self._emit("response.function_call_arguments.delta", out, **where, delta=args)
+
+    def _item_id(self, prefix: str) -> str:
+        return f"{prefix}_{self._id}_{len(self._done)}"
+
+    def _where(self) -> dict[str, Any]:
+        return {"item_id": self._item_id("msg"), "output_index": len(self._done), "content_index": 0}
+
+    def _close(self, out: list[bytes]) -> None:
+        """End the open item with its done events and add it to the output."""
+        if self._text is not None:
+            text = "".join(self._text)
+            where = self._where()
+            self._emit("response.output_text.done", out, **where, text=text, logprobs=[])
+            part = {"type": "output_text", "text": text, "annotations": []}
+            self._emit("response.content_part.done", out, **where, part=part)
+            item = _message_item(where["item_id"], text)
+            self._emit("response.output_item.done", out, output_index=len(self._done), item=item)
+            self._done.append(item)
+            self._text = None
+        elif self._open is not None:
+            item = {**self._open, "status": "completed"}
+            where = {"item_id": item["id"], "output_index": len(self._done)}
+            self._emit("response.function_call_arguments.done", out, **where, arguments=item["arguments"])
+            self._emit("response.output_item.done", out, output_index=len(self._done), item=item)
+            self._done.append(item)
+            self._open = None
+
+    def _complete(self, out: list[bytes]) -> None:
+        self._start({}, out)
+        self._close(out)
+        response = _response(self._id, self._model, "completed", self._done, _usage(self._usage), self._finish)
+        self._emit("response.completed", out, response=response)
+        self._ended = True
+
+    def _error(self, error: Any, out: list[bytes]) -> None:
+        error = error if isinstance(error, dict) else {"message": str(error)}
+        message = str(error.get("message") or "the upstream stream failed; retry the request")
+        code = error.get("code") or "upstream_stream_error"
+        self._emit("error", out, code=code, message=message, param=None)
+        self._ended = True
+
+
+__all__ = ["ResponsesEvents", "response_of"]

@@ -1,0 +1,205 @@
+"""A Responses API event stream, relayed as the upstream sent it (streaming `/v1/responses`, docs/api.md#responses).
+
+An OpenAI (or Azure OpenAI) upstream streams `event: response.created`, `response.in_progress`,
+`response.output_item.added`, ..., `*.delta`, `*.done` and `response.completed`, each with a
+`sequence_number`. The gateway relays those bytes unchanged (the model name aside), with the
+commit rule of chat streams (docs/resilience.md#r6): the events before the first content
+(`response.created`, `response.in_progress`, the `*.added` events) are held, and an error or an
+end before any content is retried or failed over. `response.completed` (or `.incomplete`) is
+the stream's clean end; its `usage` is the request's token count.
+
+`held_until_content` frames the upstream's events for routing.core.stream's commit and relay;
+`ResponsesRelay` is the tap over the committed bytes (usage, and Responses' own `error` event
+in place of the gateway's terminal frame when the stream breaks after its commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from routing.core.failures import FailureKind, UpstreamFailure
+from routing.core.prices import token_classes
+from routing.core.stream import SAMPLE_BYTES, relayed_tokens
+from routing.upstream.dialects.anthropic_translation import DONE, _normalised, sse_frames
+from routing.upstream.dialects.base import usage_of
+
+HOLD_MAX_EVENTS = 16  # events without content held before the commit (as routing.core.stream does)
+# Events that carry no content: held until the first that does (or until HOLD_MAX_EVENTS).
+PREAMBLE_EVENTS = frozenset(
+    {
+        b"response.created",
+        b"response.in_progress",
+        b"response.queued",
+        b"response.output_item.added",
+        b"response.content_part.added",
+        b"response.reasoning_summary_part.added",
+        b"keepalive",
+    }
+)
+END_EVENTS = frozenset({b"response.completed", b"response.incomplete"})  # a clean end
+ERROR_EVENTS = frozenset({b"error", b"response.failed"})
+DELTA_EVENTS = frozenset(
+    {
+        b"response.output_text.delta",
+        b"response.function_call_arguments.delta",
+        b"response.refusal.delta",
+        b"response.reasoning_summary_text.delta",
+        b"response.reasoning_text.delta",
+        b"response.custom_tool_call_input.delta",
+    }
+)
+
+
+def event_name(name: bytes | None, data: bytes | None) -> bytes:
+    """The event's name: its `event:` line, else its data's `type`."""
+    if name is not None or data is None:
+        return name or b""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return b""
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    return kind.encode() if isinstance(kind, str) else b""
+
+
+async def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The upstream's Responses events, unchanged (line ends made \\n), framed for the commit and relay.
+
+    Events before the first content are held and sent with it; an `error` or `response.failed`
+    before it is a pre-commit failure (retried, failed over). After `response.completed` a
+    `data: [DONE]` marker tells the relay the stream ended as it should (`ResponsesRelay` takes
+    it out again); after an error event the stream just ends, so the relay counts it as broken.
+    """
+    buffer = bytearray()
+    held: list[bytes] | None = []
+    async for chunk in chunks:
+        _normalised(buffer, chunk)
+        out: list[bytes] = []
+        for raw, name, data in sse_frames(buffer):
+            kind = event_name(name, data)
+            if held is not None:
+                if kind in ERROR_EVENTS:
+                    detail = data.decode("utf-8", "replace")[:300] if data else ""
+                    raise UpstreamFailure(
+                        FailureKind.STREAM_ERROR, f"the upstream stream started with an error: {detail}", body=data
+                    )
+                held.append(raw)
+                if kind in PREAMBLE_EVENTS and len(held) <= HOLD_MAX_EVENTS:
+                    continue
+                out.extend(held)
+                held = None
+            else:
+                out.append(raw)
+            if kind in END_EVENTS or kind in ERROR_EVENTS:
+                if kind in END_EVENTS:
+                    out.append(DONE)
+                yield b"".join(out)
+                return
+        if out:
+            yield b"".join(out)
+
+
+class ResponsesRelay:
+    """The committed bytes of a Responses event stream, as sent, and their token usage.
+
+    Takes out the `[DONE]` marker of `held_until_content`; turns the gateway's own terminal
+    frame (`data: {"error": ...}`, when the stream breaks after its commit) into Responses'
+    `error` event with the next sequence number (or drops it when the upstream's own error
+    event was just relayed); reads the usage from `response.completed`.
+    """
+
+    __slots__ = ("prompt_tokens", "completion_tokens", "classes", "final", "_buf", "_errored", "_seq", "_chars")
+
+    def __init__(self) -> None:
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.classes: dict[str, int] | None = None
+        self.final = False  # response.completed's usage arrived
+        self._buf = bytearray()
+        self._errored = False
+        self._seq = -1  # the last sequence_number relayed
+        self._chars = [0, 0]  # characters and frames of deltas relayed (docs/usage-records.md#partial)
+
+    def feed(self, chunk: bytes) -> bytes:
+        _normalised(self._buf, chunk)
+        out: list[bytes] = []
+        for raw, name, data in sse_frames(self._buf):
+            if data == b"[DONE]":
+                continue
+            if name is None and data is not None and data.startswith(b'{"error"'):
+                if not self._errored:
+                    self._errored = True
+                    out.append(self._error_event(data))
+                continue
+            kind = event_name(name, data)
+            if data is not None:
+                self._read(kind, data)
+            if kind in ERROR_EVENTS:
+                self._errored = True
+            out.append(raw)
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        return b""
+
+    def _read(self, kind: bytes, data: bytes) -> None:
+        if kind in DELTA_EVENTS:
+            self._chars[1] += 1
+            if self._chars[0] < SAMPLE_BYTES * 4:
+                try:
+                    delta = orjson.loads(data).get("delta")
+                except (orjson.JSONDecodeError, AttributeError):
+                    delta = None
+                self._chars[0] += len(delta) if isinstance(delta, str) else 0
+        if kind in END_EVENTS or kind == b"response.failed":
+            try:
+                response = orjson.loads(data).get("response")
+            except (orjson.JSONDecodeError, AttributeError):
+                response = None
+            if isinstance(response, dict) and isinstance(response.get("usage"), dict):
+                self.prompt_tokens, self.completion_tokens = usage_of(response)
+                self.classes = token_classes(response["usage"])
+                self.final = self.prompt_tokens is not None
+        seq = _sequence_number(data)
+        if seq is not None:
+            self._seq = seq
+
+    def _error_event(self, data: bytes) -> bytes:
+        try:
+            error = orjson.loads(data).get("error")
+        except (orjson.JSONDecodeError, AttributeError):
+            error = None
+        error = error if isinstance(error, dict) else {}
+        self._seq += 1
+        payload: dict[str, Any] = {
+            "type": "error",
+            "code": error.get("code") or "upstream_stream_error",
+            "message": str(error.get("message") or "the upstream stream failed; retry the request"),
+            "param": None,
+            "sequence_number": self._seq,
+        }
+        return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+    def estimated_completion_tokens(self) -> int:
+        """The completion tokens relayed before a cut: the deltas' text at four characters a token."""
+        return relayed_tokens(self._chars[0], self._chars[1])
+
+
+def _sequence_number(data: bytes) -> int | None:
+    """The `sequence_number` of an event's data, read without parsing the (possibly large) object."""
+    at = data.find(b'"sequence_number"')
+    if at < 0:
+        return None
+    i = data.find(b":", at) + 1
+    while i < len(data) and data[i : i + 1] in b" \t":
+        i += 1
+    j = i
+    while j < len(data) and data[j : j + 1].isdigit():
+        j += 1
+    return int(data[i:j]) if j > i else None
+
+
+__all__ = ["ResponsesRelay", "event_name", "held_until_content"]
