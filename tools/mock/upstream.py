@@ -12,6 +12,8 @@ Routes (listening on 127.0.0.1):
   Azure, Gemini, Vertex (and its token endpoint): tools.mock.clouds
   Bedrock     POST /bedrock/model/{modelId}/converse, /converse-stream (SigV4 checked;
               tools.mock.bedrock)
+  Agents      POST /agent/anthropic/v1/messages, /agent/v1/responses, /agent/v1/chat/completions
+              (a deterministic two-turn shell task; tools.mock.agents)
   Control     POST /_control/script, GET /_control/calls?model=M, POST /_control/reset
 
 Chat (OpenAI and Anthropic) calls the first tool offered, after its text, unless the
@@ -63,7 +65,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tools.mock import bedrock, clouds
+from tools.mock import agents, bedrock, clouds
 
 HOST = "127.0.0.1"
 RECORD_LIMIT = 200
@@ -898,6 +900,7 @@ def make_app() -> web.Application:
     app.router.add_get("/cohere/v2/models", _models)
     clouds.add_routes(app, sys.modules[__name__])  # its handlers build on this module's
     bedrock.add_routes(app, _route, STATE)
+    agents.add_routes(app)  # the turns real agent clients need (tests/e2e/test_agent_clients.py)
     app.router.add_post("/_control/script", _control_script)
     app.router.add_get("/_control/calls", _control_calls)
     app.router.add_post("/_control/reset", _control_reset)
