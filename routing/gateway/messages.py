@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import parse_qsl
 
 import orjson
 
@@ -92,7 +93,7 @@ class Shape:
     stream is translated back.
     """
 
-    __slots__ = ("original", "raw", "beta", "gaps", "ctx")
+    __slots__ = ("original", "raw", "beta", "beta_query", "gaps", "ctx")
 
     def __init__(self, original: dict[str, Any], raw: bytes, scope: Scope, ctx: Context) -> None:
         self.original = original
@@ -101,6 +102,8 @@ class Shape:
         self.ctx = ctx
         betas = [value.decode("latin-1") for name, value in scope["headers"] if name == b"anthropic-beta"]
         self.beta: str | None = ",".join(betas) or None  # the client's anthropic-beta, for Anthropic upstreams
+        # Claude Code calls /v1/messages?beta=true: forwarded to upstreams that take it (that parameter only)
+        self.beta_query = ("beta", "true") in parse_qsl(scope.get("query_string", b"").decode("latin-1"))
 
     def prepare(self, link: Link, stream: bool) -> PreparedRequest | None:
         model = link.model
@@ -120,7 +123,7 @@ class Shape:
             payload.pop("stream", None)
         # `stream` as sent: the call streams exactly when the client's body says "stream": true
         encoded = with_model(self.raw, model.upstream_model) if isinstance(original.get("model"), str) else None
-        return dialect.prepare_native(payload, model, link.base_url, link.api_key, self.beta, encoded)
+        return dialect.prepare_native(payload, model, link.base_url, link.api_key, self.beta, encoded, self.beta_query)
 
     def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:
         if _passthrough(link):

@@ -64,14 +64,18 @@ class AnthropicDialect(Dialect):
         api_key: str | None,
         beta: str | None = None,
         encoded: bytes | None = None,
+        beta_query: bool = False,
     ) -> PreparedRequest:
-        """The upstream request for an Anthropic Messages body (also /v1/messages' passthrough,
-        which forwards the client's `anthropic-beta` and sends the client's own bytes as `encoded`)."""
+        """The upstream request for an Anthropic Messages body (also /v1/messages' passthrough, which
+        forwards the client's `anthropic-beta` and `?beta=true` and sends the client's own bytes as `encoded`)."""
         headers = {"Content-Type": "application/json", **self.auth_headers(api_key)}
         if beta:
             headers["anthropic-beta"] = beta
         body = encode(payload) if encoded is None else encoded
-        return PreparedRequest("POST", join_url(base_url, "/messages"), headers, body)
+        url = join_url(base_url, "/messages")
+        if beta_query:
+            url += ("&" if "?" in url else "?") + "beta=true"
+        return PreparedRequest("POST", url, headers, body)
 
     def prepare_native(
         self,
@@ -81,8 +85,9 @@ class AnthropicDialect(Dialect):
         api_key: str | None,
         beta: str | None,
         encoded: bytes | None = None,
+        beta_query: bool = False,
     ) -> PreparedRequest:
-        return self.prepare(payload, base_url, api_key, beta, encoded)
+        return self.prepare(payload, base_url, api_key, beta, encoded, beta_query)
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         """Anthropic authenticates with `x-api-key` and needs `anthropic-version` on every call."""

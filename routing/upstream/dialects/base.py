@@ -180,10 +180,12 @@ class Dialect:
         api_key: str | None,
         beta: str | None,
         encoded: bytes | None = None,
+        beta_query: bool = False,
     ) -> PreparedRequest:
         """The upstream request for a client's own body in a protocol this dialect `speaks` (only `model`
         replaced by the caller); `beta` is the client's `anthropic-beta` header, for APIs that take it;
-        `encoded`, when given, is `payload` as the client's own bytes, sent instead of encoding it again."""
+        `encoded`, when given, is `payload` as the client's own bytes, sent instead of encoding it again;
+        `beta_query`, the client called with `?beta=true` (Anthropic's beta endpoint), for APIs that take it."""
         raise unsupported(self.name, "messages", model)
 
     async def authorize(

@@ -253,9 +253,10 @@ class VertexDialect(Dialect):
         api_key: str | None,
         beta: str | None,
         encoded: bytes | None = None,
+        beta_query: bool = False,
     ) -> PreparedRequest:
         """The client's Messages body at :rawPredict (the access token is added by `authorize`; Vertex takes no
-        `anthropic-beta`)."""
+        `anthropic-beta` and no `?beta=true`)."""
         return self.prepare_anthropic(payload, model.upstream_model, base_url, payload.get("stream") is True)
 
     async def authorize(
