@@ -178,7 +178,7 @@ async def _read(call: Call, scope: Scope, receive: Receive, content_length: int)
             body, call.shape, call.kind = messages.chat_body(call.kind, body, raw, shape.gaps), shape, "chat"
         body_schemas.check(call.kind, body, raw)
         if call.kind == "responses":  # relayed or translated per link (routing.gateway.responses)
-            call.shape = responses.Shape(body)
+            call.shape = responses.Shape(body, ctx)
     except GatewayError:
         ctx.requested = request.named_model(body)  # the log and usage record say which model was asked for
         raise

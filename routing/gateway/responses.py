@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from routing.core.executor import Link
+from routing.runtime.accounting import Context
 from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
 from routing.upstream.dialects.responses_answer import ResponsesEvents, response_of
 from routing.upstream.dialects.responses_request import chat_request
@@ -25,24 +26,32 @@ PROTOCOL = "responses"  # this endpoint's row of routing.core.kinds.NATIVE_PROTO
 
 
 def _native(link: Link) -> bool:
+    """The link's upstream speaks Responses: its dialect does, and the model declares `responses` (a
+    chat-only model on an OpenAI-compatible server — llama.cpp, vLLM — is served by translation)."""
     model = link.model
-    return get_dialect(model.provider.dialect).speaks(PROTOCOL, model)
+    return PROTOCOL in model.capabilities and get_dialect(model.provider.dialect).speaks(PROTOCOL, model)
 
 
 class Shape:
     """The proxy hook (routing.gateway.proxy.Shape) of one Responses request."""
 
-    __slots__ = ("original", "_chat")
+    __slots__ = ("original", "ctx", "_chat", "_dropped")
 
-    def __init__(self, original: dict[str, Any]) -> None:
+    def __init__(self, original: dict[str, Any], ctx: Context) -> None:
         self.original = original
+        self.ctx = ctx
         self._chat: dict[str, Any] | None = None  # the chat translation, made for the first translated link
+        self._dropped = ""  # what that translation left out, for x-switchboard-dropped
 
     def prepare(self, link: Link, stream: bool) -> PreparedRequest | None:
         if _native(link):
+            self.ctx.dropped = ""
             return None  # the dialect's own request: the client's body, `model` replaced
         if self._chat is None:
-            self._chat = chat_request(self.original)
+            dropped: list[str] = []
+            self._chat = chat_request(self.original, dropped)
+            self._dropped = ", ".join(dropped)
+        self.ctx.dropped = self._dropped
         model = link.model
         dialect = get_dialect(model.provider.dialect)
         body = self._chat

@@ -231,7 +231,7 @@ def missing(model: ModelSpec, req: Requirements) -> tuple[str, str] | None:
     """
     caps = model.capabilities
     for need in req.needs:
-        if need not in caps:
+        if need not in caps and not (need == "responses" and "chat" in caps):  # Responses: translated to chat
             return UNSUPPORTED, need
     if (
         model.max_output_tokens is not None

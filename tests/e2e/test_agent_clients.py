@@ -47,7 +47,12 @@ models:
   - id: claude-gw
     provider: agent-anthropic
     upstream_model: claude-agent-up
-    capabilities: [chat, streaming, tools, vision]
+    capabilities: [chat, responses, streaming, tools, vision]
+    context_window: 200000
+  - id: chat-gw
+    provider: agent-openai
+    upstream_model: chat-agent-up
+    capabilities: [chat, streaming, tools]
     context_window: 200000
 orgs:
   - name: acme
@@ -184,3 +189,51 @@ def test_codex_runs_a_shell_task_over_streamed_responses_on_an_openai_link(agent
     assert calls and calls[-1]["name"] == "exec_command"
     outputs = [i for i in items if i.get("type") == "function_call_output"]
     assert outputs and PROOF in str(outputs[-1]["output"])
+
+
+def test_claude_code_runs_a_bash_task_on_an_openai_chat_link(agent_bin, gw, mock_upstream, workdir):
+    reset_calls(mock_upstream.url)
+    home = workdir / "home"
+    home.mkdir()
+    env = {
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": gw.url,
+        "ANTHROPIC_AUTH_TOKEN": gw.api_key,
+        "ANTHROPIC_MODEL": "chat-gw",
+        "ANTHROPIC_SMALL_FAST_MODEL": "chat-gw",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    done = run([str(agent_bin / "claude"), "-p", "Write the proof file.", "--allowedTools", "Bash"], workdir, env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert (workdir / "proof.txt").read_text().strip() == PROOF, output
+    assert f"The command printed: {PROOF}" in done.stdout
+    turns = [c for c in agent_calls(mock_upstream.url) if c["path"] == "/agent/v1/chat/completions"]
+    first, second = turns[-2], turns[-1]
+    assert first["body"]["model"] == "chat-agent-up" and first["body"]["stream"] is True
+    assert "system" in [m["role"] for m in first["body"]["messages"]]  # system turns mapped in place
+    assert "Bash" in {t["function"]["name"] for t in first["body"]["tools"]}
+    assert second["body"]["messages"][-1]["role"] == "tool" and PROOF in str(second["body"]["messages"][-1])
+
+
+@pytest.mark.parametrize(
+    ("model", "path"), [("claude-gw", "/agent/anthropic/v1/messages"), ("chat-gw", "/agent/v1/chat/completions")]
+)
+def test_codex_runs_a_shell_task_on_a_translated_link(agent_bin, gw, mock_upstream, workdir, model, path):
+    reset_calls(mock_upstream.url)
+    project = workdir / "project"
+    project.mkdir()
+    env = {
+        "HOME": str(workdir),
+        "CODEX_HOME": str(codex_home(workdir, gw.url, model)),
+        "SWITCHBOARD_API_KEY": gw.api_key,
+    }
+    argv = [str(agent_bin / "codex"), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
+    done = run([*argv, "Write the proof file."], project, env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert (project / "proof.txt").read_text().strip() == PROOF, output
+    assert PROOF in done.stdout
+    turns = [c for c in agent_calls(mock_upstream.url) if c["path"] == path]
+    assert len(turns) >= 2 and all(t["body"]["stream"] is True for t in turns[-2:])

@@ -422,7 +422,7 @@ async def test_codexs_second_turn_on_an_anthropic_link_sends_the_call_and_its_ou
     ("extra", "param"),
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"tools": [{"type": "web_search"}], "tool_choice": {"type": "web_search"}}, "tool_choice"),
     ],
 )
 async def test_what_a_translated_responses_link_cannot_honour_is_refused_by_name(mock, rows, extra, param):
@@ -431,3 +431,18 @@ async def test_what_a_translated_responses_link_cannot_honour_is_refused_by_name
             await client.responses.create(model="codex-claude", input="hi", **extra)
     assert info.value.body["param"] == param
     assert mock[1].model("up-codex-claude").count == 0
+
+
+async def test_hosted_tools_a_chat_upstream_cannot_host_are_dropped_and_named(mock, rows):
+    """Codex offers web_search and namespace groups on every turn: a translated link leaves them out (the
+    model never had to call them) and says so, instead of refusing every Codex request."""
+    tools = [
+        {"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {}}},
+        {"type": "web_search"},
+        {"type": "namespace", "name": "multi_agent_v1", "tools": []},
+    ]
+    async with codex() as client:
+        raw = await client.responses.with_raw_response.create(model="codex-claude", input="hi", tools=tools)
+    assert raw.headers["x-switchboard-dropped"] == "tools[1] (web_search), tools[2] (namespace)"
+    (sent,) = [orjson.loads(body) for body in raw_of(mock[1], "up-codex-claude")]
+    assert [t["name"] for t in sent["tools"]] == ["exec_command"]

@@ -38,7 +38,7 @@ CASES = [
         "responses-stream",
         "POST",
         "/v1/responses",
-        {"model": "fast", "input": "hi", "stream": True},
+        {"model": "embed-a", "input": "hi", "stream": True},  # neither responses nor chat
         {},
         "unsupported_capability",
     ),

@@ -130,9 +130,15 @@ async def test_models_list_is_filtered_by_org_policy(gateway):
     assert ids == {"chat-a", "chat-b", "embed-a", "fast"}
 
 
-async def test_a_streamed_responses_call_to_a_model_without_responses_is_unsupported_capability(gateway):
+async def test_a_streamed_responses_call_to_a_chat_only_model_is_served_by_translation_to_chat(gateway):
+    """An OpenAI-compatible server that speaks only chat (llama.cpp, vLLM): Codex still gets Responses events."""
     response = await gateway.post("/v1/responses", json={"model": "chat-a", "input": "hi", "stream": True})
-    assert response.status_code == 400 and error_code(response) == "unsupported_capability"
+    assert response.status_code == 200, response.text
+    events = [line[7:] for line in response.text.splitlines() if line.startswith("event: ")]
+    assert events[0] == "response.created" and events[-1] == "response.completed"
+    assert "response.output_text.delta" in events
+    no_model = await gateway.post("/v1/responses", json={"model": "embed-a", "input": "hi"})
+    assert no_model.status_code == 400 and error_code(no_model) == "unsupported_capability"
 
 
 async def test_idempotency_key_on_a_stream_is_rejected(gateway):

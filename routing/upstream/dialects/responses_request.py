@@ -13,9 +13,11 @@ ones in one message), `function_call_output` items (tool messages), function `to
 `text.format` (json_schema / json_object), `user` / `safety_identifier`. Dropped (a chat
 upstream has no place for them): reasoning items (their text and `encrypted_content` are
 the other provider's), `reasoning`, `store`, `include`, `metadata`, `prompt_cache_key`,
-`truncation`, `service_tier`. Refused, 400 naming the field: `previous_response_id` (no
-stored state to continue from), tools other than functions, and item or part types with
-no chat counterpart.
+`truncation`, `service_tier`, and the tools a chat upstream cannot host (`web_search`,
+`file_search`, `code_interpreter`, `namespace` groups, …: offered, never required, so the model
+simply does not call them; named in `x-switchboard-dropped`, as Codex CLI offers several on every
+turn). Refused, 400 naming the field: `previous_response_id` (no stored state to continue from),
+a `tool_choice` that names such a tool, and item or part types with no chat counterpart.
 """
 
 from __future__ import annotations
@@ -87,11 +89,12 @@ def _text(item: dict[str, Any], param: str) -> dict[str, Any]:
     return {"content": _content(item.get("content"), f"{param}.content")}
 
 
-def _tools(tools: Any) -> list[dict[str, Any]]:
+def _tools(tools: Any, dropped: list[str]) -> list[dict[str, Any]]:
     out = []
     for i, tool in enumerate(tools or ()):
         if tool.get("type") != "function":
-            raise _refuse(f"tools[{i}].type", f"a {tool.get('type')!r} tool")
+            dropped.append(f"tools[{i}] ({tool.get('type')})")
+            continue
         fn = {"name": tool.get("name"), "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}
         for key in ("description", "strict"):
             if tool.get(key) is not None:
@@ -120,8 +123,10 @@ def _format(text: Any) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": schema}
 
 
-def chat_request(body: dict[str, Any]) -> dict[str, Any]:
-    """The internal chat body for a Responses body (its field types checked by routing.gateway.body_schemas)."""
+def chat_request(body: dict[str, Any], dropped: list[str] | None = None) -> dict[str, Any]:
+    """The internal chat body for a Responses body (its field types checked by routing.gateway.body_schemas);
+    `dropped` gets the offered tools a chat upstream cannot host."""
+    dropped = [] if dropped is None else dropped
     if body.get("previous_response_id") is not None:
         raise _refuse("previous_response_id", "a previous_response_id (no stored response to continue from)")
     messages = _messages(body.get("input"))
@@ -139,8 +144,9 @@ def chat_request(body: dict[str, Any]) -> dict[str, Any]:
     ):
         if body.get(name) is not None:
             out[chat_name] = body[name]
-    if body.get("tools"):
-        out["tools"] = _tools(body["tools"])
+    tools = _tools(body.get("tools"), dropped)
+    if tools:
+        out["tools"] = tools
     if body.get("tool_choice") is not None:
         out["tool_choice"] = _tool_choice(body["tool_choice"])
     response_format = _format(body.get("text"))
