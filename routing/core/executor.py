@@ -135,8 +135,12 @@ def _both(first: Callable[[], None], second: Callable[[], None]) -> None:
         second()
 
 
-# Answers that say the upstream is past its capacity: they lower its adaptive limit (docs/overload.md).
-_DROPS = frozenset({FailureKind.UPSTREAM_429, FailureKind.READ_TIMEOUT, FailureKind.FIRST_TOKEN_TIMEOUT})
+# Timeouts lower a deployment's adaptive limit as its capacity refusals do (docs/overload.md), but
+# still charge its breaker: a silent upstream may be a sick one.
+_DROPS = frozenset({FailureKind.READ_TIMEOUT, FailureKind.FIRST_TOKEN_TIMEOUT})
+# A capacity refusal under an adaptive limit sends the request back to the deployment's queue this many
+# times at most, without spending its max_retries (docs/resilience.md#capacity).
+CAPACITY_REQUEUES = 3
 
 
 @dataclass(slots=True)
@@ -646,7 +650,7 @@ class Executor:
         try:
             result = await attempt(link, deadline)
         except UpstreamFailure as f:
-            if f.kind in _DROPS:
+            if f.is_capacity or f.kind in _DROPS:
                 gate.dropped()
             gate.release()
             raise
@@ -680,15 +684,16 @@ class Executor:
         self.budgets.record_request(key)
         gates = self.gates
         gate = gates.gate(key, model_id, label or model_id) if gates.on else None  # docs/overload.md
-        tries = 0
+        tries = requeues = 0
         failure: UpstreamFailure | None = None
+        capacity = False  # the last failure was a capacity refusal under the gate: never the breaker's
         note = ""
         settled = False
         try:
             while True:
                 now = self.clock()
                 if now >= walk.deadline:
-                    if failure is not None and failure.is_provider_fault and not failure.is_timeout:
+                    if failure is not None and failure.is_provider_fault and not failure.is_timeout and not capacity:
                         breakers.record_failure(key, probe, threshold, cooldown, org, failure.charges_link)
                         settled = True
                     walk.trail.append((model_id, "total_timeout"))
@@ -717,17 +722,22 @@ class Executor:
                     return walk.fail(failure.to_gateway_error(), link)
                 if self.clock() >= walk.deadline:
                     continue  # reported as total_timeout at the top of the loop
-                if tries >= max_tries:
+                capacity = gate is not None and failure.is_capacity  # docs/resilience.md#capacity
+                if capacity and requeues < CAPACITY_REQUEUES:
+                    requeues += 1  # back to the gate's queue (its limit just fell), not one of max_retries
+                    delay, note = self._requeue_delay(key, res, failure, requeues, walk.deadline)
+                elif tries - requeues >= max_tries:
                     break
-                delay, note = self._retry_delay(key, res, failure, tries, walk.deadline)
+                else:
+                    delay, note = self._retry_delay(key, res, failure, tries - requeues, walk.deadline)
                 if note:
                     break
                 await self.sleep(delay)
-            if not settled:
+            if not settled and not capacity:
                 breakers.record_failure(key, probe, threshold, cooldown, org, failure.charges_link)
                 settled = True
         finally:
-            if not settled:  # cancelled or crashed: outcome unknown, free the probe slot
+            if not settled:  # cancelled, crashed or refused for capacity: the provider's health unknown
                 breakers.release(key, probe, org)
 
         walk.last_failure = failure
@@ -805,6 +815,22 @@ class Executor:
             if gate is not None:
                 gate.release()
         return outcome
+
+    def _requeue_delay(
+        self, key: Any, res: Resilience, failure: UpstreamFailure, requeues: int, deadline: float
+    ) -> tuple[float, str]:
+        """Before the `requeues`-th try after a capacity refusal: the upstream's Retry-After if it sent one,
+        else none the first time (the limit it lowered paces the queue), then the usual backoff; the retry
+        budget and the deadline bound it as any retry (docs/resilience.md#capacity)."""
+        if not self.budgets.try_spend_retry(key, res.retry_budget_ratio, res.retry_budget_min_per_s):
+            return 0.0, ", retry budget spent"
+        delay = failure.retry_after_s or 0.0
+        if requeues > 1:
+            base, top = res.backoff_base_ms / 1000.0, res.backoff_max_ms / 1000.0
+            delay = backoff_delay(requeues - 2, base, top, failure.retry_after_s, self.rand())
+        if self.clock() + delay >= deadline:
+            return 0.0, ", next retry would pass the deadline"
+        return delay, ""
 
     def _retry_delay(
         self, key: Any, res: Resilience, failure: UpstreamFailure, tries: int, deadline: float
