@@ -79,13 +79,16 @@ return {grant, cur}
 
 # A cluster token bucket (the level refilled by Redis's own clock, capacity per minute), from
 # which processes take shares: add the debt, then grant up to `want` whole tokens (want < 0
-# gives back). An absent key is a full bucket. KEYS[1] hash; ARGV capacity, want, owed, ttl.
+# gives back). An absent key starts at `seen`: the level the asking process last saw, refilled
+# since (full for a bucket it never saw), so a bucket Redis lost (restarted empty, flushed, the
+# key gone) does not reopen in full (docs/limits.md#reseed). KEYS[1] hash; ARGV capacity, want,
+# owed, ttl, seen.
 BUCKET_SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local cap = tonumber(ARGV[1])
 local state = redis.call('HMGET', KEYS[1], 'l', 's')
-local lvl = tonumber(state[1]) or cap
+local lvl = tonumber(state[1]) or math.min(tonumber(ARGV[5]), cap)
 local st = tonumber(state[2]) or now
 lvl = lvl + (now - st) * cap / 60
 if lvl > cap then lvl = cap end
@@ -641,8 +644,9 @@ class Syncer:
             args = [int(account.usd * _MICRO), want, owed, seed, max(ttl, 60), self.epoch or "", int(account.floor)]
             keys = [account_key(account, self.prefix), self.prefix + "epoch"]
             await self._lease(keys=keys, args=args, client=pipe)
+        mono = time.monotonic()
         for (key, bucket), (_, want, owed) in zip(buckets, bucket_plans, strict=True):
-            args = [repr(bucket.capacity), repr(want), repr(owed), BUCKET_TTL_S]
+            args = [repr(bucket.capacity), repr(want), repr(owed), BUCKET_TTL_S, repr(bucket.seen_at(mono))]
             await self._take(keys=[bucket_key(key, self.prefix)], args=args, client=pipe)
         for name, total, demand, inflight in seat_plans:
             args = [self.id, inflight, demand, total, SEATS_TTL_S]
