@@ -522,7 +522,8 @@ class Executor:
         delay = self._hedge_delay(link, key, spread.left, walk.settle_later, walk.discard) if self.hedges.on else None
         try:
             if delay is None:
-                ended = await self._try_link(target.link, probe, walk, tries, f"{link.model.id}@{target.name}")
+                label = f"{link.model.id}@{target.name}"
+                ended = await self._try_link(target.link, probe, walk, tries, label, requeue=not others)
             else:
                 ended = await self._hedged(link, _Race(target, probe, tries, delay), spread.left, walk)
         finally:
@@ -666,13 +667,21 @@ class Executor:
         return result
 
     async def _try_link(
-        self, link: Link, probe: int, walk: _Walk, max_tries: int | None = None, label: str | None = None
+        self,
+        link: Link,
+        probe: int,
+        walk: _Walk,
+        max_tries: int | None = None,
+        label: str | None = None,
+        requeue: bool = True,
     ) -> Outcome | None:
         """Call one link with its retries, charging its breaker once.
 
         Returns the Outcome when the request ends here (served, total timeout, or a
         failure that must not be retried elsewhere); None when the link failed after its
         retries, with the failure in `walk.last_failure`, for `run` to decide on fallback.
+        `requeue=False`: a capacity refusal is not sent back to this link's queue (another
+        deployment has room: the caller tries it).
         """
         breakers = self.breakers
         res = walk.res
@@ -723,7 +732,7 @@ class Executor:
                 if self.clock() >= walk.deadline:
                     continue  # reported as total_timeout at the top of the loop
                 capacity = gate is not None and failure.is_capacity  # docs/resilience.md#capacity
-                if capacity and requeues < CAPACITY_REQUEUES:
+                if capacity and requeue and requeues < CAPACITY_REQUEUES:
                     requeues += 1  # back to the gate's queue (its limit just fell), not one of max_retries
                     delay, note = self._requeue_delay(key, res, failure, requeues, walk.deadline)
                 elif tries - requeues >= max_tries:

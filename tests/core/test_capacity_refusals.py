@@ -133,3 +133,26 @@ async def test_capacity_requeues_are_bounded_and_end_as_the_429_without_charging
     assert out.error is not None and out.error.code == "upstream_rate_limited"
     assert upstream.calls == 4  # the call and 3 requeues, none of them one of max_retries (0)
     assert breakers.state(lk.breaker_key) is State.CLOSED
+
+
+async def test_a_capacity_refusal_moves_to_another_deployment_with_room_instead_of_waiting_for_this_one() -> None:
+    from tests.core.deployments_fakes import multi
+
+    gates = Gates()
+    gates.configure({"m": LimitSettings(initial=5, min_limit=1, max_limit=40)})
+    breakers = BreakerRegistry()
+    ex = Executor(breakers, RetryBudgets(), gates=gates, rand=lambda: 0.0)  # picks the first deployment first
+    lk = multi("m", ("busy", "free"))
+    called: list[str] = []
+
+    async def upstream(link_: Link, deadline: float) -> str:
+        called.append(link_.breaker_key.provider)
+        if link_.breaker_key.provider == "busy":
+            raise too_many()
+        return "ok"
+
+    loop = asyncio.get_running_loop()
+    out = await ex.run([lk], upstream, RES, loop.time() + 10)
+    assert out.error is None and called[-1] == "free"
+    assert called.count("busy") == 1  # not requeued on the busy one while the other had room
+    assert all(breakers.state(t.key) is State.CLOSED for t in lk.deployments)
