@@ -259,6 +259,13 @@ class _Walk:
             self.first_skip = (skip, model_id)
         return skip not in SILENT_SKIPS
 
+    def gave_up(self, failure: UpstreamFailure, model_id: str, prefix: str, suffix: str) -> None:
+        """A link failed after its tries: the failure the chain decides on, in the trail and the explanation."""
+        self.last_failure = failure
+        why = failure.fallback_reason or failure.label
+        self.trail.append((model_id, why))
+        self.explain(f"{prefix}{why}{suffix}")
+
     def found_open(self, model_id: str, retry_after_s: float) -> None:
         self.trail.append((model_id, "circuit_open"))
         if self.open_retry is None or retry_after_s < self.open_retry:
@@ -675,20 +682,14 @@ class Executor:
         label: str | None = None,
         requeue: bool = True,
     ) -> Outcome | None:
-        """Call one link with its retries, charging its breaker once.
-
-        Returns the Outcome when the request ends here (served, total timeout, or a
-        failure that must not be retried elsewhere); None when the link failed after its
-        retries, with the failure in `walk.last_failure`, for `run` to decide on fallback.
-        `requeue=False`: a capacity refusal is not sent back to this link's queue (another
-        deployment has room: the caller tries it).
-        """
+        """Call one link with its retries, charging its breaker once. The Outcome when the request ends
+        here (served, total timeout, a failure not to retry elsewhere); None when the link failed after its
+        retries (`walk.last_failure`), for `run` to decide on fallback. `requeue=False`: a capacity refusal
+        does not wait in this link's queue again (another deployment has room)."""
         breakers = self.breakers
         res = walk.res
-        threshold = res.breaker_failure_threshold
-        cooldown = res.breaker_cooldown_s
-        if max_tries is None:
-            max_tries = 1 + max(res.max_retries, 0)
+        threshold, cooldown = res.breaker_failure_threshold, res.breaker_cooldown_s
+        max_tries = max_tries or 1 + max(res.max_retries, 0)
         key, org, model_id = link.breaker_key, link.org, link.model.id
         self.budgets.record_request(key)
         gates = self.gates
@@ -748,11 +749,7 @@ class Executor:
         finally:
             if not settled:  # cancelled, crashed or refused for capacity: the provider's health unknown
                 breakers.release(key, probe, org)
-
-        walk.last_failure = failure
-        why = failure.fallback_reason or failure.label
-        walk.trail.append((model_id, why))
-        walk.explain(f"{label or model_id}: {why} after {tries} {_plural(tries)}{note}")
+        walk.gave_up(failure, model_id, f"{label or model_id}: ", f" after {tries} {_plural(tries)}{note}")
         return None
 
     async def _attempt(
