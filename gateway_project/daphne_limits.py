@@ -14,7 +14,8 @@ the process out of file descriptors. Run as
   the client reads the answer, then the connection is closed;
 - the head limits of uvicorn's protocol (gateway_project/http_limits.py): 431
   `headers_too_large` in the error shape, where Twisted answered a bare 400;
-- the head, body-progress and keep-alive deadlines, checked by one sweep per second;
+- the head, body-progress (bytes per window: routing.core.body_progress) and keep-alive deadlines,
+  checked by one sweep per second;
 - the cap on connections: past it a new connection is closed as soon as it is accepted;
 - the listen backlog of uvicorn (edge.LISTEN_BACKLOG) where Twisted's is 50: a burst of a few
   hundred new connections overflowed it, and the kernel reset some of them mid-request.
@@ -34,6 +35,7 @@ from twisted.internet import reactor
 from twisted.web import http
 
 from gateway_project import edge  # never uvicorn: the process list names the server by its imports
+from routing.core.body_progress import BodyProgress
 from routing.core.errors import headers_too_large
 
 log = logging.getLogger("switchboard.edge")
@@ -66,7 +68,7 @@ class LimitedWebRequest(WebRequest):
         if self._body_bytes > self._limit:
             self._refuse()
             return
-        self.channel.progress()
+        self.channel.progress(len(data))
         self.content.write(data)
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
@@ -85,11 +87,13 @@ class LimitedHTTPChannel(http.HTTPChannel):
     _refused = False
     _deadline = 0.0  # reactor time by which the head must be complete / the body progress; 0: none
     _idle = True  # between requests: the next bytes start a request head
+    _progress: BodyProgress | None = None  # the body's, while it is read
 
     def connectionMade(self) -> None:
         super().connectionMade()
         lim = edge.limits()
         self._head_s, self._body_s, self._keepalive_s = lim.head_timeout_s, lim.body_timeout_s, lim.keepalive_s
+        self._min_bytes = lim.body_min_bytes
         self.totalHeadersSize, self.maxHeaders = lim.max_header_bytes, lim.max_headers
         self.MAX_LENGTH = self.totalHeadersSize  # one line: LineReceiver's own limit
         self._deadline = reactor.seconds() + self._head_s  # a connection that sends nothing
@@ -114,14 +118,19 @@ class LimitedHTTPChannel(http.HTTPChannel):
         super().dataReceived(data)
 
     def allHeadersReceived(self) -> None:
-        self._deadline = reactor.seconds() + self._body_s
+        self._progress = BodyProgress(self._body_s, self._min_bytes, reactor.seconds())
+        self._deadline = self._progress.deadline
         _heads.pop(self, None)
         super().allHeadersReceived()
 
-    def progress(self) -> None:
-        self._deadline = reactor.seconds() + self._body_s
+    def progress(self, size: int) -> None:
+        """`size` bytes of the body arrived: the deadline moves once enough more have (routing.core.body_progress)."""
+        progress = self._progress
+        if progress is not None and progress.fed(size, reactor.seconds()):
+            self._deadline = progress.deadline
 
     def allContentReceived(self) -> None:
+        self._progress = None
         self._deadline = 0.0  # the application has the request; what it takes is its business
         super().allContentReceived()
 
@@ -131,11 +140,15 @@ class LimitedHTTPChannel(http.HTTPChannel):
         _heads[self] = None  # kept alive, waiting for its next head: closed first at the cap
         super().requestDone(request)
 
-    def timed_out(self) -> None:
+    def timed_out(self) -> bool:
+        """Close now; True when it was a request body that came too slowly."""
+        slow = self._progress is not None and not self._idle
+        self._progress = None
         self._deadline = 0.0
         _heads.pop(self, None)
         _channels.discard(self)
         self.transport.abortConnection()
+        return slow
 
     # head limits ------------------------------------------------------------------------
 
@@ -199,6 +212,7 @@ class LimitedHTTPFactory(HTTPFactory):
         super().__init__(server)
         self.timeOut = None  # Twisted's idle timer (reset on every read) is replaced by the deadlines
         self._cap = edge.limits().max_connections
+        self._slow = edge.SlowBodyLog()
         reactor.callLater(1.0, self._sweep)
 
     def buildProtocol(self, addr: Any) -> Any:
@@ -224,8 +238,9 @@ class LimitedHTTPFactory(HTTPFactory):
             if not isinstance(getattr(transport, "protocol", None), http._GenericHTTPChannelProtocol):
                 _channels.discard(channel)  # upgraded to a websocket: daphne's websocket protocol owns it
                 _heads.pop(channel, None)
-            elif channel._deadline and now > channel._deadline:
-                channel.timed_out()
+            elif channel._deadline and now > channel._deadline and channel.timed_out():
+                self._slow.closed += 1
+        self._slow.swept()
         reactor.callLater(min(1.0, edge.limits().head_timeout_s / 4), self._sweep)
 
 

@@ -10,8 +10,9 @@ body before it calls the application, gets the same limits in its channel
 gateway_project/http_limits.py.
 
 Slow clients: a request head must be complete `SWITCHBOARD_HEAD_TIMEOUT_S` after its
-first byte (or after the connection opened), a body must make progress every
-`SWITCHBOARD_BODY_TIMEOUT_S`, an idle keep-alive connection is closed after
+first byte (or after the connection opened), a body must bring at least
+`SWITCHBOARD_BODY_MIN_BYTES` more in every `SWITCHBOARD_BODY_TIMEOUT_S` (routing.core.body_progress:
+a byte now and then is no progress), an idle keep-alive connection is closed after
 `SWITCHBOARD_KEEPALIVE_S`; each process holds at most `max_connections` connections,
 the file-descriptor limit less `SWITCHBOARD_RESERVED_FDS` kept for the usage journal,
 the spool, the database and Redis.
@@ -37,12 +38,34 @@ LINGER_S = 1.0  # how long the rest of a refused request is read and dropped bef
 LISTEN_BACKLOG = 2048
 
 
+class SlowBodyLog:
+    """One log line per sweep that closed connections whose request body came too slowly, not one per
+    connection (a few thousand trickling clients would flood the log)."""
+
+    __slots__ = ("closed",)
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def swept(self) -> None:
+        if self.closed:
+            lim = limits()
+            log.warning(
+                "closed %d connections whose request body brought less than %d bytes in %g s",
+                self.closed,
+                lim.body_min_bytes,
+                lim.body_timeout_s,
+            )
+            self.closed = 0
+
+
 @dataclass(frozen=True)
 class Limits:
     api_body_bytes: int
     page_body_bytes: int
     head_timeout_s: float
     body_timeout_s: float
+    body_min_bytes: int
     keepalive_s: float
     max_connections: int
     max_header_bytes: int
@@ -81,6 +104,7 @@ def limits() -> Limits:
             page_body_bytes=int(_setting("SWITCHBOARD_MAX_PAGE_BODY_BYTES", 1024 * 1024)),
             head_timeout_s=_setting("SWITCHBOARD_HEAD_TIMEOUT_S", 10.0),
             body_timeout_s=_setting("SWITCHBOARD_BODY_TIMEOUT_S", 10.0),
+            body_min_bytes=int(_setting("SWITCHBOARD_BODY_MIN_BYTES", 1024)),
             keepalive_s=_setting("SWITCHBOARD_KEEPALIVE_S", 5.0),
             max_connections=connection_cap(
                 int(_setting("SWITCHBOARD_MAX_CONNECTIONS", 0)), int(_setting("SWITCHBOARD_RESERVED_FDS", 256))

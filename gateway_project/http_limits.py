@@ -15,7 +15,8 @@ loopback each write is a send() that wakes the client; one answer, one send().
 
 Slow clients and connection floods (docs/security.md#server-edge): a request head must be
 complete SWITCHBOARD_HEAD_TIMEOUT_S after its first byte (or after the connection opened),
-a body must make progress every SWITCHBOARD_BODY_TIMEOUT_S while the application reads it,
+a body must bring at least SWITCHBOARD_BODY_MIN_BYTES more in every SWITCHBOARD_BODY_TIMEOUT_S while
+the application reads it (routing.core.body_progress),
 idle keep-alive connections close after SWITCHBOARD_KEEPALIVE_S, and a connection past the
 process's cap is closed as soon as it is accepted. The deadlines are checked by one sweep
 per process (`_Sweeper`), not a timer per request. A response that ends before its request
@@ -33,6 +34,7 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway_project import edge
+from routing.core.body_progress import BodyProgress
 from routing.core.errors import headers_too_large
 
 LINGER_S = edge.LINGER_S  # how long the rest of a rejected request is read and dropped before closing
@@ -93,14 +95,16 @@ class _Sweeper:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, connections: set[Any], interval: float) -> None:
         self.loop, self.connections, self.interval = loop, connections, interval
+        self.slow = edge.SlowBodyLog()
         loop.call_later(interval, self.sweep)
 
     def sweep(self) -> None:
         now = self.loop.time()
         for protocol in list(self.connections):
             deadline = getattr(protocol, "_deadline", 0.0)
-            if deadline and now > deadline:
-                protocol._timed_out(now)
+            if deadline and now > deadline and protocol._timed_out(now):
+                self.slow.closed += 1
+        self.slow.swept()
         self.loop.call_later(self.interval, self.sweep)
 
 
@@ -121,6 +125,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.timeout_keep_alive = lim.keepalive_s
         self._head_s, self._body_s, self._cap = lim.head_timeout_s, lim.body_timeout_s, lim.max_connections
         self._deadline = 0.0  # loop time by which the head must be complete / the body progress; 0: none
+        self._min_bytes = lim.body_min_bytes
+        self._progress: BodyProgress | None = None  # the body's, while it is read
         self._head_bytes = 0  # bytes received while the current request's head is incomplete
         self._parsed_bytes = 0  # request line + header names and values parsed so far
         self._header_count = 0
@@ -151,16 +157,20 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if loop_id not in _sweepers:
             _sweepers[loop_id] = _Sweeper(self.loop, self.connections, min(1.0, self._head_s / 4, self._body_s / 4))
 
-    def _timed_out(self, now: float) -> None:
+    def _timed_out(self, now: float) -> bool:
         """The head or body deadline passed: close, unless the application is not reading the body
-        (flow control paused reading: not the client's fault)."""
+        (flow control paused reading: not the client's fault). True when a body's progress was too slow."""
         cycle = self.cycle
+        progress = self._progress
         if not self._in_head and cycle is not None and self.flow is not None and self.flow.read_paused:
+            if progress is not None:
+                progress.restart(now)
             self._deadline = now + self._body_s
-            return
+            return False
         self._deadline = 0.0
         _heads.pop(self, None)
         self.transport.close()
+        return not self._in_head
 
     def connection_lost(self, exc: Exception | None) -> None:
         _heads.pop(self, None)
@@ -196,7 +206,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
-        self._deadline = self.loop.time() + self._body_s  # cleared when the message is complete
+        self._progress = BodyProgress(self._body_s, self._min_bytes, self.loop.time())
+        self._deadline = self._progress.deadline  # cleared when the message is complete
         _heads.pop(self, None)
         super().on_headers_complete()
         cycle = self.cycle
@@ -205,11 +216,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             cycle.transport = _OneWrite(self.transport, self.loop, self)
 
     def on_body(self, body: bytes) -> None:
-        self._deadline = self.loop.time() + self._body_s  # the body made progress
+        progress = self._progress
+        if progress is not None and progress.fed(len(body), self.loop.time()):
+            self._deadline = progress.deadline  # enough more of the body: the next window
         super().on_body(body)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        self._progress = None
         self._deadline = 0.0  # the keep-alive timeout (uvicorn's) takes over after the answer
         self._in_head = True  # what comes next on this connection is the next request's head
 

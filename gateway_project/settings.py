@@ -70,10 +70,11 @@ SWITCHBOARD_MAX_BODY_BYTES = env.int("SWITCHBOARD_MAX_BODY_BYTES", default=10 * 
 # reading them (docs/security.md#server-edge); its forms are small.
 SWITCHBOARD_MAX_PAGE_BODY_BYTES = env.int("SWITCHBOARD_MAX_PAGE_BODY_BYTES", default=1024 * 1024)
 # Slow clients (docs/security.md#server-edge), both servers: a request head must be complete this
-# long after its first byte, a body must make progress this often, an idle keep-alive connection
-# is closed after this long.
+# long after its first byte, a body must bring at least SWITCHBOARD_BODY_MIN_BYTES more (or end) in
+# every window of SWITCHBOARD_BODY_TIMEOUT_S, an idle keep-alive connection is closed after this long.
 SWITCHBOARD_HEAD_TIMEOUT_S = env.float("SWITCHBOARD_HEAD_TIMEOUT_S", default=10.0)
 SWITCHBOARD_BODY_TIMEOUT_S = env.float("SWITCHBOARD_BODY_TIMEOUT_S", default=10.0)
+SWITCHBOARD_BODY_MIN_BYTES = env.int("SWITCHBOARD_BODY_MIN_BYTES", default=1024)
 SWITCHBOARD_KEEPALIVE_S = env.float("SWITCHBOARD_KEEPALIVE_S", default=5.0)
 # Connections one process holds at most (0: the file-descriptor limit less SWITCHBOARD_RESERVED_FDS,
 # the descriptors kept for the usage journal, spool, database and Redis; never more than that).

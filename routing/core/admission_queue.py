@@ -355,6 +355,10 @@ class Shed(UpstreamFailure):
         return False
 
     @property
+    def is_capacity(self) -> bool:
+        return False  # the gate's own refusal: no upstream said anything
+
+    @property
     def label(self) -> str:
         return "overloaded"
 

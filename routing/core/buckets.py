@@ -124,6 +124,13 @@ class SharedBucket(Bucket):
             return self.capacity
         return pool if pool > 0 else 0.0
 
+    def seen_at(self, now: float) -> float:
+        """The cluster bucket's level at `now` as this process last saw it (refilled since, to its capacity):
+        what a cluster bucket Redis lost is rebuilt at (docs/limits.md#reseed), never full again at once."""
+        since = now - self.pool_at
+        pool = self.pool + since * self.rate if since > 0 else self.pool
+        return min(pool, self.capacity)
+
     def remaining(self) -> float:
         return self.level if self.divisor else self.level + self.cluster_level()
 

@@ -79,6 +79,7 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "invalid_request": (400, INVALID_REQUEST_ERROR),
     "model_required": (400, INVALID_REQUEST_ERROR),
     "request_too_large": (413, INVALID_REQUEST_ERROR),
+    "request_body_timeout": (408, INVALID_REQUEST_ERROR),
     "invalid_api_key": (401, AUTHENTICATION_ERROR),
     "model_not_found": (404, NOT_FOUND_ERROR),
     "model_denied": (403, PERMISSION_ERROR),
@@ -176,6 +177,16 @@ def request_too_large(limit_bytes: int) -> GatewayError:
     return _error(
         "request_too_large",
         f"The request body is larger than {limit_bytes} bytes; send a smaller request.",
+        headers={"Connection": "close"},
+    )
+
+
+def request_body_timeout(window_s: float, min_bytes: int) -> GatewayError:
+    # the rest of the body is never read: the connection cannot carry another request
+    return _error(
+        "request_body_timeout",
+        f"The request body arrived slower than {min_bytes} bytes per {window_s:g} s, the least the gateway "
+        "waits for; send the whole body at once (or at least at that rate).",
         headers={"Connection": "close"},
     )
 

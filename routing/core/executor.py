@@ -136,8 +136,12 @@ def _both(first: Callable[[], None], second: Callable[[], None]) -> None:
         second()
 
 
-# Answers that say the upstream is past its capacity: they lower its adaptive limit (docs/overload.md).
-_DROPS = frozenset({FailureKind.UPSTREAM_429, FailureKind.READ_TIMEOUT, FailureKind.FIRST_TOKEN_TIMEOUT})
+# Timeouts lower a deployment's adaptive limit as its capacity refusals do (docs/overload.md), but
+# still charge its breaker: a silent upstream may be a sick one.
+_DROPS = frozenset({FailureKind.READ_TIMEOUT, FailureKind.FIRST_TOKEN_TIMEOUT})
+# A capacity refusal under an adaptive limit sends the request back to the deployment's queue this many
+# times at most, without spending its max_retries (docs/resilience.md#capacity).
+CAPACITY_REQUEUES = 3
 
 
 @dataclass(slots=True)
@@ -255,6 +259,13 @@ class _Walk:
         if first is None or (first[0] in SILENT_SKIPS and skip not in SILENT_SKIPS):
             self.first_skip = (skip, model_id)
         return skip not in SILENT_SKIPS
+
+    def gave_up(self, failure: UpstreamFailure, model_id: str, prefix: str, suffix: str) -> None:
+        """A link failed after its tries: the failure the chain decides on, in the trail and the explanation."""
+        self.last_failure = failure
+        why = failure.fallback_reason or failure.label
+        self.trail.append((model_id, why))
+        self.explain(f"{prefix}{why}{suffix}")
 
     def found_open(self, model_id: str, retry_after_s: float) -> None:
         self.trail.append((model_id, "circuit_open"))
@@ -525,7 +536,8 @@ class Executor:
         delay = self._hedge_delay(link, key, spread.left, walk.settle_later, walk.discard) if self.hedges.on else None
         try:
             if delay is None:
-                ended = await self._try_link(target.link, probe, walk, tries, f"{link.model.id}@{target.name}")
+                label = f"{link.model.id}@{target.name}"
+                ended = await self._try_link(target.link, probe, walk, tries, label, requeue=not others)
             else:
                 ended = await self._hedged(link, _Race(target, probe, tries, delay), spread.left, walk)
         finally:
@@ -653,7 +665,7 @@ class Executor:
         try:
             result = await attempt(link, deadline)
         except UpstreamFailure as f:
-            if f.kind in _DROPS:
+            if f.is_capacity or f.kind in _DROPS:
                 gate.dropped()
             gate.release()
             raise
@@ -669,33 +681,36 @@ class Executor:
         return result
 
     async def _try_link(
-        self, link: Link, probe: int, walk: _Walk, max_tries: int | None = None, label: str | None = None
+        self,
+        link: Link,
+        probe: int,
+        walk: _Walk,
+        max_tries: int | None = None,
+        label: str | None = None,
+        requeue: bool = True,
     ) -> Outcome | None:
-        """Call one link with its retries, charging its breaker once.
-
-        Returns the Outcome when the request ends here (served, total timeout, or a
-        failure that must not be retried elsewhere); None when the link failed after its
-        retries, with the failure in `walk.last_failure`, for `run` to decide on fallback.
-        """
+        """Call one link with its retries, charging its breaker once. The Outcome when the request ends
+        here (served, total timeout, a failure not to retry elsewhere); None when the link failed after its
+        retries (`walk.last_failure`), for `run` to decide on fallback. `requeue=False`: a capacity refusal
+        does not wait in this link's queue again (another deployment has room)."""
         breakers = self.breakers
         res = walk.res
-        threshold = res.breaker_failure_threshold
-        cooldown = res.breaker_cooldown_s
-        if max_tries is None:
-            max_tries = 1 + max(res.max_retries, 0)
+        threshold, cooldown = res.breaker_failure_threshold, res.breaker_cooldown_s
+        max_tries = max_tries or 1 + max(res.max_retries, 0)
         key, org, model_id = link.breaker_key, link.org, link.model.id
         self.budgets.record_request(key)
         gates = self.gates
         gate = gates.gate(key, model_id, label or model_id) if gates.on else None  # docs/overload.md
-        tries = 0
+        tries = requeues = 0
         failure: UpstreamFailure | None = None
+        capacity = False  # the last failure was a capacity refusal under the gate: never the breaker's
         note = ""
         settled = False
         try:
             while True:
                 now = self.clock()
                 if now >= walk.deadline:
-                    if failure is not None and failure.is_provider_fault and not failure.is_timeout:
+                    if failure is not None and failure.is_provider_fault and not failure.is_timeout and not capacity:
                         breakers.record_failure(key, probe, threshold, cooldown, org, failure.charges_link)
                         settled = True
                     walk.trail.append((model_id, "total_timeout"))
@@ -724,23 +739,24 @@ class Executor:
                     return walk.fail(failure.to_gateway_error(), link)
                 if self.clock() >= walk.deadline:
                     continue  # reported as total_timeout at the top of the loop
-                if tries >= max_tries:
+                capacity = gate is not None and failure.is_capacity  # docs/resilience.md#capacity
+                if capacity and requeue and requeues < CAPACITY_REQUEUES:
+                    requeues += 1  # back to the gate's queue (its limit just fell), not one of max_retries
+                    delay, note = self._requeue_delay(key, res, failure, requeues, walk.deadline)
+                elif tries - requeues >= max_tries:
                     break
-                delay, note = self._retry_delay(key, res, failure, tries, walk.deadline)
+                else:
+                    delay, note = self._retry_delay(key, res, failure, tries - requeues, walk.deadline)
                 if note:
                     break
                 await self.sleep(delay)
-            if not settled:
+            if not settled and not capacity:
                 breakers.record_failure(key, probe, threshold, cooldown, org, failure.charges_link)
                 settled = True
         finally:
-            if not settled:  # cancelled or crashed: outcome unknown, free the probe slot
+            if not settled:  # cancelled, crashed or refused for capacity: the provider's health unknown
                 breakers.release(key, probe, org)
-
-        walk.last_failure = failure
-        why = failure.fallback_reason or failure.label
-        walk.trail.append((model_id, why))
-        walk.explain(f"{label or model_id}: {why} after {tries} {_plural(tries)}{note}")
+        walk.gave_up(failure, model_id, f"{label or model_id}: ", f" after {tries} {_plural(tries)}{note}")
         return None
 
     async def _attempt(
@@ -812,6 +828,22 @@ class Executor:
             if gate is not None:
                 gate.release()
         return outcome
+
+    def _requeue_delay(
+        self, key: Any, res: Resilience, failure: UpstreamFailure, requeues: int, deadline: float
+    ) -> tuple[float, str]:
+        """Before the `requeues`-th try after a capacity refusal: the upstream's Retry-After if it sent one,
+        else none the first time (the limit it lowered paces the queue), then the usual backoff; the retry
+        budget and the deadline bound it as any retry (docs/resilience.md#capacity)."""
+        if not self.budgets.try_spend_retry(key, res.retry_budget_ratio, res.retry_budget_min_per_s):
+            return 0.0, ", retry budget spent"
+        delay = failure.retry_after_s or 0.0
+        if requeues > 1:
+            base, top = res.backoff_base_ms / 1000.0, res.backoff_max_ms / 1000.0
+            delay = backoff_delay(requeues - 2, base, top, failure.retry_after_s, self.rand())
+        if self.clock() + delay >= deadline:
+            return 0.0, ", next retry would pass the deadline"
+        return delay, ""
 
     def _retry_delay(
         self, key: Any, res: Resilience, failure: UpstreamFailure, tries: int, deadline: float

@@ -182,6 +182,19 @@ class UpstreamFailure(Exception):
         return False
 
     @property
+    def is_capacity(self) -> bool:
+        """The upstream says it is past its capacity right now: a plain 429 (a quota or credit refusal is
+        QUOTA_EXHAUSTED, a kind of its own), Anthropic's 529, or a 503 whose error says overloaded. Under
+        an adaptive concurrency limit it is a signal to the limit, not a breaker failure
+        (docs/resilience.md#capacity); elsewhere it is classified as its kind says."""
+        kind = self.kind
+        if kind is K.UPSTREAM_429:
+            return True
+        if kind is K.UPSTREAM_5XX:
+            return self.status == 529 or (self.status == 503 and _says_overloaded(self.body))
+        return False
+
+    @property
     def fallback_trigger(self) -> str | None:
         """The `fallback_on` entry that lets this failure move to the next link (R2)."""
         return _TRIGGER.get(self.kind)

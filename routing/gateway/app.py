@@ -170,7 +170,14 @@ async def _read(call: Call, scope: Scope, receive: Receive, content_length: int)
     """The body, read within its size limit and checked against its endpoint's schema; an Anthropic
     Messages body becomes the chat body its Shape serves."""
     ctx = call.ctx
-    raw = call.raw = await read_body(receive, content_length, ctx, settings.SWITCHBOARD_MAX_BODY_BYTES)
+    raw = call.raw = await read_body(
+        receive,
+        content_length,
+        ctx,
+        settings.SWITCHBOARD_MAX_BODY_BYTES,
+        settings.SWITCHBOARD_BODY_TIMEOUT_S,
+        settings.SWITCHBOARD_BODY_MIN_BYTES,
+    )
     body = request.parse_body(raw)
     try:
         if call.kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat

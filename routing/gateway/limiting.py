@@ -150,10 +150,17 @@ def _output_allowance(model: ModelSpec, req: Requirements) -> int:
     return req.max_output_tokens or model.max_output_tokens or DEFAULT_OUTPUT_TOKENS
 
 
+# The least prompt a budget reserves for (docs/limits.md#reservation): characters / 4 and 4 tokens a message
+# are short of what providers bill a short prompt (a role, the reply's priming, a system prompt of their
+# own: the mock bills 12 for "hi", estimated 5), and a burst of such requests on a half-spent budget
+# went 1-2 % over it. Settled at the real cost all the same.
+RESERVE_PROMPT_FLOOR = 16
+
+
 def worst_cost(links: list[Link], req: Requirements) -> float:
-    """The request's worst-case cost in USD: the prompt estimate and the output allowance at the
-    prices of the dearest link that may serve it (a fallback may cost more than the first)."""
-    prompt = req.estimated_tokens
+    """The request's worst-case cost in USD: the prompt estimate (at least RESERVE_PROMPT_FLOOR tokens) and
+    the output allowance at the prices of the dearest link that may serve it (a fallback may cost more)."""
+    prompt = max(req.estimated_tokens, RESERVE_PROMPT_FLOOR)
     worst = 0.0
     now = time.time()
     for link in links:

@@ -25,6 +25,7 @@ ERROR_MEANINGS: dict[str, str] = {
     "invalid_request": "The body is not JSON, not an object, or a field has the wrong type (`param` names it).",
     "model_required": "No model in the body and the agent has no default model.",
     "request_too_large": "The body is over the size limit.",
+    "request_body_timeout": "The body came slower than the least progress the gateway waits for (bytes per window).",
     "invalid_api_key": "The key is missing, unknown, revoked or expired.",
     "model_not_found": "No model or alias with that id exists.",
     "model_denied": "The organisation's policy denies the model.",

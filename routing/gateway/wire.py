@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from routing.core import errors
+from routing.core.body_progress import BodyProgress
 from routing.core.errors import GatewayError
 from routing.runtime.accounting import Context
 
@@ -16,6 +18,8 @@ Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
+
+log = logging.getLogger("switchboard.edge")
 
 JSON = (b"content-type", b"application/json")
 SSE_HEADERS: Headers = [
@@ -69,25 +73,66 @@ async def send_error(send: Send, ctx: Context, exc: GatewayError, body: bytes | 
         pass
 
 
-async def read_body(receive: Receive, content_length: int, ctx: Context, limit: int) -> bytes:
-    """The whole request body, refused early when it is over `limit` bytes."""
+async def read_body(
+    receive: Receive, content_length: int, ctx: Context, limit: int, window_s: float = 0.0, min_bytes: int = 1
+) -> bytes:
+    """The whole request body, refused early when it is over `limit` bytes, or (with `window_s`) when it
+    brings less than `min_bytes` in a window of that long (docs/security.md#server-edge): 408.
+
+    A body that comes in one message (nearly all) pays a clock read: the progress deadline is armed
+    only once a body proves to come in several, counted from when the reading began."""
     if content_length > limit:
         raise errors.request_too_large(limit)
-    chunks = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            ctx.disconnected = True
-            raise ClientGone()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise errors.request_too_large(limit)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    message = await receive()
+    chunk = _chunk(message, ctx, limit, 0)
+    if not message.get("more_body", False):
+        return chunk
+    if window_s <= 0:
+        return await _read_rest(receive, ctx, limit, [chunk], None)
+    progress = BodyProgress(window_s, min_bytes, began)
+    progress.fed(len(chunk), loop.time())
+    try:
+        return await _read_rest(receive, ctx, limit, [chunk], progress)
+    except TimeoutError:
+        log.warning(
+            "request %s: body slower than %d bytes per %g s; answered 408 and closed",
+            ctx.request_id,
+            min_bytes,
+            window_s,
+        )
+        raise errors.request_body_timeout(window_s, min_bytes) from None
+
+
+def _chunk(message: Message, ctx: Context, limit: int, size: int) -> bytes:
+    """One body message's bytes, `size` read before it; the client gone or the limit passed raise."""
+    if message["type"] == "http.disconnect":
+        ctx.disconnected = True
+        raise ClientGone()
+    chunk = message.get("body", b"")
+    if size + len(chunk) > limit:
+        raise errors.request_too_large(limit)
+    return chunk
+
+
+async def _read_rest(
+    receive: Receive, ctx: Context, limit: int, chunks: list[bytes], progress: BodyProgress | None
+) -> bytes:
+    """The messages after the first, under the progress deadline if any (TimeoutError when it passes)."""
+    size = len(chunks[0])
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout_at(progress.deadline if progress is not None else None) as deadline:
+        while True:
+            message = await receive()
+            chunk = _chunk(message, ctx, limit, size)
+            size += len(chunk)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+            if progress is not None and progress.fed(len(chunk), loop.time()):
+                deadline.reschedule(progress.deadline)
+    return b"".join(chunks)
 
 
 def watch_disconnect(receive: Receive, ctx: Context) -> asyncio.Task:

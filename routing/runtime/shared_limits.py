@@ -79,13 +79,16 @@ return {grant, cur}
 
 # A cluster token bucket (the level refilled by Redis's own clock, capacity per minute), from
 # which processes take shares: add the debt, then grant up to `want` whole tokens (want < 0
-# gives back). An absent key is a full bucket. KEYS[1] hash; ARGV capacity, want, owed, ttl.
+# gives back). An absent key starts at `seen`: the level the asking process last saw, refilled
+# since (full for a bucket it never saw), so a bucket Redis lost (restarted empty, flushed, the
+# key gone) does not reopen in full (docs/limits.md#reseed). KEYS[1] hash; ARGV capacity, want,
+# owed, ttl, seen.
 BUCKET_SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local cap = tonumber(ARGV[1])
 local state = redis.call('HMGET', KEYS[1], 'l', 's')
-local lvl = tonumber(state[1]) or cap
+local lvl = tonumber(state[1]) or math.min(tonumber(ARGV[5]), cap)
 local st = tonumber(state[2]) or now
 lvl = lvl + (now - st) * cap / 60
 if lvl > cap then lvl = cap end
@@ -381,6 +384,9 @@ class Syncer:
         self.flush = flush  # writes this process's queued usage records (before the spend is read)
         self.seed_wait_s = seed_wait_s  # how long a reseed waits for the records other processes queued
         self._seeder: asyncio.Task | None = None
+        # Since Redis lost the counters: when this process's records were last all written (wall clock), and
+        # what each account (key, period start) had spent by then; None until it notices (`_note_written`)
+        self._written: tuple[float, dict[tuple[tuple[str, ...], float], float]] | None = None
         budgets.shared = True
         budgets.starved = self.starved
         limiter.shared = True
@@ -641,8 +647,9 @@ class Syncer:
             args = [int(account.usd * _MICRO), want, owed, seed, max(ttl, 60), self.epoch or "", int(account.floor)]
             keys = [account_key(account, self.prefix), self.prefix + "epoch"]
             await self._lease(keys=keys, args=args, client=pipe)
+        mono = time.monotonic()
         for (key, bucket), (_, want, owed) in zip(buckets, bucket_plans, strict=True):
-            args = [repr(bucket.capacity), repr(want), repr(owed), BUCKET_TTL_S]
+            args = [repr(bucket.capacity), repr(want), repr(owed), BUCKET_TTL_S, repr(bucket.seen_at(mono))]
             await self._take(keys=[bucket_key(key, self.prefix)], args=args, client=pipe)
         for name, total, demand, inflight in seat_plans:
             args = [self.id, inflight, demand, total, SEATS_TTL_S]
@@ -689,6 +696,7 @@ class Syncer:
             return False
         self.reseeding = True
         if marker is None:  # Redis lost the counters (restarted empty, flushed) or never had them
+            await self._note_written()
             if self.running:
                 if self._seeder is None or self._seeder.done():
                     self._seeder = asyncio.get_running_loop().create_task(self._reseed())
@@ -705,18 +713,40 @@ class Syncer:
         """Counters rebuilt from the usage records under `marker`: add what they cannot know of this process.
 
         The records hold what was settled and written; this process adds the allowance it holds, what
-        its requests in flight reserved and what it settled since its last round (its records may not
-        be written yet: counted twice if they were, never missed)."""
+        its requests in flight reserved and what it settled that the records the rebuild read cannot
+        hold: since it wrote them all (`_note_written`), when that was before the read (the time the
+        marker carries); else since its last round (counted twice if written meanwhile, never missed).
+        Spend during an outage, already in the records, is so counted once."""
+        written = self._written
+        read_at = _read_at(marker)
+        marks = written[1] if written is not None and read_at is not None and written[0] <= read_at else {}
         for account in self.budgets.accounts():
             if account.lease is None:
                 continue
-            account.owed = account.lease + account.reserved + max(0.0, account.spent - account.synced)
+            since = max(account.synced, marks.get((account.key, account.start), account.synced))
+            account.owed = account.lease + account.reserved + max(0.0, account.spent - since)
             account.synced = account.spent
             # `cluster` stays as last seen: were Redis to go away before the next round, the fail-open
             # share is of what that view left, not of the (low) spend this process alone knows
         self._outage.clear()
+        self._written = None
         self.epoch = marker
         self.reseeding = False
+
+    async def _note_written(self) -> None:
+        """Redis lost the counters: write this process's queued usage records now and note what each account
+        had spent before, once per loss. The rebuild reads the records only after the others' write interval
+        (`seed_wait_s`), so what this process settled up to here is in its sum and is not added again."""
+        if self._written is not None or self.flush is None:
+            return
+        marks = {(a.key, a.start): a.spent for a in self.budgets.accounts()}  # their records are queued
+        try:
+            written = await asyncio.get_running_loop().run_in_executor(None, self.flush)
+        except Exception:  # noqa: BLE001 - the database is down: the rebuild cannot read them either
+            written = False
+        # False: some went to the spool, not the database; then, as after a failure, nothing is known written
+        # (tried once per loss: while the database is down the usage writer retries on its own)
+        self._written = (self.clock(), marks) if written is not False else (math.inf, {})
 
     async def _reseed(self) -> None:
         """Rebuild every budget counter of an empty Redis from the usage records, then set a new marker.
@@ -741,20 +771,24 @@ class Syncer:
             now = self.clock()
             wanted = self._budgets_to_seed()
             starts = {period_bounds(period, now)[0] for _, period in wanted.values()}
+            marks = {(a.key, a.start): a.spent for a in self.budgets.accounts()}  # written by the read's flush
+            prior, epoch = self._written, uuid.uuid4().hex
             try:
                 loop = asyncio.get_running_loop()
                 spend = await loop.run_in_executor(None, read_spend, starts, self.flush)
+                self._written, epoch = (now, marks), f"{epoch}@{now!r}"  # when the records were read
                 source = "the usage records"
             except Exception as exc:  # noqa: BLE001 - the database is down too: this process's last view
-                spend = self._own_view(now)
+                spend = self._own_view(now)  # no records read: every process adds its spend since its last round
                 source = f"this process's last view (the usage records could not be read: {exc})"
-            keys, args = [lock, marker], [self.id, uuid.uuid4().hex]
+            keys, args = [lock, marker], [self.id, epoch]
             for key, (_usd, period) in wanted.items():
                 start, end = period_bounds(period, now)
                 ttl = int(end - now + 86400) if end is not None else 400 * 86400
                 keys.append(f"{self.prefix}budget:{int(start)}:{'/'.join(key)}")
                 args += [int(spend.get((key, start), 0.0) * _MICRO), max(ttl, 60)]
             if not await self._rebuild(keys=keys, args=args):
+                self._written = prior  # what it noted before holds against the other's read, not this one
                 return  # the lock expired and another process rebuilt them: its counters stand
             log.warning(
                 "shared limits: Redis had no budget counters (restarted empty or flushed); %d rebuilt from %s",
@@ -812,6 +846,15 @@ class Syncer:
             share = max(0.0, account.usd - known) / self.processes
             account.lease = (account.lease or 0.0) + share
             account.owed += share  # counted when Redis is back; what is left over is given back then
+
+
+def _read_at(marker: str) -> float | None:
+    """When the rebuild under `marker` read the usage records (wall clock); None for a marker without it."""
+    _, at, when = marker.rpartition("@")
+    try:
+        return float(when) if at else None
+    except ValueError:
+        return None
 
 
 def seats_key(name: str, prefix: str = KEY_PREFIX) -> str:

@@ -38,6 +38,8 @@ SAMPLES: dict[str, Any] = {
     "limit_count": 100,
     "estimated_tokens": 104,
     "window": 10,
+    "window_s": 10.0,
+    "min_bytes": 1024,
     "retry_after_s": 2.5,
     "idle_s": 60.0,
     "total_s": 10.0,

@@ -12,7 +12,7 @@ import pytest
 from tests.e2e.harness import SLACK_S, Gateway
 
 # $1 / $1000 per million prompt / completion tokens. The mock answers 12 + 7 tokens: $0.007012 a request;
-# with max_tokens 10 the worst case is $0.010003 (its prompt estimate is 3 tokens).
+# with max_tokens 10 the worst case is $0.010016 (its prompt reserved at the floor of 16 tokens).
 CONFIG = """
 resilience:
   max_retries: 0

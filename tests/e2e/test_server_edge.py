@@ -44,6 +44,7 @@ TIMEOUT_S = 1.0
 SLOW_ENV = {
     "SWITCHBOARD_HEAD_TIMEOUT_S": str(TIMEOUT_S),
     "SWITCHBOARD_BODY_TIMEOUT_S": str(TIMEOUT_S),
+    "SWITCHBOARD_BODY_MIN_BYTES": "3",  # the slow body below brings 3 bytes a window: progress enough
     "SWITCHBOARD_KEEPALIVE_S": str(TIMEOUT_S),
     "SWITCHBOARD_MAX_CONNECTIONS": "200",
 }

@@ -14,7 +14,7 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.gateway.limiting import worst_cost
+from routing.gateway.limiting import RESERVE_PROMPT_FLOOR, worst_cost
 from routing.plan import chain, preflight
 from routing.runtime.process import current
 from tests.gateway.conftest import document, key_rows
@@ -96,11 +96,12 @@ def test_the_worst_case_prices_the_prompt_and_falls_back_to_the_models_output_li
     assert req.estimated_tokens > 1000
     # The prompt at $1/M and one output token at $1000/M: the prompt is most of it.
     assert worst_cost(links, req) == pytest.approx((req.estimated_tokens * 1.0 + 1000.0) / 1e6)
-    # No max_tokens: the model's max_output_tokens, else 1024.
+    # No max_tokens: the model's max_output_tokens, else 1024. A short prompt is reserved at the floor.
     links, req = _one_link(snap, "chat-b", {"model": "chat-b", "messages": [{"role": "user", "content": "hi"}]})
-    assert worst_cost(links, req) == pytest.approx((req.estimated_tokens + 1024 * 1000.0) / 1e6)
+    assert req.estimated_tokens < RESERVE_PROMPT_FLOOR
+    assert worst_cost(links, req) == pytest.approx((RESERVE_PROMPT_FLOOR + 1024 * 1000.0) / 1e6)
     capped = dataclasses.replace(links[0], model=dataclasses.replace(links[0].model, max_output_tokens=10))
-    assert worst_cost([capped], req) == pytest.approx((req.estimated_tokens + 10 * 1000.0) / 1e6)
+    assert worst_cost([capped], req) == pytest.approx((RESERVE_PROMPT_FLOOR + 10 * 1000.0) / 1e6)
 
 
 def test_an_embeddings_worst_case_is_its_input_alone(chained):
@@ -109,3 +110,34 @@ def test_an_embeddings_worst_case_is_its_input_alone(chained):
     links, req = _one_link(chained, "embed-a", {"model": "embed-a", "input": "word " * 100}, kind="embeddings")
     priced = dataclasses.replace(links[0], model=dataclasses.replace(links[0].model, **DEAR))
     assert worst_cost([priced], req) == pytest.approx(req.estimated_tokens * 1.0 / 1e6)  # no output tokens
+
+
+def test_a_burst_of_short_prompts_on_a_budget_never_spends_past_it(chained):
+    """The reservation's prompt floor: "hi" is estimated 5 tokens and billed 12 (the mock, as providers bill
+    a role and the reply's priming). Reserved at the estimate, a burst admitted in full spent 0.7 % past the
+    budget once each settled at its real cost; reserved at the floor, never."""
+    from routing.core.budget_accounts import Budgets, request_cost
+
+    links, req = _one_link(
+        chained, "chat-b", {"model": "chat-b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    )
+    billed = request_cost(DEAR["input_price_per_mtok"], DEAR["output_price_per_mtok"], 12, 1)
+    worst = worst_cost(links, req)
+    assert worst >= billed
+    budgets = Budgets()
+    holds = []
+    while (hold := _admit(budgets, worst)) is not None:  # all in flight at once: none settled yet
+        holds.append(hold)
+    for hold in holds:
+        hold.settle(billed)
+    spent = budgets.find(("agent", "acme", "bot")).spend()
+    assert len(holds) >= 90 and spent <= 0.1
+
+
+def _admit(budgets, amount: float):
+    from routing.core.budget_accounts import Exhausted
+
+    try:
+        return budgets.admit("acme", None, "bot", (0.1, "total"), amount)
+    except Exhausted:
+        return None
