@@ -657,16 +657,35 @@ async def _models(request: web.Request) -> web.StreamResponse:
 
 
 def _wants_tool(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The tool to call: the first one offered, unless the last turn already carries a result."""
+    """The tool to call: the one `tool_choice` names, else the first one offered, unless the last turn
+    already carries a result."""
     tools = body.get("tools")
-    if not tools or (body.get("tool_choice") or {}).get("type") == "none":
+    choice = body.get("tool_choice") or {}
+    if not tools or choice.get("type") == "none":
         return None
     messages = body.get("messages") or []
     last = messages[-1] if messages else {}
     content = last.get("content")
     if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
         return None
-    return tools[0]
+    named = [t for t in tools if choice.get("type") == "tool" and t.get("name") == choice.get("name")]
+    return named[0] if named else tools[0]
+
+
+def _text_frames(count: int) -> list[bytes]:
+    """A text block of `count` deltas at index 0."""
+    start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    frames = [_event("content_block_start", start)]
+    for i in range(count):
+        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f"tok{i} "}}
+        frames.append(_event("content_block_delta", delta))
+    frames.append(_event("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    return frames
+
+
+def _forced(body: dict[str, Any]) -> bool:
+    """A forced tool_choice (`any`, `tool`): Anthropic prefills the turn, so no text comes before the call."""
+    return (body.get("tool_choice") or {}).get("type") in ("any", "tool")
 
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
@@ -680,7 +699,7 @@ async def _anthropic_messages(
     tool = _wants_tool(body)
     usage_in = 12
     if not body.get("stream"):
-        content: list[dict[str, Any]] = [{"type": "text", "text": TEXT}]
+        content: list[dict[str, Any]] = [] if tool is not None and _forced(body) else [{"type": "text", "text": TEXT}]
         if tool is not None:
             content.append(
                 {"type": "tool_use", "id": "toolu_mock1", "name": tool.get("name", ""), "input": {"query": "mock"}}
@@ -710,31 +729,22 @@ async def _anthropic_messages(
             "usage": {"input_tokens": usage_in, "output_tokens": 1},
         },
     }
-    frames = [
-        _event("message_start", start),
-        _event(
-            "content_block_start",
-            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        ),
-        _event("ping", {"type": "ping"}),
-    ]
-    for i in range(count):
-        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f"tok{i} "}}
-        frames.append(_event("content_block_delta", delta))
-    frames.append(_event("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    text = not (tool is not None and _forced(body))  # a forced tool call comes without text first
+    frames = [_event("message_start", start), *(_text_frames(count) if text else []), _event("ping", {"type": "ping"})]
     if tool is not None:
         block = {"type": "tool_use", "id": "toolu_mock1", "name": tool.get("name", ""), "input": {}}
+        index = 1 if text else 0
         frames.append(
-            _event("content_block_start", {"type": "content_block_start", "index": 1, "content_block": block})
+            _event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
         )
         for part in ('{"query": ', '"mock"}'):
             delta = {
                 "type": "content_block_delta",
-                "index": 1,
+                "index": index,
                 "delta": {"type": "input_json_delta", "partial_json": part},
             }
             frames.append(_event("content_block_delta", delta))
-        frames.append(_event("content_block_stop", {"type": "content_block_stop", "index": 1}))
+        frames.append(_event("content_block_stop", {"type": "content_block_stop", "index": index}))
     stop = "tool_use" if tool is not None else "end_turn"
     frames.append(
         _event(

@@ -55,7 +55,8 @@ class AnthropicDialect(Dialect):
     ) -> PreparedRequest:
         if kind != "chat":
             raise unsupported(self.name, kind, model)
-        return self.prepare(anthropic_request(body, model.upstream_model, stream), base_url, api_key)
+        payload = anthropic_request(body, model.upstream_model, stream, model.max_output_tokens)
+        return self.prepare(payload, base_url, api_key)
 
     def prepare(
         self,

@@ -27,7 +27,8 @@ from routing.core.errors import GatewayError, invalid_request
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.prices import token_classes
 from routing.core.stream import SAMPLE_BYTES, relayed_tokens
-from routing.upstream.dialects import openai_request
+from routing.upstream.dialects import anthropic_structured, openai_request
+from routing.upstream.dialects.anthropic_structured import STRUCTURED_TOOL
 
 # --- shared tables and helpers -----------------------------------------------------
 
@@ -244,8 +245,10 @@ def translate_tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
     return result
 
 
-def anthropic_request(body: dict[str, Any], upstream_model: str, stream: bool) -> dict[str, Any]:
-    """The Anthropic Messages body for an OpenAI chat body."""
+def anthropic_request(
+    body: dict[str, Any], upstream_model: str, stream: bool, max_output_tokens: int | None = None
+) -> dict[str, Any]:
+    """The Anthropic Messages body for an OpenAI chat body (structured output and reasoning: anthropic_structured)."""
     system, messages = translate_messages(body.get("messages"))
     max_tokens = openai_request.max_tokens_of(body) or DEFAULT_MAX_TOKENS
     out: dict[str, Any] = {"model": upstream_model, "max_tokens": max_tokens, "messages": messages}
@@ -264,6 +267,7 @@ def anthropic_request(body: dict[str, Any], upstream_model: str, stream: bool) -
         out["tool_choice"] = choice
     if isinstance(body.get("user"), str):
         out["metadata"] = {"user_id": body["user"]}
+    anthropic_structured.apply(body, out, max_output_tokens)
     if stream:
         out["stream"] = True
     return out
@@ -307,19 +311,30 @@ def _finish_choice(choice: dict[str, Any], stop_reason: Any, stop_sequence: Any)
 def chat_completion_of(data: dict[str, Any], default_model: str) -> tuple[dict[str, Any], int | None, int | None]:
     """(chat.completion, prompt tokens, completion tokens) for an Anthropic message."""
     texts: list[str] = []
+    thoughts: list[str] = []
     calls: list[dict[str, Any]] = []
+    stop_reason = data.get("stop_reason")
     for block in data.get("content") or ():
         if not isinstance(block, dict):
             continue
-        if block.get("type") == "text":
+        kind = block.get("type")
+        if kind == "text":
             texts.append(block.get("text", ""))
-        elif block.get("type") == "tool_use":
+        elif kind == "thinking":
+            thoughts.append(str(block.get("thinking") or ""))
+        elif kind == "tool_use" and block.get("name") == STRUCTURED_TOOL:  # the requested schema's answer
+            texts = [orjson.dumps(block.get("input") or {}).decode()]
+        elif kind == "tool_use":
             calls.append(tool_call_of(block))
+    if stop_reason == "tool_use" and not calls:
+        stop_reason = "end_turn"  # only the structured answer was "called"
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if thoughts:
+        message["reasoning_content"] = "".join(thoughts)
     if calls:
         message["tool_calls"] = calls
     prompt, completion, openai_usage = anthropic_usage(data.get("usage"))
-    choice = _finish_choice({"index": 0, "message": message}, data.get("stop_reason"), data.get("stop_sequence"))
+    choice = _finish_choice({"index": 0, "message": message}, stop_reason, data.get("stop_sequence"))
     choice["logprobs"] = None
     out: dict[str, Any] = {
         "id": data.get("id", ""),
@@ -341,7 +356,7 @@ DONE = b"data: [DONE]\n\n"
 class _ChunkState:
     """Per-stream translation state: ids, the pending role, tool-call index mapping."""
 
-    __slots__ = ("head", "role_sent", "tools", "prompt", "completion")
+    __slots__ = ("head", "role_sent", "tools", "prompt", "completion", "structured")
 
     def __init__(self, upstream_model: str) -> None:
         self.head: dict[str, Any] = {
@@ -354,6 +369,49 @@ class _ChunkState:
         self.tools: dict[int, int] = {}  # anthropic block index -> openai tool_calls index
         self.prompt: int | None = None
         self.completion: int | None = None
+        self.structured: int | None = None  # the block index of the structured-output tool (anthropic_structured)
+
+    def block_delta(self, event: dict[str, Any]) -> bytes | None:
+        """A content block's delta as a chunk: text and the structured answer as content, thinking as
+        reasoning_content, a tool's input as its call's arguments."""
+        delta = event.get("delta") or {}
+        dtype = delta.get("type")
+        if dtype == "text_delta":
+            return self.frame({"content": delta.get("text", "")})
+        if dtype == "thinking_delta":
+            return self.frame({"reasoning_content": delta.get("thinking", "")})
+        if dtype != "input_json_delta":
+            return None  # signature deltas: no place in the chat shape
+        if self.structured is not None and event.get("index") == self.structured:
+            return self.frame({"content": delta.get("partial_json", "")})
+        index = self.tools.get(event.get("index", -1))
+        if index is None:
+            return None
+        return self.frame({"tool_calls": [{"index": index, "function": {"arguments": delta.get("partial_json", "")}}]})
+
+    def block_start(self, event: dict[str, Any]) -> bytes | None:
+        block = event.get("content_block") or {}
+        if block.get("type") == "tool_use" and block.get("name") == STRUCTURED_TOOL:
+            self.structured = event.get("index", -1)
+            return None
+        if block.get("type") == "tool_use":
+            index = self.tools[event.get("index", len(self.tools))] = len(self.tools)
+            call = {
+                "index": index,
+                "id": block.get("id", ""),
+                "type": "function",
+                "function": {"name": block.get("name", ""), "arguments": ""},
+            }
+            return self.frame({"tool_calls": [call]})
+        if block.get("type") == "text" and block.get("text"):
+            return self.frame({"content": block["text"]})
+        return None
+
+    def finish(self, delta: dict[str, Any]) -> dict[str, Any]:
+        """The message_delta's stop: a tool_use stop that only "called" the structured answer is a plain stop."""
+        if delta.get("stop_reason") == "tool_use" and not self.tools and self.structured is not None:
+            return {**delta, "stop_reason": "end_turn"}
+        return delta
 
     def frame(
         self, delta: dict[str, Any], finish: dict[str, Any] | None = None, usage: dict[str, Any] | None = None
@@ -407,29 +465,10 @@ async def translate_sse(chunks: AsyncIterator[bytes], model: ModelSpec) -> Async
             if not isinstance(event, dict):
                 continue
             kind = event.get("type")
-            if kind == "content_block_delta":
-                delta = event.get("delta") or {}
-                dtype = delta.get("type")
-                if dtype == "text_delta":
-                    yield state.frame({"content": delta.get("text", "")})
-                elif dtype == "input_json_delta":
-                    index = state.tools.get(event.get("index", -1))
-                    if index is not None:
-                        args = delta.get("partial_json", "")
-                        yield state.frame({"tool_calls": [{"index": index, "function": {"arguments": args}}]})
-            elif kind == "content_block_start":
-                block = event.get("content_block") or {}
-                if block.get("type") == "tool_use":
-                    index = state.tools[event.get("index", len(state.tools))] = len(state.tools)
-                    call = {
-                        "index": index,
-                        "id": block.get("id", ""),
-                        "type": "function",
-                        "function": {"name": block.get("name", ""), "arguments": ""},
-                    }
-                    yield state.frame({"tool_calls": [call]})
-                elif block.get("type") == "text" and block.get("text"):
-                    yield state.frame({"content": block["text"]})
+            if kind == "content_block_delta" or kind == "content_block_start":
+                out = state.block_delta(event) if kind == "content_block_delta" else state.block_start(event)
+                if out is not None:
+                    yield out
             elif kind == "message_start":
                 message = event.get("message") or {}
                 state.head["id"] = message.get("id", "")
@@ -444,14 +483,14 @@ async def translate_sse(chunks: AsyncIterator[bytes], model: ModelSpec) -> Async
                     state.prompt = usage["input_tokens"]
                 prompt, completion = state.prompt or 0, state.completion or 0
                 totals = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-                yield state.frame({}, event.get("delta") or {}, totals)
+                yield state.frame({}, state.finish(event.get("delta") or {}), totals)
             elif kind == "message_stop":
                 yield DONE
                 return
             elif kind == "error":
                 yield _error_frame(event.get("error"))
                 return
-            # ping, content_block_stop, thinking deltas: nothing to relay
+            # ping, content_block_stop, signature deltas: nothing to relay
 
 
 # --- Anthropic client request -> OpenAI chat request (the /v1/messages endpoint) ------

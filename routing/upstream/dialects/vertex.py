@@ -224,7 +224,9 @@ class VertexDialect(Dialect):
         if kind != "chat":
             raise unsupported(self.name, kind, model)
         if is_anthropic(model.upstream_model):
-            payload = anthropic_translation.anthropic_request(body, model.upstream_model, stream)
+            payload = anthropic_translation.anthropic_request(
+                body, model.upstream_model, stream, model.max_output_tokens
+            )
             return self.prepare_anthropic(payload, model.upstream_model, base_url, stream)
         url = gemini_shapes_url(base_url, quote(model.upstream_model, safe="-._@"), stream)
         headers = {"Content-Type": "application/json"}
