@@ -1,7 +1,8 @@
 """The OpenAI Agents SDK's streamed run (`Runner.run_streamed`, its default Responses model) with a
-function tool, through the gateway in process, on a Responses upstream, a Claude upstream and a
-chat-only OpenAI-compatible upstream: the agent calls the tool, gets its result back to the model
-and finishes, and its stream events arrive in order."""
+function tool, through the gateway in process, on every chat-capable dialect's mock: OpenAI and Azure
+(Responses relayed), Anthropic, Gemini, Vertex (Gemini and Claude), Bedrock, Ollama and a chat-only
+OpenAI-compatible server (translated): the agent calls the tool, its result goes back up, the run
+finishes."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from routing.config.snapshot import build_snapshot
 from routing.runtime.process import current
 from tests.gateway.conftest import API_KEY, key_rows
 from tests.inprocess import gateway_application
+from tools.mock.bedrock import demo_credentials
+from tools.mock.clouds import new_service_account
 from tools.mock.upstream import start_mock, state_of
 
 CAPS = ["chat", "streaming", "tools"]
@@ -30,6 +33,31 @@ def document(mock: str) -> dict:
         "providers": [
             {"name": "openai", "dialect": "openai", "base_url": f"{mock}/v1"},
             {"name": "claude", "dialect": "anthropic", "base_url": f"{mock}/anthropic/v1"},
+            {
+                "name": "az",
+                "dialect": "azure_openai",
+                "base_url": f"{mock}/azure/openai?api-version=2024-10-21",
+                "api_key_env": "SWITCHBOARD_UPSTREAM_AGENTS",
+            },
+            {
+                "name": "gem",
+                "dialect": "gemini",
+                "base_url": f"{mock}/gemini/v1beta",
+                "api_key_env": "SWITCHBOARD_UPSTREAM_AGENTS",
+            },
+            {
+                "name": "bed",
+                "dialect": "bedrock",
+                "base_url": f"{mock}/bedrock?region=us-east-1",
+                "api_key_env": "SWITCHBOARD_UPSTREAM_AGENTS_AWS",
+            },
+            {"name": "oll", "dialect": "ollama", "base_url": f"{mock}/v1"},
+            {
+                "name": "vx",
+                "dialect": "vertex",
+                "base_url": f"{mock}/vertex/v1/projects/proj-1/locations/us-east5",
+                "api_key_env": "SWITCHBOARD_UPSTREAM_AGENTS_VX",
+            },
         ],
         "models": [
             {
@@ -40,6 +68,12 @@ def document(mock: str) -> dict:
             },
             {"id": "agent-claude", "provider": "claude", "upstream_model": "up-claude", "capabilities": CAPS},
             {"id": "agent-chat", "provider": "openai", "upstream_model": "up-chat", "capabilities": CAPS},
+            {"id": "agent-azure", "provider": "az", "upstream_model": "up-az", "capabilities": [*CAPS, "responses"]},
+            {"id": "agent-gemini", "provider": "gem", "upstream_model": "up-gem", "capabilities": CAPS},
+            {"id": "agent-bedrock", "provider": "bed", "upstream_model": "up-bed", "capabilities": CAPS},
+            {"id": "agent-ollama", "provider": "oll", "upstream_model": "up-oll", "capabilities": CAPS},
+            {"id": "agent-vertex-gemini", "provider": "vx", "upstream_model": "gemini-agents", "capabilities": CAPS},
+            {"id": "agent-vertex-claude", "provider": "vx", "upstream_model": "claude-agents", "capabilities": CAPS},
         ],
         "orgs": [{"name": "acme", "agents": [{"name": "bot"}]}],
     }
@@ -48,8 +82,18 @@ def document(mock: str) -> dict:
 @pytest.fixture
 async def mock() -> AsyncIterator[Any]:
     runner, port = await start_mock(0)
+    url = f"http://127.0.0.1:{port}"
+    account, public = new_service_account(f"{url}/vertex/token", "agents@proj-1.iam.gserviceaccount.com")
+    async with httpx.AsyncClient(base_url=url) as control:
+        email = orjson.loads(account)["client_email"]
+        (await control.post("/_control/vertex", json={"client_email": email, "public_key": public})).raise_for_status()
     previous = live.current()
-    live.swap(build_snapshot(document(f"http://127.0.0.1:{port}"), key_rows(), {}, version=1))
+    keys = {
+        "SWITCHBOARD_UPSTREAM_AGENTS": "agents-key",
+        "SWITCHBOARD_UPSTREAM_AGENTS_AWS": demo_credentials(),
+        "SWITCHBOARD_UPSTREAM_AGENTS_VX": account,
+    }
+    live.swap(build_snapshot(document(f"http://127.0.0.1:{port}"), key_rows(), keys, version=1))
     yield state_of(runner)
     live.swap(previous)
     await current().transport.aclose()
@@ -62,6 +106,20 @@ async def mock() -> AsyncIterator[Any]:
         ("agent-responses", "up-resp", "/v1/responses"),
         ("agent-claude", "up-claude", "/anthropic/v1/messages"),
         ("agent-chat", "up-chat", "/v1/chat/completions"),
+        ("agent-azure", "up-az", "/azure/openai/responses"),
+        ("agent-gemini", "up-gem", "/gemini/v1beta/models/up-gem:streamGenerateContent"),
+        ("agent-bedrock", "up-bed", "/bedrock/model/up-bed/converse-stream"),
+        ("agent-ollama", "up-oll", "/v1/chat/completions"),
+        (
+            "agent-vertex-gemini",
+            "gemini-agents",
+            "/vertex/v1/projects/proj-1/locations/us-east5/publishers/google/models/gemini-agents:streamGenerateContent",
+        ),
+        (
+            "agent-vertex-claude",
+            "claude-agents",
+            "/vertex/v1/projects/proj-1/locations/us-east5/publishers/anthropic/models/claude-agents:streamRawPredict",
+        ),
     ],
 )
 async def test_a_streamed_agent_run_calls_its_tool_and_finishes(mock, model, upstream, path):
@@ -88,5 +146,7 @@ async def test_a_streamed_agent_run_calls_its_tool_and_finishes(mock, model, ups
     assert "run_item_stream_event" in kinds and "raw_response_event" in kinds
     requests = [(p, orjson.loads(body)) for p, _, body, _ in mock.model(upstream).requests]
     assert [p for p, _ in requests] == [path, path]  # two turns, both streamed to the link's own API
-    assert all(body.get("stream") is True for _, body in requests)
+    assert (
+        all(body.get("stream") is True for _, body in requests) or "stream" in path.lower()
+    )  # Gemini, Bedrock: in the path
     assert "found mock" in orjson.dumps(requests[1][1]).decode()  # the tool's result went back up
