@@ -264,6 +264,18 @@ def redis_server():
     server.stop()
 
 
+async def stopped(*tasks: asyncio.Task, within: float = 10.0) -> None:
+    """Cancel the syncs and wait for them, at most `within` seconds: a sync that does not stop fails
+    its test here, by name, instead of hanging the teardown (docs/testing.md#hangs)."""
+    for task in tasks:
+        task.cancel()
+    try:
+        async with asyncio.timeout(within):
+            await asyncio.gather(*tasks, return_exceptions=True)
+    except TimeoutError:
+        raise AssertionError(f"a breaker sync did not stop within {within} s of its cancellation") from None
+
+
 async def wait_until(predicate, timeout: float = 5.0) -> None:
     async with asyncio.timeout(timeout):
         while not predicate():
@@ -294,9 +306,7 @@ async def test_two_processes_share_an_open_and_take_one_probe_lease(redis_server
         winner.registry.record_success(KEY, probes[0].probe)
         await wait_until(lambda: other.registry.state(KEY) is State.CLOSED)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stopped(*tasks)
 
 
 async def test_redis_down_means_local_breakers_one_log_line_and_the_gauge(redis_server, caplog) -> None:
@@ -318,8 +328,7 @@ async def test_redis_down_means_local_breakers_one_log_line_and_the_gauge(redis_
         assert ("redis", True) in events and events[-1] == ("redis", False)
     finally:
         live.degraded_listeners.pop()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stopped(task)
 
 
 async def test_an_org_alone_here_but_not_in_the_cluster_does_not_open_the_link(redis_server) -> None:
@@ -346,6 +355,4 @@ async def test_an_org_alone_here_but_not_in_the_cluster_does_not_open_the_link(r
         assert one.registry.state(KEY) is State.CLOSED and not one.outages  # beta uses KEY: acme's alone
         assert two.registry.admit(KEY, TH, CD, "beta").allowed
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stopped(*tasks)
