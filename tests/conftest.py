@@ -9,6 +9,8 @@ import pytest
 
 from tests import services
 
+pytest_plugins = ("tests.hangs",)
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _spool_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import RedisServer, free_port, wait_for_port
+from tests.e2e.harness import RedisServer, end_process, free_port, tied_to_this_run, wait_for_port
 
 POSTGRES_ROLE = "switchboard"
 POSTGRES_MISSING = (
@@ -115,7 +115,12 @@ class ThrowawayPostgres:
         argv += ["-c", "full_page_writes=off", "-c", "max_connections=200"]
         self.log = open(self.dir / "postgres.log", "w")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            argv, cwd=self.dir, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True, **self._user_args()
+            tied_to_this_run(argv),
+            cwd=self.dir,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            **self._user_args(),
         )
         try:
             wait_for_port(self.port, self.process, timeout=60)
@@ -139,13 +144,8 @@ class ThrowawayPostgres:
                 time.sleep(0.1)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)  # fast shutdown: ends the sessions tests left open
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            end_process(self.process, signal.SIGINT, within=30)  # fast shutdown: ends the sessions tests left open
         self.process = None
         if getattr(self, "log", None):
             self.log.close()

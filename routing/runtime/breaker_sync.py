@@ -366,6 +366,7 @@ class BreakerSync:
         self._wake = asyncio.Event()
         delay = BACKOFF_MIN_S
         while True:
+            _stop_if_cancelled()
             started = self.clock()
             try:
                 await self._session()
@@ -396,6 +397,7 @@ class BreakerSync:
         try:
             await asyncio.wait_for(pubsub.subscribe(self.channel), self.timeout_s)
             await asyncio.wait_for(client.ping(), self.timeout_s)
+            _stop_if_cancelled()  # wait_for (3.11) can lose a cancellation that comes as its call ends
             self._up()
             reader = asyncio.ensure_future(self._read(pubsub))
             writer = asyncio.ensure_future(self._write(client))
@@ -418,6 +420,7 @@ class BreakerSync:
 
     async def _read(self, pubsub: Any) -> None:
         while True:
+            _stop_if_cancelled()
             message = await pubsub.get_message(timeout=PING_S)
             if message is None or message.get("type") != "message":
                 continue
@@ -431,6 +434,7 @@ class BreakerSync:
         # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns when its awaitable ends in the
         # same loop pass as a cancellation, losing the cancellation (the session's teardown then hangs).
         while True:
+            _stop_if_cancelled()
             try:
                 async with asyncio.timeout(PING_S):
                     await self._wake.wait()
@@ -563,6 +567,18 @@ class BreakerSync:
             self.outbox.append(Transition(key, State.OPEN, at, until, cooldown, self.origin, self.seq, ov.org))
         if self.outbox:
             self._kick()
+
+
+def _stop_if_cancelled() -> None:
+    """End the calling task if it was cancelled and a client call swallowed the cancellation.
+
+    redis-py can return normally from a call whose task is being cancelled (the CancelledError is
+    lost inside it); a loop that only stops on CancelledError then runs on, and the session's
+    teardown, which waits for its reader and writer, never ends. Python still counts the request
+    (`Task.cancelling`; asyncio.timeout takes back its own), so the loops look at it each pass."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 _sync: BreakerSync | None = None

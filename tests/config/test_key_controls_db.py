@@ -73,6 +73,23 @@ def test_rotation_keeps_the_prefix_and_the_old_secret_for_its_grace_only(agent):
     assert set(keys) == {hash_key(newest)}  # no grace: both earlier secrets are gone
 
 
+def test_a_rotated_keys_old_secret_dies_with_the_key_when_the_key_expires_within_the_grace(agent):
+    """The grace never outlives the key: rotating a key that expires in a minute with an hour's grace
+    leaves its old secret valid until the key's expiry, not an hour (found by mutation testing)."""
+    from routing.core.errors import GatewayError
+    from routing.gateway.request import authenticate
+
+    expires = timezone.now() + dt.timedelta(minutes=1)
+    key, old = create_api_key(agent=agent, expires_at=expires)
+    rotate_key(key, grace_s=3600)
+    spec = snapshot().keys[hash_key(old)]
+    assert spec.rotated and spec.expires_at == pytest.approx(expires.timestamp(), abs=0.001)
+    ApiKey.objects.filter(pk=key.pk).update(expires_at=timezone.now() - dt.timedelta(seconds=1))  # it expired
+    with pytest.raises(GatewayError) as refused:
+        authenticate(snapshot(), f"Bearer {old}".encode())
+    assert refused.value.status == 401 and "expired" in str(refused.value)
+
+
 def test_a_revoked_key_leaves_the_snapshot_with_its_rotated_secret(agent):
     key, old = create_api_key(agent=agent)
     rotate_key(key, grace_s=60)

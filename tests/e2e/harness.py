@@ -17,9 +17,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,16 +50,56 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 20.0) -> None:
+def wait_for_port(
+    port: int, process: subprocess.Popen, timeout: float = 20.0, output: Callable[[], str] | None = None
+) -> None:
+    """Until something listens on `port`; a process that exits first, or never listens, fails with
+    what it wrote (`output`), so the reason is in the test's failure, not in a file gone with it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"process exited with {process.returncode} before listening on {port}")
+            raise RuntimeError(f"process exited with {process.returncode} before listening on {port}{_said(output)}")
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.05)
-    raise RuntimeError(f"nothing listened on {port} within {timeout}s")
+    raise RuntimeError(f"nothing listened on {port} within {timeout}s{_said(output)}")
+
+
+def _said(output: Callable[[], str] | None, limit: int = 6000) -> str:
+    if output is None:
+        return ""
+    try:
+        text = output()
+    except OSError as exc:
+        return f"; its output could not be read ({exc})"
+    return f"; its output (last {limit} characters):\n{text[-limit:]}" if text else "; it wrote nothing"
+
+
+def tied_to_this_run(argv: list[str]) -> list[str]:
+    """`argv` started so that it gets SIGTERM if this test process dies without stopping it (a run
+    ended by the hang backstop of tests/hangs.py, a cancelled CI job): no server outlives the run
+    holding its port. Linux sends that signal when the *thread* that started the process ends, so
+    only servers started from the main thread are tied; without util-linux's setpriv, `argv` as is."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or threading.current_thread() is not threading.main_thread():
+        return argv
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv]
+
+
+def end_process(process: subprocess.Popen, sig: int = signal.SIGTERM, within: float = 15.0) -> None:
+    """Ask `process` to stop, wait at most `within` seconds, then kill it. Killed even when the wait
+    is interrupted (a test's timeout firing in its teardown), so a stuck server never stays behind."""
+    try:
+        if process.poll() is None:
+            process.send_signal(sig)
+            process.wait(timeout=within)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=within)
 
 
 class MockUpstream:
@@ -67,10 +108,10 @@ class MockUpstream:
     def __init__(self) -> None:
         self.port = free_port()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tools.mock.upstream", "--port", str(self.port)],
+            tied_to_this_run([sys.executable, "-m", "tools.mock.upstream", "--port", str(self.port)]),
             cwd=ROOT,
         )
-        wait_for_port(self.port, self.process)
+        wait_for_port(self.port, self.process)  # what it writes goes to the test's captured output
         self.url = f"http://127.0.0.1:{self.port}"
         self.client = httpx.Client(base_url=self.url, timeout=10)
 
@@ -92,8 +133,7 @@ class MockUpstream:
 
     def stop(self) -> None:
         self.client.close()
-        self.process.terminate()
-        self.process.wait(timeout=10)
+        end_process(self.process, within=10)
 
 
 class Databases:
@@ -244,15 +284,25 @@ class Gateway:
             self.port = free_port()
             self.log = open(self.workdir / "server.log", "w")  # noqa: SIM115
             self.process = subprocess.Popen(
-                argv + ["--port", str(self.port)] if argv else command(self.server, "127.0.0.1", self.port),
+                tied_to_this_run(
+                    argv + ["--port", str(self.port)] if argv else command(self.server, "127.0.0.1", self.port)
+                ),
                 cwd=ROOT,
                 env={**os.environ, "DJANGO_SETTINGS_MODULE": "gateway_project.settings", **self.env},
                 stdout=self.log,
                 stderr=subprocess.STDOUT,
             )
-            wait_for_port(self.port, self.process)
-            health = httpx.get(f"{self.url}/health", timeout=10)
-            health.raise_for_status()
+            try:
+                wait_for_port(self.port, self.process, output=self.logs)
+                health = httpx.get(f"{self.url}/health", timeout=10)
+                health.raise_for_status()
+            except BaseException as exc:
+                self.stop()
+                if attempt < 2 and _port_taken(self.logs()):
+                    continue  # another process bound the port first: another one
+                if isinstance(exc, httpx.HTTPError):
+                    raise RuntimeError(f"{self.url}/health failed ({exc}){_said(self.logs)}") from exc
+                raise
             answered_by = health.headers.get("x-switchboard-worker")
             if self.process.poll() is None and (argv or answered_by == str(self.process.pid)):
                 return
@@ -275,15 +325,18 @@ class Gateway:
         return (self.workdir / "server.log").read_text()
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if getattr(self, "log", None):
-            self.log.close()
+        try:
+            if self.process is not None:
+                end_process(self.process, within=15)
+        finally:
+            if getattr(self, "log", None):
+                self.log.close()
+
+
+def _port_taken(output: str) -> bool:
+    """The server's own words for a port bound meanwhile by another process (daphne, uvicorn)."""
+    lowered = output.lower()
+    return "address already in use" in lowered or "errno 98" in lowered
 
 
 class RedisServer:
@@ -305,12 +358,23 @@ class RedisServer:
 
     def start(self) -> None:
         argv = [self.binary, "--port", str(self.port), "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"]
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-        wait_for_port(self.port, self.process)
+        self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(tied_to_this_run(argv), stdout=self.log, stderr=subprocess.STDOUT)
+        try:
+            wait_for_port(self.port, self.process, output=self._output)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _output(self) -> str:
+        """What redis-server wrote so far (why it exited: a port taken, a bad flag)."""
+        self.log.seek(0)
+        return self.log.read()
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)  # a test may have paused it (SIGSTOP)
-            self.process.terminate()
-            self.process.wait(timeout=10)
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGCONT)  # a test may have paused it (SIGSTOP)
+            end_process(self.process, within=10)
+            self.log.close()
         self.process = None

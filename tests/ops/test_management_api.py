@@ -157,6 +157,25 @@ def test_rotate_keeps_the_prefix_and_the_old_secret_for_the_grace(setup):
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "grace_seconds"
 
 
+@pytest.mark.parametrize("verb", ["rotate", "revoke"])
+def test_rotate_and_revoke_with_a_stale_etag_are_412_and_change_nothing(setup, verb):
+    """Two callers rotating at once with one ETag: the second gets 412, not a second new secret (with the
+    default grace of 0 the first caller's new secret would die at once); the same for revoke."""
+    api = client_for()
+    key = new_key(api).json()
+    tag = api.get(f"/api/v1/keys/{key['id']}")["ETag"]
+    first = api.post(f"/api/v1/keys/{key['id']}/rotate", {}, content_type="application/json", HTTP_IF_MATCH=tag)
+    assert first.status_code == 200 and first["ETag"] != tag
+    kept = {row["key_hash"] for row in key_rows_from_db()}
+    stale = api.post(f"/api/v1/keys/{key['id']}/{verb}", {}, content_type="application/json", HTTP_IF_MATCH=tag)
+    assert stale.status_code == 412 and stale.json()["error"]["code"] == "precondition_failed"
+    assert {row["key_hash"] for row in key_rows_from_db()} == kept == {hash_key(first.json()["secret"])}
+    fresh = api.post(
+        f"/api/v1/keys/{key['id']}/{verb}", {}, content_type="application/json", HTTP_IF_MATCH=first["ETag"]
+    )
+    assert fresh.status_code == 200
+
+
 def test_revoke_removes_both_secrets_and_is_final(setup):
     api = client_for()
     key = new_key(api).json()
@@ -365,6 +384,30 @@ def test_an_org_limited_token_reads_its_orgs_requests_only(setup):
     acme = client_for("read", org="acme", name="acme-reader")
     assert request_ids(acme) == ["req-2", "req-1", "req-0"]
     assert request_ids(acme, org="beta") == []
+
+
+def test_an_org_limited_token_reads_its_orgs_usage_only(setup):
+    """Every grouping of /api/v1/usage, and a filter naming another org, sees the token's org only (found
+    by mutation testing: the usage API was tested with an unscoped token alone)."""
+    log_rows(timezone.now())
+    acme = client_for("read", org="acme", name="acme-reader")
+
+    def rows(**params) -> list[tuple]:
+        answer = acme.get("/api/v1/usage", params)
+        assert answer.status_code == 200, answer.content
+        return [
+            (*(r[c] for c in params.get("columns", ())), r["requests"], r["cost_usd"]) for r in answer.json()["data"]
+        ]
+
+    assert rows(group_by="org", columns=("org",)) == [("acme", 3, 1.5)]
+    assert rows(group_by="agent", columns=("org", "agent")) == [("acme", "bot", 2, 1.0), ("acme", "ops", 1, 0.5)]
+    assert sorted(rows(group_by="key", columns=("key",))) == [
+        ("sb-aaaaaaa", 1, 0.5),
+        ("sb-aabbbbb", 1, 0.5),
+        ("sb-ccccccc", 1, 0.5),
+    ]
+    assert rows(group_by="model", columns=("model",)) == [("chat-a", 2, 1.0), ("x", 1, 0.5)]  # not beta's chat-a
+    assert rows(org="beta") == []
 
 
 def test_bodies_only_for_a_token_created_with_bodies_otherwise_the_fields_are_absent(setup):

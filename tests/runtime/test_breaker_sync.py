@@ -183,6 +183,77 @@ def test_a_half_open_heard_while_closed_here_keeps_the_link_open_for_the_probe_e
     assert not sync.registry.admit(KEY, TH, CD).allowed
 
 
+# ---------------------------------------------------------------- stopping, on a fake client
+
+
+class SwallowingClient:
+    """The Redis client's surface the sync uses; `publish` blocks until cancelled and then returns
+    normally, as redis-py's can when its task is cancelled mid-call (the cancellation is lost)."""
+
+    def __init__(self) -> None:
+        self.publishing = asyncio.Event()
+        self.closed = False
+
+    def pubsub(self, **_: object) -> SwallowingClient:
+        return self
+
+    async def subscribe(self, channel: str) -> None:
+        return None
+
+    async def get_message(self, timeout: float) -> None:
+        await asyncio.sleep(timeout)
+
+    async def ping(self) -> bool:
+        return True
+
+    async def publish(self, channel: str, data: bytes) -> int:
+        self.publishing.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            pass  # swallowed
+        return 1
+
+    def pipeline(self, transaction: bool = True) -> SwallowingClient:
+        return self
+
+    async def __aenter__(self) -> SwallowingClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    def __getattr__(self, name: str):  # a pipeline's queued commands (hset, hdel, expire, hgetall)
+        return lambda *args, **kwargs: None
+
+    async def execute(self) -> list:
+        return []
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_a_cancelled_sync_stops_even_when_a_client_call_swallows_the_cancellation() -> None:
+    """Before, the writer kept looping after a publish swallowed its cancellation, so the session's
+    teardown (which waits for the writer) never ended: the process's stop, or a test's, hung."""
+    sync, _, _ = make()
+    sync.timeout_s = 60.0  # no Redis timeout gets involved: the cancellation alone must stop it
+    client = SwallowingClient()
+    sync._client = lambda: client
+    for _ in range(TH):
+        sync.registry.record_failure(KEY, 0, TH, CD)  # an open breaker: published once connected
+    task = asyncio.create_task(sync.run())
+    try:
+        async with asyncio.timeout(5):
+            await client.publishing.wait()
+        task.cancel()
+        async with asyncio.timeout(5):
+            await asyncio.gather(task, return_exceptions=True)
+        assert task.cancelled() and client.closed and not sync.connected
+    finally:
+        task.cancel()
+
+
 # ---------------------------------------------------------------- real Redis, two syncs in one loop
 
 
@@ -191,6 +262,18 @@ def redis_server():
     server = RedisServer()
     yield server
     server.stop()
+
+
+async def stopped(*tasks: asyncio.Task, within: float = 10.0) -> None:
+    """Cancel the syncs and wait for them, at most `within` seconds: a sync that does not stop fails
+    its test here, by name, instead of hanging the teardown (docs/testing.md#hangs)."""
+    for task in tasks:
+        task.cancel()
+    try:
+        async with asyncio.timeout(within):
+            await asyncio.gather(*tasks, return_exceptions=True)
+    except TimeoutError:
+        raise AssertionError(f"a breaker sync did not stop within {within} s of its cancellation") from None
 
 
 async def wait_until(predicate, timeout: float = 5.0) -> None:
@@ -223,9 +306,7 @@ async def test_two_processes_share_an_open_and_take_one_probe_lease(redis_server
         winner.registry.record_success(KEY, probes[0].probe)
         await wait_until(lambda: other.registry.state(KEY) is State.CLOSED)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stopped(*tasks)
 
 
 async def test_redis_down_means_local_breakers_one_log_line_and_the_gauge(redis_server, caplog) -> None:
@@ -247,8 +328,7 @@ async def test_redis_down_means_local_breakers_one_log_line_and_the_gauge(redis_
         assert ("redis", True) in events and events[-1] == ("redis", False)
     finally:
         live.degraded_listeners.pop()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await stopped(task)
 
 
 async def test_an_org_alone_here_but_not_in_the_cluster_does_not_open_the_link(redis_server) -> None:
@@ -275,6 +355,4 @@ async def test_an_org_alone_here_but_not_in_the_cluster_does_not_open_the_link(r
         assert one.registry.state(KEY) is State.CLOSED and not one.outages  # beta uses KEY: acme's alone
         assert two.registry.admit(KEY, TH, CD, "beta").allowed
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stopped(*tasks)

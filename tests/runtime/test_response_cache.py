@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import uuid
 
 import pytest
@@ -20,7 +21,7 @@ from routing.runtime.response_cache import (
     decode_entry,
     encode_entry,
 )
-from tests.e2e.harness import RedisServer, free_port
+from tests.e2e.harness import SLACK_S, RedisServer, free_port
 
 
 @pytest.fixture
@@ -241,37 +242,51 @@ async def test_an_answer_too_big_to_store_frees_the_claim_so_nobody_waits_for_it
         await b.aclose()
 
 
-BUSY_SCRIPT = """
-local t = redis.call('TIME')
-local start = t[1] * 1000000 + t[2]
-repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > tonumber(ARGV[1])
-return 1
-"""
+@pytest.fixture
+async def paused():
+    """A redis-server of the test's own and a client on it. `pause()` stops the server (SIGSTOP): it
+    answers nothing, whatever the machine's load, until `resume()`; then it runs what it was sent
+    meanwhile, as a busy Redis does once its long command ends. Pausing the session's Redis would
+    stall every other user of it."""
+    server = RedisServer()
+    direct = aioredis.Redis.from_url(server.url)
+    yield server, direct
+    await direct.aclose()
+    server.stop()  # resumes it first
 
 
-async def test_a_lookup_that_timed_out_after_redis_took_its_claim_frees_that_claim_once_redis_is_back(
-    redis_url, direct
-):
+async def eventually(check, within: float) -> bool:
+    """Poll `check` (a coroutine function) until it holds or `within` seconds pass."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def test_a_lookup_that_timed_out_after_redis_took_its_claim_frees_that_claim_once_redis_is_back(paused):
     """A busy Redis runs the lookup after the gateway gave up on it (a loaded machine's CI did): the
     claim it took then belongs to no request. Left alone it would make every other process wait for the
     whole claim TTL (the request deadline) before calling; the owner frees it as soon as it sees Redis again."""
-    a = RedisCache(redis_url, timeout_s=0.1, probe_every_s=2.0)
-    b = RedisCache(redis_url, timeout_s=1.0)
+    server, direct = paused
+    a = RedisCache(server.url, timeout_s=0.1, probe_every_s=3.0)
+    b = RedisCache(server.url, timeout_s=1.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
+    claim = "switchboard:cache-claim:" + key
     try:
         warm = key + ":warm"
         assert await a.get_or_claim(warm, 30) == (None, True)  # connected and the script loaded
         a.release(warm)
         await a.drain()
-        await direct.ping()  # connected: its script is one write
-        hog = asyncio.create_task(direct.eval(BUSY_SCRIPT, 0, 600_000))  # Redis busy for 0.6 s
-        await asyncio.sleep(0.15)  # it has begun
+        server.process.send_signal(signal.SIGSTOP)
         assert await a.get_or_claim(key, 30) == (BYPASS, False)  # gave up after 0.1 s...
-        assert await hog == 1
-        assert await direct.exists("switchboard:cache-claim:" + key)  # ...but Redis took the claim
+        server.process.send_signal(signal.SIGCONT)
+        # ...but Redis ran it once going again and took the claim (a frees it at its probe, 3 s on)
+        assert await eventually(lambda: direct.exists(claim), within=2.5)
         waited = asyncio.get_running_loop().time()
         assert await b.wait_other(key, 20) is None  # the claim ends without an answer: b calls itself
-        assert asyncio.get_running_loop().time() - waited < 6  # within a's probe, not the claim's 30 s
+        assert asyncio.get_running_loop().time() - waited < 3.0 + 2 * SLACK_S  # a's probe, not the claim's 30 s
         assert not a.down
         assert await b.get_or_claim(key, 30) == (None, True)
         b.release(key)
@@ -281,18 +296,17 @@ async def test_a_lookup_that_timed_out_after_redis_took_its_claim_frees_that_cla
             await cache.aclose()
 
 
-async def test_a_claim_given_up_while_redis_was_away_is_freed_once_it_is_back(redis_url, direct):
-    a = RedisCache(redis_url, timeout_s=0.1, probe_every_s=0.2)
-    b = RedisCache(redis_url, timeout_s=1.0)
+async def test_a_claim_given_up_while_redis_was_away_is_freed_once_it_is_back(paused):
+    server, _ = paused
+    a = RedisCache(server.url, timeout_s=0.1, probe_every_s=0.2)
+    b = RedisCache(server.url, timeout_s=1.0)
     key = f"switchboard:cache:test:{uuid.uuid4().hex}"
     try:
         assert await a.get_or_claim(key, 30) == (None, True)  # a is making the call
-        await direct.ping()
-        hog = asyncio.create_task(direct.eval(BUSY_SCRIPT, 0, 600_000))
-        await asyncio.sleep(0.15)
+        server.process.send_signal(signal.SIGSTOP)
         assert await a.get(key + ":other") is BYPASS  # another lookup times out: a stops using Redis
         a.release(key)  # the call failed meanwhile: nothing to unclaim with, yet
-        assert await hog == 1
+        server.process.send_signal(signal.SIGCONT)
         assert await asyncio.wait_for(b.wait_other(key, 20), 6) is None  # freed when a saw Redis again
         assert not a.down
     finally:

@@ -287,6 +287,22 @@ async def test_a_process_stopped_while_rebuilding_frees_the_lock_for_another_at_
     hold.settle(0.1)
 
 
+async def test_a_rebuild_that_finds_the_counters_rebuilt_meanwhile_frees_its_lock_at_once(cluster):
+    """docs/limits.md#reseed: a process whose round saw no marker takes the rebuild lock, then finds another
+    process rebuilt the counters meanwhile; it must free the lock, or the next rebuild (Redis emptied again)
+    waits for the lock to expire, every process granting no budget lease until then (found by mutation
+    testing: a missing `await` on the delete)."""
+    _, process = cluster
+    late, other = process(), process()
+    lock, marker = late.prefix + "seeding", late.prefix + "epoch"
+    await other._redis.set(marker, "rebuilt-by-another")
+    await late._reseed()
+    assert await other._redis.get(lock) is None
+    await other._redis.delete(marker)  # Redis restarted empty once more
+    await other._reseed()
+    assert await other._redis.get(marker) not in (None, b"rebuilt-by-another")  # rebuilt at once
+
+
 async def test_a_burst_of_waiters_is_admitted_up_to_the_cluster_bucket_by_the_request_path(cluster):
     """The request path's own admission (routing.gateway.limiting) with the syncer's task running on a
     real Redis: 30 concurrent requests on rpm 60 are all admitted; of 100 more, the 30 left are, and the

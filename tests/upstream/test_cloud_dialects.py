@@ -99,6 +99,14 @@ def test_gemini_request_translates_images_schema_tools_and_sampling():
     assert out["toolConfig"] == {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["f"]}}
 
 
+@pytest.mark.parametrize(("choice", "mode"), [("auto", "AUTO"), ("none", "NONE"), ("required", "ANY")])
+def test_gemini_tool_choice_strings_map_to_their_calling_mode(choice, mode):
+    """`required` must be ANY (a function call is forced); AUTO would let Gemini answer in text."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    out = gemini_request({"messages": HI, "tools": tools, "tool_choice": choice})
+    assert out["toolConfig"] == {"functionCallingConfig": {"mode": mode}}
+
+
 @pytest.mark.parametrize(("reason", "finish"), [("MAX_TOKENS", "length"), ("RECITATION", "content_filter")])
 def test_gemini_finish_reasons(reason, finish):
     data = {"candidates": [{"content": {"parts": [{"text": "x"}]}, "finishReason": reason}]}
