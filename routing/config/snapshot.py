@@ -17,6 +17,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from policies.matcher import compile_pattern
+from routing.config.alert_spec import AlertSpec, build_alerts
 from routing.config.overload_spec import OverloadSpec, build_overload
 from routing.config.schema import MODEL, ORG, POLICY, PROVIDER, core_resilience
 from routing.config.secrets import resolve_key
@@ -165,6 +166,7 @@ class Snapshot:
     # recorded version (ConfigRevision) of the document this snapshot serves; 0 when none is recorded.
     config_version: int = 0
     overload: OverloadSpec | None = None  # docs/overload.md#configuration; None: not configured
+    alerts: tuple[AlertSpec, ...] = ()  # docs/alerts.md; empty: no alerts configured
     cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def resolve(self, name: str) -> ModelSpec | None:
@@ -515,4 +517,5 @@ def build_snapshot(
         orgs=orgs,
         keys=keys,
         overload=build_overload(document, key_rows),
+        alerts=build_alerts(document, environ),
     )
