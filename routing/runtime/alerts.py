@@ -47,17 +47,24 @@ TOTAL_TTL_S = 400 * 86400  # a claim of a `total` budget (never resets) outlives
 
 
 class Event:
-    """One thing that happened: `key` names it across processes (event, subject, threshold, period)."""
+    """One thing that happened, named the same by every process that sees it.
 
-    __slots__ = ("event", "at", "subject", "detail", "key", "ttl_s")
+    `claim` is the Redis claim's name (event, subject; threshold and period for a budget), held
+    `ttl_s`; `key` the database's unique event key: the claim plus the dedupe window the event fell
+    in, for when Redis is not there to decide."""
 
-    def __init__(self, event: str, at: float, subject: dict, detail: dict, key: str, ttl_s: float) -> None:
+    __slots__ = ("event", "at", "subject", "detail", "key", "ttl_s", "claim")
+
+    def __init__(
+        self, event: str, at: float, subject: dict, detail: dict, key: str, ttl_s: float, claim: str = ""
+    ) -> None:
         self.event = event
         self.at = at
         self.subject = subject
         self.detail = detail
         self.key = key
         self.ttl_s = ttl_s
+        self.claim = claim or key
 
 
 def payload(event: Event) -> dict[str, Any]:
@@ -157,6 +164,7 @@ class Alerts:
         self.pool: ThreadPoolExecutor | None = None  # database rows and e-mail, off the loop
         self.redis: Any = None
         self.tasks: set[asyncio.Task] = set()
+        self.client: Any = None  # httpx.AsyncClient, made on the first delivery
 
     # --- the hand-off (any thread, never blocks) ------------------------------------
 
@@ -176,7 +184,7 @@ class Alerts:
             return
         self.recent[local] = now + self.dedupe_s
         window = episode or str(math.floor(now / self.dedupe_s))
-        item = Event(event, now, subject, detail or {}, f"{event}|{name}|{window}", self.dedupe_s)
+        item = Event(event, now, subject, detail or {}, f"{local}|{window}", self.dedupe_s, claim=local)
         loop = self.loop
         if loop is not None and threading.get_ident() != self.thread and not loop.is_closed():
             loop.call_soon_threadsafe(self._put, item)
@@ -248,29 +256,41 @@ class Alerts:
                 task.add_done_callback(self.tasks.discard)
 
     async def deliver(self, rule: AlertSpec, event: Event) -> bool:
-        """Claim, record, send with retries; False when another process or replica has it."""
+        """Claim, record, send with retries; False when another process or replica has it.
+
+        A won Redis claim sends at once, the row written alongside; without one the row's insert
+        decides first (the database's unique key)."""
         key = delivery_key(event, rule)
-        if not await self.claim(key, event.ttl_s):
+        claimed = await self.claim(f"{event.claim}|{rule.name}", event.ttl_s)
+        if claimed is False:
             return False
         data = payload(event)
-        row = await self.in_thread(_insert, key, event, rule, data)
-        if row is None:
-            return False  # the database's unique key: someone else delivers it
-        error = ""
-        for attempt in range(1, self.attempts + 1):
-            error = await self.send(rule, data)
-            await self.in_thread(_update, row, attempt, error)
-            if not error:
-                return True
-            if attempt < self.attempts:
-                await self.sleep(min(self.backoff_s * 2 ** (attempt - 1), 300.0))
-        log.warning("alert %s to %s failed after %d attempts: %s", event.event, rule.name, self.attempts, error)
+        if claimed:
+            row, error = await asyncio.gather(self.in_thread(_insert, key, event, rule, data), self.send(rule, data))
+            attempt = 1
+        else:
+            row, error, attempt = await self.in_thread(_insert, key, event, rule, data), None, 0
+            if row is None:
+                return False  # the database's unique key: someone else delivers it
+        while True:
+            if error is None:
+                attempt += 1
+                error = await self.send(rule, data)
+            if row is not None:
+                await self.in_thread(_update, row, attempt, error)
+            if not error or attempt >= self.attempts:
+                break
+            await self.sleep(min(self.backoff_s * 2 ** (attempt - 1), 300.0))
+            error = None
+        if error:
+            log.warning("alert %s to %s failed after %d attempts: %s", event.event, rule.name, attempt, error)
         return True
 
-    async def claim(self, key: str, ttl_s: float) -> bool:
-        """`SET key NX EX ttl` in Redis; without Redis (or Redis down) the database decides alone."""
+    async def claim(self, key: str, ttl_s: float) -> bool | None:
+        """`SET key NX EX ttl` in Redis: True won, False lost; None without Redis (or Redis down): the
+        database decides alone."""
         if not self.redis_url:
-            return True
+            return None
         try:
             if self.redis is None:
                 import redis.asyncio as aioredis
@@ -282,7 +302,7 @@ class Alerts:
             return bool(await self.redis.set(CLAIM_PREFIX + digest, "1", nx=True, ex=max(1, math.ceil(ttl_s))))
         except Exception as exc:  # noqa: BLE001 - Redis down: the database's unique key still holds
             log.warning("alert claim in Redis failed (%s): the database decides", exc)
-            return True
+            return None
 
     async def send(self, rule: AlertSpec, data: dict[str, Any]) -> str:
         """One attempt; the error text, "" when delivered."""
@@ -290,16 +310,21 @@ class Alerts:
             if rule.kind == "email":
                 await self.in_thread(send_email, rule, data)
                 return ""
-            import httpx
-
             body, headers = request_for(rule, data)
-            async with httpx.AsyncClient(timeout=self.timeout_s) as client:
-                response = await client.post(rule.url, content=body, headers=headers)
+            response = await self.http().post(rule.url, content=body, headers=headers)
             if response.status_code >= 300:
                 return f"HTTP {response.status_code} from {rule.destination}"
             return ""
         except Exception as exc:  # noqa: BLE001 - recorded on the row and retried
             return f"{type(exc).__name__}: {exc}"[:500]
+
+    def http(self) -> Any:
+        """One async client for every delivery, with the alert timeout."""
+        if self.client is None:
+            import httpx
+
+            self.client = httpx.AsyncClient(timeout=self.timeout_s)
+        return self.client
 
     async def in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self.pool is None:
@@ -311,6 +336,8 @@ class Alerts:
             task.cancel()
         if self.redis is not None:
             await self.redis.aclose()
+        if self.client is not None:
+            await self.client.aclose()
         if self.pool is not None:
             self.pool.shutdown(wait=False)
 
@@ -359,9 +386,16 @@ def send_test(rule: AlertSpec) -> AlertDelivery:
     row = _insert(delivery_key(event, rule), event, rule, data)
     if row is None:  # pragma: no cover - a key with the wall clock's microseconds
         raise RuntimeError("a test alert with this key exists already: try again")
-    error = asyncio.run(alerts.send(rule, data)) if rule.kind != "email" else _email_now(rule, data)
+    error = asyncio.run(_send_once(alerts, rule, data)) if rule.kind != "email" else _email_now(rule, data)
     _update(row, 1, error)
     return row
+
+
+async def _send_once(alerts: Alerts, rule: AlertSpec, data: dict[str, Any]) -> str:
+    try:
+        return await alerts.send(rule, data)
+    finally:
+        await alerts.close()
 
 
 def _email_now(rule: AlertSpec, data: dict[str, Any]) -> str:
