@@ -250,3 +250,39 @@ def test_the_admin_test_alert_is_sent_and_recorded(monkeypatch):
     monkeypatch.setattr(Alerts, "send", fake_send)
     row = alerts.send_test(RULE)
     assert row.status == "sent" and row.event == "test" and len(calls) == 1
+
+
+# --- the admin -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_admin_checks_a_rule_sends_a_test_alert_and_lists_deliveries_read_only(admin_client, monkeypatch):
+    from django.urls import reverse
+
+    from routing.models import AlertRule
+
+    add = reverse("admin:routing_alertrule_add")
+    refused = admin_client.post(add, {"name": "ops", "webhook": '{"url": "http://h/x"}', "slack": '{"url": "http://h/s"}',
+                                      "events": '["breaker_open"]', "budget_percent": "[]"})  # fmt: skip
+    assert refused.status_code == 200 and "exactly one destination" in refused.content.decode()
+    assert not AlertRule.objects.exists()
+    created = admin_client.post(add, {"name": "ops", "webhook": '{"url": "http://h/x"}', "slack": "null",
+                                      "email": "null", "events": '["breaker_open"]', "budget_percent": "[80]"})  # fmt: skip
+    assert created.status_code == 302, created.content.decode()[:2000]
+    rule = AlertRule.objects.get()
+    sent = []
+
+    async def fake_send(self: Alerts, spec: AlertSpec, data: dict) -> str:
+        sent.append((spec.url, data["event"]))
+        return ""
+
+    monkeypatch.setattr(Alerts, "send", fake_send)
+    changelist = reverse("admin:routing_alertrule_changelist")
+    answer = admin_client.post(changelist, {"action": "send_test_alert", "_selected_action": [rule.pk]}, follow=True)
+    assert "Test alert sent to ops" in answer.content.decode()
+    assert sent == [("http://h/x", "test")]
+    row = AlertDelivery.objects.get()
+    listing = admin_client.get(reverse("admin:routing_alertdelivery_changelist")).content.decode()
+    assert "sent" in listing and "webhook:http://h/x" in listing
+    assert admin_client.get(reverse("admin:routing_alertdelivery_add")).status_code == 403
+    assert admin_client.post(reverse("admin:routing_alertdelivery_delete", args=[row.pk])).status_code == 403
