@@ -35,11 +35,13 @@ from django.db import IntegrityError
 
 from routing.config import live
 from routing.config.alert_spec import AlertSpec
+from routing.config.schema import ALERT_EVENTS
 from routing.core.breaker import State
 from routing.core.budget_accounts import Account, Budgets
 from routing.models import AlertDelivery
 
 log = logging.getLogger("switchboard.alerts")
+__all__ = ["ALERT_EVENTS", "Alerts", "Event", "payload", "send_test", "sign"]
 
 SIGNATURE_HEADER = "X-Switchboard-Signature"
 CLAIM_PREFIX = "switchboard:alerts:"  # + the event key's digest

@@ -286,3 +286,34 @@ def test_the_admin_checks_a_rule_sends_a_test_alert_and_lists_deliveries_read_on
     assert "sent" in listing and "webhook:http://h/x" in listing
     assert admin_client.get(reverse("admin:routing_alertdelivery_add")).status_code == 403
     assert admin_client.post(reverse("admin:routing_alertdelivery_delete", args=[row.pk])).status_code == 403
+
+
+# --- the composition root's wiring ------------------------------------------------------------
+
+
+def test_the_process_hands_every_kind_of_event_to_its_alerts_queue(process):
+    from dataclasses import replace
+
+    from routing.config import live
+
+    every = AlertSpec(name="all", kind="webhook", url="http://h", events=frozenset(alerts.ALERT_EVENTS))
+    before = live.current()
+    live.swap(replace(before, alerts=(every,)))
+    try:
+        key = BreakerKey("mock", "chat")
+        process.breakers.record_failure(key, 0, 1, 30.0, charges_link=True)  # threshold 1: open
+        process.parking.park(BreakerKey("mock", "quota"), 60.0, "quota exhausted")
+        process.gates.on_shed("queue_full", "default")
+        live.set_degraded("redis", True, "alerts-test")
+        queued = []
+        while not process.alerts.queue.empty():
+            queued.append(process.alerts.queue.get_nowait())
+        assert [(e.event, e.subject) for e in queued] == [
+            ("breaker_open", {"provider": "mock", "model": "chat"}),
+            ("parked", {"provider": "mock", "model": "quota"}),
+            ("shedding", {"reason": "queue_full"}),
+            ("degraded", {"component": "redis"}),
+        ]
+    finally:
+        live.set_degraded("redis", False, "alerts-test")
+        live.swap(before)
