@@ -125,9 +125,21 @@ def ask(gw: Any, model: str = "bud-chat", key: str = "") -> int:
 def test_three_processes_crossing_budget_thresholds_send_exactly_one_alert_per_threshold(cluster, receiver):
     gateways, _, _ = cluster
     with ThreadPoolExecutor(max_workers=24) as pool:
-        statuses = list(pool.map(lambda i: ask(gateways[i % 3]), range(60)))
-    assert statuses.count(200) >= 9, statuses  # $0.108: past 100 %
+        statuses = list(pool.map(lambda i: ask(gateways[i % 3]), range(150)))
     assert set(statuses) <= {200, 402}, statuses
+    # Leases held for requests in flight (and by each process after serving) may refuse requests before
+    # the budget is spent; idle for 2 s they are given back. Spend until, even then, nothing is admitted:
+    # what is left cannot hold a worst case ($0.003), so more than 100 % is spent.
+    while True:
+        time.sleep(2.5)
+        status = ask(gateways[len(statuses) % 3])
+        statuses.append(status)
+        if status == 402:
+            break
+        while statuses[-1] == 200:
+            statuses.append(ask(gateways[len(statuses) % 3]))
+        assert len(statuses) < 300, statuses
+    assert statuses.count(200) >= 9, statuses  # at least $0.108 spent: past 100 %
     got = receiver.wait("budget", 2, within_s=5 + SLACK_S)
     time.sleep(2.0)  # every process's budget check (0.5 s) and lease round has run several times since
     got = receiver.events("budget")
