@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 from django.conf import settings as django_settings
-from django.db import IntegrityError
+from django.db import DatabaseError, IntegrityError
 
 from routing.config import live
 from routing.config.alert_spec import AlertSpec
@@ -268,18 +268,18 @@ class Alerts:
             return False
         data = payload(event)
         if claimed:
-            row, error = await asyncio.gather(self.in_thread(_insert, key, event, rule, data), self.send(rule, data))
+            row, error = await asyncio.gather(self.record(_insert, key, event, rule, data), self.send(rule, data))
             attempt = 1
         else:
-            row, error, attempt = await self.in_thread(_insert, key, event, rule, data), None, 0
+            row, error, attempt = await self.record(_insert, key, event, rule, data), None, 0
             if row is None:
-                return False  # the database's unique key: someone else delivers it
+                return False  # the database's unique key: someone else delivers it (or no database to decide)
         while True:
             if error is None:
                 attempt += 1
                 error = await self.send(rule, data)
             if row is not None:
-                await self.in_thread(_update, row, attempt, error)
+                await self.record(_update, row, attempt, error)
             if not error or attempt >= self.attempts:
                 break
             await self.sleep(min(self.backoff_s * 2 ** (attempt - 1), 300.0))
@@ -319,6 +319,14 @@ class Alerts:
             return ""
         except Exception as exc:  # noqa: BLE001 - recorded on the row and retried
             return f"{type(exc).__name__}: {exc}"[:500]
+
+    async def record(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A delivery row's write; the database unreachable is logged, and the delivery goes on (None)."""
+        try:
+            return await self.in_thread(fn, *args)
+        except DatabaseError as exc:
+            log.warning("could not record an alert delivery (%s): the database is unreachable", exc)
+            return None
 
     def http(self) -> Any:
         """One async client for every delivery, with the alert timeout."""
