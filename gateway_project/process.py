@@ -38,6 +38,7 @@ from routing.ops.dashboard import state
 from routing.plan.chain import breaker_keys
 from routing.runtime import (
     affinity_sync,
+    alerts,
     background,
     breaker_sync,
     counters,
@@ -78,11 +79,13 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
     transport = Transport(blocking=blocking_pools(settings))
     process = Process(executor, transport, IdempotencyStore(), UsageSink(), background=background)
     install(process)
+    _wire_alerts(process)
     overload.install(process.gates, process.hedges)  # adaptive limits and queues, when configured (docs/overload.md)
     _listen(live.swap_listeners, overload.apply)  # each reload applies its overload settings
     overload.apply(live.current())
     feed.install(process.breakers)  # breaker transitions into the dashboard feed and the circuit metric
-    process.parking.observe = metrics.parking_changed  # quota parks and refused credentials as gauges
+    if process.parking.observe is None:
+        process.parking.observe = metrics.parking_changed  # quota parks and refused credentials as gauges
     process.picker.pins.on_repin = metrics.affinity_repin  # conversations moved off their deployment
     metrics.watch_backlog(process.usage.backlog)
     _listen(metrics.request_listeners, counters.note_request)
@@ -99,6 +102,27 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
         live.set_degraded("redis", False, "cache")  # the series exists from the start
     tracing.configure()  # only with an OTLP endpoint configured (docs/tracing.md)
     return process
+
+
+def _wire_alerts(process: Process) -> None:
+    """The alerts hand-off (docs/alerts.md): breaker transitions, quota parks, shedding and degraded
+    components reach `process.alerts`, which drops them at once when no rule wants them."""
+    hub = process.alerts = alerts.Alerts()
+    process.breakers.add_listener(hub.breaker_changed)
+
+    def parked(key: Any, name: str, value: int) -> None:
+        metrics.parking_changed(key, name, value)
+        hub.parking_changed(key, name, value)
+
+    def shed(reason: str, priority: str) -> None:
+        overload.count_shed(reason, priority)
+        hub.shed(reason, priority)
+
+    process.parking.observe = parked
+    process.gates.on_shed = shed
+    # One hub listens: a second process built in one interpreter (tests) replaces the first one's.
+    kept = [f for f in live.degraded_listeners if not isinstance(getattr(f, "__self__", None), alerts.Alerts)]
+    live.degraded_listeners[:] = [*kept, hub.degraded]
 
 
 def blocking_pools(settings: Any = django_settings) -> BlockingPools:
@@ -194,6 +218,7 @@ def start(process: Process) -> Process:
             ("health-results", health.results_listener),
             ("process-heartbeat", lambda: processes.run_heartbeat(process.tally, process.breakers)),
             ("budget-spend", lambda: shared_limits.run_spend_loader(process.budgets, flush=sink.flush_now)),
+            ("alerts", lambda: process.alerts.run(process.budgets)),
         ):
             process.tasks.append(_spawn(name, func))
         if process.cache is not None and process.cache.name == "redis":
@@ -277,6 +302,8 @@ async def shutdown(process: Process) -> None:
     for task in process.tasks:
         task.cancel()
     await processes.farewell()
+    if process.alerts is not None:
+        await process.alerts.close()
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, process.usage.shutdown)
     await loop.run_in_executor(None, tracing.shutdown)  # flush the last spans

@@ -89,6 +89,13 @@ SWITCHBOARD_METRICS_PUBLIC = env.bool("SWITCHBOARD_METRICS_PUBLIC", default=True
 SWITCHBOARD_METRICS_ORG_NAMES = env.bool("SWITCHBOARD_METRICS_ORG_NAMES", default=False)
 # How often each process checks the configuration version (safety net for missed broadcasts).
 SWITCHBOARD_CONFIG_POLL_S = env.float("SWITCHBOARD_CONFIG_POLL_S", default=0.5)
+# Alerts (docs/alerts.md#settings): dedupe window, delivery attempts and backoff, timeout, budget checks, queue.
+SWITCHBOARD_ALERT_DEDUPE_S = env.float("SWITCHBOARD_ALERT_DEDUPE_S", default=60.0)
+SWITCHBOARD_ALERT_ATTEMPTS = env.int("SWITCHBOARD_ALERT_ATTEMPTS", default=5)
+SWITCHBOARD_ALERT_BACKOFF_S = env.float("SWITCHBOARD_ALERT_BACKOFF_S", default=1.0)
+SWITCHBOARD_ALERT_TIMEOUT_S = env.float("SWITCHBOARD_ALERT_TIMEOUT_S", default=5.0)
+SWITCHBOARD_ALERT_BUDGET_CHECK_S = env.float("SWITCHBOARD_ALERT_BUDGET_CHECK_S", default=0.5)
+SWITCHBOARD_ALERT_QUEUE = env.int("SWITCHBOARD_ALERT_QUEUE", default=1000)
 # Background health probes of providers; off unless enabled here or per provider.
 SWITCHBOARD_HEALTH_PROBES = env.bool("SWITCHBOARD_HEALTH_PROBES", default=False)
 SWITCHBOARD_HEALTH_INTERVAL_S = env.float("SWITCHBOARD_HEALTH_INTERVAL_S", default=30.0)

@@ -19,14 +19,24 @@ from django.forms.models import BaseInlineFormSet, construct_instance
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
-from routing.config.schema import RESILIENCE
+from routing.config.alert_spec import alert_from_item
+from routing.config.schema import ALERT, RESILIENCE
 from routing.config.store import errors_for_edit, in_scope
 from routing.config.validation import ConfigError, add_form_validators
-from routing.models import AuditRecord, BreakerAction, BreakerOverride, ConfigRevision, ResilienceSettings, UsageRecord
+from routing.models import (
+    AlertDelivery,
+    AlertRule,
+    AuditRecord,
+    BreakerAction,
+    BreakerOverride,
+    ConfigRevision,
+    ResilienceSettings,
+    UsageRecord,
+)
 from routing.ops.admin_audit import AuditRecordAdmin
 from routing.ops.admin_base import GLOBAL, OrgScopedAdmin, ReadOnlyAdmin
 from routing.ops.admin_history import ConfigRevisionAdmin
-from routing.runtime import bodies
+from routing.runtime import alerts, bodies
 
 FORM_FIELD = {"id": "public_id", "health_probe": "health_probe_enabled"}
 _LEAD = re.compile(r"^(?:\[([^\]]*)\])?(?:\.(\w+))?")
@@ -292,3 +302,60 @@ class BreakerOverrideAdmin(ReadOnlyAdmin):
 
 admin.site.register(ConfigRevision, ConfigRevisionAdmin)  # docs/config-history.md#admin
 admin.site.register(AuditRecord, AuditRecordAdmin)  # docs/audit.md#admin
+
+
+# Alerts (docs/alerts.md) ---------------------------------------------------------------
+
+
+def alert_item(obj: AlertRule) -> dict[str, Any]:
+    """An alert rule row as its document entry."""
+    return ALERT.serialise({f.attr: getattr(obj, f.attr) for f in ALERT.columns})
+
+
+class AlertRuleForm(DocumentCheckedForm):
+    """Checked by the document rules (one destination, known events, secret_env as api_key_env)."""
+
+    class Meta:
+        model = AlertRule
+        fields = "__all__"
+
+    def document_edit(self, obj: AlertRule) -> tuple[Callable[[dict[str, Any]], None], str]:
+        old = self.instance.name if self.instance.pk else None
+        item = alert_item(obj)
+
+        def edit(doc: dict[str, Any]) -> None:
+            doc["alerts"] = [a for a in doc.get("alerts") or [] if a.get("name") not in (old, obj.name)] + [item]
+
+        return edit, f"alerts[{obj.name}]"
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    form = AlertRuleForm
+    list_display = ["name", "events", "budget_percent"]
+    actions = ["send_test_alert"]
+
+    @admin.action(description="Send a test alert to the selected rules' destinations", permissions=["view"])
+    def send_test_alert(self, request: HttpRequest, queryset: Any) -> None:
+        import os
+
+        for obj in queryset:
+            row = alerts.send_test(alert_from_item(alert_item(obj), os.environ))
+            if row.status == AlertDelivery.SENT:
+                self.message_user(request, f"Test alert sent to {obj.name} ({row.destination}).")
+            else:
+                self.message_user(
+                    request,
+                    f"Test alert to {obj.name} failed: {row.last_error}. Check the destination and try again.",
+                    level="error",
+                )
+
+
+@admin.register(AlertDelivery)
+class AlertDeliveryAdmin(ReadOnlyAdmin):
+    """Every delivery, its attempts and last error (the payload has no secret: the signature is not kept)."""
+
+    list_display = ["created_at", "event", "rule", "destination", "status", "attempts", "last_error"]
+    list_filter = ["status", "event", "rule"]
+    search_fields = ["event_key", "rule", "destination", "last_error"]
+    date_hierarchy = "created_at"

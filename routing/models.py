@@ -12,6 +12,8 @@ from routing.core.resilience import FALLBACK_TRIGGERS
 
 __all__ = [
     "FALLBACK_TRIGGERS",
+    "AlertDelivery",
+    "AlertRule",
     "BreakerAction",
     "BreakerOverride",
     "ConfigRevision",
@@ -342,3 +344,53 @@ class AuditRecord(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise PermissionError("audit records are append-only: they cannot be deleted")
+
+
+class AlertRule(models.Model):
+    """One `alerts:` entry of the configuration (docs/alerts.md); columns follow routing.config.schema.ALERT.
+
+    Exactly one of webhook, slack and email is set. A webhook's `secret_env` names the environment
+    variable holding its signing secret: the secret itself is never stored."""
+
+    name = models.CharField(max_length=64, unique=True)
+    webhook = models.JSONField(null=True, blank=True, help_text='{"url": ..., "secret_env": ...}')
+    slack = models.JSONField(null=True, blank=True, help_text='{"url": ...} (an incoming webhook)')
+    email = models.JSONField(null=True, blank=True, help_text='{"to": ["ops@example.com"]}')
+    events = models.JSONField(default=list, blank=True)
+    budget_percent = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "alert rule"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AlertDelivery(models.Model):
+    """One alert to one destination and what became of it (docs/alerts.md#deliveries).
+
+    `event_key` (event, subject, threshold, period and the rule) is unique: across every process
+    and replica, the insert that wins is the one that delivers. `payload` is what was sent,
+    without the signature or any secret."""
+
+    PENDING, SENT, FAILED = "pending", "sent", "failed"
+
+    event_key = models.CharField(max_length=255, unique=True)
+    event = models.CharField(max_length=32, db_index=True)
+    rule = models.CharField(max_length=64, db_index=True)
+    destination = models.CharField(max_length=300)
+    status = models.CharField(max_length=16, db_index=True, default=PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.CharField(max_length=500, blank=True)
+    payload = models.JSONField(default=dict)
+    created_at = models.DateTimeField(db_index=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "alert delivery"
+        verbose_name_plural = "alert deliveries"
+
+    def __str__(self) -> str:
+        return f"{self.event} → {self.rule} ({self.status})"

@@ -38,6 +38,7 @@ EXCLUDED = frozenset(
         "routing.configrevision",  # audited as the bulk change it records (`revision_saved`)
         "routing.breakeroverride",  # audited as its BreakerAction, which says who
         "routing.breakeraction",  # `breaker_action_saved`: one record, by the operator it names
+        "routing.alertdelivery",  # written by the gateway itself, as usage records are (docs/alerts.md)
         "providers.providerprobe",
     }
 )

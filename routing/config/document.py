@@ -30,6 +30,7 @@ from policies.models import ApiKey
 from routing.config.db_errors import ConfigReadError
 from routing.config.schema import (
     AGENT,
+    ALERT,
     CREDENTIAL,
     DECIMAL,
     DEPLOYMENT,
@@ -70,6 +71,7 @@ def _readers() -> dict[str, Any]:
         "policy": POLICY.reader(decode=decode),
         "credential": CREDENTIAL.reader("provider", "api_key", decode=decode),
         "org": ORG.reader("agents", "policies", "credentials", decode=decode),
+        "alert": ALERT.reader(decode=decode),
     }
 
 
@@ -164,13 +166,20 @@ def _read_document() -> dict[str, Any]:
         )
     }
     orgs = _read_orgs(read, provider_names)
-    return {
+    document = {
         "resilience": resilience,
         "providers": providers,
         "models": models,
         "aliases": aliases,
         "orgs": orgs,
     }
+    alerts = [
+        read["alert"](tuple(row))
+        for row in _reading.at(_model("routing.AlertRule").objects.order_by("name")).values_list(*_select(ALERT))
+    ]
+    if alerts:  # docs/alerts.md: a document without alerts has no `alerts:` key
+        document["alerts"] = alerts
+    return document
 
 
 def _read_resilience() -> dict[str, Any]:

@@ -20,7 +20,7 @@ from django.db.models.signals import post_delete, post_save
 from policies.models import Agent, ApiKey, Org, OrgCredential, OrgPolicy
 from providers.models import Alias, FallbackLink, Model, Provider
 from routing.config import recorder
-from routing.models import ConfigVersion, ResilienceSettings
+from routing.models import AlertRule, ConfigVersion, ResilienceSettings
 
 log = logging.getLogger("switchboard.config")
 
@@ -28,7 +28,19 @@ CONFIG_GROUP = "switchboard.config"
 
 
 def _config_models() -> tuple[type, ...]:
-    return (Provider, Model, FallbackLink, Alias, Org, Agent, ApiKey, OrgPolicy, OrgCredential, ResilienceSettings)
+    return (
+        Provider,
+        Model,
+        FallbackLink,
+        Alias,
+        Org,
+        Agent,
+        ApiKey,
+        OrgPolicy,
+        OrgCredential,
+        ResilienceSettings,
+        AlertRule,
+    )
 
 
 def bump_version() -> None:

@@ -36,6 +36,9 @@ CONCURRENCY_KEYS = ("initial", "min", "max", "queue")  # a model's adaptive limi
 HEDGE_KEYS = ("budget_pct", "tools")  # a model's hedged first tokens (docs/overload.md#hedging)
 AFFINITY_KEYS = ("ttl_s",)  # a model's prompt-cache affinity (docs/deployments.md#affinity)
 AFFINITY_MAX_S = 86_400  # a pin outlives no provider's prompt cache by more than a day
+# Alerts (docs/alerts.md): what an alert may be sent about, where to, and each destination's keys.
+ALERT_EVENTS = ("breaker_open", "breaker_closed", "parked", "shedding", "degraded", "budget")
+ALERT_DESTINATIONS = {"webhook": ("url", "secret_env"), "slack": ("url",), "email": ("to",)}
 
 # When export writes a field: always, when not None, or when truthy (not None/""/False/[]).
 ALWAYS, SET, TRUTHY = "always", "set", "truthy"
@@ -329,7 +332,15 @@ RESILIENCE = Entity(*(_resilience_field(f) for f in dataclasses.fields(Resilienc
 # Setting -> default, in document order (a fresh copy: callers may keep it).
 RESILIENCE_DEFAULTS: dict[str, Any] = {f.name: f.default for f in RESILIENCE}
 
-TOP_KEYS = ("resilience", "providers", "models", "aliases", "orgs")
+# One alert rule (docs/alerts.md): exactly one destination, the events it wants, budget thresholds in percent.
+ALERT = Entity(
+    Field("name", "str", required=True, store=TEXT, export=ALWAYS, check="slug"),
+    *(Field(kind, "mapping", export=SET) for kind in ALERT_DESTINATIONS),
+    Field("events", "list", default=(), store=LIST, export=TRUTHY, choices=ALERT_EVENTS),
+    Field("budget_percent", "list", default=(), store=LIST, export=TRUTHY),
+)
+
+TOP_KEYS = ("resilience", "providers", "models", "aliases", "orgs", "alerts")
 
 ENTITIES: dict[str, Entity] = {
     "resilience": RESILIENCE,
@@ -341,6 +352,7 @@ ENTITIES: dict[str, Entity] = {
     "policy": POLICY,
     "credential": CREDENTIAL,
     "deployment": DEPLOYMENT,
+    "alert": ALERT,
 }
 
 

@@ -17,6 +17,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from policies.matcher import compile_pattern
+from routing.config.alert_spec import AlertSpec, build_alerts
 from routing.config.overload_spec import OverloadSpec, build_overload
 from routing.config.schema import MODEL, ORG, POLICY, PROVIDER, core_resilience
 from routing.config.secrets import resolve_key
@@ -171,6 +172,7 @@ class Snapshot:
     overload: OverloadSpec | None = None  # docs/overload.md#configuration; None: not configured
     # Some model has affinity (docs/deployments.md#affinity): only then does a request derive its key.
     affine: bool = False
+    alerts: tuple[AlertSpec, ...] = ()  # docs/alerts.md; empty: no alerts configured
     cache: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def resolve(self, name: str) -> ModelSpec | None:
@@ -523,4 +525,5 @@ def build_snapshot(
         keys=keys,
         overload=build_overload(document, key_rows),
         affine=any(m.affinity_s for m in models.values()),
+        alerts=build_alerts(document, environ),
     )

@@ -28,6 +28,7 @@ from routing.config.document import document_from_db
 from routing.config.reload import mark_changed
 from routing.config.schema import (
     AGENT,
+    ALERT,
     CREDENTIAL,
     DEPLOYMENT,
     MODEL,
@@ -38,7 +39,7 @@ from routing.config.schema import (
     resilience_values,
 )
 from routing.config.validation import ConfigError, validate_document
-from routing.models import ResilienceSettings
+from routing.models import AlertRule, ResilienceSettings
 
 
 class ConfigInvalid(Exception):
@@ -172,11 +173,11 @@ def merge_documents(base: dict[str, Any], update: Any) -> Any:
         return update
     merged: dict[str, Any] = {
         **base,
-        **{k: v for k, v in update.items() if k not in ("providers", "models", "orgs", "aliases")},
+        **{k: v for k, v in update.items() if k not in ("providers", "models", "orgs", "aliases", "alerts")},
     }
     if "resilience" not in update:
         merged["resilience"] = base.get("resilience")
-    for key, name in (("providers", "name"), ("models", "id"), ("orgs", "name")):
+    for key, name in (("providers", "name"), ("models", "id"), ("orgs", "name"), ("alerts", "name")):
         new = update.get(key)
         if not isinstance(new, list):
             merged[key] = base.get(key, []) if new is None else new
@@ -463,6 +464,14 @@ class _Applier:
             {org_ids[item["name"]]: item.get("policies") or [] for item in items if "policies" in item or self.pruning}
         )
 
+    def alerts(self, items: list[dict[str, Any]]) -> None:
+        """Alert rules by name (docs/alerts.md); without --prune a rule missing from the file is kept."""
+        existing = {row["name"]: row for row in AlertRule.objects.values("id", *_attrs(ALERT))}
+        wanted = {item["name"]: ALERT.row_values(item) for item in items}
+        self.write(AlertRule, *self.sync(AlertRule, existing, wanted))
+        if self.pruning:
+            self.remove(AlertRule, [row["id"] for name, row in existing.items() if name not in wanted], leaf=True)
+
     def policies(self, by_org: dict[int, list[dict[str, Any]]]) -> None:
         """Policies have no natural key: keep identical rows, reuse the others, delete the rest."""
         rows: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -556,6 +565,7 @@ def import_document(
         applier.aliases(doc.get("aliases") or {}, models)
         note("organisations, agents, policies, credentials")
         applier.orgs(doc.get("orgs") or [], providers)
+        applier.alerts(doc.get("alerts") or [])
         if prune:
             applier.prune(doc)
         if applier.bulk_written:

@@ -66,14 +66,16 @@ def apply(snapshot: Any) -> None:
     gates, hedges = _gates, _hedges
     if gates is None or hedges is None:  # no process installed (a test's bare snapshot swap)
         return
-    gates.on_shed = _count_shed
+    if gates.on_shed is None:  # the composition root may have set one that counts and alerts
+        gates.on_shed = count_shed
     gates.configure(_spec.limits)
     hedges.on_outcome = _count_hedge
     hedges.configure(_spec.hedge)
     ON = gates.on or hedges.on
 
 
-def _count_shed(reason: str, priority: str) -> None:
+def count_shed(reason: str, priority: str) -> None:
+    """The shed metric, per request shed with 503 overloaded."""
     SHED.labels(reason, priority).inc()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from routing.core.admission_queue import Gates
 from routing.core.breaker import BreakerRegistry
@@ -52,6 +53,7 @@ class Process:
     cache: Store | None = None  # the response cache's store (docs/cache.md): Redis or this process's LRU
     coalescer: Coalescer = field(default_factory=Coalescer)  # identical cacheable requests in flight
     tally: Tally = field(default_factory=Tally)  # in flight and served, for the process list
+    alerts: Any = None  # a routing.runtime.alerts.Alerts: events handed to the alerts task (docs/alerts.md)
     background: bool = True  # start the background tasks (in-process tests drive the request path alone)
     tasks: list[asyncio.Task] = field(default_factory=list)
     started: bool = False
