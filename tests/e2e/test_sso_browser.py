@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium
 from tests.e2e.harness import free_port, wait_for_port
-from tests.e2e.test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS
 
 CONFIG = """
 providers:
@@ -46,9 +46,7 @@ from django.contrib.auth import get_user_model
 u = get_user_model().objects.get(username="alice")
 print("USER", json.dumps({"orgs": sorted(o.name for o in u.operator_scope.orgs.all()) if hasattr(u, "operator_scope") else None, "staff": u.is_staff, "superuser": u.is_superuser, "groups": sorted(g.name for g in u.groups.all()), "usable_password": u.has_usable_password(), "email": u.email}))
 """
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or not CHROMIUM.exists(), reason=f"Debian's chromium is not installed ({CHROMIUM})"
-)
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
