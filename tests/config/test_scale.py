@@ -28,7 +28,7 @@ from routing.config.document import document_from_db
 from routing.config.store import dump_yaml, export_document, import_document
 
 MODELS, LINKS, ORGS, POLICIES = 10_000, 5_000, 1_000, 10_000
-READER_QUERIES = 10  # one per table (deployments included), whatever the size
+READER_QUERIES = 11  # one per table (deployments and alert rules included), whatever the size
 WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 
 
