@@ -108,9 +108,9 @@ def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
     return done
 
 
-def test_claude_code_default_session_runs_a_bash_task_on_an_anthropic_passthrough_link(
-    agent_bin, gw, mock_upstream, workdir
-):
+def run_claude(agent_bin: Path, gw, mock_upstream, workdir: Path, model: str) -> None:
+    """Claude Code, non-interactive with its default tools (Bash allowed), on `model`: it wrote the proof
+    file with the mock's command and printed the mock's answer quoting the command's output."""
     reset_calls(mock_upstream.url)
     home = workdir / "home"
     home.mkdir()
@@ -118,8 +118,8 @@ def test_claude_code_default_session_runs_a_bash_task_on_an_anthropic_passthroug
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": gw.url,
         "ANTHROPIC_AUTH_TOKEN": gw.api_key,
-        "ANTHROPIC_MODEL": "claude-gw",
-        "ANTHROPIC_SMALL_FAST_MODEL": "claude-gw",
+        "ANTHROPIC_MODEL": model,
+        "ANTHROPIC_SMALL_FAST_MODEL": model,
         "DISABLE_TELEMETRY": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
@@ -128,6 +128,31 @@ def test_claude_code_default_session_runs_a_bash_task_on_an_anthropic_passthroug
     assert done.returncode == 0, output
     assert (workdir / "proof.txt").read_text().strip() == PROOF, output  # the client ran the mock's command
     assert f"The command printed: {PROOF}" in done.stdout
+
+
+def run_codex(agent_bin: Path, gw, mock_upstream, workdir: Path, model: str) -> str:
+    """Codex CLI `exec` on `model` over streamed Responses: it wrote the proof file; its standard output."""
+    reset_calls(mock_upstream.url)
+    project = workdir / "project"
+    project.mkdir()
+    env = {
+        "HOME": str(workdir),
+        "CODEX_HOME": str(codex_home(workdir, gw.url, model)),
+        "SWITCHBOARD_API_KEY": gw.api_key,
+    }
+    argv = [str(agent_bin / "codex"), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
+    done = run([*argv, "Write the proof file."], project, env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert (project / "proof.txt").read_text().strip() == PROOF, output
+    assert PROOF in done.stdout
+    return done.stdout
+
+
+def test_claude_code_default_session_runs_a_bash_task_on_an_anthropic_passthrough_link(
+    agent_bin, gw, mock_upstream, workdir
+):
+    run_claude(agent_bin, gw, mock_upstream, workdir, "claude-gw")
 
     turns = [c for c in agent_calls(mock_upstream.url) if c["path"] == "/agent/anthropic/v1/messages"]
     first, second = turns[-2], turns[-1]
@@ -163,20 +188,7 @@ def codex_home(workdir: Path, gateway_url: str, model: str) -> Path:
 
 
 def test_codex_runs_a_shell_task_over_streamed_responses_on_an_openai_link(agent_bin, gw, mock_upstream, workdir):
-    reset_calls(mock_upstream.url)
-    project = workdir / "project"
-    project.mkdir()
-    env = {
-        "HOME": str(workdir),
-        "CODEX_HOME": str(codex_home(workdir, gw.url, "codex-gw")),
-        "SWITCHBOARD_API_KEY": gw.api_key,
-    }
-    argv = [str(agent_bin / "codex"), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
-    done = run([*argv, "Write the proof file."], project, env)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    assert (project / "proof.txt").read_text().strip() == PROOF, output
-    assert "The command printed:" in done.stdout and PROOF in done.stdout
+    assert "The command printed:" in run_codex(agent_bin, gw, mock_upstream, workdir, "codex-gw")
 
     turns = [c for c in agent_calls(mock_upstream.url) if c["path"] == "/agent/v1/responses"]
     first, second = turns[-2], turns[-1]
@@ -192,23 +204,7 @@ def test_codex_runs_a_shell_task_over_streamed_responses_on_an_openai_link(agent
 
 
 def test_claude_code_runs_a_bash_task_on_an_openai_chat_link(agent_bin, gw, mock_upstream, workdir):
-    reset_calls(mock_upstream.url)
-    home = workdir / "home"
-    home.mkdir()
-    env = {
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": gw.url,
-        "ANTHROPIC_AUTH_TOKEN": gw.api_key,
-        "ANTHROPIC_MODEL": "chat-gw",
-        "ANTHROPIC_SMALL_FAST_MODEL": "chat-gw",
-        "DISABLE_TELEMETRY": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-    }
-    done = run([str(agent_bin / "claude"), "-p", "Write the proof file.", "--allowedTools", "Bash"], workdir, env)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    assert (workdir / "proof.txt").read_text().strip() == PROOF, output
-    assert f"The command printed: {PROOF}" in done.stdout
+    run_claude(agent_bin, gw, mock_upstream, workdir, "chat-gw")
     turns = [c for c in agent_calls(mock_upstream.url) if c["path"] == "/agent/v1/chat/completions"]
     first, second = turns[-2], turns[-1]
     assert first["body"]["model"] == "chat-agent-up" and first["body"]["stream"] is True
@@ -221,19 +217,6 @@ def test_claude_code_runs_a_bash_task_on_an_openai_chat_link(agent_bin, gw, mock
     ("model", "path"), [("claude-gw", "/agent/anthropic/v1/messages"), ("chat-gw", "/agent/v1/chat/completions")]
 )
 def test_codex_runs_a_shell_task_on_a_translated_link(agent_bin, gw, mock_upstream, workdir, model, path):
-    reset_calls(mock_upstream.url)
-    project = workdir / "project"
-    project.mkdir()
-    env = {
-        "HOME": str(workdir),
-        "CODEX_HOME": str(codex_home(workdir, gw.url, model)),
-        "SWITCHBOARD_API_KEY": gw.api_key,
-    }
-    argv = [str(agent_bin / "codex"), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
-    done = run([*argv, "Write the proof file."], project, env)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    assert (project / "proof.txt").read_text().strip() == PROOF, output
-    assert PROOF in done.stdout
+    run_codex(agent_bin, gw, mock_upstream, workdir, model)
     turns = [c for c in agent_calls(mock_upstream.url) if c["path"] == path]
     assert len(turns) >= 2 and all(t["body"]["stream"] is True for t in turns[-2:])
