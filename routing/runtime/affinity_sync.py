@@ -31,6 +31,7 @@ import orjson
 from routing.config import live
 from routing.core.affinity import Pins
 from routing.core.breaker import BreakerKey
+from routing.runtime import redis_session
 
 log = logging.getLogger("switchboard.affinity")
 
@@ -38,8 +39,6 @@ PREFIX = "switchboard:affinity:"  # + cluster + ":" + JSON [model, conversation]
 CHANNEL_PREFIX = "switchboard:affinity-pins:"  # + the Redis db index (pub/sub ignores the db) + ":" + cluster
 FLUSH_S = 0.05  # queued pins are shared this often
 SCAN_COUNT = 500
-BACKOFF_MIN_S = 0.5
-BACKOFF_MAX_S = 5.0
 
 
 def pin_name(cluster: str, model: str, key: str) -> str:
@@ -89,31 +88,10 @@ class AffinitySync:
 
     async def run(self) -> None:
         """Load, write and merge until cancelled; reconnect with backoff on any Redis error."""
-        delay = BACKOFF_MIN_S
-        while True:
-            started = self.clock()
-            try:
-                await self._session()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - any Redis trouble: pins per process, retry later
-                self._down(exc)
-            if self.clock() - started > BACKOFF_MAX_S * 2:
-                delay = BACKOFF_MIN_S
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, BACKOFF_MAX_S)
+        await redis_session.reconnecting(self._session, self._down, self.clock)  # pins per process while down
 
     def _client(self) -> Any:
-        import redis.asyncio as aioredis  # reason: only processes with REDIS_URL load redis-py
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
-
-        return aioredis.Redis.from_url(
-            self.redis_url,
-            socket_timeout=self.timeout_s,
-            socket_connect_timeout=self.timeout_s,
-            retry=Retry(NoBackoff(), 0),
-        )
+        return redis_session.client(self.redis_url, self.timeout_s)
 
     async def _session(self) -> None:
         client = self._client()
@@ -180,6 +158,7 @@ class AffinitySync:
 
     async def _read(self, pubsub: Any) -> None:
         while True:
+            redis_session.stop_if_cancelled()  # a redis-py call can swallow the task's cancellation
             message = await pubsub.get_message(timeout=1.0)
             if message is None or message.get("type") != "message":
                 continue
@@ -188,6 +167,7 @@ class AffinitySync:
 
     async def _write(self, client: Any) -> None:
         while True:
+            redis_session.stop_if_cancelled()
             await asyncio.sleep(FLUSH_S)
             out = self.pins.take_outbox()
             if not out:

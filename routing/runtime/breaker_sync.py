@@ -56,7 +56,7 @@ from routing.config import live
 from routing.config.reload import shared_timeout_s
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.plan.explain import BreakerStates, local_states
-from routing.runtime import cluster_scope, feed
+from routing.runtime import cluster_scope, feed, redis_session
 
 if TYPE_CHECKING:
     from routing.config.snapshot import Snapshot
@@ -74,11 +74,9 @@ USERS_TTL_S = 3600
 STATE_NAMES = ("closed", "open", "half_open")
 LEASE_WAIT_S = 0.05  # how long a request is told to wait while the lease is being asked for
 PING_S = 1.0  # an idle connection is checked this often, so an outage shows within ~1 s
-BACKOFF_MIN_S = 0.5
 # An outage is confirmed this long after it is suspected: every process has written its users by then
 # (each writes at least once a loop pass, which runs at least every PING_S).
 CONFIRM_AFTER_S = PING_S + USERS_EVERY_S + 0.5
-BACKOFF_MAX_S = 5.0
 OUTBOX_MAX = 1000
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 
@@ -364,32 +362,10 @@ class BreakerSync:
         """Connect, subscribe, publish and apply until cancelled; reconnect with backoff on any Redis error."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        delay = BACKOFF_MIN_S
-        while True:
-            _stop_if_cancelled()
-            started = self.clock()
-            try:
-                await self._session()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - any Redis trouble: local breakers only, retry later
-                self._down(exc)
-            if self.clock() - started > BACKOFF_MAX_S * 2:
-                delay = BACKOFF_MIN_S  # the connection had been up a while: start the backoff over
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, BACKOFF_MAX_S)
+        await redis_session.reconnecting(self._session, self._down, self.clock)  # local breakers while down
 
     def _client(self) -> Any:
-        import redis.asyncio as aioredis
-        from redis.asyncio.retry import Retry
-        from redis.backoff import NoBackoff
-
-        return aioredis.Redis.from_url(
-            self.redis_url,
-            socket_timeout=self.timeout_s,
-            socket_connect_timeout=self.timeout_s,
-            retry=Retry(NoBackoff(), 0),
-        )
+        return redis_session.client(self.redis_url, self.timeout_s)
 
     async def _session(self) -> None:
         client = self._client()
@@ -397,7 +373,7 @@ class BreakerSync:
         try:
             await asyncio.wait_for(pubsub.subscribe(self.channel), self.timeout_s)
             await asyncio.wait_for(client.ping(), self.timeout_s)
-            _stop_if_cancelled()  # wait_for (3.11) can lose a cancellation that comes as its call ends
+            redis_session.stop_if_cancelled()  # wait_for (3.11) can lose a cancellation that comes as its call ends
             self._up()
             reader = asyncio.ensure_future(self._read(pubsub))
             writer = asyncio.ensure_future(self._write(client))
@@ -420,7 +396,7 @@ class BreakerSync:
 
     async def _read(self, pubsub: Any) -> None:
         while True:
-            _stop_if_cancelled()
+            redis_session.stop_if_cancelled()
             message = await pubsub.get_message(timeout=PING_S)
             if message is None or message.get("type") != "message":
                 continue
@@ -434,7 +410,7 @@ class BreakerSync:
         # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns when its awaitable ends in the
         # same loop pass as a cancellation, losing the cancellation (the session's teardown then hangs).
         while True:
-            _stop_if_cancelled()
+            redis_session.stop_if_cancelled()
             try:
                 async with asyncio.timeout(PING_S):
                     await self._wake.wait()
@@ -567,18 +543,6 @@ class BreakerSync:
             self.outbox.append(Transition(key, State.OPEN, at, until, cooldown, self.origin, self.seq, ov.org))
         if self.outbox:
             self._kick()
-
-
-def _stop_if_cancelled() -> None:
-    """End the calling task if it was cancelled and a client call swallowed the cancellation.
-
-    redis-py can return normally from a call whose task is being cancelled (the CancelledError is
-    lost inside it); a loop that only stops on CancelledError then runs on, and the session's
-    teardown, which waits for its reader and writer, never ends. Python still counts the request
-    (`Task.cancelling`; asyncio.timeout takes back its own), so the loops look at it each pass."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
 
 
 _sync: BreakerSync | None = None
