@@ -217,7 +217,8 @@ def test_redis_stopped_under_load_fails_nothing_and_sharing_resumes(pair, mock_u
     for gw in (one, two):
         # lines of the gateway's own handler (daphne's root handler repeats them with a timestamp)
         said = [line for line in gw.logs().splitlines() if line.startswith(UNREACHABLE)]
-        assert len(said) == 1, said
+        parts = [line.rsplit("): ", 1)[-1] for line in said]  # "breakers are per process …", "affinity pins …"
+        assert said and len(parts) == len(set(parts)), said  # each part that uses Redis says it once, not per retry
 
     redis_server.start()
     for gw in (one, two):
