@@ -330,7 +330,9 @@ class AlertRuleForm(DocumentCheckedForm):
 
 
 @admin.register(AlertRule)
-class AlertRuleAdmin(admin.ModelAdmin):
+class AlertRuleAdmin(OrgScopedAdmin):
+    """Alert rules are global configuration (every org's thresholds): hidden from org-scoped operators."""
+
     form = AlertRuleForm
     list_display = ["name", "events", "budget_percent"]
     actions = ["send_test_alert"]
