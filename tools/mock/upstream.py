@@ -673,9 +673,9 @@ def _wants_tool(body: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _text_frames(count: int) -> list[bytes]:
-    """A text block of `count` deltas at index 0."""
+    """A text block of `count` deltas at index 0 (the stream's ping after its start, as Anthropic sends it)."""
     start = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
-    frames = [_event("content_block_start", start)]
+    frames = [_event("content_block_start", start), _event("ping", {"type": "ping"})]
     for i in range(count):
         delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f"tok{i} "}}
         frames.append(_event("content_block_delta", delta))
@@ -730,7 +730,8 @@ async def _anthropic_messages(
         },
     }
     text = not (tool is not None and _forced(body))  # a forced tool call comes without text first
-    frames = [_event("message_start", start), *(_text_frames(count) if text else []), _event("ping", {"type": "ping"})]
+    # the order Anthropic sends: message_start, the first block's start, a ping, then the deltas
+    frames = [_event("message_start", start), *(_text_frames(count) if text else [_event("ping", {"type": "ping"})])]
     if tool is not None:
         block = {"type": "tool_use", "id": "toolu_mock1", "name": tool.get("name", ""), "input": {}}
         index = 1 if text else 0
