@@ -104,6 +104,20 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
     return process
 
 
+def reinstall(process: Process) -> None:
+    """Make a process built earlier the current one again, with the module-level parts that point at a
+    process (the overload gates, the feed's breakers, the alerts hub's listener): a test that built a
+    process of its own in this interpreter gives the session's back whole, not only `current()`."""
+    install(process)
+    overload.install(process.gates, process.hedges)
+    overload.apply(live.current())
+    feed.install(process.breakers)
+    hub = getattr(process, "alerts", None)
+    if hub is not None:
+        kept = [f for f in live.degraded_listeners if not isinstance(getattr(f, "__self__", None), alerts.Alerts)]
+        live.degraded_listeners[:] = [*kept, hub.degraded]
+
+
 def _wire_alerts(process: Process) -> None:
     """The alerts hand-off (docs/alerts.md): breaker transitions, quota parks, shedding and degraded
     components reach `process.alerts`, which drops them at once when no rule wants them."""

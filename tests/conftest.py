@@ -38,14 +38,14 @@ def _no_background_tasks_in_process(_spool_in_a_temporary_directory: None) -> It
 def process() -> Iterator[Any]:
     """A serving process of this test's own (fresh breakers, picker, parking, sink...), installed as
     the current one for the test; the session's comes back after."""
-    from gateway_project.process import build_process
-    from routing.runtime.process import current, install
+    from gateway_project.process import build_process, reinstall
+    from routing.runtime.process import current
 
     previous = current()
     own = build_process(background=False)
     yield own
     own.usage.discard()
-    install(previous)
+    reinstall(previous)
 
 
 @pytest.fixture(autouse=True, scope="session")
