@@ -107,11 +107,27 @@ def cluster(make_gateway, mock_upstream, redis_url, receiver):
     upstream, broken = f"al-{uuid.uuid4().hex[:6]}", f"brk-{uuid.uuid4().hex[:6]}"
     text = CONFIG.format(mock=mock_upstream.url, upstream=upstream, broken=broken, org=org, hook=receiver.url)
     env = {"REDIS_URL": redis_url, "SWITCHBOARD_ALERT_SECRET": SECRET}
+    # Every answer bills 40 prompt tokens ($0.040) against a reservation of at most the estimate's
+    # floor ($0.016): spend passes the budget (the under-estimated request a budget cannot foresee),
+    # so both thresholds are crossed, however the processes' leases fall.
+    mock_upstream.script(upstream, then={"body": BILLED_ANSWER})
     first = make_gateway(text, org=org, agent="bot", env=env)
     others = [first.second_process(env), first.second_process(env)]
     yield [first, *others], org, broken
     for gw in others:
         gw.stop()
+
+
+BILLED_ANSWER = json.dumps(
+    {
+        "id": "chatcmpl-billed",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "billed",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 40, "completion_tokens": 2, "total_tokens": 42},
+    }
+)
 
 
 def ask(gw: Any, model: str = "bud-chat", key: str = "") -> int:
@@ -130,14 +146,14 @@ def test_three_processes_crossing_budget_thresholds_send_exactly_one_alert_per_t
     assert set(statuses) <= {200, 402}, statuses
     # Leases held for requests in flight (and by each process after serving) may refuse requests before
     # the budget is spent; idle for 2 s they are given back. Spend (sequentially, each process in turn,
-    # pausing for the leases to come back) until 8 answers ($0.096) are past 100 %.
+    # pausing for the leases to come back) until 3 answers ($0.120) are past 100 %.
     deadline = time.monotonic() + 60
-    while statuses.count(200) < 8:
+    while statuses.count(200) < 3:
         assert time.monotonic() < deadline, statuses
         time.sleep(3.0)
         for gw in gateways:
             statuses.append(ask(gw))
-    assert statuses.count(200) >= 8, statuses  # at least $0.096 spent: past 100 %
+    assert statuses.count(200) >= 3, statuses  # at least $0.120 spent: past 100 %
     got = receiver.wait("budget", 2, within_s=5 + SLACK_S)
     time.sleep(2.0)  # every process's budget check (0.5 s) and lease round has run several times since
     got = receiver.events("budget")
