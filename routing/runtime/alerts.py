@@ -39,12 +39,13 @@ from routing.config.schema import ALERT_EVENTS
 from routing.core.breaker import State
 from routing.core.budget_accounts import Account, Budgets
 from routing.models import AlertDelivery
+from routing.runtime import processes
 
 log = logging.getLogger("switchboard.alerts")
 __all__ = ["ALERT_EVENTS", "Alerts", "Event", "payload", "send_test", "sign"]
 
 SIGNATURE_HEADER = "X-Switchboard-Signature"
-CLAIM_PREFIX = "switchboard:alerts:"  # + the event key's digest
+CLAIM_PREFIX = "switchboard:alerts:"  # + the cluster's name and the event key's digest
 TOTAL_TTL_S = 400 * 86400  # a claim of a `total` budget (never resets) outlives any realistic run
 
 
@@ -301,7 +302,8 @@ class Alerts:
                     self.redis_url, socket_timeout=self.timeout_s, socket_connect_timeout=self.timeout_s
                 )
             digest = hashlib.sha256(key.encode()).hexdigest()
-            return bool(await self.redis.set(CLAIM_PREFIX + digest, "1", nx=True, ex=max(1, math.ceil(ttl_s))))
+            name = f"{CLAIM_PREFIX}{processes.cluster_name()}:{digest}"  # each cluster its own claims in a shared Redis
+            return bool(await self.redis.set(name, "1", nx=True, ex=max(1, math.ceil(ttl_s))))
         except Exception as exc:  # noqa: BLE001 - Redis down: the database's unique key still holds
             log.warning("alert claim in Redis failed (%s): the database decides", exc)
             return None
