@@ -198,9 +198,11 @@ class _Observer(metrics.MetricsObserver):
 
 
 def _retain_breakers(snapshot: live.Snapshot) -> None:
-    """A new snapshot: the current process keeps the breakers and deployment figures of surviving links."""
+    """A new snapshot: the current process takes its breaker settings and keeps the breakers and deployment
+    figures of surviving links."""
     process = current()
     keys = breaker_keys(snapshot)
+    process.breakers.configure(snapshot.resilience)  # threshold, cooldown: the registry's, per snapshot
     process.breakers.retain(keys)
     process.picker.retain(keys)  # deployment figures (docs/deployments.md) follow the same keys
     breaker_sync.set_known(keys)  # transitions heard from other processes apply to these links only

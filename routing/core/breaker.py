@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from routing.core.resilience import Resilience
+
 log = logging.getLogger(__name__)
 
 ORG_PREFIX = "org:"
@@ -222,10 +224,19 @@ class BreakerRegistry:
         self._org_listeners: list[OrgListener] = []
         self.probe_gate: ProbeGate | None = None
         self.outage_gate: OutageGate | None = None
+        self.threshold = 5  # consecutive failed requests that open a breaker
+        self.cooldown_s = 30.0  # how long an opened breaker refuses before its probe
+
+    def configure(self, res: Resilience) -> None:
+        """The operator's breaker settings, taken from each configuration snapshot swapped in (the
+        composition root calls this), so no request passes them. Breakers keep their state; an open
+        one's remaining cooldown follows the new setting from its next admission."""
+        self.threshold = res.breaker_failure_threshold
+        self.cooldown_s = res.breaker_cooldown_s
 
     # --- request path -----------------------------------------------------
 
-    def admit(self, key: BreakerKey, threshold: int, cooldown_s: float, org: str | None = None) -> Admission:
+    def admit(self, key: BreakerKey, org: str | None = None) -> Admission:
         """May a request (of `org`) use this link now? A half-open breaker or org view admits one probe.
 
         The org's own view is asked first, so a request its view refuses never takes the
@@ -238,6 +249,7 @@ class BreakerRegistry:
         b = self._breakers.get(key)
         if b is None:
             return _ALLOWED
+        cooldown_s = self.cooldown_s
         view = None
         if org is not None and b.orgs:
             view = b.orgs.get(org)
@@ -245,7 +257,7 @@ class BreakerRegistry:
                 if view.state is State.CLOSED:
                     view = None
                 else:
-                    refused = self._gate_view(key, org, view, cooldown_s)
+                    refused = self._gate_view(key, org, view)
                     if refused is not None:
                         return refused
         if b.state is State.CLOSED:
@@ -303,8 +315,6 @@ class BreakerRegistry:
         self,
         key: BreakerKey,
         probe: int,
-        threshold: int,
-        cooldown_s: float,
         org: str | None = None,
         charges_link: bool = False,
     ) -> None:
@@ -315,7 +325,7 @@ class BreakerRegistry:
         b = self._breakers.get(key)
         if b is None:
             b = self._breakers[key] = _Breaker()
-        b.cooldown_s = cooldown_s
+        b.cooldown_s = self.cooldown_s
         shared = org is None or charges_link
         if b.failures == 0:
             b.run_org = org
@@ -325,13 +335,13 @@ class BreakerRegistry:
         b.failures += 1
         sole = False
         if not shared:
-            sole = self._view_failure(key, b, org, probe, threshold)
+            sole = self._view_failure(key, b, org, probe)
             if sole and self.outage_gate is not None and b.state is State.CLOSED:
                 sole = self.outage_gate(key)
         if b.forced_reason is not None:
             return
         if b.state is State.CLOSED:
-            if sole or (b.failures >= threshold and b.mixed):
+            if sole or (b.failures >= self.threshold and b.mixed):
                 b.opened_at = self._clock()
                 self._set(key, b, State.OPEN)
         elif probe & PROBE_LINK and b.state is State.HALF_OPEN:
@@ -562,8 +572,9 @@ class BreakerRegistry:
         self.reset(key)
         return True
 
-    def _gate_view(self, key: BreakerKey, org: str, view: _View, cooldown_s: float) -> Admission | None:
+    def _gate_view(self, key: BreakerKey, org: str, view: _View) -> Admission | None:
         """An open or half-open org view: None when it admits this request as its probe."""
+        cooldown_s = self.cooldown_s
         now = self._clock()
         if view.state is State.OPEN:
             remaining = view.opened_at + cooldown_s - now
@@ -576,14 +587,14 @@ class BreakerRegistry:
             return None
         return Admission(False, 0, view.probe_at + cooldown_s - now)
 
-    def _view_failure(self, key: BreakerKey, b: _Breaker, org: str, probe: int, threshold: int) -> bool:
+    def _view_failure(self, key: BreakerKey, b: _Breaker, org: str, probe: int) -> bool:
         """Charge the org's view; True when it opened and its org is among the only users of the link."""
         view = b.orgs.get(org)
         if view is None:
             view = b.orgs[org] = _View()
         view.failures += 1
         if view.state is State.CLOSED:
-            if view.failures < threshold:
+            if view.failures < self.threshold:
                 return False
         elif not (probe & PROBE_ORG and view.state is State.HALF_OPEN):
             return False

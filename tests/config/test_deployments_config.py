@@ -18,6 +18,7 @@ from routing.config.store import dump_yaml, export_document, import_document, lo
 from routing.config.validation import validate_document
 from tests.config.admin_helpers import page_data, set_rows, text
 from tests.config.conftest import VALID
+from tests.core.breakers import breaker_settings
 
 pytestmark = pytest.mark.django_db
 
@@ -277,7 +278,8 @@ def test_admin_adds_a_model_with_deployments_and_shows_their_breakers(admin_clie
     key = BreakerKey("local-b", "chat-e")
     try:
         for _ in range(5):
-            current().breakers.record_failure(key, False, 5, 30.0)
+            with breaker_settings(current().breakers, 5, 30.0):
+                current().breakers.record_failure(key, False)
         page = text(admin_client_.get(_change_url(Model.objects.get(public_id="chat-e"))))
         assert '<b>local-b</b>: <span data-breaker-state="open">open</span>' in page
         assert '<b>local-a</b>: <span data-breaker-state="closed">closed</span>' in page

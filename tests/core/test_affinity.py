@@ -162,7 +162,7 @@ async def test_a_pinned_deployment_whose_breaker_opens_gets_no_more_requests_and
     first = (await _run(h, lk, "conv")).result
     pinned = next(t for t in lk.deployments if t.name == first)
     for _ in range(RES.breaker_failure_threshold):
-        h.breakers.record_failure(pinned.key, False, RES.breaker_failure_threshold, 30.0)
+        h.breakers.record_failure(pinned.key, False)
     assert h.breakers.state(pinned.key) is State.OPEN
     h.calls.clear()
     after = {(await _run(h, lk, "conv")).result for _ in range(20)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from routing.core.breaker import Admission, BreakerRegistry, BreakerView, State
+from tests.core.breakers import configured
 from tests.core.fakes import FakeClock
 
 KEY = ("local-a", "chat-a")
@@ -14,7 +15,7 @@ TH, CD = 3, 30.0
 def make() -> tuple[BreakerRegistry, FakeClock, list[tuple[tuple[str, ...], State, State]]]:
     clock = FakeClock()
     wall = FakeClock(1_700_000_000.0)
-    reg = BreakerRegistry(clock=clock, wall=wall)
+    reg = configured(BreakerRegistry(clock=clock, wall=wall), TH, CD)
     reg.wall = wall  # type: ignore[attr-defined]
     events: list[tuple[tuple[str, ...], State, State]] = []
     reg.add_listener(lambda k, old, new: events.append((k, old, new)))
@@ -23,13 +24,13 @@ def make() -> tuple[BreakerRegistry, FakeClock, list[tuple[tuple[str, ...], Stat
 
 def trip(reg: BreakerRegistry) -> None:
     for _ in range(TH):
-        assert reg.admit(KEY, TH, CD).allowed
-        reg.record_failure(KEY, False, TH, CD)
+        assert reg.admit(KEY).allowed
+        reg.record_failure(KEY, False)
 
 
 def test_closed_admits_without_probe() -> None:
     reg, _, events = make()
-    adm = reg.admit(KEY, TH, CD)
+    adm = reg.admit(KEY)
     assert adm.allowed and not adm.probe
     assert reg.state(KEY) is State.CLOSED
     assert events == []
@@ -38,9 +39,9 @@ def test_closed_admits_without_probe() -> None:
 def test_opens_after_threshold_consecutive_failures() -> None:
     reg, _, events = make()
     for _ in range(TH - 1):
-        reg.record_failure(KEY, False, TH, CD)
+        reg.record_failure(KEY, False)
     assert reg.state(KEY) is State.CLOSED
-    reg.record_failure(KEY, False, TH, CD)
+    reg.record_failure(KEY, False)
     assert reg.state(KEY) is State.OPEN
     assert events == [(KEY, State.CLOSED, State.OPEN)]
 
@@ -48,10 +49,10 @@ def test_opens_after_threshold_consecutive_failures() -> None:
 def test_success_resets_the_consecutive_count() -> None:
     reg, _, _ = make()
     for _ in range(TH - 1):
-        reg.record_failure(KEY, False, TH, CD)
+        reg.record_failure(KEY, False)
     reg.record_success(KEY, False)
     for _ in range(TH - 1):
-        reg.record_failure(KEY, False, TH, CD)
+        reg.record_failure(KEY, False)
     assert reg.state(KEY) is State.CLOSED
 
 
@@ -59,7 +60,7 @@ def test_open_rejects_with_remaining_cooldown() -> None:
     reg, clock, _ = make()
     trip(reg)
     clock.advance(10)
-    adm = reg.admit(KEY, TH, CD)
+    adm = reg.admit(KEY)
     assert not adm.allowed
     assert adm.retry_after_s == 20.0
 
@@ -68,10 +69,10 @@ def test_half_open_after_cooldown_admits_one_probe_and_success_closes() -> None:
     reg, clock, events = make()
     trip(reg)
     clock.advance(CD)
-    adm = reg.admit(KEY, TH, CD)
+    adm = reg.admit(KEY)
     assert adm.allowed and adm.probe
     assert reg.state(KEY) is State.HALF_OPEN
-    other = reg.admit(KEY, TH, CD)
+    other = reg.admit(KEY)
     assert not other.allowed and other.retry_after_s == CD
     reg.record_success(KEY, True)
     assert reg.state(KEY) is State.CLOSED
@@ -80,22 +81,22 @@ def test_half_open_after_cooldown_admits_one_probe_and_success_closes() -> None:
         (State.OPEN, State.HALF_OPEN),
         (State.HALF_OPEN, State.CLOSED),
     ]
-    assert reg.admit(KEY, TH, CD).allowed
+    assert reg.admit(KEY).allowed
 
 
 def test_probe_failure_reopens_for_a_new_cooldown() -> None:
     reg, clock, events = make()
     trip(reg)
     clock.advance(CD)
-    assert reg.admit(KEY, TH, CD).probe
+    assert reg.admit(KEY).probe
     clock.advance(2)
-    reg.record_failure(KEY, True, TH, CD)
+    reg.record_failure(KEY, True)
     assert reg.state(KEY) is State.OPEN
-    assert reg.admit(KEY, TH, CD).retry_after_s == CD
+    assert reg.admit(KEY).retry_after_s == CD
     clock.advance(CD - 0.5)
-    assert not reg.admit(KEY, TH, CD).allowed
+    assert not reg.admit(KEY).allowed
     clock.advance(0.5)
-    assert reg.admit(KEY, TH, CD).probe
+    assert reg.admit(KEY).probe
     assert events[-2][1:] == (State.HALF_OPEN, State.OPEN)
 
 
@@ -111,8 +112,8 @@ async def test_twenty_concurrent_requests_after_cooldown_send_exactly_one_probe_
     lk = link("chat-a")
     key = lk.breaker_key
     for _ in range(TH):
-        assert reg.admit(key, TH, CD).allowed
-        reg.record_failure(key, False, TH, CD)
+        assert reg.admit(key).allowed
+        reg.record_failure(key, False)
     clock.advance(CD + 1)
     executor = Executor(reg, RetryBudgets(clock=clock), clock=clock, sleep=clock.sleep, rand=lambda: 0.5)
     resilience = Resilience(breaker_failure_threshold=TH, breaker_cooldown_s=CD, max_retries=0)
@@ -152,29 +153,29 @@ def test_lost_probe_is_rearmed_after_one_cooldown() -> None:
     reg, clock, _ = make()
     trip(reg)
     clock.advance(CD)
-    assert reg.admit(KEY, TH, CD).probe  # this probe never reports back
+    assert reg.admit(KEY).probe  # this probe never reports back
     clock.advance(CD - 1)
-    refused = reg.admit(KEY, TH, CD)
+    refused = reg.admit(KEY)
     assert not refused.allowed and refused.retry_after_s == 1.0
     clock.advance(1)
-    again = reg.admit(KEY, TH, CD)
+    again = reg.admit(KEY)
     assert again.allowed and again.probe
-    assert not reg.admit(KEY, TH, CD).allowed
+    assert not reg.admit(KEY).allowed
 
 
 def test_release_frees_the_probe_slot_without_charging() -> None:
     reg, clock, _ = make()
     trip(reg)
     clock.advance(CD)
-    assert reg.admit(KEY, TH, CD).probe
+    assert reg.admit(KEY).probe
     reg.release(KEY, True)
     assert reg.state(KEY) is State.HALF_OPEN
-    assert reg.admit(KEY, TH, CD).probe
+    assert reg.admit(KEY).probe
 
 
 def test_release_of_non_probe_changes_nothing() -> None:
     reg, _, _ = make()
-    reg.record_failure(KEY, False, TH, CD)
+    reg.record_failure(KEY, False)
     reg.release(KEY, False)
     view = reg.views()[0]
     assert view.consecutive_failures == 1 and view.state is State.CLOSED
@@ -185,14 +186,14 @@ def test_force_open_holds_until_reset() -> None:
     reg.force_open(KEY, "maintenance", None)
     assert reg.state(KEY) is State.OPEN
     clock.advance(10 * CD)
-    assert not reg.admit(KEY, TH, CD).allowed  # no probe while forced
+    assert not reg.admit(KEY).allowed  # no probe while forced
     reg.record_success(KEY, True)
     assert reg.state(KEY) is State.OPEN
     (view,) = reg.views()
     assert view.forced_reason == "maintenance" and view.forced_until is None
     reg.reset(KEY)
     assert reg.state(KEY) is State.CLOSED
-    assert reg.admit(KEY, TH, CD).allowed
+    assert reg.admit(KEY).allowed
     assert [e[1:] for e in events] == [(State.CLOSED, State.OPEN), (State.OPEN, State.CLOSED)]
 
 
@@ -200,10 +201,10 @@ def test_force_open_expires_at_its_epoch() -> None:
     reg, _, _ = make()
     wall = reg.wall  # type: ignore[attr-defined]
     reg.force_open(KEY, "upgrade", wall.t + 60)
-    adm = reg.admit(KEY, TH, CD)
+    adm = reg.admit(KEY)
     assert not adm.allowed and adm.retry_after_s == 60
     wall.advance(60)
-    assert reg.admit(KEY, TH, CD).allowed
+    assert reg.admit(KEY).allowed
     assert reg.state(KEY) is State.CLOSED
     assert reg.views()[0].forced_reason is None
 
@@ -224,7 +225,7 @@ def test_views_report_cooldown_and_advance_to_half_open() -> None:
     assert view.state is State.OPEN and view.cooldown_remaining_s == 18 and view.consecutive_failures == TH
     clock.advance(18)
     assert reg.views()[0].state is State.HALF_OPEN
-    assert reg.admit(KEY, TH, CD).probe
+    assert reg.admit(KEY).probe
     assert events[-1][1:] == (State.OPEN, State.HALF_OPEN)
 
 
@@ -244,7 +245,7 @@ def test_retain_drops_removed_links_and_keeps_the_rest() -> None:
     reg, _, _ = make()
     other = ("local-b", "chat-b")
     trip(reg)
-    reg.record_failure(other, False, TH, CD)
+    reg.record_failure(other, False)
     reg.retain({KEY})
     assert reg.state(KEY) is State.OPEN
     assert [v.key for v in reg.views()] == [KEY]
@@ -254,8 +255,8 @@ def test_byo_key_is_independent_of_shared_key() -> None:
     reg, _, _ = make()
     byo = KEY + ("org:acme",)
     trip(reg)
-    assert reg.admit(byo, TH, CD).allowed
-    assert not reg.admit(KEY, TH, CD).allowed
+    assert reg.admit(byo).allowed
+    assert not reg.admit(KEY).allowed
 
 
 # --- found by mutation testing (make mutation): each of these failed on a surviving mutant
@@ -265,28 +266,28 @@ def test_every_refusal_is_a_plain_refusal_with_the_exact_wait() -> None:
     reg, clock, _ = make()
     trip(reg)
     clock.advance(CD - 4)
-    assert reg.admit(KEY, TH, CD) == Admission(False, False, 4.0)  # open
+    assert reg.admit(KEY) == Admission(False, False, 4.0)  # open
     clock.advance(4)
-    assert reg.admit(KEY, TH, CD).probe
+    assert reg.admit(KEY).probe
     clock.advance(10)
-    assert reg.admit(KEY, TH, CD) == Admission(False, False, CD - 10)  # half-open, probe in flight
+    assert reg.admit(KEY) == Admission(False, False, CD - 10)  # half-open, probe in flight
     reg.force_open(KEY, "maintenance", reg.wall.t + 7.5)  # type: ignore[attr-defined]
-    assert reg.admit(KEY, TH, CD) == Admission(False, False, 7.5)  # forced until an epoch
+    assert reg.admit(KEY) == Admission(False, False, 7.5)  # forced until an epoch
     reg.wall.advance(7.25)  # type: ignore[attr-defined]
-    assert reg.admit(KEY, TH, CD) == Admission(False, False, 0.25)
+    assert reg.admit(KEY) == Admission(False, False, 0.25)
     reg.force_open(KEY, "maintenance", None)
-    assert reg.admit(KEY, TH, CD) == Admission(False, False, CD)  # forced until reset: one cooldown
+    assert reg.admit(KEY) == Admission(False, False, CD)  # forced until reset: one cooldown
 
 
 def test_listeners_are_told_which_link_changed_on_every_transition() -> None:
     reg, clock, events = make()
     trip(reg)
     clock.advance(CD)
-    reg.admit(KEY, TH, CD)  # OPEN -> HALF_OPEN
-    reg.record_failure(KEY, True, TH, CD)  # the probe fails: HALF_OPEN -> OPEN
+    reg.admit(KEY)  # OPEN -> HALF_OPEN
+    reg.record_failure(KEY, True)  # the probe fails: HALF_OPEN -> OPEN
     clock.advance(CD)
     reg.views()  # the dashboard's read moves it to HALF_OPEN too
-    assert reg.admit(KEY, TH, CD).probe
+    assert reg.admit(KEY).probe
     reg.record_success(KEY, True)  # HALF_OPEN -> CLOSED
     reg.force_open(KEY, "maintenance", None)
     reg.reset(KEY)
@@ -305,10 +306,10 @@ def test_only_the_probes_outcome_moves_a_half_open_breaker() -> None:
     reg, clock, _ = make()
     trip(reg)
     clock.advance(CD)
-    assert reg.admit(KEY, TH, CD).probe
+    assert reg.admit(KEY).probe
     reg.record_success(KEY, False)  # a request admitted before the trip finished late
     assert reg.state(KEY) is State.HALF_OPEN
-    reg.record_failure(KEY, False, TH, CD)
+    reg.record_failure(KEY, False)
     assert reg.state(KEY) is State.HALF_OPEN
 
 
@@ -316,12 +317,12 @@ def test_a_closed_breaker_needs_threshold_fresh_failures_after_a_successful_prob
     reg, clock, _ = make()
     trip(reg)
     clock.advance(CD)
-    assert reg.admit(KEY, TH, CD).probe
+    assert reg.admit(KEY).probe
     reg.record_success(KEY, True)
     for _ in range(TH - 1):
-        reg.record_failure(KEY, False, TH, CD)
+        reg.record_failure(KEY, False)
     assert reg.state(KEY) is State.CLOSED
-    reg.record_failure(KEY, False, TH, CD)
+    reg.record_failure(KEY, False)
     assert reg.state(KEY) is State.OPEN
 
 
@@ -334,7 +335,7 @@ def test_releasing_a_probe_of_an_unknown_link_is_harmless() -> None:
 def test_views_of_a_forced_breaker_and_of_a_cooldown_under_a_second() -> None:
     reg, clock, _ = make()
     for _ in range(2):
-        reg.record_failure(KEY, False, TH, CD)
+        reg.record_failure(KEY, False)
     until = reg.wall.t + 10  # type: ignore[attr-defined]
     reg.force_open(KEY, "", until)
     (view,) = reg.views()
@@ -349,7 +350,8 @@ def test_views_of_a_forced_breaker_and_of_a_cooldown_under_a_second() -> None:
 def test_a_changed_cooldown_is_what_the_views_count_down() -> None:
     reg, clock, _ = make()
     trip(reg)
-    reg.admit(KEY, TH, 10.0)  # the configuration now says 10 s
+    configured(reg, TH, 10.0)  # the configuration now says 10 s
+    reg.admit(KEY)
     clock.advance(4)
     assert reg.views()[0].cooldown_remaining_s == 6.0
 
@@ -371,14 +373,14 @@ def test_a_removed_listener_hears_nothing_and_removing_twice_is_harmless() -> No
 def test_retain_accepts_any_iterable_of_keys() -> None:
     reg, _, _ = make()
     trip(reg)
-    reg.record_failure(("local-b", "chat-b"), False, TH, CD)
+    reg.record_failure(("local-b", "chat-b"), False)
     reg.retain([KEY])
     assert [v.key for v in reg.views()] == [KEY]
 
 
 def test_views_end_an_expired_forced_open_and_report_no_wait_when_closed() -> None:
     reg, _, _ = make()
-    reg.record_failure(KEY, False, TH, CD)
+    reg.record_failure(KEY, False)
     (view,) = reg.views()
     assert view.state is State.CLOSED and view.cooldown_remaining_s == 0.0
     reg.force_open(KEY, "upgrade", reg.wall.t + 10)  # type: ignore[attr-defined]
@@ -393,7 +395,7 @@ def test_adopting_another_process_s_open_breaker_keeps_its_cooldown_end_and_says
     assert reg.adopt_open(KEY, 12.0, CD) is True  # opened elsewhere 18 s ago: 12 s left here too
     assert events == [(KEY, State.CLOSED, State.OPEN)]
     assert reg.views()[0].cooldown_remaining_s == 12.0
-    assert not reg.admit(KEY, TH, CD).allowed
+    assert not reg.admit(KEY).allowed
     assert reg.adopt_open(KEY, 12.04, CD) is False  # the same opening heard again (within 0.05 s): no change
     assert reg.adopt_open(KEY, 13.0, CD) is True  # a later opening elsewhere: the cooldown ends later
     assert reg.views()[0].cooldown_remaining_s == 13.0
@@ -403,7 +405,8 @@ def test_adopting_another_process_s_open_breaker_keeps_its_cooldown_end_and_says
     assert reg.adopt_open(other, 999.0, 20.0) is True  # never more than its own cooldown
     assert {v.key: v.cooldown_remaining_s for v in reg.views()}[other] == 20.0
     clock.advance(20.0)
-    assert reg.admit(other, TH, 20.0).allowed  # the adopted cooldown is the link's: its probe after 20 s
+    configured(reg, TH, 20.0)  # the configuration says 20 s too
+    assert reg.admit(other).allowed  # the adopted cooldown is the link's: its probe after 20 s
 
 
 def test_adopting_an_opening_leaves_a_breaker_forced_open_by_the_operator_alone() -> None:

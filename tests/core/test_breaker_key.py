@@ -8,6 +8,7 @@ import pickle
 import pytest
 
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
+from tests.core.breakers import configured
 
 
 def test_shared_and_byo_keys_carry_their_parts_and_labels() -> None:
@@ -50,8 +51,8 @@ def test_from_wire_refuses_what_is_not_a_key(value: object, words: str) -> None:
 
 def test_a_key_is_interchangeable_with_its_plain_tuple_in_the_registry() -> None:
     """Operators, tests and other processes may name a breaker by the plain tuple: same breaker."""
-    reg = BreakerRegistry()
-    reg.record_failure(BreakerKey("prov", "m", "acme"), False, 1, 30.0)
+    reg = configured(BreakerRegistry(), 1, 30.0)
+    reg.record_failure(BreakerKey("prov", "m", "acme"), False)
     assert reg.state(("prov", "m", "org:acme")) is State.OPEN
     assert reg.state(BreakerKey("prov", "m")) is State.CLOSED
     reg.reset(("prov", "m", "org:acme"))

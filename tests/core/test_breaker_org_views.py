@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from routing.core.breaker import PROBE_LINK, PROBE_ORG, BreakerKey, BreakerRegistry, State
+from tests.core.breakers import configured
 from tests.core.fakes import FakeClock
 
 KEY = BreakerKey("mock", "chat")
@@ -20,7 +21,7 @@ TH, CD = 3, 30.0
 
 def make() -> tuple[BreakerRegistry, FakeClock, list[tuple[str | None, State, State]]]:
     clock = FakeClock()
-    reg = BreakerRegistry(clock=clock, wall=FakeClock(1_700_000_000.0))
+    reg = configured(BreakerRegistry(clock=clock, wall=FakeClock(1_700_000_000.0)), TH, CD)
     events: list[tuple[str | None, State, State]] = []
     reg.add_listener(lambda k, old, new: events.append((None, old, new)))
     reg.add_org_listener(lambda k, org, old, new: events.append((org, old, new)))
@@ -29,13 +30,13 @@ def make() -> tuple[BreakerRegistry, FakeClock, list[tuple[str | None, State, St
 
 def request(reg: BreakerRegistry, org: str | None, ok: bool) -> bool:
     """One request of `org` on the link; False when the breaker refused it."""
-    adm = reg.admit(KEY, TH, CD, org)
+    adm = reg.admit(KEY, org)
     if not adm.allowed:
         return False
     if ok:
         reg.record_success(KEY, adm.probe, org)
     else:
-        reg.record_failure(KEY, adm.probe, TH, CD, org)
+        reg.record_failure(KEY, adm.probe, org)
     return True
 
 
@@ -117,7 +118,7 @@ def test_an_org_that_used_the_link_more_than_a_cooldown_ago_no_longer_counts() -
     for _ in range(TH):
         request(reg, "a", False)
     assert reg.state(KEY) is State.OPEN  # a is the only org using the link: an outage
-    assert not reg.admit(KEY, TH, CD, "b").allowed  # b arriving now does not pay the threshold again
+    assert not reg.admit(KEY, "b").allowed  # b arriving now does not pay the threshold again
 
 
 @pytest.mark.parametrize("org", ["a", None])
@@ -125,8 +126,8 @@ def test_a_failure_no_body_can_cause_charges_the_link_at_once(org) -> None:
     reg, _, _ = make()
     request(reg, "b", True)  # another org was served: attribution would keep a 500 run off the link
     for _ in range(TH):
-        adm = reg.admit(KEY, TH, CD, org)
-        reg.record_failure(KEY, adm.probe, TH, CD, org, charges_link=True)
+        adm = reg.admit(KEY, org)
+        reg.record_failure(KEY, adm.probe, org, charges_link=True)
     assert reg.state(KEY) is State.OPEN
     assert reg.org_state(KEY, "a") is State.CLOSED  # not held against the org
 
@@ -136,10 +137,10 @@ def test_an_open_org_view_refuses_only_that_org() -> None:
     request(reg, "b", True)  # another org uses the link: a's failures are a's alone
     for _ in range(TH):
         request(reg, "a", False)
-    refused = reg.admit(KEY, TH, CD, "a")
+    refused = reg.admit(KEY, "a")
     assert not refused.allowed and refused.retry_after_s == CD
-    assert reg.admit(KEY, TH, CD, "b").allowed
-    assert reg.admit(KEY, TH, CD).allowed  # no org: the shared breaker only
+    assert reg.admit(KEY, "b").allowed
+    assert reg.admit(KEY).allowed  # no org: the shared breaker only
     assert events == [("a", State.CLOSED, State.OPEN)]
 
 
@@ -149,19 +150,19 @@ def test_half_open_probing_per_org_view() -> None:
     for _ in range(TH):
         request(reg, "a", False)
     clock.advance(CD)
-    probe = reg.admit(KEY, TH, CD, "a")
+    probe = reg.admit(KEY, "a")
     assert probe.allowed and probe.probe == PROBE_ORG  # the org's probe, not the link's
     assert reg.org_state(KEY, "a") is State.HALF_OPEN
-    assert not reg.admit(KEY, TH, CD, "a").allowed  # one probe at a time
-    assert reg.admit(KEY, TH, CD, "b").allowed  # others are not affected
-    reg.record_failure(KEY, probe.probe, TH, CD, "a")
+    assert not reg.admit(KEY, "a").allowed  # one probe at a time
+    assert reg.admit(KEY, "b").allowed  # others are not affected
+    reg.record_failure(KEY, probe.probe, "a")
     assert reg.org_state(KEY, "a") is State.OPEN  # failed probe: a new cooldown
     assert reg.state(KEY) is State.CLOSED
     clock.advance(CD)
-    probe = reg.admit(KEY, TH, CD, "a")
+    probe = reg.admit(KEY, "a")
     reg.record_success(KEY, probe.probe, "a")
     assert reg.org_state(KEY, "a") is State.CLOSED
-    assert reg.admit(KEY, TH, CD, "a").allowed
+    assert reg.admit(KEY, "a").allowed
     assert [e for e in events if e[0] == "a"] == [
         ("a", State.CLOSED, State.OPEN),
         ("a", State.OPEN, State.HALF_OPEN),
@@ -177,14 +178,14 @@ def test_half_open_probing_of_the_shared_breaker_with_orgs() -> None:
     for org, ok in [("a", False), ("b", False), ("a", False)]:
         request(reg, org, ok)
     assert reg.state(KEY) is State.OPEN
-    assert not reg.admit(KEY, TH, CD, "c").allowed  # open for everyone
+    assert not reg.admit(KEY, "c").allowed  # open for everyone
     clock.advance(CD)
-    probe = reg.admit(KEY, TH, CD, "c")
+    probe = reg.admit(KEY, "c")
     assert probe.allowed and probe.probe == PROBE_LINK
-    assert not reg.admit(KEY, TH, CD, "b").allowed  # one probe for the link
+    assert not reg.admit(KEY, "b").allowed  # one probe for the link
     reg.record_success(KEY, probe.probe, "c")
     assert reg.state(KEY) is State.CLOSED
-    assert reg.admit(KEY, TH, CD, "b").allowed
+    assert reg.admit(KEY, "b").allowed
 
 
 def test_an_org_whose_view_is_open_does_not_take_the_links_probe() -> None:
@@ -193,20 +194,20 @@ def test_an_org_whose_view_is_open_does_not_take_the_links_probe() -> None:
         request(reg, org, ok)
     assert reg.state(KEY) is State.OPEN
     clock.advance(CD / 2)
-    reg.record_failure(KEY, 0, TH, CD, "a")  # a request of a's admitted before the trip fails late
+    reg.record_failure(KEY, 0, "a")  # a request of a's admitted before the trip fails late
     assert reg.org_state(KEY, "a") is State.OPEN
     clock.advance(CD / 2)  # the link may probe now, a's view may not yet
-    assert not reg.admit(KEY, TH, CD, "a").allowed
-    probe = reg.admit(KEY, TH, CD, "b")
+    assert not reg.admit(KEY, "a").allowed
+    probe = reg.admit(KEY, "b")
     assert probe.allowed and probe.probe == PROBE_LINK
     clock.advance(CD / 2)  # a's view half-opens, but the link's probe is still out
-    assert not reg.admit(KEY, TH, CD, "a").allowed
+    assert not reg.admit(KEY, "a").allowed
     reg.record_success(KEY, probe.probe, "b")
     assert reg.state(KEY) is State.CLOSED
-    own = reg.admit(KEY, TH, CD, "a")  # a's probe slot was not held by its refused request
+    own = reg.admit(KEY, "a")  # a's probe slot was not held by its refused request
     assert own.allowed and own.probe == PROBE_ORG
     reg.release(KEY, own.probe, "a")  # cancelled: the slot is free again
-    again = reg.admit(KEY, TH, CD, "a")
+    again = reg.admit(KEY, "a")
     assert again.allowed and again.probe == PROBE_ORG
     reg.record_success(KEY, again.probe, "a")
     assert reg.org_state(KEY, "a") is State.CLOSED
@@ -218,9 +219,9 @@ def test_both_probes_at_once() -> None:
         request(reg, org, False)
     assert reg.state(KEY) is State.OPEN and reg.org_state(KEY, "a") is State.OPEN
     clock.advance(CD)
-    both = reg.admit(KEY, TH, CD, "a")
+    both = reg.admit(KEY, "a")
     assert both.allowed and both.probe == PROBE_LINK | PROBE_ORG
-    reg.record_failure(KEY, both.probe, TH, CD, "a")
+    reg.record_failure(KEY, both.probe, "a")
     assert reg.state(KEY) is State.OPEN and reg.org_state(KEY, "a") is State.OPEN
 
 
@@ -233,10 +234,10 @@ def test_refused_by_the_shared_breaker_frees_the_orgs_probe_slot() -> None:
     for org, ok in [("b", False), ("c", False), ("b", False)]:
         request(reg, org, ok)
     assert reg.state(KEY) is State.OPEN
-    assert not reg.admit(KEY, TH, CD, "a").allowed  # the shared breaker refuses a
+    assert not reg.admit(KEY, "a").allowed  # the shared breaker refuses a
     assert reg.org_views()[0].state is State.HALF_OPEN
     clock.advance(CD)
-    probe = reg.admit(KEY, TH, CD, "a")  # a's slot was not held by the refused request
+    probe = reg.admit(KEY, "a")  # a's slot was not held by the refused request
     assert probe.allowed and probe.probe & PROBE_ORG
 
 
@@ -253,8 +254,8 @@ def test_reset_closes_every_org_view() -> None:
 def test_closed_admission_allocates_nothing() -> None:
     reg, _, _ = make()
     request(reg, "a", False)  # the breaker and a's view exist, both closed
-    first = reg.admit(KEY, TH, CD, "b")
-    assert reg.admit(KEY, TH, CD, "a") is first and reg.admit(KEY, TH, CD, None) is first
+    first = reg.admit(KEY, "b")
+    assert reg.admit(KEY, "a") is first and reg.admit(KEY, None) is first
 
 
 def test_the_org_views_listed_say_whose_view_what_state_how_many_failures_and_how_long_left() -> None:
@@ -272,5 +273,5 @@ def test_the_org_views_listed_say_whose_view_what_state_how_many_failures_and_ho
     clock.advance(CD - 10.0)  # a's cooldown is over: listing the views half-opens a's, with nothing left
     assert sorted(reg.org_views(), key=lambda v: v.org)[0] == OrgView(KEY, "a", State.HALF_OPEN, TH, 0.0)
     assert events[-1] == ("a", State.OPEN, State.HALF_OPEN)
-    probe = reg.admit(KEY, TH, CD, "a")
+    probe = reg.admit(KEY, "a")
     assert probe.allowed and probe.probe & PROBE_ORG  # half-open by the listing: a's probe goes

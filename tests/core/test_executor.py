@@ -16,6 +16,7 @@ from routing.core.executor import Executor, Link
 from routing.core.failures import FailureKind as K
 from routing.core.failures import UpstreamFailure
 from routing.core.retry_budget import RetryBudgets
+from tests.core.breakers import configured
 from tests.core.fakes import FakeClock, link
 
 RES = Resilience()
@@ -47,7 +48,9 @@ class Recorder:
 class Harness:
     def __init__(self, plan: dict[str, list[Any]] | None = None, cost_s: float = 0.0) -> None:
         self.clock = FakeClock()
-        self.breakers = BreakerRegistry(clock=self.clock)
+        self.breakers = configured(
+            BreakerRegistry(clock=self.clock), RES.breaker_failure_threshold, RES.breaker_cooldown_s
+        )
         self.budgets = RetryBudgets(clock=self.clock)
         self.obs = Recorder()
         self.ex = Executor(
@@ -267,7 +270,7 @@ async def test_cancellation_releases_the_probe_and_charges_nothing() -> None:
     a, b = link("chat-a"), link("chat-b")
     h = Harness({"chat-b": ["b"]})
     for _ in range(RES.breaker_failure_threshold):
-        h.breakers.record_failure(a.breaker_key, False, RES.breaker_failure_threshold, RES.breaker_cooldown_s)
+        h.breakers.record_failure(a.breaker_key, False)
     h.clock.advance(RES.breaker_cooldown_s)
     entered = asyncio.Event()
     aborted = []
@@ -288,7 +291,7 @@ async def test_cancellation_releases_the_probe_and_charges_nothing() -> None:
         await task
     assert aborted == ["chat-a"]
     assert h.failures(a) == RES.breaker_failure_threshold  # not charged
-    assert h.breakers.admit(a.breaker_key, RES.breaker_failure_threshold, RES.breaker_cooldown_s).probe  # slot freed
+    assert h.breakers.admit(a.breaker_key).probe  # slot freed
 
 
 async def test_cancellation_during_backoff_sleep_charges_nothing() -> None:
@@ -324,7 +327,7 @@ async def test_all_links_open_answers_circuit_open_with_the_earliest_retry() -> 
     h = Harness()
     h.breakers.force_open(a.breaker_key, "m", h.breakers._wall() + 100)
     for _ in range(RES.breaker_failure_threshold):
-        h.breakers.record_failure(b.breaker_key, False, RES.breaker_failure_threshold, RES.breaker_cooldown_s)
+        h.breakers.record_failure(b.breaker_key, False)
     h.clock.advance(0.5)
     out = await h.run([a, b])
     assert out.error.code == "circuit_open"
@@ -352,7 +355,7 @@ async def test_half_open_probe_answered_with_4xx_closes_the_breaker() -> None:
     a = link("chat-a")
     h = Harness({"chat-a": [fail(K.UPSTREAM_4XX, 400)]})
     for _ in range(RES.breaker_failure_threshold):
-        h.breakers.record_failure(a.breaker_key, False, RES.breaker_failure_threshold, RES.breaker_cooldown_s)
+        h.breakers.record_failure(a.breaker_key, False)
     h.clock.advance(RES.breaker_cooldown_s)
     out = await h.run([a])
     assert out.error.code == "upstream_client_error"
@@ -363,7 +366,7 @@ async def test_half_open_probe_failure_reopens() -> None:
     a = link("chat-a")
     h = Harness({"chat-a": [E500]})
     for _ in range(RES.breaker_failure_threshold):
-        h.breakers.record_failure(a.breaker_key, False, RES.breaker_failure_threshold, RES.breaker_cooldown_s)
+        h.breakers.record_failure(a.breaker_key, False)
     h.clock.advance(RES.breaker_cooldown_s)
     await h.run([a])
     assert len(h.calls) == 3
@@ -496,15 +499,16 @@ async def test_a_5xx_whose_retry_finds_the_deadline_passed_charges_the_link_with
     """Found by mutation testing: the deadline branch charged the breaker with any arguments."""
     a = link("chat-a")
     h = Harness({"chat-a": [E500]}, cost_s=4.0)  # the call fails after 4 s, past the 3 s deadline
-    out = await h.run([a], replace(RES, breaker_failure_threshold=1, breaker_cooldown_s=5.0), deadline_in=3.0)
+    configured(h.breakers, 1, 5.0)  # the configuration's breaker settings
+    out = await h.run([a], deadline_in=3.0)
     assert (out.error.status, out.error.code) == (504, "total_timeout")
     assert out.trail == [("chat-a", "total_timeout")]
     assert h.failures(a) == 1 and h.breakers.state(a.breaker_key) is State.OPEN  # a 5xx is the provider's fault
     h.plan["chat-a"] = ["ok"]
     h.clock.advance(4.0)
-    assert (await h.run([a], replace(RES, breaker_cooldown_s=5.0))).error.code == "circuit_open"
+    assert (await h.run([a])).error.code == "circuit_open"
     h.clock.advance(1.0)  # this link's own cooldown has passed: a probe goes through
-    assert (await h.run([a], replace(RES, breaker_cooldown_s=5.0))).result == "ok"
+    assert (await h.run([a])).result == "ok"
 
 
 async def test_an_attempt_that_times_out_by_itself_is_a_read_timeout_retried_and_its_time_counted() -> None:

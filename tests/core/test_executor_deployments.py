@@ -28,6 +28,7 @@ class Harness:
     def __init__(self, plan: dict[str, list[Any]], seed: int = 1) -> None:
         self.clock = FakeClock()
         self.breakers = BreakerRegistry(clock=self.clock)
+        self.breakers.configure(RES)
         self.balancer = Balancer(clock=self.clock)
         self.ex = Executor(
             self.breakers,
@@ -103,7 +104,7 @@ async def test_open_deployments_are_never_picked() -> None:
     lk = multi("chat", ("east", "west"))
     h = Harness({"east": ["e"], "west": ["w"]})
     for _ in range(RES.breaker_failure_threshold):
-        h.breakers.record_failure(lk.deployments[0].key, False, RES.breaker_failure_threshold, 30.0)
+        h.breakers.record_failure(lk.deployments[0].key, False)
     assert h.breakers.state(lk.deployments[0].key) is State.OPEN
     for _ in range(200):
         out = await h.run([lk])
@@ -116,7 +117,7 @@ async def test_all_deployments_open_falls_back_with_reason_circuit_open() -> Non
     h = Harness({"east": ["e"], "west": ["w"], "chat-b": ["b"]})
     for t in lk.deployments:
         for _ in range(RES.breaker_failure_threshold):
-            h.breakers.record_failure(t.key, False, RES.breaker_failure_threshold, 30.0)
+            h.breakers.record_failure(t.key, False)
     out = await h.run([lk, single("chat-b")])
     assert out.result == "b" and out.fallback_reason == "circuit_open"
     assert h.calls == ["chat-b"]

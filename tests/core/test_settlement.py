@@ -17,6 +17,7 @@ RES = Resilience(breaker_failure_threshold=2, breaker_cooldown_s=30.0)
 def executor() -> tuple[Executor, BreakerRegistry, FakeClock]:
     clock = FakeClock()
     breakers = BreakerRegistry(clock=clock)
+    breakers.configure(RES)  # as each configuration swap does
     return Executor(breakers, RetryBudgets(clock=clock), clock=clock, sleep=clock.sleep), breakers, clock
 
 

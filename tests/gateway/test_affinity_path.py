@@ -15,6 +15,7 @@ from routing.config import live
 from routing.config.snapshot import build_snapshot
 from routing.core.breaker import State
 from routing.runtime.process import current
+from tests.core.breakers import breaker_settings
 from tests.inprocess import gateway_application
 
 API_KEY = "sb-affinity-key-0123456789"
@@ -133,7 +134,8 @@ async def test_a_pinned_deployment_whose_breaker_opens_gets_no_more_requests(cli
     breakers = current().breakers
     key = (pinned, "opens")
     for _ in range(2):  # the link fails as other requests saw it: its breaker opens
-        breakers.record_failure(key, False, 2, 60.0)
+        with breaker_settings(breakers, 2, 60.0):
+            breakers.record_failure(key, False)
     assert breakers.state(key) is State.OPEN
     calls_before = state.model(f"open-{pinned}").count
     served = Counter()

@@ -95,7 +95,7 @@ def test_admin_actions_force_open_then_reset_a_breaker_and_log_who(staff_client,
     )
     assert "forced open for 30 minutes" in response.content.decode()
     assert current().breakers.state(key) is State.OPEN
-    assert not current().breakers.admit(key, 5, 30).allowed
+    assert not current().breakers.admit(key).allowed
 
     staff_client.post(changelist, {"action": "reset_breakers", "_selected_action": [model.pk]}, follow=True)
     assert current().breakers.state(key) is State.CLOSED

@@ -20,6 +20,7 @@ from routing.models import BreakerAction
 from routing.ops import controls
 from routing.runtime import feed
 from routing.runtime.process import current
+from tests.core.breakers import breaker_settings
 from tests.ops.conftest import DOCUMENT
 
 BYO = BreakerKey("op-a", "op-chat", "acme")
@@ -75,7 +76,8 @@ def test_an_audit_failure_does_not_undo_the_control(snapshot, fresh_layer, monke
 
 
 def test_a_byo_control_from_another_process_reaches_the_byo_breaker(snapshot):
-    current().breakers.record_failure(BYO, probe=False, threshold=1, cooldown_s=60)
+    with breaker_settings(current().breakers, 1, 60):
+        current().breakers.record_failure(BYO, probe=False)
     control = controls.Control.from_wire({"action": "reset", "key": ["op-a", "op-chat", "org:acme"], "until": None})
     controls.apply_here(control)
     assert current().breakers.state(BYO) is State.CLOSED

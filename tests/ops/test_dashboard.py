@@ -19,6 +19,7 @@ from routing.ops.dashboard import consumer
 from routing.ops.dashboard import state as dashboard_state
 from routing.runtime import counters, feed
 from routing.runtime.process import current
+from tests.core.breakers import breaker_settings
 
 APP = URLRouter(consumer.websocket_urlpatterns)
 
@@ -223,7 +224,8 @@ async def test_staff_gets_state_then_breaker_transitions_as_events(snapshot, fre
     }
 
     for _ in range(3):
-        current().breakers.record_failure(("op-a", "op-chat"), probe=False, threshold=3, cooldown_s=30)
+        with breaker_settings(current().breakers, 3, 30):
+            current().breakers.record_failure(("op-a", "op-chat"), probe=False)
     message = await next_message(communicator, "events", lambda m: any(e["kind"] == "breaker" for e in m["events"]))
     event = next(e for e in message["events"] if e["kind"] == "breaker")
     assert event["link"] == "op-a/op-chat" and event["old"] == "closed" and event["new"] == "open"
@@ -238,7 +240,8 @@ async def test_staff_gets_state_then_breaker_transitions_as_events(snapshot, fre
 @pytest.mark.django_db(transaction=True)
 async def test_reset_from_the_socket_resets_the_breaker_and_is_audited(snapshot, fresh_layer, staff_user):
     key = ("op-a", "op-chat")
-    current().breakers.record_failure(key, probe=False, threshold=1, cooldown_s=60)
+    with breaker_settings(current().breakers, 1, 60):
+        current().breakers.record_failure(key, probe=False)
     assert current().breakers.state(key) is State.OPEN
     communicator, connected, _ = await connect_as(staff_user)
     assert connected
@@ -314,7 +317,8 @@ async def test_real_session_cookie_through_auth_middleware(snapshot, fresh_layer
 
 async def test_control_listener_applies_controls_from_other_processes(snapshot, fresh_layer):
     key = ("op-a", "op-chat")
-    current().breakers.record_failure(key, probe=False, threshold=1, cooldown_s=60)
+    with breaker_settings(current().breakers, 1, 60):
+        current().breakers.record_failure(key, probe=False)
     listener = asyncio.create_task(controls.control_listener())
     try:
         layer = get_channel_layer()
@@ -430,7 +434,8 @@ def test_sync_views_read_breakers_on_the_serving_loop_thread(monkeypatch):
 @pytest.mark.django_db(transaction=True)
 async def test_staff_without_the_breaker_permission_may_watch_but_not_act(snapshot, fresh_layer, viewer_user):
     key = ("op-a", "op-chat")
-    current().breakers.record_failure(key, probe=False, threshold=1, cooldown_s=60)
+    with breaker_settings(current().breakers, 1, 60):
+        current().breakers.record_failure(key, probe=False)
     communicator, connected, _ = await connect_as(viewer_user)
     assert connected
     state = await communicator.receive_json_from(timeout=2)

@@ -12,6 +12,7 @@ from routing.config import live
 from routing.config.snapshot import build_snapshot
 from routing.core.breaker import BreakerKey
 from routing.runtime.process import current
+from tests.core.breakers import breaker_settings
 from tests.ops.conftest import DOCUMENT
 
 
@@ -40,7 +41,8 @@ def spread_snapshot():
 @pytest.mark.django_db
 def test_each_deployment_is_a_row_with_its_breaker_grouped_under_the_model(client, spread_snapshot, staff_user):
     for _ in range(5):
-        current().breakers.record_failure(BreakerKey("op-a", "op-spread"), False, 5, 30.0)
+        with breaker_settings(current().breakers, 5, 30.0):
+            current().breakers.record_failure(BreakerKey("op-a", "op-spread"), False)
     client.force_login(staff_user)
     html = client.get("/dashboard/").content.decode()
     marker = '<script id="initial-state" type="application/json">'
@@ -77,7 +79,8 @@ def test_the_circuit_gauge_has_a_series_per_deployment(spread_snapshot):
 
     from routing.runtime import metrics
 
-    current().breakers.record_failure(BreakerKey("op-b", "op-spread"), False, 1, 30.0)
+    with breaker_settings(current().breakers, 1, 30.0):
+        current().breakers.record_failure(BreakerKey("op-b", "op-spread"), False)
     metrics.refresh_circuits(live.current(), current().breakers.views())
 
     def value(provider: str) -> float | None:

@@ -16,11 +16,9 @@ def test_an_open_org_view_is_shown_on_its_link_in_the_feed_and_in_metrics(snapsh
     feed.install(current().breakers)
     resilience = snapshot.resilience
     # another org uses the link: acme's failures are acme's alone
-    current().breakers.admit(KEY, resilience.breaker_failure_threshold, resilience.breaker_cooldown_s, "beta")
+    current().breakers.admit(KEY, "beta")
     for _ in range(resilience.breaker_failure_threshold):
-        current().breakers.record_failure(
-            KEY, 0, resilience.breaker_failure_threshold, resilience.breaker_cooldown_s, "acme"
-        )
+        current().breakers.record_failure(KEY, 0, "acme")
     links = {link["link"]: link for link in dashboard_state.build_state()["links"]}
     assert links["op-a/op-chat"]["state"] == "closed"  # the link itself still serves everyone else
     assert links["op-a/op-chat"]["org_open"] == ["acme"]

@@ -20,6 +20,7 @@ from routing.core.budget_accounts import ORG, Account
 from routing.models import AlertDelivery
 from routing.runtime import alerts
 from routing.runtime.alerts import Alerts, Event, budget_events, payload, request_for
+from tests.core.breakers import breaker_settings
 
 EPOCH = 1_780_000_000.0
 RULE = AlertSpec(name="ops", kind="webhook", url="http://hooks.test/x", events=frozenset({"breaker_open"}))
@@ -301,7 +302,8 @@ def test_the_process_hands_every_kind_of_event_to_its_alerts_queue(process):
     live.swap(replace(before, alerts=(every,)))
     try:
         key = BreakerKey("mock", "chat")
-        process.breakers.record_failure(key, 0, 1, 30.0, charges_link=True)  # threshold 1: open
+        with breaker_settings(process.breakers, 1, 30.0):
+            process.breakers.record_failure(key, 0, charges_link=True)  # threshold 1: open
         process.parking.park(BreakerKey("mock", "quota"), 60.0, "quota exhausted")
         process.gates.on_shed("queue_full", "default")
         live.set_degraded("redis", True, "alerts-test")

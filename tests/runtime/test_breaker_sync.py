@@ -15,6 +15,7 @@ from routing.config import live
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.runtime import breaker_sync
 from routing.runtime.breaker_sync import CONFIRM_AFTER_S, BreakerSync, Transition, decode, encode
+from tests.core.breakers import configured
 from tests.core.fakes import FakeClock
 from tests.e2e.harness import RedisServer
 
@@ -26,7 +27,7 @@ EPOCH = 1_700_000_000.0
 
 def make(origin: str = "here:1", url: str = "redis://127.0.0.1:1/4") -> tuple[BreakerSync, FakeClock, FakeClock]:
     clock, wall = FakeClock(), FakeClock(EPOCH)
-    reg = BreakerRegistry(clock=clock, wall=wall)
+    reg = configured(BreakerRegistry(clock=clock, wall=wall), TH, CD)
     sync = BreakerSync(reg, origin, url, clock=clock, wall=wall)
     sync.install()
     return sync, clock, wall
@@ -79,7 +80,7 @@ def test_an_open_heard_from_another_process_opens_here_with_the_same_remaining_c
     sync, clock, wall = make()
     wall.advance(2.0)  # the message took 2 s to arrive: 18 s of the 20 are left
     assert sync.apply(opened_elsewhere(left=20.0))
-    adm = sync.registry.admit(KEY, TH, CD)
+    adm = sync.registry.admit(KEY)
     assert not adm.allowed and adm.retry_after_s == pytest.approx(18.0)
     assert sync.outbox == deque_of()  # an adopted transition is not published again
 
@@ -114,7 +115,7 @@ def test_local_transitions_are_queued_for_publishing_with_their_cooldown() -> No
     sync, clock, wall = make()
     sync.connected = True
     for _ in range(TH):
-        sync.registry.record_failure(KEY, 0, TH, CD)
+        sync.registry.record_failure(KEY, 0)
     (t,) = sync.outbox
     assert (t.key, t.state, t.at, t.until, t.cooldown_s, t.origin) == (KEY, State.OPEN, EPOCH, EPOCH + CD, CD, "here:1")
     assert decode(encode(t)) == t
@@ -124,17 +125,17 @@ def test_org_views_are_shared_open_and_closed_but_probed_per_process() -> None:
     here, _, _ = make("here:1")
     there, _, wall = make("there:2")
     here.connected = True
-    here.registry.admit(KEY, TH, CD, "beta")  # another org uses the link: acme's failures are acme's alone
+    here.registry.admit(KEY, "beta")  # another org uses the link: acme's failures are acme's alone
     for _ in range(TH):
-        here.registry.record_failure(KEY, 0, TH, CD, "acme")
+        here.registry.record_failure(KEY, 0, "acme")
     (opened,) = here.outbox
     assert (opened.org, opened.state, opened.until) == ("acme", State.OPEN, EPOCH + CD)
     wall.advance(1.0)
     assert there.apply(decode(encode(opened)))
     assert there.registry.org_state(KEY, "acme") is State.OPEN and there.registry.state(KEY) is State.CLOSED
-    refused = there.registry.admit(KEY, TH, CD, "acme")
+    refused = there.registry.admit(KEY, "acme")
     assert not refused.allowed and refused.retry_after_s == pytest.approx(CD - 1.0)
-    assert there.registry.admit(KEY, TH, CD, "beta").allowed
+    assert there.registry.admit(KEY, "beta").allowed
     assert not there.apply(opened)  # idempotent
     here.outbox.clear()
     here.registry.reset(KEY)
@@ -146,7 +147,7 @@ def test_org_views_are_shared_open_and_closed_but_probed_per_process() -> None:
 def test_forced_breakers_and_disconnected_processes_publish_nothing() -> None:
     sync, _, _ = make()
     for _ in range(TH):
-        sync.registry.record_failure(KEY, 0, TH, CD)
+        sync.registry.record_failure(KEY, 0)
     assert not sync.outbox  # Redis not connected: nothing queued
     sync.connected = True
     sync.registry.force_open(BreakerKey("mock", "other"), "maintenance", None)
@@ -162,13 +163,13 @@ def test_the_gate_keeps_the_link_open_while_another_process_holds_the_probe_leas
     sync.connected = True
     # nobody known to hold the lease: ask for it, stay open a moment
     assert sync.gate(KEY, CD) == breaker_sync.LEASE_WAIT_S and KEY in sync.wanted
-    refused = sync.registry.admit(KEY, TH, CD)
+    refused = sync.registry.admit(KEY)
     assert not refused.allowed and sync.registry.state(KEY) is State.OPEN
     sync.leases[KEY] = (False, clock() + 7.0)  # another process won it
-    refused = sync.registry.admit(KEY, TH, CD)
+    refused = sync.registry.admit(KEY)
     assert not refused.allowed and refused.retry_after_s == pytest.approx(7.0)
     sync.leases[KEY] = (True, clock() + 7.0)  # this process won it
-    probe = sync.registry.admit(KEY, TH, CD)
+    probe = sync.registry.admit(KEY)
     assert probe.allowed and probe.probe
     sync.registry.record_success(KEY, probe.probe)
     assert KEY not in sync.leases and list(sync.releases) == [KEY]  # the lease is given back
@@ -180,7 +181,7 @@ def test_a_half_open_heard_while_closed_here_keeps_the_link_open_for_the_probe_e
     sync.connected = True
     assert sync.apply(Transition(KEY, State.HALF_OPEN, EPOCH, 0.0, CD, "there:2"))
     assert sync.registry.state(KEY) is State.OPEN
-    assert not sync.registry.admit(KEY, TH, CD).allowed
+    assert not sync.registry.admit(KEY).allowed
 
 
 # ---------------------------------------------------------------- stopping, on a fake client
@@ -241,7 +242,7 @@ async def test_a_cancelled_sync_stops_even_when_a_client_call_swallows_the_cance
     client = SwallowingClient()
     sync._client = lambda: client
     for _ in range(TH):
-        sync.registry.record_failure(KEY, 0, TH, CD)  # an open breaker: published once connected
+        sync.registry.record_failure(KEY, 0)  # an open breaker: published once connected
     task = asyncio.create_task(sync.run())
     try:
         async with asyncio.timeout(5):
@@ -287,18 +288,19 @@ async def test_two_processes_share_an_open_and_take_one_probe_lease(redis_server
     two, clock2, _ = make("two:2", redis_server.url)
     for sync in (one, two):
         sync.clock = sync.registry._clock = asyncio.get_running_loop().time  # real time: leases expire for real
+        configured(sync.registry, TH, 0.3)
     tasks = [asyncio.create_task(s.run()) for s in (one, two)]
     try:
         await wait_until(lambda: one.connected and two.connected)
         for _ in range(TH):
-            one.registry.record_failure(KEY, 0, TH, 0.3)
+            one.registry.record_failure(KEY, 0)
         await wait_until(lambda: two.registry.state(KEY) is State.OPEN)
-        assert not two.registry.admit(KEY, TH, 0.3).allowed
+        assert not two.registry.admit(KEY).allowed
         await asyncio.sleep(0.35)  # the cooldown is over in both
-        first = [one.registry.admit(KEY, TH, 0.3).allowed, two.registry.admit(KEY, TH, 0.3).allowed]
+        first = [one.registry.admit(KEY).allowed, two.registry.admit(KEY).allowed]
         assert first == [False, False]  # both ask for the lease
         await wait_until(lambda: KEY in one.leases and KEY in two.leases)
-        admitted = [one.registry.admit(KEY, TH, 0.3), two.registry.admit(KEY, TH, 0.3)]
+        admitted = [one.registry.admit(KEY), two.registry.admit(KEY)]
         probes = [a for a in admitted if a.allowed]
         assert len(probes) == 1 and probes[0].probe  # one probe for the cluster
         winner = one if admitted[0].allowed else two
@@ -343,16 +345,16 @@ async def test_an_org_alone_here_but_not_in_the_cluster_does_not_open_the_link(r
     tasks = [asyncio.create_task(s.run()) for s in (one, two)]
     try:
         await wait_until(lambda: one.connected and two.connected)
-        assert two.registry.admit(KEY, TH, CD, "beta").allowed  # beta, on process two only
+        assert two.registry.admit(KEY, "beta").allowed  # beta, on process two only
         for key in (KEY, alone):
             for _ in range(TH):
-                adm = one.registry.admit(key, TH, CD, "acme")
-                one.registry.record_failure(key, adm.probe, TH, CD, "acme")
+                adm = one.registry.admit(key, "acme")
+                one.registry.record_failure(key, adm.probe, "acme")
             assert one.registry.org_state(key, "acme") is State.OPEN
             assert one.registry.state(key) is State.CLOSED  # not decided on this process's knowledge alone
         await wait_until(lambda: two.registry.state(alone) is State.OPEN, timeout=CONFIRM_AFTER_S + 3)
         assert one.registry.state(alone) is State.OPEN  # acme is that link's only user: an outage
         assert one.registry.state(KEY) is State.CLOSED and not one.outages  # beta uses KEY: acme's alone
-        assert two.registry.admit(KEY, TH, CD, "beta").allowed
+        assert two.registry.admit(KEY, "beta").allowed
     finally:
         await stopped(*tasks)

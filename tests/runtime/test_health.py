@@ -259,10 +259,10 @@ def test_health_providers_shows_the_links_requests_find_open_without_naming_orgs
     threshold, cooldown = snapshot.resilience.breaker_failure_threshold, snapshot.resilience.breaker_cooldown_s
     link, viewed = BreakerKey("op-a", "op-chat"), BreakerKey("op-b", "op-other")
     for _ in range(threshold):
-        registry.record_failure(link, 0, threshold, cooldown, None, charges_link=True)
-    registry.admit(viewed, threshold, cooldown, "beta")  # beta uses it: acme's failures stay acme's
+        registry.record_failure(link, 0, None, charges_link=True)
+    registry.admit(viewed, "beta")  # beta uses it: acme's failures stay acme's
     for _ in range(threshold):
-        registry.record_failure(viewed, 0, threshold, cooldown, "acme")
+        registry.record_failure(viewed, 0, "acme")
     try:
         raw = health.health_providers_payload(snapshot, current().breakers)
     finally:

@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from routing.runtime import metrics
 from routing.runtime.process import current
+from tests.core.breakers import breaker_settings
 
 
 def scrape(client) -> dict[tuple[str, tuple], float]:
@@ -31,12 +32,14 @@ def test_circuit_state_follows_the_breaker(client, snapshot):
     assert circuit(scrape(client), "op-a", "op-chat") == 0
     assert circuit(scrape(client), "op-b", "op-chat-b") == 0  # every configured link is exported
 
-    for _ in range(2):
-        current().breakers.record_failure(key, probe=False, threshold=2, cooldown_s=60)
+    with breaker_settings(current().breakers, 2, 60):
+        for _ in range(2):
+            current().breakers.record_failure(key, probe=False)
     assert circuit(scrape(client), "op-a", "op-chat") == 1
 
     current().breakers.reset(key)
-    current().breakers.record_failure(key, probe=False, threshold=1, cooldown_s=0)  # cooldown over at once
+    with breaker_settings(current().breakers, 1, 0):
+        current().breakers.record_failure(key, probe=False)  # cooldown over at once
     assert circuit(scrape(client), "op-a", "op-chat") == 2  # half-open
 
     current().breakers.reset(key)
@@ -48,7 +51,8 @@ def test_circuit_state_follows_the_breaker(client, snapshot):
 
 @pytest.mark.django_db
 def test_byo_breaker_is_labelled_with_the_orgs_hash_by_default(client, snapshot):
-    current().breakers.record_failure(("op-a", "op-chat", "org:acme"), probe=False, threshold=1, cooldown_s=60)
+    with breaker_settings(current().breakers, 1, 60):
+        current().breakers.record_failure(("op-a", "op-chat", "org:acme"), probe=False)
     response = client.get("/metrics")
     assert "acme" not in response.content.decode()  # a tenant name, on a page that is public by default
     values = scrape(client)
@@ -61,7 +65,8 @@ def test_byo_breaker_is_labelled_with_the_orgs_hash_by_default(client, snapshot)
 @pytest.mark.django_db
 def test_byo_breaker_is_labelled_with_the_org_when_the_operator_turns_names_on(client, snapshot, settings):
     settings.SWITCHBOARD_METRICS_ORG_NAMES = True
-    current().breakers.record_failure(("op-a", "op-chat", "org:acme"), probe=False, threshold=1, cooldown_s=60)
+    with breaker_settings(current().breakers, 1, 60):
+        current().breakers.record_failure(("op-a", "op-chat", "org:acme"), probe=False)
     assert circuit(scrape(client), "op-a", "op-chat@acme") == 1
 
 
@@ -83,7 +88,8 @@ def test_an_orgs_view_of_a_link_is_labelled_by_the_setting(snapshot, settings, n
 
 def test_breaker_listener_sets_the_gauge_immediately(snapshot):
     key = ("op-b", "op-chat-b")
-    current().breakers.record_failure(key, probe=False, threshold=1, cooldown_s=60)
+    with breaker_settings(current().breakers, 1, 60):
+        current().breakers.record_failure(key, probe=False)
     assert metrics.CIRCUIT_STATE.labels("op-b", "op-chat-b")._value.get() == 1
     current().breakers.reset(key)
     assert metrics.CIRCUIT_STATE.labels("op-b", "op-chat-b")._value.get() == 0
