@@ -23,6 +23,7 @@ from routing.config.alert_spec import alert_from_item
 from routing.config.schema import ALERT, RESILIENCE
 from routing.config.store import errors_for_edit, in_scope
 from routing.config.validation import ConfigError, add_form_validators
+from routing.core.resilience import BREAKER_SETTINGS
 from routing.models import (
     AlertDelivery,
     AlertRule,
@@ -217,7 +218,7 @@ class ResilienceSettingsAdmin(OrgScopedAdmin):
         ),
         (
             "Circuit breaker and fallback",
-            {"fields": ["breaker_failure_threshold", "breaker_cooldown_s", "fallback_max_depth", "fallback_on"]},
+            {"fields": [*BREAKER_SETTINGS, "fallback_max_depth", "fallback_on"]},
         ),
     ]
 

@@ -7,7 +7,7 @@ configuration is stored.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Protocol
 
 # Every failure that may move a request to the next link, in the order the admin lists them.
@@ -40,6 +40,11 @@ class Resilience:
     retry_budget_min_per_s: float = 10.0
     # How long a link out of quota or credit is skipped when its provider gives no reset time (docs/errors.md#upstream).
     quota_park_s: float = 3600.0
+
+
+# The circuit breaker's settings, by their prefix: routing.core.breaker takes them on each configuration
+# swap (`BreakerRegistry.configure`), and the admin shows them together.
+BREAKER_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(Resilience) if f.name.startswith("breaker_"))
 
 
 @dataclass(frozen=True, slots=True)
