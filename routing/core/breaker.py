@@ -224,8 +224,9 @@ class BreakerRegistry:
         self._org_listeners: list[OrgListener] = []
         self.probe_gate: ProbeGate | None = None
         self.outage_gate: OutageGate | None = None
-        self.threshold = 5  # consecutive failed requests that open a breaker
-        self.cooldown_s = 30.0  # how long an opened breaker refuses before its probe
+        self.threshold = 0  # consecutive failed requests that open a breaker
+        self.cooldown_s = 0.0  # how long an opened breaker refuses before its probe
+        self.configure(Resilience())  # the configuration's defaults until a snapshot is swapped in
 
     def configure(self, res: Resilience) -> None:
         """The operator's breaker settings, taken from each configuration snapshot swapped in (the
