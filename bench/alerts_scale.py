@@ -242,8 +242,9 @@ class Cluster:
         self.stack.close()  # the replicas first, then the mock, Redis and the databases
 
 
-async def burst(urls: list[str], key: str, requests: int, concurrency: int) -> Counter:
-    """`requests` chat requests, `concurrency` in flight, round robin over `urls`: their statuses."""
+async def burst(urls: list[str], key: str, requests: int, concurrency: int, answered: list[float]) -> Counter:
+    """`requests` chat requests, `concurrency` in flight, round robin over `urls`: their statuses; the
+    time (monotonic) each answer came back is appended to `answered`."""
     gate = asyncio.Semaphore(concurrency)
     body = {"model": "bud-chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
     headers = {"Authorization": f"Bearer {key}"}
@@ -255,6 +256,8 @@ async def burst(urls: list[str], key: str, requests: int, concurrency: int) -> C
                 async with session.post(f"{urls[i % len(urls)]}/v1/chat/completions", json=body, headers=headers) as r:
                     await r.read()
                     statuses[r.status] += 1
+                    if r.status == 200:
+                        answered.append(time.monotonic())
             except (aiohttp.ClientError, TimeoutError) as exc:
                 statuses[type(exc).__name__] += 1
 
@@ -267,12 +270,24 @@ async def burst(urls: list[str], key: str, requests: int, concurrency: int) -> C
 def budget_run(cluster: Cluster, receiver: Receiver, run: int, args: argparse.Namespace) -> dict[str, Any]:
     """Run `run`'s org through its thresholds; the alerts its org got within the wait."""
     org = f"run{run}"
+    answered: list[float] = []
     started = time.monotonic()
-    statuses = asyncio.run(burst(cluster.urls, cluster.keys[org], args.requests, args.concurrency))
+    statuses = asyncio.run(burst(cluster.urls, cluster.keys[org], args.requests, args.concurrency, answered))
     burst_s = time.monotonic() - started
     got = receiver.wait("budget", len(THRESHOLDS), args.wait, kind="org", name=org)
     arrived = {r[1]["detail"]["threshold_percent"]: round(r[0] - started, 2) for r in got}
-    return {"org": org, "statuses": dict(statuses), "burst_s": round(burst_s, 2), "arrived_s": arrived}
+    # The spend billed by the answers back when each alert arrived, in % of the budget: a lower bound of
+    # what the org had spent by then (an answer is settled before the client has read it).
+    billed = {
+        r[1]["detail"]["threshold_percent"]: round(100 * sum(t <= r[0] for t in answered) / ANSWERS_TO_100) for r in got
+    }
+    return {
+        "org": org,
+        "statuses": dict(statuses),
+        "burst_s": round(burst_s, 2),
+        "arrived_s": arrived,
+        "billed_percent": billed,
+    }
 
 
 def breaker_run(cluster: Cluster, receiver: Receiver, run: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -323,15 +338,16 @@ def problems(row: dict[str, Any]) -> list[str]:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = f"{'run':>3}  {'200':>5} {'402':>5} {'other':>5}  {'burst s':>7}  {'80 %':>4} {'100 %':>5}  "
-    head += f"{'80 % at s':>9} {'100 % at s':>10}  {'breaker':>7} {'latency s':>9}  verdict"
+    head += f"{'80 % at s':>9} {'100 % at s':>10}  {'billed ≥ %':>13}  {'breaker':>7} {'latency s':>9}  verdict"
     lines = [head]
     for r in rows:
         st = r["statuses"]
         other = sum(v for k, v in st.items() if k not in (200, 402))
         at = r["arrived_s"]
+        billed = "/".join(str(r["billed_percent"].get(t, "-")) for t in THRESHOLDS)
         lines.append(
             f"{r['run']:>3}  {st.get(200, 0):>5} {st.get(402, 0):>5} {other:>5}  {r['burst_s']:>7.2f}  "
-            f"{r['per_threshold'][80]:>4} {r['per_threshold'][100]:>5}  {at.get(80, '-')!s:>9} {at.get(100, '-')!s:>10}  "
+            f"{r['per_threshold'][80]:>4} {r['per_threshold'][100]:>5}  {at.get(80, '-')!s:>9} {at.get(100, '-')!s:>10}  {billed:>13}  "
             f"{r['breaker_open']:>7} {r['latency_s']!s:>9}  {'; '.join(problems(r)) or 'ok'}"
         )
     return "\n".join(lines)

@@ -33,6 +33,7 @@ def _row(**changes):
         "statuses": {200: 160, 402: 840},
         "burst_s": 1.0,
         "arrived_s": {80: 0.5, 100: 0.6},
+        "billed_percent": {80: 82, 100: 104},
         "per_threshold": {80: 1, 100: 1},
         "other_thresholds": [],
         "breaker_open": 1,
