@@ -158,9 +158,10 @@ def start(
     side.env = env
     side.manage(["migrate", "-v0"], env)
     yaml_path = work / f"{side.label}.yaml"
-    yaml_path.write_text(PROFILES[profile].document(mock_url))
+    document = (PROFILES[profile].head if side.label == "head" else None) or PROFILES[profile].document
+    yaml_path.write_text(document(mock_url))
     side.manage(["import_config", str(yaml_path)], env)
-    agent = config.FEATURE_AGENT if profile == "features" else config.AGENT
+    agent = config.FEATURE_AGENT if profile in ("features", "alerts") else config.AGENT
     side.key = side.manage(["create_api_key", "--org", config.ORG, "--agent", agent], env).strip().splitlines()[-1]
     serve(side, how, work)
 
@@ -183,6 +184,7 @@ class Profile:
 
     document: Callable[[str], str]
     vary: bool = False
+    head: Callable[[str], str] | None = None  # the head side's document, when it differs (BASE=HEAD: a setting's cost)
 
 
 # plain: the fixed 10-model configuration; features: limits, budget, two deployments, the cache;
@@ -191,11 +193,13 @@ PROFILES = {
     "plain": Profile(config.config_yaml),
     "features": Profile(config.features_yaml, vary=True),
     "realistic": Profile(config.realistic_yaml),
+    # alerts: the features profile, the head side with alerts configured too (docs/alerts.md#cost)
+    "alerts": Profile(config.features_yaml, vary=True, head=config.alerts_yaml),
 }
 
 
 def model(profile: str) -> str:
-    return config.FEATURES[0] if profile == "features" else config.CHAT[0]
+    return config.FEATURES[0] if profile in ("features", "alerts") else config.CHAT[0]
 
 
 def body(profile: str) -> str:

@@ -123,6 +123,20 @@ def features_yaml(mock_url: str) -> str:
     return yaml.safe_dump(features_document(mock_url), sort_keys=False)
 
 
+# The alerts scenario: the features' configuration plus an alert rule that wants every event and the
+# budgets' 80 % and 100 % thresholds (docs/alerts.md). Its webhook is the mock upstream, which answers any
+# JSON POST to /v1/embeddings with 200 (and records it under the model ""): a local sink. The budgets
+# are never reached and nothing fails, so no alert is sent; what is measured is the cost of having them.
+ALERT_EVENTS = ["breaker_open", "breaker_closed", "parked", "shedding", "degraded"]
+
+
+def alerts_yaml(mock_url: str) -> str:
+    doc = features_document(mock_url)
+    hook = {"url": f"{mock_url}/v1/embeddings"}
+    doc["alerts"] = [{"name": "bench", "webhook": hook, "events": ALERT_EVENTS, "budget_percent": [80, 100]}]
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
 # The realistic scenario: a configuration the size of a real deployment's (dozens of models on three
 # providers, aliases, several orgs with policies and agents), the benchmark model among them.
 REALISTIC_MODELS = 40
