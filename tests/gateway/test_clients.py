@@ -1,4 +1,5 @@
-"""What the coding agents send, through the gateway in process, with the official SDKs (docs/clients.md).
+"""What the coding agents send, through the gateway in process, with the official SDKs (docs/clients.md#codex,
+docs/clients.md#claude-code).
 
 Claude Code's Messages bodies (a `system` turn inside `messages`, thinking with its signature, tools,
 cache_control, metadata, context_management, output_config, `?beta=true` and `anthropic-beta`) on a
