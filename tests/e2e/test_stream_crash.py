@@ -70,8 +70,9 @@ def config(mock_upstream, org: str, upstream: str, budget: str = "") -> str:
 
 def test_kill_9_mid_stream_leaves_one_interrupted_record_per_stream_charged_to_the_budget(make_gateway, mock_upstream):
     org, upstream = f"c{uuid.uuid4().hex[:8]}", f"sc-{uuid.uuid4().hex[:6]}"
-    # Twelve frames 150 ms apart: about 1.8 s a stream, cut after a few frames.
-    mock_upstream.script(upstream, then={"frames": 12, "frame_delay_ms": 150})
+    # Twenty frames 150 ms apart: about 3 s a stream (a Responses one holds its first four events until the
+    # first delta), cut after a few frames even when a loaded machine is slow to start all of them.
+    mock_upstream.script(upstream, then={"frames": 20, "frame_delay_ms": 150})
     gw = make_gateway(config(mock_upstream, org, upstream), org=org, env={"REDIS_URL": ""})
     run = uuid.uuid4().hex[:8]
     received = {f"sc-{run}-{i}": 0 for i in range(STREAMS)}
