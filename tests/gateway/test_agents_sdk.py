@@ -1,8 +1,8 @@
 """The OpenAI Agents SDK's streamed run (`Runner.run_streamed`, its default Responses model) with a
 function tool, through the gateway in process, on every chat-capable dialect's mock: OpenAI and Azure
-(Responses relayed), Anthropic, Gemini, Vertex (Gemini and Claude), Bedrock, Ollama and a chat-only
-OpenAI-compatible server (translated): the agent calls the tool, its result goes back up, the run
-finishes."""
+(Responses relayed), Anthropic, Gemini, Vertex (Gemini and Claude), Bedrock, Ollama, a chat-only
+Azure deployment and a chat-only OpenAI-compatible server (translated): the agent calls the tool,
+its result goes back up, the run finishes, and each turn's events keep the Responses grammar."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from routing.config import live
 from routing.config.snapshot import build_snapshot
 from routing.runtime.process import current
 from tests.gateway.conftest import API_KEY, key_rows
+from tests.gateway.responses_grammar import check_grammar
 from tests.inprocess import gateway_application
 from tools.mock.bedrock import demo_credentials
 from tools.mock.clouds import new_service_account
@@ -69,6 +70,14 @@ def document(mock: str) -> dict:
             {"id": "agent-claude", "provider": "claude", "upstream_model": "up-claude", "capabilities": CAPS},
             {"id": "agent-chat", "provider": "openai", "upstream_model": "up-chat", "capabilities": CAPS},
             {"id": "agent-azure", "provider": "az", "upstream_model": "up-az", "capabilities": [*CAPS, "responses"]},
+            {"id": "agent-azure-chat", "provider": "az", "upstream_model": "up-az-chat", "capabilities": CAPS},
+            # the gateway's id is the upstream's name: nothing renamed, the relayed bytes are the upstream's
+            {
+                "id": "resp-same",
+                "provider": "openai",
+                "upstream_model": "resp-same",
+                "capabilities": [*CAPS, "responses"],
+            },
             {"id": "agent-gemini", "provider": "gem", "upstream_model": "up-gem", "capabilities": CAPS},
             {"id": "agent-bedrock", "provider": "bed", "upstream_model": "up-bed", "capabilities": CAPS},
             {"id": "agent-ollama", "provider": "oll", "upstream_model": "up-oll", "capabilities": CAPS},
@@ -94,7 +103,9 @@ async def mock() -> AsyncIterator[Any]:
         "SWITCHBOARD_UPSTREAM_AGENTS_VX": account,
     }
     live.swap(build_snapshot(document(f"http://127.0.0.1:{port}"), key_rows(), keys, version=1))
-    yield state_of(runner)
+    state = state_of(runner)
+    state.url = url  # for a test that calls the mock directly too
+    yield state
     live.swap(previous)
     await current().transport.aclose()
     await runner.cleanup()
@@ -107,6 +118,7 @@ async def mock() -> AsyncIterator[Any]:
         ("agent-claude", "up-claude", "/anthropic/v1/messages"),
         ("agent-chat", "up-chat", "/v1/chat/completions"),
         ("agent-azure", "up-az", "/azure/openai/responses"),
+        ("agent-azure-chat", "up-az-chat", "/azure/openai/deployments/up-az-chat/chat/completions"),
         ("agent-gemini", "up-gem", "/gemini/v1beta/models/up-gem:streamGenerateContent"),
         ("agent-bedrock", "up-bed", "/bedrock/model/up-bed/converse-stream"),
         ("agent-ollama", "up-oll", "/v1/chat/completions"),
@@ -138,12 +150,18 @@ async def test_a_streamed_agent_run_calls_its_tool_and_finishes(mock, model, ups
         name="helper", instructions="Use the tool.", tools=[lookup], model=OpenAIResponsesModel(model, client)
     )
     result = Runner.run_streamed(agent, input="Find cats.")
-    kinds = [event.type async for event in result.stream_events()]
+    events = [event async for event in result.stream_events()]
     await http.aclose()
+    kinds = {event.type for event in events}
 
     assert calls == ["mock"]  # the model's call reached the tool, with its arguments
     assert result.final_output  # and the run finished with the model's answer after the tool's result
     assert "run_item_stream_event" in kinds and "raw_response_event" in kinds
+    raw = [e.data.model_dump(mode="json") for e in events if e.type == "raw_response_event"]
+    starts = [i for i, event in enumerate(raw) if event["type"] == "response.created"]
+    assert len(starts) == 2  # each turn's events keep the Responses grammar, as the SDK parsed them
+    for begin, end in zip(starts, [*starts[1:], len(raw)], strict=True):
+        check_grammar(raw[begin:end], contiguous=not path.endswith("/responses"))
     requests = [(p, orjson.loads(body)) for p, _, body, _ in mock.model(upstream).requests]
     assert [p for p, _ in requests] == [path, path]  # two turns, both streamed to the link's own API
     assert (
