@@ -31,7 +31,7 @@ from routing.runtime.accounting import Context
 from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
 from routing.upstream.dialects.base import load_json
 from routing.upstream.translate.messages_passthrough import AnthropicRelay
-from routing.upstream.translate.messages_to_chat import Gaps, MessagesStream
+from routing.upstream.translate.messages_to_chat import Gaps, MessagesStream, chat_request
 from routing.upstream.translate.shared import anthropic_usage, error_body
 from routing.upstream.translate.table import Translator, translator
 
@@ -50,13 +50,14 @@ def credential(auth: bytes, x_api_key: bytes) -> bytes:
 def chat_body(endpoint: str, body: dict[str, Any], raw: bytes, gaps: Gaps | None = None) -> dict[str, Any]:
     """The internal chat body for an Anthropic request; 400 naming the field when it is malformed.
 
-    It decides the model, the chain and preflight; a passthrough link never sends it. What it
+    It decides the model, the chain and preflight, whichever links follow (the ("messages", "chat") row's
+    request, made once before any link is known); a passthrough link never sends it. What it
     cannot carry goes to `gaps`, for the translated links to refuse or drop (Shape.prepare).
     The depth check comes first: the translation encodes tool inputs itself.
     """
     messages_fields.check(body, count_tokens=endpoint == "count_tokens")
     body_schemas.check_depth_of(body, raw)
-    return translator(PROTOCOL, False).request(body, gaps if gaps is not None else Gaps())  # type: ignore[misc]
+    return chat_request(body, gaps if gaps is not None else Gaps())
 
 
 def error_answer(ctx: Context, exc: GatewayError) -> bytes:
@@ -104,7 +105,7 @@ class Shape:
     def prepare(self, link: Link, stream: bool) -> PreparedRequest | None:
         model = link.model
         dialect = get_dialect(model.provider.dialect)
-        if not dialect.speaks(PROTOCOL, model):
+        if not _pair(link).passthrough:
             refused = self.gaps.refused
             if refused:
                 raise errors.no_counterpart(refused[0][0], model.id, dialect.name, _PROTOCOL_NAME)
@@ -137,4 +138,4 @@ class Shape:
         return dialect.translate_stream(chunks, link.model)
 
     def tap(self, link: Link, strip: bool) -> AnthropicRelay | MessagesStream:  # noqa: ARG002 - no usage frame to keep back
-        return _pair(link).tap()  # type: ignore[misc]
+        return _pair(link).tap()

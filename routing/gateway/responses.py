@@ -50,12 +50,13 @@ class Shape:
         self._dropped = ""  # what that translation left out, for x-switchboard-dropped
 
     def prepare(self, link: Link, stream: bool) -> PreparedRequest | None:
-        if _native(link):
+        pair = _pair(link)
+        if pair.request is None:
             self.ctx.dropped = ""
             return None  # the dialect's own request: the client's body, `model` replaced
         if self._chat is None:
             dropped: list[str] = []
-            self._chat = translator(PROTOCOL, False).request(self.original, dropped)  # type: ignore[misc]
+            self._chat = pair.request(self.original, dropped)
             self._dropped = ", ".join(dropped)
         self.ctx.dropped = self._dropped
         model = link.model
@@ -79,4 +80,4 @@ class Shape:
         return dialect.translate_stream(chunks, link.model)
 
     def tap(self, link: Link, strip: bool) -> ResponsesRelay | ResponsesEvents:  # noqa: ARG002 - nothing kept back
-        return _pair(link).tap()  # type: ignore[misc]
+        return _pair(link).tap()
