@@ -29,6 +29,7 @@ from typing import Any
 
 from routing.core.errors import request_too_large
 from routing.gateway.paths import is_gateway_path
+from routing.upstream.translate.shared import error_body  # no Django: the servers import this module first
 
 log = logging.getLogger("switchboard.edge")
 
@@ -128,9 +129,6 @@ def too_large_body(limit: int, path: str = "") -> bytes:
 
     error = request_too_large(limit)
     if path.rstrip("/").startswith("/v1/messages"):
-        # reason: the servers import this module before Django's settings; the dialects package reads them
-        from routing.upstream.dialects.anthropic_translation import error_body
-
         return error_body(error.status, error.message)
     return error.body()
 

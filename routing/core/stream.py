@@ -16,7 +16,6 @@ terminal `data: {"error": ...}` frame instead.
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -27,6 +26,7 @@ from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.prices import token_classes
+from routing.core.sse import FRAME_END, complete_end, data_frame, parse_frame
 
 HOLD_MAX_FRAMES = 16  # frames without content held before the commit ...
 HOLD_MAX_BYTES = 64 * 1024  # ... or bytes: past either bound the stream commits anyway
@@ -42,20 +42,10 @@ def _examine(frame: bytes) -> int:
     if frame[:6] == b"data: " and b"\n" not in frame:
         data = frame[6:].strip()  # the usual one-line frame: no line loop
     else:
-        data_lines = []
-        for line in frame.split(b"\n"):
-            if not line or line[:1] == b":":
-                continue
-            name, sep, value = line.partition(b":")
-            if sep and value[:1] == b" ":
-                value = value[1:]
-            if name == b"data":
-                data_lines.append(value)
-            elif name == b"event":
-                event = value.strip()
-        if not data_lines:
+        event, joined = parse_frame(frame)
+        if joined is None:
             return _NOT_CONTENT
-        data = b"\n".join(data_lines).strip()
+        data = joined.strip()
     if not data:
         return _NOT_CONTENT
     if data == b"[DONE]":
@@ -200,7 +190,7 @@ class _Watchdog:
 
 def terminal_frame(error: GatewayError) -> bytes:
     """The one SSE frame that ends a committed stream on error (no [DONE] follows)."""
-    return b"data: " + error.body() + b"\n\n"
+    return data_frame(error.body())
 
 
 async def _close_source(it: Any, close: Callable[[], Awaitable[Any]] | None) -> None:
@@ -424,20 +414,7 @@ class CommittedStream:
         await _close_source(self._it, close)
 
 
-_FRAME_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 SAMPLE_BYTES = 64 * 1024  # what a stream keeps of its relayed bytes to estimate tokens from
-
-
-def _complete_end(data: bytes) -> int:
-    """Where the last complete SSE frame of `data` ends (0: none). A C-level search for the
-    usual `\\n\\n`; the regex only for CR line ends."""
-    if b"\r" not in data:
-        end = data.rfind(b"\n\n")
-        return end + 2 if end >= 0 else 0
-    end = 0
-    for match in _FRAME_END.finditer(data):
-        end = match.end()
-    return end
 
 
 def relayed_tokens(chars: int, frames: int) -> int:
@@ -475,19 +452,19 @@ class UsageTap:
             self._sample.append(chunk)
             self._sampled += size
         data = self._pending + chunk if self._pending else chunk
-        end = _complete_end(data)
+        end = complete_end(data)
         self._pending = data[end:]
         complete = data[:end]
         if not self.strip:
             if b'"usage"' in complete:
-                for frame in _FRAME_END.split(complete):
+                for frame in FRAME_END.split(complete):
                     self._read(frame)
             return chunk
         if b'"usage"' not in complete:
             return complete
         out = []
         start = 0
-        for match in _FRAME_END.finditer(complete):
+        for match in FRAME_END.finditer(complete):
             frame = complete[start : match.end()]
             start = match.end()
             if not self._read(frame):

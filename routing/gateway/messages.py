@@ -6,7 +6,9 @@ selection, policy, chain, preflight, executor, usage records) over any chat dial
 This module supplies what differs at the edges: the `x-api-key` credential, the
 per-link request and answer (`Shape`: passthrough to Anthropic upstreams, translation
 to and from the others), the Anthropic event stream and errors in Anthropic's shape.
-The translations themselves are in routing.upstream.dialects.anthropic_translation.
+Which it is per link is the protocol table's (routing.upstream.translate.table.TRANSLATORS:
+the ("messages", "messages") pass-through where the upstream speaks Messages, by
+routing.core.kinds.NATIVE_PROTOCOLS; ("messages", "chat") elsewhere).
 """
 
 from __future__ import annotations
@@ -27,17 +29,11 @@ from routing.gateway.wire import JSON, Scope, Send, answer_headers, send_respons
 from routing.plan import preflight
 from routing.runtime.accounting import Context
 from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
-from routing.upstream.dialects.anthropic_translation import (
-    AnthropicRelay,
-    Gaps,
-    MessagesStream,
-    anthropic_usage,
-    chat_request,
-    error_body,
-    held_until_content,
-    message_of,
-)
 from routing.upstream.dialects.base import load_json
+from routing.upstream.translate.messages_passthrough import AnthropicRelay
+from routing.upstream.translate.messages_to_chat import Gaps, MessagesStream, chat_request
+from routing.upstream.translate.shared import anthropic_usage, error_body
+from routing.upstream.translate.table import Translator, translator
 
 ENDPOINTS = frozenset({"messages", "count_tokens"})
 PROTOCOL = "messages"  # this endpoint's row of routing.core.kinds.NATIVE_PROTOCOLS
@@ -54,7 +50,8 @@ def credential(auth: bytes, x_api_key: bytes) -> bytes:
 def chat_body(endpoint: str, body: dict[str, Any], raw: bytes, gaps: Gaps | None = None) -> dict[str, Any]:
     """The internal chat body for an Anthropic request; 400 naming the field when it is malformed.
 
-    It decides the model, the chain and preflight; a passthrough link never sends it. What it
+    It decides the model, the chain and preflight, whichever links follow (the ("messages", "chat") row's
+    request, made once before any link is known); a passthrough link never sends it. What it
     cannot carry goes to `gaps`, for the translated links to refuse or drop (Shape.prepare).
     The depth check comes first: the translation encodes tool inputs itself.
     """
@@ -76,11 +73,11 @@ async def send_count(send: Send, ctx: Context, body: dict[str, Any]) -> None:
     await send_response(send, 200, orjson.dumps({"input_tokens": tokens}), answer_headers(ctx, [JSON]))
 
 
-def _passthrough(link: Link) -> bool:
-    """Whether the link's upstream speaks the Messages API itself (the dialect table's row, narrowed by
-    model: Anthropic, or Claude on Vertex AI)."""
+def _pair(link: Link) -> Translator:
+    """The link's row of the protocol table: the pass-through when its upstream speaks the Messages API
+    itself (NATIVE_PROTOCOLS, narrowed by model: Anthropic, or Claude on Vertex AI), else the translation."""
     model = link.model
-    return get_dialect(model.provider.dialect).speaks(PROTOCOL, model)
+    return translator(PROTOCOL, get_dialect(model.provider.dialect).speaks(PROTOCOL, model))
 
 
 class Shape:
@@ -108,7 +105,7 @@ class Shape:
     def prepare(self, link: Link, stream: bool) -> PreparedRequest | None:
         model = link.model
         dialect = get_dialect(model.provider.dialect)
-        if not dialect.speaks(PROTOCOL, model):
+        if not _pair(link).passthrough:
             refused = self.gaps.refused
             if refused:
                 raise errors.no_counterpart(refused[0][0], model.id, dialect.name, _PROTOCOL_NAME)
@@ -126,17 +123,19 @@ class Shape:
         return dialect.prepare_native(payload, model, link.base_url, link.api_key, self.beta, encoded, self.beta_query)
 
     def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:
-        if _passthrough(link):
+        pair = _pair(link)
+        if pair.answer is None:
             raw = load_json(data, link.model).get("usage")
             prompt, completion, _ = anthropic_usage(raw)
             return ParsedResponse(data, (prompt, completion), token_classes(raw))
         parsed = dialect.parse_response("chat", data, link.model, prepared.context)
-        return ParsedResponse(orjson.dumps(message_of(orjson.loads(parsed.body))), parsed.usage, parsed.classes)
+        return ParsedResponse(orjson.dumps(pair.answer(orjson.loads(parsed.body))), parsed.usage, parsed.classes)
 
     def chunks(self, dialect: Dialect, link: Link, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        if _passthrough(link):
-            return held_until_content(chunks)
+        pair = _pair(link)
+        if pair.stream is not None:
+            return pair.stream(chunks)
         return dialect.translate_stream(chunks, link.model)
 
     def tap(self, link: Link, strip: bool) -> AnthropicRelay | MessagesStream:  # noqa: ARG002 - no usage frame to keep back
-        return AnthropicRelay() if _passthrough(link) else MessagesStream()
+        return _pair(link).tap()

@@ -1,7 +1,7 @@
 """The top-level field types of an Anthropic Messages request (docs/anthropic-messages.md#validation).
 
 One table, checked before translation; nested shapes (content blocks, tools, tool_choice)
-are checked by the translation in routing.upstream.dialects.anthropic_translation as it walks them, so
+are checked by the translation in routing.upstream.translate.messages_to_chat as it walks them, so
 every wrong type is a 400 naming the field, never a 500.
 """
 
@@ -40,7 +40,7 @@ FIELDS: tuple[tuple[str, str, bool, bool], ...] = (
     ("context_management", "an object", False, False),
 )
 # Any other field is kept: a passthrough link forwards it, a translated one drops it as a hint or refuses it
-# by name (routing.upstream.dialects.anthropic_translation.MAPPED_FIELDS / HINT_FIELDS).
+# by name (routing.upstream.translate.messages_to_chat.MAPPED_FIELDS / HINT_FIELDS).
 # integer fields with a lower bound
 _MINIMUM = {"max_tokens": 1, "top_k": 0}
 

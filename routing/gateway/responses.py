@@ -3,9 +3,10 @@
 A link whose upstream speaks the Responses API itself (`openai`, `azure_openai`: the
 dialect table's NATIVE_PROTOCOLS row) gets the client's body as sent (the dialect replaces
 only `model`), and its answer or event stream comes back as it came, its events framed for
-the commit rule of chat streams (routing.upstream.dialects.responses_stream). Any other link
-gets the request translated to the internal chat shape (responses_request), which its dialect
-sends as it sends chat, and its answer or chunk stream is translated back (responses_answer).
+the commit rule of chat streams: the ("responses", "responses") row of the protocol table
+(routing.upstream.translate.table.TRANSLATORS). Any other link gets the request translated to
+the internal chat shape, which its dialect sends as it sends chat, and its answer or chunk
+stream is translated back: the ("responses", "chat") row.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import orjson
 from routing.core.executor import Link
 from routing.runtime.accounting import Context
 from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
-from routing.upstream.dialects.responses_answer import ResponsesEvents, response_of
-from routing.upstream.dialects.responses_request import chat_request
-from routing.upstream.dialects.responses_stream import ResponsesRelay, held_until_content
+from routing.upstream.translate.responses_passthrough import ResponsesRelay
+from routing.upstream.translate.responses_to_chat import ResponsesEvents
+from routing.upstream.translate.table import Translator, translator
 
 PROTOCOL = "responses"  # this endpoint's row of routing.core.kinds.NATIVE_PROTOCOLS
 
@@ -30,6 +31,11 @@ def _native(link: Link) -> bool:
     chat-only model on an OpenAI-compatible server — llama.cpp, vLLM — is served by translation)."""
     model = link.model
     return PROTOCOL in model.capabilities and get_dialect(model.provider.dialect).speaks(PROTOCOL, model)
+
+
+def _pair(link: Link) -> Translator:
+    """The link's row of the protocol table: the pass-through on a native link, else the translation."""
+    return translator(PROTOCOL, _native(link))
 
 
 class Shape:
@@ -44,12 +50,13 @@ class Shape:
         self._dropped = ""  # what that translation left out, for x-switchboard-dropped
 
     def prepare(self, link: Link, stream: bool) -> PreparedRequest | None:
-        if _native(link):
+        pair = _pair(link)
+        if pair.request is None:
             self.ctx.dropped = ""
             return None  # the dialect's own request: the client's body, `model` replaced
         if self._chat is None:
             dropped: list[str] = []
-            self._chat = chat_request(self.original, dropped)
+            self._chat = pair.request(self.original, dropped)
             self._dropped = ", ".join(dropped)
         self.ctx.dropped = self._dropped
         model = link.model
@@ -60,15 +67,17 @@ class Shape:
         return dialect.build_request("chat", body, model, link.base_url, link.api_key, stream)
 
     def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:
-        if _native(link):
+        pair = _pair(link)
+        if pair.answer is None:
             return dialect.parse_response(PROTOCOL, data, link.model, prepared.context)
         parsed = dialect.parse_response("chat", data, link.model, prepared.context)
-        return ParsedResponse(orjson.dumps(response_of(orjson.loads(parsed.body))), parsed.usage, parsed.classes)
+        return ParsedResponse(orjson.dumps(pair.answer(orjson.loads(parsed.body))), parsed.usage, parsed.classes)
 
     def chunks(self, dialect: Dialect, link: Link, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        if _native(link):
-            return held_until_content(chunks)
+        pair = _pair(link)
+        if pair.stream is not None:
+            return pair.stream(chunks)
         return dialect.translate_stream(chunks, link.model)
 
     def tap(self, link: Link, strip: bool) -> ResponsesRelay | ResponsesEvents:  # noqa: ARG002 - nothing kept back
-        return ResponsesRelay() if _native(link) else ResponsesEvents()
+        return _pair(link).tap()

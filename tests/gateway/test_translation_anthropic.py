@@ -18,8 +18,8 @@ import pytest
 from routing.config import live
 from routing.config.snapshot import build_snapshot
 from routing.runtime.process import current
-from routing.upstream.dialects.anthropic_structured import STRUCTURED_TOOL
-from routing.upstream.dialects.anthropic_translation import anthropic_request, chat_completion_of, translate_sse
+from routing.upstream.translate.anthropic_structured import STRUCTURED_TOOL
+from routing.upstream.translate.chat_to_anthropic import anthropic_request, chat_completion_of, translate_sse
 from tests.gateway.conftest import API_KEY, key_rows
 from tests.inprocess import gateway_application
 from tools.mock.upstream import start_mock, state_of

@@ -12,16 +12,10 @@ import pytest
 
 from routing.core.errors import GatewayError
 from routing.core.failures import FailureKind, UpstreamFailure
-from routing.upstream.dialects.anthropic_translation import (
-    AnthropicRelay,
-    MessagesStream,
-    anthropic_request,
-    chat_completion_of,
-    chat_request,
-    error_type,
-    held_until_content,
-    message_of,
-)
+from routing.upstream.translate.chat_to_anthropic import anthropic_request, chat_completion_of
+from routing.upstream.translate.messages_passthrough import AnthropicRelay, held_until_content
+from routing.upstream.translate.messages_to_chat import MessagesStream, chat_request, message_of
+from routing.upstream.translate.shared import error_type
 
 PNG = "iVBORw0KGgo="
 TOOL = {"name": "lookup", "description": "Look it up", "input_schema": {"type": "object", "properties": {}}}

@@ -12,7 +12,7 @@ import pytest
 from routing.core.failures import FailureKind, UpstreamFailure, failure_from_response
 from routing.runtime import health
 from routing.upstream.dialects import get_dialect, vertex
-from routing.upstream.dialects.gemini_translation import gemini_request
+from routing.upstream.translate.chat_to_gemini import gemini_request
 from tests.e2e.test_cloud_dialects import service_account
 from tests.upstream.conftest import model, provider
 from tools.mock import clouds

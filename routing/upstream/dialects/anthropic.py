@@ -4,9 +4,8 @@ Requests: system messages become `system`, image_url parts become image blocks,
 assistant tool_calls become tool_use blocks, tool messages become user tool_result
 blocks, OpenAI function tools become Anthropic tools. Answers and SSE streams are
 translated back to chat.completion / chat.completion.chunk, so clients never see
-the difference. The translations themselves live in
-routing.upstream.dialects.anthropic_translation, beside their reverse directions (the
-/v1/messages endpoint). Non-2xx bodies are left to routing.core.errors (529
+the difference. The translation is routing.upstream.translate.chat_to_anthropic (the
+(chat, messages) row of routing.upstream.translate.table.TRANSLATORS). Non-2xx bodies are left to routing.core.errors (529
 overloaded is a 5xx).
 """
 
@@ -19,17 +18,6 @@ import orjson
 
 from routing.config.snapshot import ModelSpec
 from routing.core.prices import token_classes
-from routing.upstream.dialects.anthropic_translation import (
-    API_VERSION,
-    DEFAULT_MAX_TOKENS,
-    FINISH_REASONS,
-    anthropic_request,
-    chat_completion_of,
-    translate_messages,
-    translate_sse,
-    translate_tool_choice,
-    translate_tools,
-)
 from routing.upstream.dialects.base import (
     Dialect,
     ParsedResponse,
@@ -39,6 +27,15 @@ from routing.upstream.dialects.base import (
     load_json,
     unsupported,
 )
+from routing.upstream.translate.chat_to_anthropic import (
+    anthropic_request,
+    chat_completion_of,
+    translate_messages,
+    translate_sse,
+    translate_tool_choice,
+    translate_tools,
+)
+from routing.upstream.translate.shared import API_VERSION, DEFAULT_MAX_TOKENS, FINISH_REASONS
 
 
 class AnthropicDialect(Dialect):

@@ -22,6 +22,7 @@ from routing.core.errors import GatewayError
 from routing.core.failures import FailureKind, UpstreamFailure, failure_from_response
 from routing.core.kinds import DIALECT_KINDS, ENDPOINT_KINDS, NATIVE_PROTOCOLS
 from routing.core.prices import token_classes
+from routing.upstream.translate.shared import usage_of
 
 KINDS = ENDPOINT_KINDS
 
@@ -101,28 +102,10 @@ def load_json(body: bytes, model: ModelSpec, expect: type = dict) -> Any:
     return data
 
 
-def _int_or_none(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
 def parsed_openai(body: bytes, model: ModelSpec) -> ParsedResponse:
     """An OpenAI-shaped answer relayed as is: its usage and token classes (cached, reasoning, audio)."""
     data = load_json(body, model)
     return ParsedResponse(body, usage_of(data), token_classes(data.get("usage")))
-
-
-def usage_of(data: Mapping[str, Any]) -> Usage:
-    """OpenAI (prompt/completion_tokens) or Responses API (input/output_tokens) usage."""
-    usage = data.get("usage")
-    if not isinstance(usage, dict):
-        return NO_USAGE
-    prompt = usage.get("prompt_tokens")
-    if prompt is None:
-        prompt = usage.get("input_tokens")
-    completion = usage.get("completion_tokens")
-    if completion is None:
-        completion = usage.get("output_tokens")
-    return (_int_or_none(prompt), _int_or_none(completion))
 
 
 def join_url(base_url: str, path: str) -> str:

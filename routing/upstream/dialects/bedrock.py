@@ -33,7 +33,7 @@ from routing.config.snapshot import ModelSpec, ProviderSpec
 from routing.config.validation import bedrock_region
 from routing.core.failures import FailureKind, UpstreamFailure, failure_from_response
 from routing.upstream.dialects.base import Dialect, ParsedResponse, PreparedRequest, encode, load_json, unsupported
-from routing.upstream.dialects.bedrock_translation import chat_completion_of, converse_request, translate_events
+from routing.upstream.translate.chat_to_bedrock import chat_completion_of, converse_request, translate_events
 
 SERVICE = "bedrock"  # the SigV4 signing name of bedrock-runtime
 HEALTH_PATH = "/async-invoke?maxResults=1"

@@ -1,10 +1,10 @@
 """Google Gemini API: `generateContent`, `streamGenerateContent?alt=sse`, `embedContent` (docs/providers.md#gemini).
 
 base_url like https://generativelanguage.googleapis.com/v1beta; the key goes in
-`x-goog-api-key`. The chat translation is routing.upstream.dialects.gemini_translation (shared with
+`x-goog-api-key`. The chat translation is routing.upstream.translate.chat_to_gemini (shared with
 the vertex dialect). Errors need nothing here: 429 RESOURCE_EXHAUSTED is a rate limit,
 400 INVALID_ARGUMENT a client error (routing.core.errors), and safety blocks are
-content-filter refusals (gemini_translation.blocked).
+content-filter refusals (chat_to_gemini.blocked).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import orjson
 
 from routing.config.snapshot import ModelSpec
 from routing.core.failures import FailureKind, UpstreamFailure
-from routing.upstream.dialects import gemini_translation
 from routing.upstream.dialects.base import (
     Dialect,
     ParsedResponse,
@@ -28,6 +27,7 @@ from routing.upstream.dialects.base import (
     unsupported,
 )
 from routing.upstream.dialects.openai_bodies import embedding_inputs, embeddings_list
+from routing.upstream.translate import chat_to_gemini
 
 
 def model_path(upstream_model: str) -> str:
@@ -56,7 +56,7 @@ class GeminiDialect(Dialect):
         headers = {"Content-Type": "application/json", **self.auth_headers(api_key)}
         resource = model_path(model.upstream_model)
         if kind == "chat":
-            payload = gemini_translation.gemini_request(body)
+            payload = chat_to_gemini.gemini_request(body)
             return PreparedRequest("POST", chat_url(base_url, resource, stream), headers, encode(payload))
         if kind == "embeddings":
             texts = embedding_inputs(body)
@@ -73,11 +73,11 @@ class GeminiDialect(Dialect):
         data = load_json(body, model)
         if kind == "embeddings":
             return _embeddings(data, model, body, context or {})
-        out, prompt, completion = gemini_translation.chat_completion_of(data, model, body)
+        out, prompt, completion = chat_to_gemini.chat_completion_of(data, model, body)
         return ParsedResponse(orjson.dumps(out), (prompt, completion))
 
     def translate_stream(self, chunks: AsyncIterator[bytes], model: ModelSpec) -> AsyncIterator[bytes]:
-        return gemini_translation.translate_sse(chunks, model)
+        return chat_to_gemini.translate_sse(chunks, model)
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"x-goog-api-key": api_key} if api_key else {}

@@ -1,4 +1,4 @@
-"""OpenAI-shaped bodies shared by the dialects that must build them (tei, cohere, and the usage object of the chat translations)."""
+"""OpenAI-shaped bodies shared by the dialects that must build them (tei, cohere, gemini's embeddings)."""
 
 from __future__ import annotations
 
@@ -55,15 +55,3 @@ def embeddings_list(vectors: list[Any], model: str, prompt_tokens: int | None, e
         "model": model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
-
-
-def usage_object(prompt: int | None, completion: int | None, cached: Any = 0) -> dict[str, Any]:
-    """The OpenAI `usage` of a chat answer: unknown counts as 0, cached prompt tokens in the details."""
-    usage: dict[str, Any] = {
-        "prompt_tokens": prompt or 0,
-        "completion_tokens": completion or 0,
-        "total_tokens": (prompt or 0) + (completion or 0),
-    }
-    if cached:
-        usage["prompt_tokens_details"] = {"cached_tokens": cached}
-    return usage

@@ -5,8 +5,8 @@ base_url is the project's location root,
 A model whose upstream name starts with `claude` is Anthropic-on-Vertex
 (`publishers/anthropic/models/{m}:rawPredict` / `:streamRawPredict`, the Anthropic
 Messages body without `model` and with `anthropic_version: vertex-2023-10-16`, through
-the anthropic translation); any other is a Google model (`publishers/google/models/{m}
-:generateContent` / `:streamGenerateContent?alt=sse`, the Gemini shapes).
+routing.upstream.translate.chat_to_anthropic); any other is a Google model (`publishers/google/models/{m}
+:generateContent` / `:streamGenerateContent?alt=sse`, routing.upstream.translate.chat_to_gemini).
 
 The provider's secret (its env var or stored key) is the service-account JSON.
 `ServiceAccountTokens` exchanges a JWT signed with its private key for an access token
@@ -35,7 +35,6 @@ from routing.config.snapshot import ModelSpec, ProviderSpec
 from routing.core.errors import TOKEN_EXCHANGE_FAILED
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.upstream.blocking import TOKEN_EXCHANGE_THREADS, TOKEN_EXCHANGE_TIMEOUT_S, BlockingPool, PoolBusy
-from routing.upstream.dialects import anthropic_translation, gemini_translation
 from routing.upstream.dialects.base import (
     Dialect,
     ParsedResponse,
@@ -46,6 +45,7 @@ from routing.upstream.dialects.base import (
     load_json,
     unsupported,
 )
+from routing.upstream.translate import chat_to_anthropic, chat_to_gemini
 
 log = logging.getLogger("switchboard.upstream")
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
@@ -224,13 +224,11 @@ class VertexDialect(Dialect):
         if kind != "chat":
             raise unsupported(self.name, kind, model)
         if is_anthropic(model.upstream_model):
-            payload = anthropic_translation.anthropic_request(
-                body, model.upstream_model, stream, model.max_output_tokens
-            )
+            payload = chat_to_anthropic.anthropic_request(body, model.upstream_model, stream, model.max_output_tokens)
             return self.prepare_anthropic(payload, model.upstream_model, base_url, stream)
         url = gemini_shapes_url(base_url, quote(model.upstream_model, safe="-._@"), stream)
         headers = {"Content-Type": "application/json"}
-        return PreparedRequest("POST", url, headers, encode(gemini_translation.gemini_request(body)))
+        return PreparedRequest("POST", url, headers, encode(chat_to_gemini.gemini_request(body)))
 
     def prepare_anthropic(
         self, payload: dict[str, Any], upstream_model: str, base_url: str, stream: bool
@@ -273,15 +271,15 @@ class VertexDialect(Dialect):
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
         data = load_json(body, model)
         if is_anthropic(model.upstream_model):
-            out, prompt, completion = anthropic_translation.chat_completion_of(data, model.upstream_model)
+            out, prompt, completion = chat_to_anthropic.chat_completion_of(data, model.upstream_model)
         else:
-            out, prompt, completion = gemini_translation.chat_completion_of(data, model, body)
+            out, prompt, completion = chat_to_gemini.chat_completion_of(data, model, body)
         return ParsedResponse(orjson.dumps(out), (prompt, completion))
 
     def translate_stream(self, chunks: AsyncIterator[bytes], model: ModelSpec) -> AsyncIterator[bytes]:
         if is_anthropic(model.upstream_model):
-            return anthropic_translation.translate_sse(chunks, model)
-        return gemini_translation.translate_sse(chunks, model)
+            return chat_to_anthropic.translate_sse(chunks, model)
+        return chat_to_gemini.translate_sse(chunks, model)
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {}  # a Bearer access token, added per request by `authorize`

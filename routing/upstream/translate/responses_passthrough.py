@@ -1,4 +1,4 @@
-"""A Responses API event stream, relayed as the upstream sent it (streaming `/v1/responses`, docs/api.md#responses).
+"""Responses client -> Responses upstream: the pass-through of an event stream (streaming `/v1/responses`, docs/api.md#responses).
 
 An OpenAI (or Azure OpenAI) upstream streams `event: response.created`, `response.in_progress`,
 `response.output_item.added`, ..., `*.delta`, `*.done` and `response.completed`, each with a
@@ -22,11 +22,10 @@ import orjson
 
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.prices import token_classes
+from routing.core.sse import DONE, event_frame, event_name, normalise, pop_frames
 from routing.core.stream import SAMPLE_BYTES, relayed_tokens
-from routing.upstream.dialects.anthropic_translation import DONE, _normalised, sse_frames
-from routing.upstream.dialects.base import usage_of
+from routing.upstream.translate.shared import HOLD_MAX_EVENTS, usage_of
 
-HOLD_MAX_EVENTS = 16  # events without content held before the commit (as routing.core.stream does)
 # Events that carry no content: held until the first that does (or until HOLD_MAX_EVENTS).
 PREAMBLE_EVENTS = frozenset(
     {
@@ -53,18 +52,6 @@ DELTA_EVENTS = frozenset(
 )
 
 
-def event_name(name: bytes | None, data: bytes | None) -> bytes:
-    """The event's name: its `event:` line, else its data's `type`."""
-    if name is not None or data is None:
-        return name or b""
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return b""
-    kind = obj.get("type") if isinstance(obj, dict) else None
-    return kind.encode() if isinstance(kind, str) else b""
-
-
 async def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """The upstream's Responses events, unchanged (line ends made \\n), framed for the commit and relay.
 
@@ -76,9 +63,9 @@ async def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[byte
     buffer = bytearray()
     held: list[bytes] | None = []
     async for chunk in chunks:
-        _normalised(buffer, chunk)
+        normalise(buffer, chunk)
         out: list[bytes] = []
-        for raw, name, data in sse_frames(buffer):
+        for raw, name, data in pop_frames(buffer):
             kind = event_name(name, data)
             if held is not None:
                 if kind in ERROR_EVENTS:
@@ -124,9 +111,9 @@ class ResponsesRelay:
         self._chars = [0, 0]  # characters and frames of deltas relayed (docs/usage-records.md#partial)
 
     def feed(self, chunk: bytes) -> bytes:
-        _normalised(self._buf, chunk)
+        normalise(self._buf, chunk)
         out: list[bytes] = []
-        for raw, name, data in sse_frames(self._buf):
+        for raw, name, data in pop_frames(self._buf):
             if data == b"[DONE]":
                 continue
             if name is None and data is not None and data.startswith(b'{"error"'):
@@ -181,7 +168,7 @@ class ResponsesRelay:
             "param": None,
             "sequence_number": self._seq,
         }
-        return b"event: error\ndata: " + orjson.dumps(payload) + b"\n\n"
+        return event_frame(b"error", orjson.dumps(payload))
 
     def estimated_completion_tokens(self) -> int:
         """The completion tokens relayed before a cut: the deltas' text at four characters a token."""
@@ -202,4 +189,4 @@ def _sequence_number(data: bytes) -> int | None:
     return int(data[i:j]) if j > i else None
 
 
-__all__ = ["ResponsesRelay", "event_name", "held_until_content"]
+__all__ = ["ResponsesRelay", "held_until_content"]

@@ -1,6 +1,6 @@
-"""OpenAI chat <-> AWS Bedrock Converse shapes, both ways, streams included (docs/providers.md#bedrock).
+"""Chat Completions client -> AWS Bedrock Converse upstream, streams included (docs/providers.md#bedrock).
 
-Requests reuse the Anthropic translation of chat messages (routing.upstream.dialects.anthropic_translation:
+Requests reuse the Anthropic translation of chat messages (routing.upstream.translate.chat_to_anthropic:
 roles merged so they alternate, system messages pulled out, tool calls and results as
 blocks) and rename its blocks into Converse's: `text`, `image` (base64 bytes),
 `toolUse`, `toolResult`. Answers and ConverseStream events (decoded from the
@@ -20,14 +20,10 @@ import orjson
 from routing.core.errors import invalid_request
 from routing.core.failures import UpstreamFailure
 from routing.core.ids import new_id
-from routing.upstream.dialects import openai_request
-from routing.upstream.dialects.anthropic_translation import (
-    DEFAULT_MAX_TOKENS,
-    tool_call_of,
-    translate_messages,
-    translate_tools,
-)
-from routing.upstream.dialects.openai_bodies import usage_object
+from routing.core.sse import DONE, data_frame
+from routing.upstream.translate import openai_request
+from routing.upstream.translate.chat_to_anthropic import translate_messages, translate_tools
+from routing.upstream.translate.shared import DEFAULT_MAX_TOKENS, tool_call_of, usage_object
 
 # Converse stopReason -> OpenAI finish_reason.
 FINISH_REASONS = {
@@ -39,7 +35,6 @@ FINISH_REASONS = {
     "content_filtered": "content_filter",
 }
 IMAGE_FORMATS = frozenset({"png", "jpeg", "gif", "webp"})
-DONE = b"data: [DONE]\n\n"
 
 
 # --- chat request -> Converse request ------------------------------------------------
@@ -208,11 +203,11 @@ class ChunkState:
             delta = {"role": "assistant", **delta}
             self.role_sent = True
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return b"data: " + orjson.dumps({**self.head, "choices": [choice]}) + b"\n\n"
+        return data_frame(orjson.dumps({**self.head, "choices": [choice]}))
 
     def usage_frame(self, usage: dict[str, Any]) -> bytes:
         """OpenAI's usage-only chunk (`choices: []`), as `stream_options.include_usage` gives it."""
-        return b"data: " + orjson.dumps({**self.head, "choices": [], "usage": usage}) + b"\n\n"
+        return data_frame(orjson.dumps({**self.head, "choices": [], "usage": usage}))
 
     def event(self, name: str, data: dict[str, Any]) -> bytes | None:
         """The chunk for one ConverseStream event (None: nothing to relay)."""
@@ -249,7 +244,7 @@ class ChunkState:
 def error_frame(message: str, kind: str) -> bytes:
     """The terminal in-stream error frame of a stream that failed after its first content."""
     payload = {"error": {"message": message, "type": kind, "code": "upstream_stream_error", "param": None}}
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+    return data_frame(orjson.dumps(payload))
 
 
 async def translate_events(

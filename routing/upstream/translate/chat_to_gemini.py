@@ -1,4 +1,4 @@
-"""OpenAI chat <-> Gemini `generateContent` shapes, shared by the gemini and vertex dialects.
+"""Chat Completions client -> Gemini `generateContent` upstream (the gemini dialect, and Google models on vertex).
 
 docs/providers.md#gemini lists what is translated and what is not. Requests: system and
 developer messages become `systemInstruction`; user turns `user` contents, assistant
@@ -23,9 +23,9 @@ import orjson
 from routing.config.snapshot import ModelSpec
 from routing.core.errors import invalid_request
 from routing.core.failures import FailureKind, UpstreamFailure
-from routing.upstream.dialects import openai_request
-from routing.upstream.dialects.anthropic_translation import DONE, _normalised, sse_events
-from routing.upstream.dialects.openai_bodies import usage_object
+from routing.core.sse import DONE, data_frame, normalise, pop_events
+from routing.upstream.translate import openai_request
+from routing.upstream.translate.shared import usage_object
 
 FINISH_REASONS = {
     "STOP": "stop",
@@ -269,12 +269,12 @@ def _chunk(head: dict[str, Any], delta: dict[str, Any], finish: str | None, usag
     chunk = {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
     if usage is not None:
         chunk["usage"] = usage
-    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+    return data_frame(orjson.dumps(chunk))
 
 
 def _error_frame(message: str, code: str = "upstream_stream_error") -> bytes:
     payload = {"error": {"message": message, "type": "upstream_error", "code": code, "param": None}}
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+    return data_frame(orjson.dumps(payload))
 
 
 async def translate_sse(chunks: AsyncIterator[bytes], model: ModelSpec) -> AsyncIterator[bytes]:
@@ -293,8 +293,8 @@ async def translate_sse(chunks: AsyncIterator[bytes], model: ModelSpec) -> Async
     finish: str | None = None
     usage: Any = None
     async for chunk in chunks:
-        _normalised(buffer, chunk)
-        for _, payload in sse_events(buffer):
+        normalise(buffer, chunk)
+        for _, payload in pop_events(buffer):
             try:
                 data = orjson.loads(payload)
             except orjson.JSONDecodeError:

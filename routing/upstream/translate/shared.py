@@ -1,0 +1,174 @@
+"""What two or more translators share, public: the Anthropic wire's tables and blocks, the usage objects.
+
+A translator module (routing.upstream.translate.<client>_to_<upstream>) imports from here, from
+routing.upstream.translate.openai_request (reading a chat request) and from routing.core.sse (the
+stream framing), never another translator's private names: so one direction moves or changes
+without pulling another with it. Both directions of the Anthropic pair read the same stop-reason
+tables and the same tool_call <-> tool_use and image <-> image_url helpers, so a field is mapped the
+same way whichever way it travels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from routing.core.errors import invalid_request
+from routing.upstream.translate import openai_request
+
+HOLD_MAX_EVENTS = 16  # pass-through: events without content held before the commit (as routing.core.stream does)
+
+# --- the Anthropic Messages wire, both directions ---------------------------------
+
+API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; OpenAI clients often omit it
+
+# Anthropic stop_reason -> OpenAI finish_reason ...
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "pause_turn": "stop",
+    "refusal": "content_filter",
+}
+# ... and back. A "stop" whose choice names the matched string in `stop_reason` (vLLM's
+# convention, which the anthropic dialect follows) was a stop sequence.
+STOP_REASONS = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "content_filter": "refusal",
+}
+# Anthropic's error types by HTTP status (docs/anthropic-messages.md#errors).
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+KNOWN_ERROR_TYPES = frozenset(ERROR_TYPES.values()) | {"timeout_error"}
+
+
+def error_type(status: int, upstream_type: Any = None) -> str:
+    """Anthropic's `error.type` for a gateway status; an upstream's own Anthropic type is kept."""
+    if isinstance(upstream_type, str) and upstream_type in KNOWN_ERROR_TYPES:
+        return upstream_type
+    found = ERROR_TYPES.get(status)
+    if found is not None:
+        return found
+    return "invalid_request_error" if 400 <= status < 500 else "api_error"
+
+
+def error_body(status: int, message: str, upstream_type: Any = None, request_id: str | None = None) -> bytes:
+    """`{"type": "error", "error": {"type", "message"}}`, the body of every Anthropic error."""
+    out: dict[str, Any] = {"type": "error", "error": {"type": error_type(status, upstream_type), "message": message}}
+    if request_id:
+        out["request_id"] = request_id
+    return orjson.dumps(out)
+
+
+def stop_of(choice: dict[str, Any]) -> tuple[str, str | None]:
+    """(stop_reason, stop_sequence) of an OpenAI choice."""
+    finish = choice.get("finish_reason")
+    matched = choice.get("stop_reason")
+    if finish == "stop" and isinstance(matched, str) and matched:
+        return "stop_sequence", matched
+    return STOP_REASONS.get(finish or "stop", "end_turn"), None
+
+
+def image_url_of(block: dict[str, Any], param: str) -> str:
+    """An Anthropic image block's source as an OpenAI image_url (a data: URI for base64)."""
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise invalid_request(f"{param}.source must be an object", f"{param}.source")
+    kind = source.get("type")
+    if kind == "base64":
+        media, data = source.get("media_type"), source.get("data")
+        if not isinstance(media, str) or not isinstance(data, str):
+            raise invalid_request(f"{param}.source needs string media_type and data", f"{param}.source")
+        return f"data:{media};base64,{data}"
+    if kind == "url" and isinstance(source.get("url"), str):
+        return source["url"]
+    raise invalid_request(f"{param}.source.type must be base64 or url (with its fields)", f"{param}.source")
+
+
+def tool_use_of(call: Any, param: str) -> dict[str, Any]:
+    """An OpenAI tool call as an Anthropic tool_use block (arguments parsed to `input`)."""
+    call_id, name, args = openai_request.function_call(call, param)
+    return {"type": "tool_use", "id": call_id, "name": name, "input": args}
+
+
+def tool_call_of(block: dict[str, Any]) -> dict[str, Any]:
+    """An Anthropic tool_use block as an OpenAI tool call (input serialised to `arguments`)."""
+    return {
+        "id": block.get("id", ""),
+        "type": "function",
+        "function": {"name": block.get("name", ""), "arguments": orjson.dumps(block.get("input") or {}).decode()},
+    }
+
+
+def anthropic_usage(raw: Any) -> tuple[int | None, int | None, dict[str, Any] | None]:
+    """(prompt tokens, completion tokens, OpenAI usage object) of an Anthropic usage object."""
+    if not isinstance(raw, dict):
+        return None, None, None
+    inp, out = raw.get("input_tokens"), raw.get("output_tokens")
+    cached = raw.get("cache_read_input_tokens") or 0
+    created = raw.get("cache_creation_input_tokens") or 0
+    prompt = inp + cached + created if type(inp) is int else None
+    completion = out if type(out) is int else None
+    openai_usage = {
+        "prompt_tokens": prompt or 0,
+        "completion_tokens": completion or 0,
+        "total_tokens": (prompt or 0) + (completion or 0),
+    }
+    if cached:
+        openai_usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    if created:  # cache writes have no OpenAI field: Anthropic's own, so they are priced as such
+        openai_usage["cache_read_input_tokens"] = cached
+        openai_usage["cache_creation_input_tokens"] = created
+        if isinstance(raw.get("cache_creation"), dict):
+            openai_usage["cache_creation"] = raw["cache_creation"]
+    return prompt, completion, openai_usage
+
+
+# --- OpenAI usage objects ----------------------------------------------------------
+
+
+def usage_object(prompt: int | None, completion: int | None, cached: Any = 0) -> dict[str, Any]:
+    """The OpenAI `usage` of a chat answer: unknown counts as 0, cached prompt tokens in the details."""
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt or 0,
+        "completion_tokens": completion or 0,
+        "total_tokens": (prompt or 0) + (completion or 0),
+    }
+    if cached:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def usage_of(data: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """OpenAI (prompt/completion_tokens) or Responses API (input/output_tokens) usage."""
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return (None, None)
+    prompt = usage.get("prompt_tokens")
+    if prompt is None:
+        prompt = usage.get("input_tokens")
+    completion = usage.get("completion_tokens")
+    if completion is None:
+        completion = usage.get("output_tokens")
+    return (_int_or_none(prompt), _int_or_none(completion))
