@@ -9,7 +9,7 @@ on, else only those with `health_probe: true`.
 
 Results of a probe run elsewhere (`manage.py probe_providers`) are shared through the
 database: `store_results` upserts one ProviderProbe row per provider, and the prober
-of every serving process adopts rows newer than what it holds (`adopt_stored`, every
+of every serving process adopts rows newer than what it holds (`StoredResults.adopt`, every
 SWITCHBOARD_HEALTH_SHARED_POLL_S, off the request path); with a shared channel layer
 (Redis) the command also publishes them and `results_listener` adopts them at once.
 """
@@ -221,34 +221,43 @@ def store_results(found: Iterable[ProbeResult]) -> int:
     return len(rows)
 
 
-# updated_at of the newest row adopted; rows are re-read from a little before it, so a
-# writer whose clock lags ours by up to SHARED_OVERLAP is not missed.
-_adopted_through: datetime | None = None
 SHARED_OVERLAP = timedelta(seconds=60)
 
 
-def adopt_stored(snapshot: Snapshot) -> list[ProbeResult]:
-    """Take stored results newer than this process's own into `results` (synchronous: a thread).
+class StoredResults:
+    """The prober's view of the stored results: updated_at of the newest row adopted. Rows are re-read
+    from a little before it, so a writer whose clock lags ours by up to SHARED_OVERLAP is not missed."""
 
-    One indexed query of the rows written since the last call (all rows the first time);
-    providers no longer configured are ignored. Returns the results adopted.
-    """
-    global _adopted_through
+    __slots__ = ("through",)
 
-    rows = ProviderProbe.objects.all()
-    if _adopted_through is not None:
-        rows = rows.filter(updated_at__gte=_adopted_through - SHARED_OVERLAP)
-    adopted = []
-    for row in rows:
-        if _adopted_through is None or row.updated_at > _adopted_through:
-            _adopted_through = row.updated_at
-        if row.provider not in snapshot.providers:
-            continue
-        checked_at = row.checked_at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        result = ProbeResult(row.provider, row.status, row.latency_ms, checked_at, row.detail)
-        if adopt(result):
-            adopted.append(result)
-    return adopted
+    def __init__(self) -> None:
+        self.through: datetime | None = None
+
+    def adopt(self, snapshot: Snapshot) -> list[ProbeResult]:
+        """Take stored results newer than this process's own into `results` (synchronous: a thread).
+
+        One indexed query of the rows written since the last call (all rows the first time);
+        providers no longer configured are ignored. Returns the results adopted.
+        """
+        rows = ProviderProbe.objects.all()
+        if self.through is not None:
+            rows = rows.filter(updated_at__gte=self.through - SHARED_OVERLAP)
+        adopted = []
+        for row in rows:
+            if self.through is None or row.updated_at > self.through:
+                self.through = row.updated_at
+            if row.provider not in snapshot.providers:
+                continue
+            checked_at = row.checked_at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+            result = ProbeResult(row.provider, row.status, row.latency_ms, checked_at, row.detail)
+            if adopt(result):
+                adopted.append(result)
+        return adopted
+
+
+def adopt_stored(snapshot: Snapshot, stored: StoredResults | None = None) -> list[ProbeResult]:
+    """Take stored results newer than this process's own (`StoredResults.adopt`; every row without `stored`)."""
+    return (stored if stored is not None else StoredResults()).adopt(snapshot)
 
 
 def adopt(result: ProbeResult) -> bool:
@@ -331,6 +340,7 @@ async def run_prober(tokens: TokenSource | None = None) -> None:
     shared_poll = float(getattr(settings, "SWITCHBOARD_HEALTH_SHARED_POLL_S", 2.0))
     next_probe = 0.0
     outage = Outage(log, "reading shared probe results", "keeping this process's own results")
+    stored = StoredResults()
     async with httpx.AsyncClient(follow_redirects=True) as client:
         while True:
             snapshot = live.current()
@@ -347,7 +357,7 @@ async def run_prober(tokens: TokenSource | None = None) -> None:
                         log.exception("health probe round failed")
             if shared_poll > 0:
                 try:
-                    await asyncio.to_thread(_adopt_closing, snapshot)
+                    await asyncio.to_thread(_adopt_closing, snapshot, stored)
                     outage.ok()
                 except Exception as exc:  # noqa: BLE001 - database down: keep our own results
                     outage.failed(exc)
@@ -355,12 +365,12 @@ async def run_prober(tokens: TokenSource | None = None) -> None:
             await asyncio.sleep(max(0.05, min(pause, shared_poll) if shared_poll > 0 else pause))
 
 
-def _adopt_closing(snapshot: Snapshot) -> None:
+def _adopt_closing(snapshot: Snapshot, stored: StoredResults) -> None:
     """adopt_stored on a worker thread, closing that thread's connection if it went stale."""
     from django.db import close_old_connections
 
     close_old_connections()
-    adopt_stored(snapshot)
+    stored.adopt(snapshot)
 
 
 def probe_mode(enabled: bool, probe_everything: bool) -> str:

@@ -344,7 +344,7 @@ async def test_broadcaster_publishes_state_to_viewers(snapshot, fresh_layer, set
     layer = get_channel_layer()
     channel = await layer.new_channel()
     await layer.group_add(feed.DASHBOARD_GROUP, channel)
-    feed.viewers = 1
+    current().feed.viewers = 1
     task = asyncio.create_task(dashboard_state.run_broadcaster())
     try:
         message = await asyncio.wait_for(layer.receive(channel), timeout=2)
@@ -417,7 +417,7 @@ def test_sync_views_read_breakers_on_the_serving_loop_thread(monkeypatch):
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    monkeypatch.setattr(feed, "_loop", loop)
+    monkeypatch.setattr(current().feed, "loop", loop)
     try:
         assert feed.call_on_loop(threading.get_ident) == thread.ident != threading.get_ident()
     finally:

@@ -56,9 +56,7 @@ def closed_port():
 @pytest.fixture(autouse=True)
 def clean_results():
     health.results.clear()
-    health._adopted_through = None
     yield
-    health._adopted_through = None
     for name in list(health.results):
         metrics.provider_status(name, None)
     health.results.clear()
@@ -141,7 +139,7 @@ async def test_probe_all_records_results_metrics_and_dashboard_event(snapshot, u
     assert [p["status"] for p in payload["providers"]] == ["up", "down"]
     assert metrics.PROVIDER_UP.labels("op-a")._value.get() == 1
     assert metrics.PROVIDER_UP.labels("op-b")._value.get() == 0
-    probes = [e for e in feed._feed if e["kind"] == "probe" and e["provider"] in ("op-a", "op-b")]
+    probes = [e for e in feed.events() if e["kind"] == "probe" and e["provider"] in ("op-a", "op-b")]
     assert {e["provider"] for e in probes[-2:]} == {"op-a", "op-b"}
 
 
