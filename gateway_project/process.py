@@ -85,6 +85,7 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
         UsageSink(),
         overload=overload.Overload(executor.gates, executor.hedges),  # adaptive limits and queues (docs/overload.md)
         feed=feed.Feed(),
+        counters=counters.ModelCounters(),
         heartbeat=processes.Heartbeat(),
         spend=SpendLoader(),
         background=background,

@@ -59,6 +59,7 @@ class Process:
     # are typed by name in the comments.
     overload: Any = None  # routing.runtime.overload.Overload: gates' settings, the request's ticket (docs/overload.md)
     feed: Any = None  # routing.runtime.feed.Feed: the dashboard's events and the serving loop (docs/dashboard.md)
+    counters: Any = None  # routing.runtime.counters.ModelCounters: the dashboard's per-model rates and sparklines
     heartbeat: Any = None  # routing.runtime.processes.Heartbeat: this process's entry in the process list
     spend: Any = (
         None  # routing.runtime.shared_spend.SpendLoader: budgets' spend from the records (docs/limits.md#durable)

@@ -120,7 +120,7 @@ def test_rolling_counters_give_rates_over_the_window(monkeypatch):
     now = [1000.0]
     monkeypatch.setattr(counters, "clock", lambda: now[0])
     model = "rolling-test-model"
-    counters._stats.pop(model, None)
+    current().counters.stats.pop(model, None)
     for i in range(60):
         counters.note_request(model, 200 if i % 4 else 502, "upstream_5xx" if i % 3 == 0 else None)
     stats = counters.model_stats()[model]
@@ -131,14 +131,14 @@ def test_rolling_counters_give_rates_over_the_window(monkeypatch):
     assert stats["rps"] == 0 and stats["requests"] == 60
     now[0] += 400  # past the window: forgotten
     assert counters.model_stats()[model]["requests"] == 0
-    counters._stats.pop(model, None)
+    current().counters.stats.pop(model, None)
 
 
 def test_request_metrics_feed_the_dashboard_counters(snapshot):
     from routing.runtime import metrics
 
     for model in ("op-chat", "op-chat-b"):
-        counters._stats.pop(model, None)
+        current().counters.stats.pop(model, None)
     metrics.observe_request("chat", "op-chat", "op-chat-b", 200, 0.0002, fallback_reason="upstream_429", latency_s=0.25)
     stats = counters.model_stats()
     # counted for the link that served (chat-b carried the fallback), not the one asked for
@@ -151,7 +151,7 @@ def test_sparklines_give_requests_errors_and_p50_per_minute(monkeypatch):
     now = [1_000_020.0]  # 20 s into a minute
     monkeypatch.setattr(counters, "clock", lambda: now[0])
     model = "spark-test-model"
-    counters._stats.pop(model, None)
+    current().counters.stats.pop(model, None)
     for latency_ms in (10, 20, 30, 40, 1000):  # median 30
         counters.note_request(model, 200, None, latency_ms / 1000)
     now[0] += 60 * 3  # three minutes later
@@ -164,7 +164,7 @@ def test_sparklines_give_requests_errors_and_p50_per_minute(monkeypatch):
     assert spark["p50"][-4] == pytest.approx(30, rel=0.13) and spark["p50"][-1] == pytest.approx(2000, rel=0.13)
     now[0] += 60 * counters.SPARK_MINUTES  # the whole window later: all forgotten
     assert sum(counters.model_stats()[model]["spark"]["req"]) == 0
-    counters._stats.pop(model, None)
+    current().counters.stats.pop(model, None)
 
 
 # --------------------------------------------------------------------------- websocket
