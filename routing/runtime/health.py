@@ -2,8 +2,8 @@
 
 Only a 2xx answer is "up". A 401/403 means the provider is reachable but refuses our
 key: that is "down" too (requests would fail), with a detail saying to check the key.
-Results live in `results` (per process); GET /health/providers and the dashboard
-read them, never the network or the database. `run_prober` probes in the background
+Results live in the process (`Process.probes`, read through `results()`); GET
+/health/providers and the dashboard read them, never the network or the database. `run_prober` probes in the background
 every SWITCHBOARD_HEALTH_INTERVAL_S: every provider when SWITCHBOARD_HEALTH_PROBES is
 on, else only those with `health_probe: true`.
 
@@ -35,6 +35,7 @@ from routing.core.breaker import BreakerRegistry, State
 from routing.core.failures import UpstreamFailure
 from routing.runtime import metrics
 from routing.runtime.outage import Outage
+from routing.runtime.process import installed
 from routing.upstream.dialects import PreparedRequest, get_dialect
 from routing.upstream.dialects.base import TokenSource
 from routing.upstream.dialects.vertex import ServiceAccountTokens
@@ -57,7 +58,13 @@ class ProbeResult:
         return asdict(self)
 
 
-results: dict[str, ProbeResult] = {}
+def results() -> dict[str, ProbeResult]:
+    """The current process's probe results (`Process.probes`); a throwaway dict when no process is installed
+    (a one-off `manage.py probe_providers` stores and publishes its results instead)."""
+    process = installed()
+    return process.probes if process is not None else {}
+
+
 # Called with each result whose status changed (the composition root adds the dashboard feed).
 change_listeners: list[Callable[[ProbeResult], None]] = []
 
@@ -172,8 +179,9 @@ async def _probe_guarded(
 def record_result(result: ProbeResult) -> None:
     """Keep the result, set provider_up, and put status changes in the dashboard feed
     (every result still reaches the page through the periodic state refresh)."""
-    previous = results.get(result.name)
-    results[result.name] = result
+    probes = results()
+    previous = probes.get(result.name)
+    probes[result.name] = result
     metrics.provider_status(result.name, result.status == UP if result.status != UNKNOWN else None)
     if previous is not None and previous.status == result.status:
         return
@@ -186,8 +194,9 @@ def record_result(result: ProbeResult) -> None:
 
 def forget_missing(snapshot: Snapshot) -> None:
     """Drop results (and provider_up series) of providers no longer configured."""
-    for name in [n for n in results if n not in snapshot.providers]:
-        results.pop(name, None)
+    probes = results()
+    for name in [n for n in probes if n not in snapshot.providers]:
+        probes.pop(name, None)
         metrics.provider_status(name, None)
 
 
@@ -262,7 +271,7 @@ def adopt_stored(snapshot: Snapshot, stored: StoredResults | None = None) -> lis
 
 def adopt(result: ProbeResult) -> bool:
     """Record a result probed elsewhere unless ours is as new or newer (ISO 8601 UTC strings sort by time)."""
-    mine = results.get(result.name)
+    mine = results().get(result.name)
     if mine is not None and (mine.checked_at or "") >= (result.checked_at or ""):
         return False
     record_result(result)
@@ -384,7 +393,7 @@ def last_probe(
     name: str, stored_status: str | None, stored_checked: datetime | None, stored_detail: str | None
 ) -> tuple[str, str | None, str]:
     """(status, checked_at, detail) of a provider: this process's newer result, else the stored one."""
-    mine = results.get(name)
+    mine = results().get(name)
     stored_iso = None
     if stored_checked is not None:
         stored_iso = stored_checked.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -399,9 +408,10 @@ def health_providers_payload(snapshot: Snapshot, breakers: BreakerRegistry) -> b
     """Body of GET /health/providers: every configured provider, "unknown" until probed, with the
     breakers of its links that requests would find not closed. Memory only."""
     circuits = _circuits(breakers)
+    probes = results()
     out = []
     for name in sorted(snapshot.providers):
-        result = results.get(name)
+        result = probes.get(name)
         if result is None:
             entry = {
                 "name": name,

@@ -52,7 +52,10 @@ class Process:
     budgets: Budgets = field(default_factory=Budgets)  # spend budgets (docs/limits.md#budgets)
     cache: Store | None = None  # the response cache's store (docs/cache.md): Redis or this process's LRU
     coalescer: Coalescer = field(default_factory=Coalescer)  # identical cacheable requests in flight
-    tally: Tally = field(default_factory=Tally)  # in flight and served, for the process list
+    tally: Tally = field(default_factory=Tally)
+    probes: dict = field(
+        default_factory=dict
+    )  # provider name -> its last health probe result (docs/operations.md)  # in flight and served, for the process list
     alerts: Any = None  # a routing.runtime.alerts.Alerts: events handed to the alerts task (docs/alerts.md)
     # The parts below are built by the composition root (gateway_project.process.build_process). Their
     # modules find the process through `installed()`: this one does not import them (no cycle), so they
