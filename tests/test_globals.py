@@ -2,10 +2,10 @@
 
 Every long-lived part is a field of `routing.runtime.process.Process` (or of an object it
 holds), built by the composition root; modules do not keep them in variables of their own.
-Two rules hold that in place: no `global` statement in product code outside the short list
+Three rules hold that in place: no `global` statement in product code outside the short list
 below, each entry saying why that one is a value of the interpreter and not a part of a
-process; and two processes built in one interpreter (the test fixture's and the session's)
-share no part.
+process; no module-level container on the request path's floors outside a second list; and
+two processes built in one interpreter (the test fixture's and the session's) share no part.
 """
 
 from __future__ import annotations
@@ -105,3 +105,60 @@ def test_the_fixture_gives_the_session_s_process_back_whole(session_process) -> 
     assert current() is session_process
     assert session_process.overload.gates is session_process.gates
     assert session_process.overload.spec == (live.current().overload or session_process.overload.spec)
+
+
+# Module-level containers the request path may reach: "module.name" -> why it is the interpreter's.
+REQUEST_PATH_FLOORS = ("routing/runtime", "routing/gateway")
+_PROMETHEUS = "label children of the interpreter's Prometheus metrics (the registry is the interpreter's)"
+ALLOWED_CONTAINERS = {
+    **{
+        f"routing.runtime.metrics.{name}": _PROMETHEUS
+        for name in ("_cache", "_repins", "_input_tokens", "_unpriced", "_requests", "_attempts", "_fallbacks")
+    },
+    "routing.runtime.metrics._circuits": _PROMETHEUS,
+    "routing.runtime.metrics._installed": "breaker registries already feeding the interpreter's circuit metric",
+    "routing.runtime.metrics.request_listeners": "a listener list of module functions, each reading the installed "
+    "process (the composition root fills it once)",
+    "routing.runtime.health.change_listeners": "a listener list of module functions, each reading the installed "
+    "process (the composition root fills it once)",
+    "routing.runtime.usage.writer._column_converters": "per database alias, the converters of the UsageRecord "
+    "columns: a function of the code and the database, not of a process",
+    "routing.runtime.usage.sqlitebatch._statements": "per database alias, the SQL of a batch: a function of the code "
+    "and the database, not of a process",
+    "routing.runtime.usage.pgbatch._sql": "per database alias, the SQL of a batch (as above)",
+    "routing.runtime.usage.writer._insert_sql": "per database alias, the INSERT of the Python path (as above)",
+    "routing.runtime.usage.queue._exit_hooked": "sinks whose flush is registered with the interpreter's atexit",
+}
+_CONTAINERS = ("dict", "list", "set", "deque", "defaultdict", "OrderedDict", "WeakSet", "WeakValueDictionary")
+
+
+def module_containers() -> list[str]:
+    """Module-level names of request-path floors bound to an empty mutable container (state, not a table)."""
+    found = []
+    for floor in REQUEST_PATH_FLOORS:
+        for path in sorted((ROOT / floor).rglob("*.py")):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            for node in ast.parse(path.read_text(), str(path)).body:
+                if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+                    continue
+                value = node.value
+                empty = isinstance(value, (ast.Dict, ast.List, ast.Set)) and not (
+                    getattr(value, "keys", None) or getattr(value, "elts", None)
+                )
+                built = isinstance(value, ast.Call) and getattr(value.func, "id", getattr(value.func, "attr", "")) in (
+                    _CONTAINERS
+                )
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if (empty or built) and isinstance(target, ast.Name) and not target.id.isupper():
+                        found.append(f"{module}.{target.id}")
+    return found
+
+
+def test_no_module_level_state_the_request_path_reaches_outside_the_justified_list() -> None:
+    """Results, events, counters, waiters' events: the process's (`process.probes`, `process.feed`...)."""
+    assert "routing.runtime.metrics._cache" in module_containers()  # the scan sees what it is meant to
+    extra = [name for name in module_containers() if name not in ALLOWED_CONTAINERS]
+    assert extra == [], "module-level state on the request path's floors (make it a part of the Process):\n" + (
+        "\n".join(extra)
+    )
