@@ -2,12 +2,15 @@
 
 `build_process(settings)` builds every long-lived part (breakers, retry budgets, the
 deployment picker, gates, hedges, parking, the upstream transport, the idempotency store,
-the usage sink, limiter, budgets, response cache, coalescer, tally), connects the
-listeners (breaker transitions into metrics and the dashboard, snapshot swaps into the
-breaker registry, reload counts into metrics, probe results into the dashboard) and
-installs the process as `routing.runtime.process.current()`. `make_gateway(process)`
-returns the ASGI callable of /v1/* and /health*; its first event starts the background
-tasks (`start`), a single check after that. Nothing is built at import time.
+the usage sink, limiter, budgets, response cache, coalescer, tally, overload settings,
+dashboard feed and counters, heartbeat, spend loader; with REDIS_URL the lease syncer and
+breaker sync, with an OTLP endpoint the tracer: each a field of the `Process`, never a
+module variable), connects the listeners (breaker transitions into metrics and the
+dashboard, snapshot swaps into the breaker registry, reload counts into metrics, probe
+results into the dashboard) and installs the process as
+`routing.runtime.process.current()`. `make_gateway(process)` returns the ASGI callable of
+/v1/* and /health*; its first event starts the background tasks (`start`), a single check
+after that. Nothing is built at import time.
 See docs/architecture.md#composition-root.
 """
 
