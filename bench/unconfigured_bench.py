@@ -35,8 +35,8 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
     ),
     ("deployment tpm capacity", "_capacity_tokens(ctx, links)", "routing/gateway/proxy.py:proxy_once"),
     ("key's model list", "key.models is not None", "routing/gateway/app.py:_model"),
-    ("tracing", "tracing.ON", "routing/gateway/app.py:serve"),
-    ("overload classes", "overload.ON", "routing/gateway/app.py:_model"),
+    ("tracing", "process.tracing is not None", "routing/gateway/app.py:serve"),
+    ("overload classes", "process.overload.on", "routing/gateway/app.py:_model"),
     ("body logging", "org.log_bodies or settings.SWITCHBOARD_LOG_BODIES", "routing/gateway/app.py:_model"),
     ("prompt-cache affinity", "snap.affine", "routing/gateway/app.py:_admit"),
 )
@@ -51,8 +51,8 @@ def namespace() -> dict[str, Any]:
     from routing.gateway import limiting
     from routing.gateway.proxy import _capacity_tokens
     from routing.plan import cache_key, chain, preflight
-    from routing.runtime import overload, tracing
     from routing.runtime.accounting import Context
+    from routing.runtime.process import current
 
     doc = config.one_model_document([{"name": "open", "agents": [{"name": "free"}]}])
     snap = build_snapshot(doc, [{"key_hash": "k", "prefix": "k", "org": "open", "agent": "free"}], {})
@@ -75,8 +75,7 @@ def namespace() -> dict[str, Any]:
         "links": links,
         "cache_key": cache_key,
         "_capacity_tokens": _capacity_tokens,
-        "tracing": tracing,
-        "overload": overload,
+        "process": current(),
         "settings": settings,
         "snap": snap,
     }

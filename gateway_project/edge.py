@@ -20,6 +20,7 @@ the spool, the database and Redis.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import resource
@@ -73,9 +74,6 @@ class Limits:
     max_headers: int
 
 
-_cached: Limits | None = None
-
-
 def _setting(name: str, default: float) -> float:
     """A setting from Django's settings, or the environment when they are not importable
     (a protocol class loaded by a server before the application)."""
@@ -96,24 +94,22 @@ def connection_cap(configured: int, reserved: int) -> int:
     return min(configured, by_fds) if configured > 0 else by_fds
 
 
+@functools.cache
 def limits() -> Limits:
-    """The edge's limits, read once per process."""
-    global _cached
-    if _cached is None:
-        _cached = Limits(
-            api_body_bytes=int(_setting("SWITCHBOARD_MAX_BODY_BYTES", 10 * 1024 * 1024)),
-            page_body_bytes=int(_setting("SWITCHBOARD_MAX_PAGE_BODY_BYTES", 1024 * 1024)),
-            head_timeout_s=_setting("SWITCHBOARD_HEAD_TIMEOUT_S", 10.0),
-            body_timeout_s=_setting("SWITCHBOARD_BODY_TIMEOUT_S", 10.0),
-            body_min_bytes=int(_setting("SWITCHBOARD_BODY_MIN_BYTES", 1024)),
-            keepalive_s=_setting("SWITCHBOARD_KEEPALIVE_S", 5.0),
-            max_connections=connection_cap(
-                int(_setting("SWITCHBOARD_MAX_CONNECTIONS", 0)), int(_setting("SWITCHBOARD_RESERVED_FDS", 256))
-            ),
-            max_header_bytes=int(_setting("SWITCHBOARD_MAX_HEADER_BYTES", 64 * 1024)),
-            max_headers=int(_setting("SWITCHBOARD_MAX_HEADERS", 100)),
-        )
-    return _cached
+    """The edge's limits, read once per interpreter (settings a server reads at boot, never changed live)."""
+    return Limits(
+        api_body_bytes=int(_setting("SWITCHBOARD_MAX_BODY_BYTES", 10 * 1024 * 1024)),
+        page_body_bytes=int(_setting("SWITCHBOARD_MAX_PAGE_BODY_BYTES", 1024 * 1024)),
+        head_timeout_s=_setting("SWITCHBOARD_HEAD_TIMEOUT_S", 10.0),
+        body_timeout_s=_setting("SWITCHBOARD_BODY_TIMEOUT_S", 10.0),
+        body_min_bytes=int(_setting("SWITCHBOARD_BODY_MIN_BYTES", 1024)),
+        keepalive_s=_setting("SWITCHBOARD_KEEPALIVE_S", 5.0),
+        max_connections=connection_cap(
+            int(_setting("SWITCHBOARD_MAX_CONNECTIONS", 0)), int(_setting("SWITCHBOARD_RESERVED_FDS", 256))
+        ),
+        max_header_bytes=int(_setting("SWITCHBOARD_MAX_HEADER_BYTES", 64 * 1024)),
+        max_headers=int(_setting("SWITCHBOARD_MAX_HEADERS", 100)),
+    )
 
 
 def body_limit(path: str) -> int:

@@ -2,12 +2,15 @@
 
 `build_process(settings)` builds every long-lived part (breakers, retry budgets, the
 deployment picker, gates, hedges, parking, the upstream transport, the idempotency store,
-the usage sink, limiter, budgets, response cache, coalescer, tally), connects the
-listeners (breaker transitions into metrics and the dashboard, snapshot swaps into the
-breaker registry, reload counts into metrics, probe results into the dashboard) and
-installs the process as `routing.runtime.process.current()`. `make_gateway(process)`
-returns the ASGI callable of /v1/* and /health*; its first event starts the background
-tasks (`start`), a single check after that. Nothing is built at import time.
+the usage sink, limiter, budgets, response cache, coalescer, tally, overload settings,
+dashboard feed and counters, heartbeat, spend loader; with REDIS_URL the lease syncer and
+breaker sync, with an OTLP endpoint the tracer: each a field of the `Process`, never a
+module variable), connects the listeners (breaker transitions into metrics and the
+dashboard, snapshot swaps into the breaker registry, reload counts into metrics, probe
+results into the dashboard) and installs the process as
+`routing.runtime.process.current()`. `make_gateway(process)` returns the ASGI callable of
+/v1/* and /health*; its first event starts the background tasks (`start`), a single check
+after that. Nothing is built at import time.
 See docs/architecture.md#composition-root.
 """
 
@@ -53,8 +56,9 @@ from routing.runtime import (
 )
 from routing.runtime.idempotency import IdempotencyStore
 from routing.runtime.outage import Outage
-from routing.runtime.process import Process, current, install
+from routing.runtime.process import Process, current, install, installed
 from routing.runtime.response_cache import build_store
+from routing.runtime.shared_spend import SpendLoader
 from routing.runtime.usage.queue import UsageSink
 from routing.upstream.blocking import BlockingPool, BlockingPools
 from routing.upstream.transport import Transport
@@ -77,13 +81,23 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
         parking=Parking(),
     )
     transport = Transport(blocking=blocking_pools(settings))
-    process = Process(executor, transport, IdempotencyStore(), UsageSink(), background=background)
+    process = Process(
+        executor,
+        transport,
+        IdempotencyStore(),
+        UsageSink(),
+        overload=overload.Overload(executor.gates, executor.hedges),  # adaptive limits and queues (docs/overload.md)
+        feed=feed.Feed(),
+        counters=counters.ModelCounters(),
+        heartbeat=processes.Heartbeat(),
+        spend=SpendLoader(),
+        background=background,
+    )
     install(process)
     _wire_alerts(process)
-    overload.install(process.gates, process.hedges)  # adaptive limits and queues, when configured (docs/overload.md)
-    _listen(live.swap_listeners, overload.apply)  # each reload applies its overload settings
-    overload.apply(live.current())
-    feed.install(process.breakers)  # breaker transitions into the dashboard feed and the circuit metric
+    _listen(live.swap_listeners, overload.apply)  # each reload applies its overload settings to the current process
+    process.overload.apply(live.current())
+    process.feed.watch(process.breakers)  # breaker transitions into the dashboard feed and the circuit metric
     if process.parking.observe is None:
         process.parking.observe = metrics.parking_changed  # quota parks and refused credentials as gauges
     process.picker.pins.on_repin = metrics.affinity_repin  # conversations moved off their deployment
@@ -105,17 +119,19 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
 
 
 def reinstall(process: Process) -> None:
-    """Make a process built earlier the current one again, with the module-level parts that point at a
-    process (the overload gates, the feed's breakers, the alerts hub's listener): a test that built a
-    process of its own in this interpreter gives the session's back whole, not only `current()`."""
+    """Make a process built earlier the current one again: every part is the process's own, so this is
+    `install` plus the overload settings of the snapshot serving now (a test may have swapped it)."""
     install(process)
-    overload.install(process.gates, process.hedges)
-    overload.apply(live.current())
-    feed.install(process.breakers)
-    hub = getattr(process, "alerts", None)
-    if hub is not None:
-        kept = [f for f in live.degraded_listeners if not isinstance(getattr(f, "__self__", None), alerts.Alerts)]
-        live.degraded_listeners[:] = [*kept, hub.degraded]
+    process.overload.apply(live.current())
+
+
+def dispose(process: Process) -> None:
+    """Take down a process built without background tasks (a test's own): drop its queued usage records
+    (they belong to no database) and stop its tracing; nothing of it stays reachable once another is installed."""
+    process.usage.discard()
+    tracing.shutdown(process)
+    process.syncer = None
+    process.breaker_sync = None
 
 
 def _wire_alerts(process: Process) -> None:
@@ -134,9 +150,15 @@ def _wire_alerts(process: Process) -> None:
 
     process.parking.observe = parked
     process.gates.on_shed = shed
-    # One hub listens: a second process built in one interpreter (tests) replaces the first one's.
-    kept = [f for f in live.degraded_listeners if not isinstance(getattr(f, "__self__", None), alerts.Alerts)]
-    live.degraded_listeners[:] = [*kept, hub.degraded]
+    _listen(live.degraded_listeners, _degraded_alert)
+
+
+def _degraded_alert(component: str, flag: bool) -> None:
+    """A component degraded or back: to the current process's alerts hub (one listener for every process
+    built in this interpreter, so a second one, in tests, neither doubles nor keeps the first's)."""
+    process = installed()
+    if process is not None and process.alerts is not None:
+        process.alerts.degraded(component, flag)
 
 
 def blocking_pools(settings: Any = django_settings) -> BlockingPools:
@@ -205,7 +227,7 @@ def _retain_breakers(snapshot: live.Snapshot) -> None:
     process.breakers.configure(snapshot.resilience)  # threshold, cooldown: the registry's, per snapshot
     process.breakers.retain(keys)
     process.picker.retain(keys)  # deployment figures (docs/deployments.md) follow the same keys
-    breaker_sync.set_known(keys)  # transitions heard from other processes apply to these links only
+    breaker_sync.set_known(process, keys)  # transitions heard from other processes apply to these links only
     if snapshot.overrides:  # operators' stored force-open / reset (docs/scale-out.md#controls)
         try:
             feed.call_on_loop(lambda: controls.apply_persisted(snapshot.overrides, keys))
@@ -227,13 +249,13 @@ def start(process: Process) -> Process:
             ("config-poller", background.config_poller),
             ("usage-writer", lambda: usage.run_writer(sink)),
             ("breaker-controls", controls.control_listener),
-            ("breaker-sync", lambda: breaker_sync.run(process.breakers)),
+            ("breaker-sync", lambda: breaker_sync.run(process)),
             ("dashboard-broadcaster", state.run_broadcaster),
             ("health-prober", lambda: health.run_prober(process.transport.tokens)),
             ("metrics-refresher", lambda: metrics.run_refresher(process.breakers, sink.backlog)),
             ("health-results", health.results_listener),
-            ("process-heartbeat", lambda: processes.run_heartbeat(process.tally, process.breakers)),
-            ("budget-spend", lambda: shared_limits.run_spend_loader(process.budgets, flush=sink.flush_now)),
+            ("process-heartbeat", lambda: process.heartbeat.run(process.tally, process.breakers)),
+            ("budget-spend", lambda: process.spend.run(process.budgets, flush=sink.flush_now)),
             ("alerts", lambda: process.alerts.run(process.budgets)),
         ):
             process.tasks.append(_spawn(name, func))
@@ -261,7 +283,7 @@ def _start_shared_limits(process: Process, settings: Any = django_settings) -> N
         flush=process.usage.flush_now,  # a rebuild of the counters first writes this process's records
         gates=process.gates,  # concurrency limits split over the serving processes (docs/overload.md#processes)
     )
-    shared_limits.install(syncer)
+    process.syncer = syncer  # the request path's waiters find it here (routing.runtime.shared_waiters)
     process.tasks.append(_spawn("shared-limits", syncer.run))
 
 
@@ -317,12 +339,12 @@ async def shutdown(process: Process) -> None:
     """Stop tasks, flush usage records and close upstream pools (lifespan shutdown)."""
     for task in process.tasks:
         task.cancel()
-    await processes.farewell()
+    await process.heartbeat.farewell()
     if process.alerts is not None:
         await process.alerts.close()
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, process.usage.shutdown)
-    await loop.run_in_executor(None, tracing.shutdown)  # flush the last spans
+    await loop.run_in_executor(None, tracing.shutdown, process)  # flush the last spans
     await process.transport.aclose()
     process.transport.blocking.shutdown()
 

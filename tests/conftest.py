@@ -22,30 +22,39 @@ def _spool_in_a_temporary_directory(tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _no_background_tasks_in_process(_spool_in_a_temporary_directory: None) -> Iterator[None]:
+def _no_background_tasks_in_process(_spool_in_a_temporary_directory: None) -> Iterator[Any]:
     """The session's serving process, built by the composition root as a server builds its own,
     without background tasks: in-process tests call the ASGI handler directly; the per-process
     background tasks (usage writer, config listener, prober) run in the real servers of tests/e2e."""
-    from gateway_project.process import build_process
+    from gateway_project.process import build_process, dispose
 
     session = build_process(background=False)
-    yield
+    yield session
     # Records queued by in-process requests belong to no database; never flush them at exit.
-    session.usage.discard()
+    dispose(session)
+
+
+@pytest.fixture
+def session_process(_no_background_tasks_in_process: Any) -> Any:
+    """The session's serving process (the one current outside a test's own `process`)."""
+    return _no_background_tasks_in_process
 
 
 @pytest.fixture
 def process() -> Iterator[Any]:
-    """A serving process of this test's own (fresh breakers, picker, parking, sink...), installed as
-    the current one for the test; the session's comes back after."""
-    from gateway_project.process import build_process, reinstall
+    """A whole serving process of this test's own (its breakers, picker, gates, feed, overload settings,
+    spend loader, sink...), installed as the current one for the test, then taken down; the session's
+    comes back after. Every part is the process's, so the two share nothing (tests/test_globals.py)."""
+    from gateway_project.process import build_process, dispose, reinstall
     from routing.runtime.process import current
 
     previous = current()
     own = build_process(background=False)
-    yield own
-    own.usage.discard()
-    reinstall(previous)
+    try:
+        yield own
+    finally:
+        dispose(own)
+        reinstall(previous)
 
 
 @pytest.fixture(autouse=True, scope="session")

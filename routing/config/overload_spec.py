@@ -5,7 +5,7 @@
 adaptive-limit and hedging settings, the priority classes of keys, agents and orgs, the
 orgs' fair-share weights and the agents whose calls are never hedged. Pure; None when
 nothing is configured, so the request path of a gateway without overload control pays
-one test (routing.runtime.overload.ON).
+one test (its process's `overload.on`, routing.runtime.overload.Overload).
 """
 
 from __future__ import annotations

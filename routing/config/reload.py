@@ -55,7 +55,8 @@ def shared_timeout_s() -> float:
     return float(getattr(settings, "SWITCHBOARD_SHARED_TIMEOUT_S", 1.0))
 
 
-_broadcast_failing = False  # log a failing broadcast once per outage, not once per save
+# Set while publishing fails: a failing broadcast is said once per outage, not once per save (admin, commands).
+_BROADCAST_FAILING = threading.Event()
 
 
 def broadcast() -> None:
@@ -65,20 +66,19 @@ def broadcast() -> None:
     `shared_timeout_s()`: a hung Redis (stopped, blackholed) must not hold an admin
     save or an import. Processes that miss it pick the change up by polling.
     """
-    global _broadcast_failing
     outcome: list[BaseException | None] = []
     thread = threading.Thread(target=_publish, args=(outcome,), name="switchboard-config-broadcast", daemon=True)
     thread.start()
     thread.join(shared_timeout_s())
     problem = f"no answer within {shared_timeout_s():g}s" if not outcome else outcome[0]
     if problem is None:
-        if _broadcast_failing:
+        if _BROADCAST_FAILING.is_set():
             log.info("config change broadcast works again")
-        _broadcast_failing = False
+        _BROADCAST_FAILING.clear()
         return
-    if not _broadcast_failing:
+    if not _BROADCAST_FAILING.is_set():
         log.warning("config change broadcast failed (%s); processes will pick it up by polling", problem)
-    _broadcast_failing = True
+    _BROADCAST_FAILING.set()
 
 
 def _publish(outcome: list[BaseException | None]) -> None:

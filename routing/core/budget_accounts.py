@@ -9,7 +9,7 @@ no answer (`Hold.release`). So concurrent requests and streams cannot overshoot 
 budget by more than the estimate's error.
 
 Spend survives restarts and budgets added live: a background task
-(routing.runtime.shared_limits.run_spend_loader) loads each new account's spend of its
+(routing.runtime.shared_spend.SpendLoader) loads each new account's spend of its
 period from the usage records (`Account.state`); what this process settles
 afterwards is added locally (docs/limits.md#durable).
 
@@ -222,7 +222,7 @@ class Budgets:
         self._base: dict[tuple[tuple[str, ...], float], float] = {}
         self.shared = False  # accounts take leases from the cluster (routing.runtime.shared_limits)
         self.starved: Callable[[Account], None] | None = None  # told when a lease is too small
-        # A spend loader runs (routing.runtime.shared_limits.run_spend_loader): new accounts start NEW
+        # A spend loader runs (routing.runtime.shared_spend.SpendLoader): new accounts start NEW
         # and it reads their period's spend; without one (unit tests) they start LOADED.
         self.loading = False
         self.wanted: Callable[[], None] | None = None  # wakes the loader when an account needs reading

@@ -38,7 +38,7 @@ from routing.gateway.wire import (
     worker_header,
 )
 from routing.plan import cache_key, chain, preflight
-from routing.runtime import accounting, bodies, overload, tracing
+from routing.runtime import accounting, bodies, tracing
 from routing.runtime.accounting import Context
 from routing.runtime.health import health_providers_payload
 from routing.runtime.process import Process
@@ -84,8 +84,8 @@ async def serve(process: Process, pacer: Pacer, scope: Scope, receive: Receive, 
         elif name == b"cache-control":
             cache_control = value
     ctx = Context(request.request_id(request_id), started, request.endpoint_of(path))
-    if tracing.ON:  # off: this test is all tracing costs (docs/tracing.md)
-        ctx.trace = tracing.start(scope, scope["method"], path, ctx.request_id, ctx.endpoint)
+    if process.tracing is not None:  # off: this test is all tracing costs (docs/tracing.md)
+        ctx.trace = process.tracing.start(scope, scope["method"], path, ctx.request_id, ctx.endpoint)
     anthropic = ctx.endpoint in messages.ENDPOINTS
     if anthropic:
         auth = messages.credential(auth, x_api_key)
@@ -198,8 +198,8 @@ def _model(call: Call, scope: Scope) -> ModelSpec:
     key = ctx.key
     agent = key.agent
     org = agent.org
-    if overload.ON:  # priority class and max wait for the deployments' queues (docs/overload.md)
-        overload.admit(scope["headers"], key, body)
+    if call.process.overload.on:  # priority class and max wait for the deployments' queues (docs/overload.md)
+        call.process.overload.admit(scope["headers"], key, body)
     if org.log_bodies or settings.SWITCHBOARD_LOG_BODIES:  # opted in: docs/operations.md#bodies
         ctx.request_body = bodies.capture(call.raw)
     name = select_model_name(body.get("model"), agent)

@@ -61,6 +61,7 @@ from routing.runtime import cluster_scope, feed, redis_session
 if TYPE_CHECKING:
     from routing.config.snapshot import Snapshot
     from routing.plan.explain import BreakerStates
+    from routing.runtime.process import Process
 
 log = logging.getLogger("switchboard.breakers")
 
@@ -545,38 +546,29 @@ class BreakerSync:
             self._kick()
 
 
-_sync: BreakerSync | None = None
-
-
-def current() -> BreakerSync | None:
-    """This process's sync (None without REDIS_URL or before the wiring started it)."""
-    return _sync
-
-
-async def run(registry: BreakerRegistry) -> None:
-    """Background task of gateway_project.process: share this process's breakers while REDIS_URL is set."""
-    global _sync
+async def run(process: Process) -> None:
+    """Background task of gateway_project.process: share the process's breakers while REDIS_URL is set."""
     from django.conf import settings
 
     url = getattr(settings, "REDIS_URL", "") or ""
     if not url:
         return
-    if _sync is None:
-        _sync = BreakerSync(registry, feed.PROCESS_ID, url, shared_timeout_s(), cluster_of(settings))
-        _sync.install()
-        _sync.known = _known
-    await _sync.run()
+    sync = process.breaker_sync
+    if sync is None:
+        sync = process.breaker_sync = BreakerSync(
+            process.breakers, feed.PROCESS_ID, url, shared_timeout_s(), cluster_of(settings)
+        )
+        sync.install()
+        sync.known = process.breaker_keys
+    await sync.run()
 
 
-_known: set[BreakerKey] | None = None
-
-
-def set_known(keys: set[BreakerKey]) -> None:
-    """The breaker keys of the snapshot now serving (called by the composition root on every swap)."""
-    global _known
-    _known = keys
-    if _sync is not None:
-        _sync.known = keys
+def set_known(process: Process, keys: set[BreakerKey]) -> None:
+    """The breaker keys of the snapshot now serving (called by the composition root on every swap):
+    transitions heard from other processes apply to these links only."""
+    process.breaker_keys = keys
+    if process.breaker_sync is not None:
+        process.breaker_sync.known = keys
 
 
 def breaker_states(snapshot: Snapshot, serving: bool, local: BreakerRegistry | None = None) -> BreakerStates:

@@ -1,7 +1,8 @@
 """Rolling per-model counters of the dashboard: requests, errors and fallbacks per second, and sparklines.
 
 Fed by `note_request` (a request listener installed by the composition root) with the
-model that served (or, when nothing served, the last link tried), and read by
+model that served (or, when nothing served, the last link tried), into the current
+process's `ModelCounters` (`Process.counters`), and read by
 `model_stats` when the state is built. Memory only: 1 s buckets over WINDOW_S for the
 rates, and 1 min buckets over SPARK_MINUTES (requests, errors, a latency histogram
 for the p50) for the sparklines (docs/operations.md#sparklines).
@@ -12,6 +13,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+
+from routing.runtime.process import installed
 
 WINDOW_S = 300  # error and fallback rates
 RATE_WINDOW_S = 60  # requests per second
@@ -141,34 +144,51 @@ class Rolling:
         }
 
 
-_stats: dict[str, Rolling] = {}
-_minutes: dict[str, Minutes] = {}
+class ModelCounters:
+    """One process's counters per model (`Process.counters`), fed by the request listener."""
+
+    __slots__ = ("stats", "minutes")
+
+    def __init__(self) -> None:
+        self.stats: dict[str, Rolling] = {}
+        self.minutes: dict[str, Minutes] = {}
+
+    def note(self, model_used: str, status: int, fallback_reason: str | None, latency_s: float | None = None) -> None:
+        """Count one finished request for the model that served it (hot path: dict hits and a few list ops)."""
+        if not model_used:
+            return
+        rolling = self.stats.get(model_used)
+        if rolling is None:
+            if len(self.stats) > 5000:  # model ids come from the configuration; this is only a guard
+                return
+            rolling = self.stats[model_used] = Rolling()
+            self.minutes[model_used] = Minutes()
+        now_s = int(clock())
+        error = status >= 500
+        rolling.add(now_s, error, bool(fallback_reason))
+        self.minutes[model_used].add(now_s, error, latency_s * 1000.0 if latency_s is not None else None)
+
+    def model_stats(self) -> dict[str, dict[str, object]]:
+        """Per model: the rates of the last minutes and its sparkline series."""
+        now_s = int(clock())
+        out: dict[str, dict[str, object]] = {}
+        for model, rolling in list(self.stats.items()):
+            entry: dict[str, object] = dict(rolling.summary(now_s))
+            minutes = self.minutes.get(model)
+            if minutes is not None:
+                entry["spark"] = minutes.series(now_s)
+            out[model] = entry
+        return out
 
 
 def note_request(model_used: str, status: int, fallback_reason: str | None, latency_s: float | None = None) -> None:
-    """Count one finished request for the model that served it (hot path: dict hits and a few list ops)."""
-    if not model_used:
-        return
-    rolling = _stats.get(model_used)
-    if rolling is None:
-        if len(_stats) > 5000:  # model ids come from the configuration; this is only a guard
-            return
-        rolling = _stats[model_used] = Rolling()
-        _minutes[model_used] = Minutes()
-    now_s = int(clock())
-    error = status >= 500
-    rolling.add(now_s, error, bool(fallback_reason))
-    _minutes[model_used].add(now_s, error, latency_s * 1000.0 if latency_s is not None else None)
+    """The request listener: count one finished request in the current process's counters."""
+    process = installed()
+    if process is not None and process.counters is not None:
+        process.counters.note(model_used, status, fallback_reason, latency_s)
 
 
 def model_stats() -> dict[str, dict[str, object]]:
-    """Per model: the rates of the last minutes and its sparkline series."""
-    now_s = int(clock())
-    out: dict[str, dict[str, object]] = {}
-    for model, rolling in list(_stats.items()):
-        entry: dict[str, object] = dict(rolling.summary(now_s))
-        minutes = _minutes.get(model)
-        if minutes is not None:
-            entry["spark"] = minutes.series(now_s)
-        out[model] = entry
-    return out
+    """Per model of the current process: the rates of the last minutes and its sparkline series."""
+    process = installed()
+    return process.counters.model_stats() if process is not None and process.counters is not None else {}

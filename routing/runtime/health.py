@@ -2,14 +2,14 @@
 
 Only a 2xx answer is "up". A 401/403 means the provider is reachable but refuses our
 key: that is "down" too (requests would fail), with a detail saying to check the key.
-Results live in `results` (per process); GET /health/providers and the dashboard
-read them, never the network or the database. `run_prober` probes in the background
+Results live in the process (`Process.probes`, read through `results()`); GET
+/health/providers and the dashboard read them, never the network or the database. `run_prober` probes in the background
 every SWITCHBOARD_HEALTH_INTERVAL_S: every provider when SWITCHBOARD_HEALTH_PROBES is
 on, else only those with `health_probe: true`.
 
 Results of a probe run elsewhere (`manage.py probe_providers`) are shared through the
 database: `store_results` upserts one ProviderProbe row per provider, and the prober
-of every serving process adopts rows newer than what it holds (`adopt_stored`, every
+of every serving process adopts rows newer than what it holds (`StoredResults.adopt`, every
 SWITCHBOARD_HEALTH_SHARED_POLL_S, off the request path); with a shared channel layer
 (Redis) the command also publishes them and `results_listener` adopts them at once.
 """
@@ -35,6 +35,7 @@ from routing.core.breaker import BreakerRegistry, State
 from routing.core.failures import UpstreamFailure
 from routing.runtime import metrics
 from routing.runtime.outage import Outage
+from routing.runtime.process import installed
 from routing.upstream.dialects import PreparedRequest, get_dialect
 from routing.upstream.dialects.base import TokenSource
 from routing.upstream.dialects.vertex import ServiceAccountTokens
@@ -57,7 +58,13 @@ class ProbeResult:
         return asdict(self)
 
 
-results: dict[str, ProbeResult] = {}
+def results() -> dict[str, ProbeResult]:
+    """The current process's probe results (`Process.probes`); a throwaway dict when no process is installed
+    (a one-off `manage.py probe_providers` stores and publishes its results instead)."""
+    process = installed()
+    return process.probes if process is not None else {}
+
+
 # Called with each result whose status changed (the composition root adds the dashboard feed).
 change_listeners: list[Callable[[ProbeResult], None]] = []
 
@@ -172,8 +179,9 @@ async def _probe_guarded(
 def record_result(result: ProbeResult) -> None:
     """Keep the result, set provider_up, and put status changes in the dashboard feed
     (every result still reaches the page through the periodic state refresh)."""
-    previous = results.get(result.name)
-    results[result.name] = result
+    probes = results()
+    previous = probes.get(result.name)
+    probes[result.name] = result
     metrics.provider_status(result.name, result.status == UP if result.status != UNKNOWN else None)
     if previous is not None and previous.status == result.status:
         return
@@ -186,8 +194,9 @@ def record_result(result: ProbeResult) -> None:
 
 def forget_missing(snapshot: Snapshot) -> None:
     """Drop results (and provider_up series) of providers no longer configured."""
-    for name in [n for n in results if n not in snapshot.providers]:
-        results.pop(name, None)
+    probes = results()
+    for name in [n for n in probes if n not in snapshot.providers]:
+        probes.pop(name, None)
         metrics.provider_status(name, None)
 
 
@@ -221,39 +230,48 @@ def store_results(found: Iterable[ProbeResult]) -> int:
     return len(rows)
 
 
-# updated_at of the newest row adopted; rows are re-read from a little before it, so a
-# writer whose clock lags ours by up to SHARED_OVERLAP is not missed.
-_adopted_through: datetime | None = None
 SHARED_OVERLAP = timedelta(seconds=60)
 
 
-def adopt_stored(snapshot: Snapshot) -> list[ProbeResult]:
-    """Take stored results newer than this process's own into `results` (synchronous: a thread).
+class StoredResults:
+    """The prober's view of the stored results: updated_at of the newest row adopted. Rows are re-read
+    from a little before it, so a writer whose clock lags ours by up to SHARED_OVERLAP is not missed."""
 
-    One indexed query of the rows written since the last call (all rows the first time);
-    providers no longer configured are ignored. Returns the results adopted.
-    """
-    global _adopted_through
+    __slots__ = ("through",)
 
-    rows = ProviderProbe.objects.all()
-    if _adopted_through is not None:
-        rows = rows.filter(updated_at__gte=_adopted_through - SHARED_OVERLAP)
-    adopted = []
-    for row in rows:
-        if _adopted_through is None or row.updated_at > _adopted_through:
-            _adopted_through = row.updated_at
-        if row.provider not in snapshot.providers:
-            continue
-        checked_at = row.checked_at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        result = ProbeResult(row.provider, row.status, row.latency_ms, checked_at, row.detail)
-        if adopt(result):
-            adopted.append(result)
-    return adopted
+    def __init__(self) -> None:
+        self.through: datetime | None = None
+
+    def adopt(self, snapshot: Snapshot) -> list[ProbeResult]:
+        """Take stored results newer than this process's own into `results` (synchronous: a thread).
+
+        One indexed query of the rows written since the last call (all rows the first time);
+        providers no longer configured are ignored. Returns the results adopted.
+        """
+        rows = ProviderProbe.objects.all()
+        if self.through is not None:
+            rows = rows.filter(updated_at__gte=self.through - SHARED_OVERLAP)
+        adopted = []
+        for row in rows:
+            if self.through is None or row.updated_at > self.through:
+                self.through = row.updated_at
+            if row.provider not in snapshot.providers:
+                continue
+            checked_at = row.checked_at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+            result = ProbeResult(row.provider, row.status, row.latency_ms, checked_at, row.detail)
+            if adopt(result):
+                adopted.append(result)
+        return adopted
+
+
+def adopt_stored(snapshot: Snapshot, stored: StoredResults | None = None) -> list[ProbeResult]:
+    """Take stored results newer than this process's own (`StoredResults.adopt`; every row without `stored`)."""
+    return (stored if stored is not None else StoredResults()).adopt(snapshot)
 
 
 def adopt(result: ProbeResult) -> bool:
     """Record a result probed elsewhere unless ours is as new or newer (ISO 8601 UTC strings sort by time)."""
-    mine = results.get(result.name)
+    mine = results().get(result.name)
     if mine is not None and (mine.checked_at or "") >= (result.checked_at or ""):
         return False
     record_result(result)
@@ -331,6 +349,7 @@ async def run_prober(tokens: TokenSource | None = None) -> None:
     shared_poll = float(getattr(settings, "SWITCHBOARD_HEALTH_SHARED_POLL_S", 2.0))
     next_probe = 0.0
     outage = Outage(log, "reading shared probe results", "keeping this process's own results")
+    stored = StoredResults()
     async with httpx.AsyncClient(follow_redirects=True) as client:
         while True:
             snapshot = live.current()
@@ -347,7 +366,7 @@ async def run_prober(tokens: TokenSource | None = None) -> None:
                         log.exception("health probe round failed")
             if shared_poll > 0:
                 try:
-                    await asyncio.to_thread(_adopt_closing, snapshot)
+                    await asyncio.to_thread(_adopt_closing, snapshot, stored)
                     outage.ok()
                 except Exception as exc:  # noqa: BLE001 - database down: keep our own results
                     outage.failed(exc)
@@ -355,12 +374,12 @@ async def run_prober(tokens: TokenSource | None = None) -> None:
             await asyncio.sleep(max(0.05, min(pause, shared_poll) if shared_poll > 0 else pause))
 
 
-def _adopt_closing(snapshot: Snapshot) -> None:
+def _adopt_closing(snapshot: Snapshot, stored: StoredResults) -> None:
     """adopt_stored on a worker thread, closing that thread's connection if it went stale."""
     from django.db import close_old_connections
 
     close_old_connections()
-    adopt_stored(snapshot)
+    stored.adopt(snapshot)
 
 
 def probe_mode(enabled: bool, probe_everything: bool) -> str:
@@ -374,7 +393,7 @@ def last_probe(
     name: str, stored_status: str | None, stored_checked: datetime | None, stored_detail: str | None
 ) -> tuple[str, str | None, str]:
     """(status, checked_at, detail) of a provider: this process's newer result, else the stored one."""
-    mine = results.get(name)
+    mine = results().get(name)
     stored_iso = None
     if stored_checked is not None:
         stored_iso = stored_checked.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -389,9 +408,10 @@ def health_providers_payload(snapshot: Snapshot, breakers: BreakerRegistry) -> b
     """Body of GET /health/providers: every configured provider, "unknown" until probed, with the
     breakers of its links that requests would find not closed. Memory only."""
     circuits = _circuits(breakers)
+    probes = results()
     out = []
     for name in sorted(snapshot.providers):
-        result = results.get(name)
+        result = probes.get(name)
         if result is None:
             entry = {
                 "name": name,

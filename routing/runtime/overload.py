@@ -2,10 +2,10 @@
 
 `apply` configures the deployments' gates (routing.core.admission_queue) and hedging from
 the snapshot's overload settings (routing.config.overload_spec), at boot and on every
-reload. When nothing is configured `ON` stays False and the request path pays one global
-test. When on, `admit` gives the request its ticket: its priority class (from the key, the
-agent or the org, lowered but never raised by X-Switchboard-Priority), its org's weight and
-its X-Switchboard-Max-Wait.
+reload. They are the process's (`Process.overload`): when nothing is configured its `on`
+stays False and the request path pays one attribute test. When on, `admit` gives the
+request its ticket: its priority class (from the key, the agent or the org, lowered but
+never raised by X-Switchboard-Priority), its org's weight and its X-Switchboard-Max-Wait.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from routing.config.overload_spec import OverloadSpec
 from routing.core import errors
 from routing.core.admission_queue import PRIORITIES, Gates, Ticket, current
 from routing.core.hedging import Hedges
+from routing.runtime.process import installed
 
-ON = False
 _NONE = OverloadSpec({}, {}, {}, {}, {}, {}, frozenset())
-_spec = _NONE
 
 LIMIT = Gauge(
     "switchboard_concurrency_limit",
@@ -43,35 +42,76 @@ HEDGES = Counter(
 )
 
 
-_gates: Gates | None = None  # the process's, set by install(): admit, the gauges and the dashboard read them
-_hedges: Hedges | None = None
+class Overload:
+    """One process's overload control: its gates and hedging (the executor's), the overload settings of
+    the snapshot serving, and `on`: the one test the request path pays when nothing is configured."""
 
+    __slots__ = ("gates", "hedges", "spec", "on")
 
-def install(gates: Gates, hedges: Hedges) -> None:
-    """Use the process's gates and hedges (the composition root calls it once, then makes `apply`
-    a swap listener: every process applies a configuration change with the reload that brings
-    it, docs/overload.md#configuration)."""
-    global _gates, _hedges
-    _gates, _hedges = gates, hedges
+    def __init__(self, gates: Gates, hedges: Hedges) -> None:
+        self.gates = gates
+        self.hedges = hedges
+        self.spec = _NONE
+        self.on = False
+
+    def apply(self, snapshot: Any) -> None:
+        """Configure the gates and hedging from a snapshot's overload settings.
+
+        The learnt limits, queues and first-token figures of the models that keep their settings stay.
+        """
+        spec: OverloadSpec | None = getattr(snapshot, "overload", None)
+        self.spec = spec or _NONE
+        gates, hedges = self.gates, self.hedges
+        if gates.on_shed is None:  # the composition root may have set one that counts and alerts
+            gates.on_shed = count_shed
+        gates.configure(self.spec.limits)
+        hedges.on_outcome = _count_hedge
+        hedges.configure(self.spec.hedge)
+        self.on = gates.on or hedges.on
+
+    def admit(self, headers: Any, key: Any, body: dict | None = None) -> None:
+        """Give this request its ticket for the gates and hedging (only called when `on`)."""
+        spec = self.spec
+        agent = key.agent
+        org = agent.org.name
+        who = (org, agent.name)
+        rank = spec.key_classes.get(key.prefix)
+        if rank is None:
+            rank = spec.agent_classes.get(who)
+        if rank is None:
+            rank = spec.org_classes.get(org, PRIORITIES["default"])
+        wait_until = None
+        for name, value in headers:
+            if name == b"x-switchboard-priority":
+                rank = max(rank, _asked(value))  # lower only
+            elif name == b"x-switchboard-max-wait":
+                wait_until = self.gates.clock() + _max_wait(value)
+        tools = body is not None and bool(body.get("tools"))
+        hedge = self.hedges.on and who not in spec.never_hedge
+        current.set(Ticket(org, rank, spec.weights.get(org, 1.0), wait_until, hedge, tools))
+
+    def refresh_metrics(self) -> None:
+        """Limit, in-flight and queue length of every gate into the gauges (scrape time or the refresher)."""
+        for gate in list(self.gates.gates.values()):
+            if gate is not None:
+                LIMIT.labels(gate.name).set(gate.limit.limit)
+                INFLIGHT.labels(gate.name).set(gate.inflight)
+                QUEUE.labels(gate.name).set(len(gate.queue))
+
+    def figures(self, key: Any) -> dict[str, int] | None:
+        """The dashboard's figures of one deployment's gate; None when it has none."""
+        gate = self.gates.gates.get(key) if self.on else None
+        if gate is None:
+            return None
+        return {"limit": gate.limit.limit, "inflight": gate.inflight, "queued": len(gate.queue)}
 
 
 def apply(snapshot: Any) -> None:
-    """Configure this process's gates and hedging from a snapshot's overload settings.
-
-    The learnt limits, queues and first-token figures of the models that keep their settings stay.
-    """
-    global ON, _spec
-    spec: OverloadSpec | None = getattr(snapshot, "overload", None)
-    _spec = spec or _NONE
-    gates, hedges = _gates, _hedges
-    if gates is None or hedges is None:  # no process installed (a test's bare snapshot swap)
-        return
-    if gates.on_shed is None:  # the composition root may have set one that counts and alerts
-        gates.on_shed = count_shed
-    gates.configure(_spec.limits)
-    hedges.on_outcome = _count_hedge
-    hedges.configure(_spec.hedge)
-    ON = gates.on or hedges.on
+    """The swap listener (docs/overload.md#configuration): the current process applies each snapshot's
+    overload settings with the reload that brings it; nothing without a process (a test's bare swap)."""
+    process = installed()
+    if process is not None and process.overload is not None:
+        process.overload.apply(snapshot)
 
 
 def count_shed(reason: str, priority: str) -> None:
@@ -84,25 +124,8 @@ def _count_hedge(outcome: str) -> None:
 
 
 def admit(headers: Any, key: Any, body: dict | None = None) -> None:
-    """Give this request its ticket for the gates and hedging (only called when ON)."""
-    spec = _spec
-    agent = key.agent
-    org = agent.org.name
-    who = (org, agent.name)
-    rank = spec.key_classes.get(key.prefix)
-    if rank is None:
-        rank = spec.agent_classes.get(who)
-    if rank is None:
-        rank = spec.org_classes.get(org, PRIORITIES["default"])
-    wait_until = None
-    for name, value in headers:
-        if name == b"x-switchboard-priority":
-            rank = max(rank, _asked(value))  # lower only
-        elif name == b"x-switchboard-max-wait":
-            wait_until = _gates.clock() + _max_wait(value)
-    tools = body is not None and bool(body.get("tools"))
-    hedge = _hedges.on and who not in spec.never_hedge
-    current.set(Ticket(org, rank, spec.weights.get(org, 1.0), wait_until, hedge, tools))
+    """The current process's `Overload.admit` (the request path calls its own process's)."""
+    installed().overload.admit(headers, key, body)
 
 
 def _asked(value: bytes) -> int:
@@ -130,17 +153,13 @@ def _max_wait(value: bytes) -> float:
 
 
 def refresh_metrics() -> None:
-    """Limit, in-flight and queue length of every gate into the gauges (scrape time or the refresher)."""
-    for gate in list(_gates.gates.values()) if _gates is not None else ():
-        if gate is not None:
-            LIMIT.labels(gate.name).set(gate.limit.limit)
-            INFLIGHT.labels(gate.name).set(gate.inflight)
-            QUEUE.labels(gate.name).set(len(gate.queue))
+    """The current process's gates into the gauges (scrape time or the refresher)."""
+    process = installed()
+    if process is not None and process.overload is not None:
+        process.overload.refresh_metrics()
 
 
 def figures(key: Any) -> dict[str, int] | None:
-    """The dashboard's figures of one deployment's gate; None when it has none."""
-    gate = _gates.gates.get(key) if ON and _gates is not None else None
-    if gate is None:
-        return None
-    return {"limit": gate.limit.limit, "inflight": gate.inflight, "queued": len(gate.queue)}
+    """The dashboard's figures of one deployment's gate in the current process; None when it has none."""
+    process = installed()
+    return process.overload.figures(key) if process is not None and process.overload is not None else None

@@ -52,8 +52,27 @@ class Process:
     budgets: Budgets = field(default_factory=Budgets)  # spend budgets (docs/limits.md#budgets)
     cache: Store | None = None  # the response cache's store (docs/cache.md): Redis or this process's LRU
     coalescer: Coalescer = field(default_factory=Coalescer)  # identical cacheable requests in flight
-    tally: Tally = field(default_factory=Tally)  # in flight and served, for the process list
+    tally: Tally = field(default_factory=Tally)
+    probes: dict = field(
+        default_factory=dict
+    )  # provider name -> its last health probe result (docs/operations.md)  # in flight and served, for the process list
     alerts: Any = None  # a routing.runtime.alerts.Alerts: events handed to the alerts task (docs/alerts.md)
+    # The parts below are built by the composition root (gateway_project.process.build_process). Their
+    # modules find the process through `installed()`: this one does not import them (no cycle), so they
+    # are typed by name in the comments.
+    overload: Any = None  # routing.runtime.overload.Overload: gates' settings, the request's ticket (docs/overload.md)
+    feed: Any = None  # routing.runtime.feed.Feed: the dashboard's events and the serving loop (docs/dashboard.md)
+    counters: Any = None  # routing.runtime.counters.ModelCounters: the dashboard's per-model rates and sparklines
+    heartbeat: Any = None  # routing.runtime.processes.Heartbeat: this process's entry in the process list
+    spend: Any = (
+        None  # routing.runtime.shared_spend.SpendLoader: budgets' spend from the records (docs/limits.md#durable)
+    )
+    syncer: Any = None  # routing.runtime.shared_leases.Syncer, with REDIS_URL: cluster leases (docs/limits.md#shared)
+    breaker_sync: Any = None  # routing.runtime.breaker_sync.BreakerSync, with REDIS_URL: shared breaker transitions
+    breaker_keys: set | None = None  # the breaker keys of the snapshot now serving
+    tracing: Any = (
+        None  # routing.runtime.tracing.Tracing, with an OTLP endpoint: spans, GenAI metrics (docs/tracing.md)
+    )
     background: bool = True  # start the background tasks (in-process tests drive the request path alone)
     tasks: list[asyncio.Task] = field(default_factory=list)
     started: bool = False
@@ -91,6 +110,12 @@ def install(process: Process | None) -> Process | None:
     global _installed
     previous, _installed = _installed, process
     return previous
+
+
+def installed() -> Process | None:
+    """The current process, or None when none is installed (code that also runs without one: a breaker
+    listener of a unit test, a management command)."""
+    return _installed
 
 
 def current() -> Process:

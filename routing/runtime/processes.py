@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import logging
 import os
 import socket
@@ -30,7 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 from django.conf import settings
@@ -73,17 +74,14 @@ def shared_dir() -> Path | None:
     return Path(path) if path and os.path.isdir(path) else None
 
 
-_slot_file: Any = None  # the locked worker-index file, held for the life of the process
-
-
-def worker_index(directory: Path | None, limit: int = 256) -> int:
-    """This worker's index on its machine: the lowest free slot lock in the shared directory.
+def worker_slot(directory: Path | None, limit: int = 256) -> tuple[int, IO[str] | None]:
+    """This worker's index on its machine: the lowest free slot lock in the shared directory, and the
+    locked file, which its holder keeps open for the life of the process (`Heart.slot`).
 
     The lock is released when the process dies, so a replacement worker takes the index
     of the one it replaces. 0 for a process that is not one of `serve --workers N`."""
-    global _slot_file
     if directory is None:
-        return 0
+        return 0, None
     for i in range(limit):
         handle = open(directory / f"worker-{i}.lock", "a")  # noqa: SIM115 - held open on purpose
         try:
@@ -91,9 +89,8 @@ def worker_index(directory: Path | None, limit: int = 256) -> int:
         except OSError:
             handle.close()
             continue
-        _slot_file = handle
-        return i
-    return limit
+        return i, handle
+    return limit, None
 
 
 def cluster_name(database: dict[str, Any] | None = None) -> str:
@@ -112,7 +109,7 @@ class Heart:
         self.id = f"{self.host}:{self.pid}"
         self.server = server_name()
         self.replica = str(getattr(settings, "SWITCHBOARD_REPLICA", ""))  # an operator's name for it
-        self.worker = worker_index(directory)
+        self.worker, self.slot = worker_slot(directory)  # the slot's lock is held as long as the heart
         self.started_at = now
         self._last: tuple[float, int] = (now, tally.served)
 
@@ -257,91 +254,95 @@ def _client_options(for_asyncio: bool) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- the background task
 
-heart: Heart | None = None
-last_record: dict[str, Any] | None = None  # what the heartbeat last wrote (the list of one process shows it)
-_async_client: Any = None
 
+class Heartbeat:
+    """This process's entry in the process list (`Process.heartbeat`): its heart, the record it last
+    wrote (the list of one process shows it) and its Redis client."""
 
-async def run_heartbeat(tally: Tally, breakers: BreakerRegistry) -> None:
-    """Write this process's heartbeat every interval; a background task of gateway_project.process."""
-    global heart, last_record, _async_client
-    directory = shared_dir()
-    if heart is None:
-        heart = Heart(directory, clock(), tally)
-    url = _redis_url()
-    client = None
-    if url:
-        import redis.asyncio as aioredis
+    def __init__(self) -> None:
+        self.heart: Heart | None = None
+        self.last_record: dict[str, Any] | None = None
+        self.client: Any = None
 
-        client = _async_client = aioredis.Redis.from_url(url, **_client_options(True))
-    cluster = cluster_name()
-    failing = False
-    retry_at = 0.0
-    backoff = interval_s()
-    while True:
-        now = clock()
-        record = last_record = heart.record(now, open_links(breakers))
+    async def run(self, tally: Tally, breakers: BreakerRegistry) -> None:
+        """Write this process's heartbeat every interval; a background task of gateway_project.process."""
+        directory = shared_dir()
+        if self.heart is None:
+            self.heart = Heart(directory, clock(), tally)
+        heart = self.heart
+        url = _redis_url()
+        client = None
+        if url:
+            import redis.asyncio as aioredis
+
+            client = self.client = aioredis.Redis.from_url(url, **_client_options(True))
+        cluster = cluster_name()
+        failing = False
+        retry_at = 0.0
+        backoff = interval_s()
+        while True:
+            now = clock()
+            record = self.last_record = heart.record(now, open_links(breakers))
+            if directory is not None:
+                try:
+                    write_file(directory, record)
+                except OSError:
+                    pass  # `serve` is removing the directory: it is stopping
+            if client is not None and now >= retry_at:
+                try:
+                    await asyncio.wait_for(write_redis(client, cluster, record, now), shared_timeout_s())
+                except Exception as exc:  # noqa: BLE001 - Redis down: nothing else depends on the beat
+                    if not failing:
+                        log.warning(
+                            "process heartbeat: Redis unreachable (%s); the dashboard lists this machine only", exc
+                        )
+                        live.set_degraded("redis", True, "heartbeat")
+                    failing = True
+                    retry_at = now + backoff
+                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                else:
+                    if failing:
+                        log.info("process heartbeat: Redis reachable again")
+                        live.set_degraded("redis", False, "heartbeat")
+                    failing = False
+                    backoff = interval_s()
+            await asyncio.sleep(interval_s())
+
+    async def farewell(self) -> None:
+        """A clean shutdown (lifespan) takes this process off the list at once instead of going stale."""
+        heart = self.heart
+        if heart is None:
+            return
+        directory = shared_dir()
         if directory is not None:
+            (directory / f"heartbeat-{heart.pid}.json").unlink(missing_ok=True)
+        if self.client is not None:
+            index, prefix = _redis_keys(cluster_name())
             try:
-                write_file(directory, record)
-            except OSError:
-                pass  # `serve` is removing the directory: it is stopping
-        if client is not None and now >= retry_at:
-            try:
-                await asyncio.wait_for(write_redis(client, cluster, record, now), shared_timeout_s())
-            except Exception as exc:  # noqa: BLE001 - Redis down: nothing else depends on the beat
-                if not failing:
-                    log.warning("process heartbeat: Redis unreachable (%s); the dashboard lists this machine only", exc)
-                    live.set_degraded("redis", True, "heartbeat")
-                failing = True
-                retry_at = now + backoff
-                backoff = min(backoff * 2, BACKOFF_MAX_S)
-            else:
-                if failing:
-                    log.info("process heartbeat: Redis reachable again")
-                    live.set_degraded("redis", False, "heartbeat")
-                failing = False
-                backoff = interval_s()
-        await asyncio.sleep(interval_s())
-
-
-async def farewell() -> None:
-    """A clean shutdown (lifespan) takes this process off the list at once instead of going stale."""
-    if heart is None:
-        return
-    directory = shared_dir()
-    if directory is not None:
-        (directory / f"heartbeat-{heart.pid}.json").unlink(missing_ok=True)
-    if _async_client is not None:
-        index, prefix = _redis_keys(cluster_name())
-        try:
-            await asyncio.wait_for(_async_client.zrem(index, heart.id), shared_timeout_s())
-            await asyncio.wait_for(_async_client.delete(prefix + heart.id), shared_timeout_s())
-        except Exception:  # noqa: BLE001 - Redis down: the entry goes stale, then expires
-            pass
+                await asyncio.wait_for(self.client.zrem(index, heart.id), shared_timeout_s())
+                await asyncio.wait_for(self.client.delete(prefix + heart.id), shared_timeout_s())
+            except Exception:  # noqa: BLE001 - Redis down: the entry goes stale, then expires
+                pass
 
 
 # --------------------------------------------------------------------------- the list (dashboard)
 
-_sync_client: Any = None
 
+@functools.cache
+def _redis_client(url: str) -> Any:
+    """The dashboard's client of the list (one per URL per interpreter: a connection pool, no process state)."""
+    import redis
 
-def _redis_client() -> Any:
-    global _sync_client
-    if _sync_client is None:
-        import redis
-
-        _sync_client = redis.Redis.from_url(_redis_url(), **_client_options(False))
-    return _sync_client
+    return redis.Redis.from_url(url, **_client_options(False))
 
 
 def _local_records(now: float) -> tuple[list[dict[str, Any]], str]:
     directory = shared_dir()
     if directory is not None:
         return read_files(directory), "machine"
-    if last_record is not None:
-        return [last_record], "process"
     proc = current()
+    if proc.heartbeat is not None and proc.heartbeat.last_record is not None:
+        return [proc.heartbeat.last_record], "process"
     return [Heart(None, now, proc.tally).record(now, feed.call_on_loop(lambda: open_links(proc.breakers)))], "process"
 
 
@@ -351,7 +352,7 @@ def listing(now: float | None = None) -> dict[str, Any]:
     error = None
     if _redis_url():
         try:
-            records, source = read_redis(_redis_client(), cluster_name(), now), "redis"
+            records, source = read_redis(_redis_client(_redis_url()), cluster_name(), now), "redis"
         except Exception as exc:  # noqa: BLE001 - Redis down: say so, show what this machine knows
             error = f"Redis is unreachable ({type(exc).__name__}); showing this machine's processes only."
             records, source = _local_records(now)
@@ -361,6 +362,6 @@ def listing(now: float | None = None) -> dict[str, Any]:
         "at": now,
         "source": source,
         "error": error,
-        "this_process": heart.id if heart is not None else f"{socket.gethostname()}:{os.getpid()}",
+        "this_process": f"{socket.gethostname()}:{os.getpid()}",
         **summarize(records, now),
     }

@@ -14,7 +14,7 @@ The attempt's context is sent upstream as `traceparent` (and the client's
 batches over OTLP/HTTP (protobuf) from the SDK's own thread, never on the loop.
 
 Unset, nothing is imported, created or exported: the request path pays one test of
-`ON` (a module global) per request and one `is None` per attempt.
+its process's `tracing` (None) per request and one `is None` per attempt.
 """
 
 from __future__ import annotations
@@ -27,13 +27,9 @@ from typing import Any
 
 import orjson
 
-log = logging.getLogger("switchboard.tracing")
+from routing.runtime.process import installed
 
-ON = False  # read on the request path: the only cost when tracing is off
-_tracer: Any = None
-_propagator: Any = None
-_provider: Any = None
-_meters: Any = None  # a GenAIMeters while tracing is on
+log = logging.getLogger("switchboard.tracing")
 
 SERVICE = "switchboard"
 
@@ -78,15 +74,16 @@ def endpoint() -> str:
 
 
 def configure(exporter: Any = None, processor: Any = None, metric_reader: Any = None) -> bool:
-    """Turn tracing on when an endpoint is configured (or an exporter is given, for tests).
+    """Turn tracing on for the current process when an endpoint is configured (or an exporter is given,
+    for tests): its `Process.tracing` is then a `Tracing`.
 
     `exporter` replaces the OTLP exporter; `processor` the batch processor (tests use a
     SimpleSpanProcessor over an InMemorySpanExporter); `metric_reader` the periodic OTLP
     reader of the GenAI metrics (tests use an InMemoryMetricReader). Returns whether tracing is on.
     """
-    global ON, _tracer, _propagator, _provider, _meters
     url = endpoint()
-    if exporter is None and processor is None and not url:
+    process = installed()
+    if process is None or (exporter is None and processor is None and not url):
         return False
     from django.conf import settings
     from opentelemetry.sdk.resources import Resource
@@ -105,36 +102,78 @@ def configure(exporter: Any = None, processor: Any = None, metric_reader: Any = 
             exporter = OTLPSpanExporter(endpoint=traces_url)
         processor = BatchSpanProcessor(exporter)
     service = str(getattr(settings, "SWITCHBOARD_OTEL_SERVICE_NAME", "") or SERVICE)
-    _provider = TracerProvider(resource=Resource.create({"service.name": service}))
-    _provider.add_span_processor(processor)
-    _tracer = _provider.get_tracer("switchboard.gateway")
-    _propagator = TraceContextTextMapPropagator()
-    _meters = GenAIMeters.build(_provider.resource, metric_reader, url)
-    ON = True
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(processor)
+    meters = GenAIMeters.build(provider.resource, metric_reader, url)
+    process.tracing = Tracing(provider, TraceContextTextMapPropagator(), meters)
     log.info("tracing on: spans exported over OTLP/HTTP%s", f" to {url}" if url else "")
     return True
 
 
-def shutdown() -> None:
-    """Flush and stop the exporter (clean shutdown); tracing is off afterwards."""
-    global ON, _tracer, _provider, _meters
-    provider, _provider = _provider, None
-    meters, _meters = _meters, None
-    ON, _tracer = False, None
-    if provider is not None:
-        provider.shutdown()
-    if meters is not None:
-        meters.shutdown()
+def shutdown(process: Any = None) -> None:
+    """Flush and stop the exporter of `process` (default: the current one); its tracing is off afterwards."""
+    process = process if process is not None else installed()
+    tracer = process.tracing if process is not None else None
+    if tracer is not None:
+        process.tracing = None
+        tracer.shutdown()
 
 
 def force_flush(timeout_ms: int = 5000) -> bool:
-    return bool(_provider.force_flush(timeout_ms)) if _provider is not None else True
+    process = installed()
+    tracer = process.tracing if process is not None else None
+    return bool(tracer.provider.force_flush(timeout_ms)) if tracer is not None else True
+
+
+class Tracing:
+    """One process's tracing (`Process.tracing`, None when off): the tracer provider and the GenAI meters."""
+
+    __slots__ = ("provider", "tracer", "propagator", "meters")
+
+    def __init__(self, provider: Any, propagator: Any, meters: GenAIMeters | None) -> None:
+        self.provider = provider
+        self.tracer = provider.get_tracer("switchboard.gateway")
+        self.propagator = propagator
+        self.meters = meters
+
+    def start(
+        self, scope: Mapping[str, Any], method: str, path: str, request_id: str, endpoint: str = "chat"
+    ) -> RequestTrace:
+        """The SERVER span of a request, a child of the client's `traceparent` when valid."""
+        from opentelemetry import trace
+
+        carrier: dict[str, str] = {}
+        for name, value in scope["headers"]:
+            if name == b"traceparent" or name == b"tracestate":
+                carrier[name.decode()] = value.decode("latin-1")
+        parent = self.propagator.extract(carrier) if carrier else None
+        span = self.tracer.start_span(
+            f"{method} {path}",
+            context=parent,
+            kind=trace.SpanKind.SERVER,
+            attributes={
+                "http.request.method": method,
+                "url.path": path,
+                "switchboard.request_id": request_id,
+                "gen_ai.operation.name": GENAI_OPERATION.get(endpoint, endpoint),
+            },
+        )
+        # tracestate is forwarded only alongside a valid parent (W3C: it belongs to that trace).
+        tracestate = carrier.get("tracestate", "") if span.parent is not None else ""
+        context = trace.set_span_in_context(span)
+        return RequestTrace(self, span, context, tracestate, GENAI_OPERATION.get(endpoint, endpoint))
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
+        if self.meters is not None:
+            self.meters.shutdown()
 
 
 class RequestTrace:
     """The spans of one request: the SERVER span and the attempt under way."""
 
     __slots__ = (
+        "tracing",
         "span",
         "context",
         "tracestate",
@@ -148,7 +187,8 @@ class RequestTrace:
         "upstream_model",
     )
 
-    def __init__(self, span: Any, context: Any, tracestate: str, operation: str = "chat") -> None:
+    def __init__(self, tracing: Tracing, span: Any, context: Any, tracestate: str, operation: str = "chat") -> None:
+        self.tracing = tracing  # the process's: its tracer starts the attempts' spans
         self.span = span
         self.context = context  # the request span's context: the parent of every attempt
         self.tracestate = tracestate
@@ -183,14 +223,14 @@ class RequestTrace:
                 attributes["switchboard.fallback_from"] = self.last_model
                 attributes["switchboard.fallback_reason"] = self.last_failure
         # The conventions' name of an inference call: "{operation} {model}".
-        span = _tracer.start_span(
+        span = self.tracing.tracer.start_span(
             f"{self.operation} {model.upstream_model}",
             context=self.context,
             kind=trace.SpanKind.CLIENT,
             attributes=attributes,
         )
         headers: dict[str, str] = {}
-        _propagator.inject(headers, context=trace.set_span_in_context(span))
+        self.tracing.propagator.inject(headers, context=trace.set_span_in_context(span))
         if self.tracestate:
             headers["tracestate"] = self.tracestate
         self.current, self.headers, self.status = span, headers, None
@@ -281,28 +321,8 @@ def _failure_label(failure: BaseException) -> str:
 
 
 def start(scope: Mapping[str, Any], method: str, path: str, request_id: str, endpoint: str = "chat") -> RequestTrace:
-    """The SERVER span of a request, a child of the client's `traceparent` when valid."""
-    from opentelemetry import trace
-
-    carrier: dict[str, str] = {}
-    for name, value in scope["headers"]:
-        if name == b"traceparent" or name == b"tracestate":
-            carrier[name.decode()] = value.decode("latin-1")
-    parent = _propagator.extract(carrier) if carrier else None
-    span = _tracer.start_span(
-        f"{method} {path}",
-        context=parent,
-        kind=trace.SpanKind.SERVER,
-        attributes={
-            "http.request.method": method,
-            "url.path": path,
-            "switchboard.request_id": request_id,
-            "gen_ai.operation.name": GENAI_OPERATION.get(endpoint, endpoint),
-        },
-    )
-    # tracestate is forwarded only alongside a valid parent (W3C: it belongs to that trace).
-    tracestate = carrier.get("tracestate", "") if span.parent is not None else ""
-    return RequestTrace(span, trace.set_span_in_context(span), tracestate, GENAI_OPERATION.get(endpoint, endpoint))
+    """The SERVER span of a request, from the current process's tracing (the request path uses its own)."""
+    return installed().tracing.start(scope, method, path, request_id, endpoint)
 
 
 def finish(trace_: RequestTrace, ctx: Any) -> None:
@@ -342,10 +362,11 @@ def finish(trace_: RequestTrace, ctx: Any) -> None:
     if ctx.status >= 500 or ctx.status == 0:
         span.set_status(Status(StatusCode.ERROR, ctx.error_code or "error"))
     span.end()
-    if _meters is not None:
+    meters = trace_.tracing.meters
+    if meters is not None:
         if ctx.error_code:
             genai["error.type"] = ctx.error_code
-        _meters.record(genai, usage, time.perf_counter() - ctx.started)
+        meters.record(genai, usage, time.perf_counter() - ctx.started)
 
 
 class GenAIMeters:

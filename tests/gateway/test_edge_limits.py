@@ -48,7 +48,8 @@ def _run(app, headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> tuple[
 
 
 def test_a_page_body_over_the_limit_by_length_is_refused_before_a_byte_is_read(monkeypatch):
-    monkeypatch.setattr(edge, "_cached", dataclasses.replace(edge.limits(), page_body_bytes=100))
+    smaller = dataclasses.replace(edge.limits(), page_body_bytes=100)
+    monkeypatch.setattr(edge, "limits", lambda: smaller)
     sent, read = _run(edge.limit_page_bodies, [(b"content-length", b"101")], [b"x" * 101])
     assert read == [] and sent[0]["status"] == 413
     assert (b"connection", b"close") in sent[0]["headers"]
@@ -56,7 +57,8 @@ def test_a_page_body_over_the_limit_by_length_is_refused_before_a_byte_is_read(m
 
 
 def test_a_chunked_page_body_is_refused_as_it_passes_the_limit_and_the_handler_sees_the_client_gone(monkeypatch):
-    monkeypatch.setattr(edge, "_cached", dataclasses.replace(edge.limits(), page_body_bytes=100))
+    smaller = dataclasses.replace(edge.limits(), page_body_bytes=100)
+    monkeypatch.setattr(edge, "limits", lambda: smaller)
     sent, read = _run(edge.limit_page_bodies, [], [b"x" * 60, b"x" * 60, b"x" * 60])
     assert read == [60]  # the second chunk passed the limit: never handed to the handler
     assert [m.get("status") for m in sent if m["type"] == "http.response.start"] == [413]  # the handler's 200 dropped

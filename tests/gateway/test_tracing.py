@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from routing.runtime import tracing
+from routing.runtime.process import current
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
@@ -128,7 +129,7 @@ async def test_an_invalid_traceparent_starts_a_new_trace_and_drops_tracestate(ga
 
 
 async def test_off_by_default_nothing_is_created_or_sent_upstream(gateway, upstream, settings):
-    assert tracing.ON is False and not tracing.endpoint()
+    assert current().tracing is None and not tracing.endpoint()
     assert tracing.configure() is False  # no endpoint: stays off
     response = await gateway.post(
         "/v1/chat/completions",

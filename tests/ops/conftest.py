@@ -9,7 +9,6 @@ from channels.layers import channel_layers
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.runtime import feed
 from routing.runtime.process import current
 
 DOCUMENT = {
@@ -56,13 +55,14 @@ def fresh_layer(settings):
     layer is exercised end to end by the servers of tests/e2e in CI's PostgreSQL pass."""
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     channel_layers.backends.clear()
-    feed._outbox.clear()
-    feed._flush_loop = None
-    feed.viewers = 0
+    own = current().feed
+    own.outbox.clear()
+    own.flush_loop = None
+    own.viewers = 0
     yield
     channel_layers.backends.clear()
-    feed._flush_loop = None
-    feed.viewers = 0
+    own.flush_loop = None
+    own.viewers = 0
 
 
 @pytest.fixture

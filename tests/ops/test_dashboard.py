@@ -121,7 +121,7 @@ def test_rolling_counters_give_rates_over_the_window(monkeypatch):
     now = [1000.0]
     monkeypatch.setattr(counters, "clock", lambda: now[0])
     model = "rolling-test-model"
-    counters._stats.pop(model, None)
+    current().counters.stats.pop(model, None)
     for i in range(60):
         counters.note_request(model, 200 if i % 4 else 502, "upstream_5xx" if i % 3 == 0 else None)
     stats = counters.model_stats()[model]
@@ -132,14 +132,14 @@ def test_rolling_counters_give_rates_over_the_window(monkeypatch):
     assert stats["rps"] == 0 and stats["requests"] == 60
     now[0] += 400  # past the window: forgotten
     assert counters.model_stats()[model]["requests"] == 0
-    counters._stats.pop(model, None)
+    current().counters.stats.pop(model, None)
 
 
 def test_request_metrics_feed_the_dashboard_counters(snapshot):
     from routing.runtime import metrics
 
     for model in ("op-chat", "op-chat-b"):
-        counters._stats.pop(model, None)
+        current().counters.stats.pop(model, None)
     metrics.observe_request("chat", "op-chat", "op-chat-b", 200, 0.0002, fallback_reason="upstream_429", latency_s=0.25)
     stats = counters.model_stats()
     # counted for the link that served (chat-b carried the fallback), not the one asked for
@@ -152,7 +152,7 @@ def test_sparklines_give_requests_errors_and_p50_per_minute(monkeypatch):
     now = [1_000_020.0]  # 20 s into a minute
     monkeypatch.setattr(counters, "clock", lambda: now[0])
     model = "spark-test-model"
-    counters._stats.pop(model, None)
+    current().counters.stats.pop(model, None)
     for latency_ms in (10, 20, 30, 40, 1000):  # median 30
         counters.note_request(model, 200, None, latency_ms / 1000)
     now[0] += 60 * 3  # three minutes later
@@ -165,7 +165,7 @@ def test_sparklines_give_requests_errors_and_p50_per_minute(monkeypatch):
     assert spark["p50"][-4] == pytest.approx(30, rel=0.13) and spark["p50"][-1] == pytest.approx(2000, rel=0.13)
     now[0] += 60 * counters.SPARK_MINUTES  # the whole window later: all forgotten
     assert sum(counters.model_stats()[model]["spark"]["req"]) == 0
-    counters._stats.pop(model, None)
+    current().counters.stats.pop(model, None)
 
 
 # --------------------------------------------------------------------------- websocket
@@ -348,7 +348,7 @@ async def test_broadcaster_publishes_state_to_viewers(snapshot, fresh_layer, set
     layer = get_channel_layer()
     channel = await layer.new_channel()
     await layer.group_add(feed.DASHBOARD_GROUP, channel)
-    feed.viewers = 1
+    current().feed.viewers = 1
     task = asyncio.create_task(dashboard_state.run_broadcaster())
     try:
         message = await asyncio.wait_for(layer.receive(channel), timeout=2)
@@ -421,7 +421,7 @@ def test_sync_views_read_breakers_on_the_serving_loop_thread(monkeypatch):
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    monkeypatch.setattr(feed, "_loop", loop)
+    monkeypatch.setattr(current().feed, "loop", loop)
     try:
         assert feed.call_on_loop(threading.get_ident) == thread.ident != threading.get_ident()
     finally:

@@ -94,14 +94,15 @@ def test_the_spend_of_a_period_is_summed_per_agent_org_and_key_from_its_start_up
 
 
 async def test_the_spend_loader_reads_new_accounts_and_after_a_failed_read_retries_when_asked(monkeypatch, caplog):
-    """run_spend_loader (found by mutation testing): a new account is read when a request asks; with the
+    """SpendLoader.run (found by mutation testing): a new account is read when a request asks; with the
     database down it is FAILED (served on what this process knows) and one line says so; read again once
     the database answers, LOADED with the records' spend and one line saying after how many failures."""
     import asyncio
     import logging
 
     from routing.core.budget_accounts import FAILED
-    from routing.runtime import shared_limits
+    from routing.runtime import shared_spend as spend
+    from routing.runtime.shared_limits import SpendLoader
 
     org, down, reads = f"s{uuid.uuid4().hex[:8]}", [True], []
 
@@ -111,11 +112,9 @@ async def test_the_spend_loader_reads_new_accounts_and_after_a_failed_read_retri
             raise RuntimeError("connection refused")
         return {(("org", org), start): 1.5 for start in starts}  # the org's budget below
 
-    monkeypatch.setattr(shared_limits, "read_spend", read_spend)
-    monkeypatch.setattr(shared_limits, "_load_wanted", None)  # restored after: the loader sets them
-    monkeypatch.setattr(shared_limits, "_load_done", None)
-    budgets = Budgets()
-    loader = asyncio.ensure_future(shared_limits.run_spend_loader(budgets, flush=None))
+    monkeypatch.setattr(spend, "read_spend", read_spend)
+    budgets, spend_loader = Budgets(), SpendLoader()
+    loader = asyncio.ensure_future(spend_loader.run(budgets, flush=None))
     try:
         await asyncio.sleep(0)
         assert budgets.loading and reads == []  # nothing to read until an account needs it
@@ -123,10 +122,10 @@ async def test_the_spend_loader_reads_new_accounts_and_after_a_failed_read_retri
             budgets.admit(org, (2.0, "day"), "bot", None, 0.1)
         account = unloaded.value.accounts[0]
         with caplog.at_level(logging.WARNING, logger="switchboard"):
-            assert await shared_limits.wait_loaded(2.0)
+            assert await spend_loader.wait_loaded(2.0)
             assert account.state == FAILED and reads == [[account.start]]
             down[0] = False
-            assert await shared_limits.wait_loaded(2.0)  # asked again: read at once, not after the backoff
+            assert await spend_loader.wait_loaded(2.0)  # asked again: read at once, not after the backoff
         assert account.state == LOADED and account.spend() == 1.5 and len(reads) == 2
         said = [r.getMessage() for r in caplog.records]
         assert said == [

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from routing.core.breaker import BreakerRegistry
 from routing.core.budget_accounts import Budgets
 from routing.core.limiter import Limiter
@@ -77,26 +75,20 @@ async def test_the_shared_limits_syncer_stops_when_cancelled_as_it_is_woken(monk
     assert not syncer.running
 
 
-@pytest.fixture
-def loader_events(monkeypatch) -> tuple[asyncio.Event, asyncio.Event]:
-    wanted, done = asyncio.Event(), asyncio.Event()
-    monkeypatch.setattr(shared_limits, "_load_wanted", wanted)
-    monkeypatch.setattr(shared_limits, "_load_done", done)
-    return wanted, done
+async def test_a_request_waiting_for_the_spend_stops_when_cancelled_as_it_is_loaded() -> None:
+    loader = shared_limits.SpendLoader()
+    loader.wanted, loader.done = asyncio.Event(), asyncio.Event()
+    waiter = asyncio.ensure_future(loader.wait_loaded(30.0))
+    await fire_and_cancel(waiter, loader.done)
 
 
-async def test_a_request_waiting_for_the_spend_stops_when_cancelled_as_it_is_loaded(loader_events) -> None:
-    _, done = loader_events
-    waiter = asyncio.ensure_future(shared_limits.wait_loaded(30.0))
-    await fire_and_cancel(waiter, done)
-
-
-async def test_the_spend_loader_stops_when_cancelled_as_a_request_asks_for_it(loader_events) -> None:
+async def test_the_spend_loader_stops_when_cancelled_as_a_request_asks_for_it() -> None:
     # no account: nothing to read, the loader waits for a request to ask (its own event, made as it starts)
-    loader = asyncio.ensure_future(shared_limits.run_spend_loader(Budgets(FakeClock())))
+    spend = shared_limits.SpendLoader()
+    loader = asyncio.ensure_future(spend.run(Budgets(FakeClock())))
     await passes()
     assert not loader.done()
-    await fire_and_cancel(loader, shared_limits._load_wanted)
+    await fire_and_cancel(loader, spend.wanted)
 
 
 async def test_a_request_waiting_for_a_round_stops_when_cancelled_as_the_round_ends(monkeypatch) -> None:

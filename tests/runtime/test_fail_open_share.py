@@ -17,7 +17,9 @@ import pytest
 from routing.config import live
 from routing.core.budget_accounts import Budgets
 from routing.core.limiter import Limiter, Refused
+from routing.runtime import shared_leases as leases
 from routing.runtime import shared_limits
+from routing.runtime import shared_recovery as recovery
 from routing.runtime.shared_limits import Syncer
 
 SEEDS = range(24)
@@ -35,7 +37,8 @@ class Clock:
 def clock(monkeypatch) -> Clock:
     clock = Clock()
     # The syncer stamps the outage share with time.monotonic: the same injected clock.
-    monkeypatch.setattr(shared_limits, "time", types.SimpleNamespace(monotonic=clock, time=clock))
+    for module in (leases, recovery):
+        monkeypatch.setattr(module, "time", types.SimpleNamespace(monotonic=clock, time=clock))
     yield clock
     live.set_degraded("redis", False, "limits")
 

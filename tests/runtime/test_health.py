@@ -55,13 +55,11 @@ def closed_port():
 
 @pytest.fixture(autouse=True)
 def clean_results():
-    health.results.clear()
-    health._adopted_through = None
+    health.results().clear()
     yield
-    health._adopted_through = None
-    for name in list(health.results):
+    for name in list(health.results()):
         metrics.provider_status(name, None)
-    health.results.clear()
+    health.results().clear()
 
 
 def test_payload_lists_every_provider_as_unknown_before_probing(snapshot):
@@ -117,7 +115,7 @@ async def test_the_public_payload_says_what_failed_without_the_providers_url(sna
     broken = _spec(snapshot, "op-a", upstream, "/broken")
     snap = replace(snapshot, providers={"op-a": broken, "op-b": dead})
     await health.probe_all(snap, timeout_s=2)
-    assert f"127.0.0.1:{closed_port}" in health.results["op-b"].detail  # the dashboard's copy: for operators
+    assert f"127.0.0.1:{closed_port}" in health.results()["op-b"].detail  # the dashboard's copy: for operators
     text = health.health_providers_payload(snap, current().breakers).decode()
     assert str(closed_port) not in text and upstream not in text and "http" not in text
     rows = {row["name"]: row for row in orjson.loads(text)["providers"]}
@@ -141,7 +139,7 @@ async def test_probe_all_records_results_metrics_and_dashboard_event(snapshot, u
     assert [p["status"] for p in payload["providers"]] == ["up", "down"]
     assert metrics.PROVIDER_UP.labels("op-a")._value.get() == 1
     assert metrics.PROVIDER_UP.labels("op-b")._value.get() == 0
-    probes = [e for e in feed._feed if e["kind"] == "probe" and e["provider"] in ("op-a", "op-b")]
+    probes = [e for e in feed.events() if e["kind"] == "probe" and e["provider"] in ("op-a", "op-b")]
     assert {e["provider"] for e in probes[-2:]} == {"op-a", "op-b"}
 
 
@@ -206,13 +204,13 @@ def test_stored_results_are_upserted_and_adopted_only_when_newer(snapshot):
 
     adopted = health.adopt_stored(snapshot)
     assert adopted == [newer]  # "gone" is not configured: ignored
-    assert health.results["op-a"] == newer
+    assert health.results()["op-a"] == newer
     assert orjson.loads(health.health_providers_payload(snapshot, current().breakers))["providers"][0]["status"] == "up"
 
     own = health.ProbeResult("op-a", health.DOWN, None, "2026-01-01T10:09:00Z", "HTTP 503")
     health.record_result(own)  # this process probed since
     health.store_results([older])
-    assert health.adopt_stored(snapshot) == [] and health.results["op-a"] == own
+    assert health.adopt_stored(snapshot) == [] and health.results()["op-a"] == own
 
 
 @pytest.mark.django_db
@@ -241,11 +239,11 @@ async def test_results_published_by_another_process_are_adopted_at_once(snapshot
         message = {"type": "health.results", "results": [published.as_dict(), stale.as_dict(), {"bad": 1}]}
         await get_channel_layer().group_send(health.HEALTH_GROUP, message)
         for _ in range(100):
-            if "op-b" in health.results:
+            if "op-b" in health.results():
                 break
             await asyncio.sleep(0.02)
-        assert health.results["op-b"] == published
-        assert health.results["op-a"].detail == "mine"  # ours is newer
+        assert health.results()["op-b"] == published
+        assert health.results()["op-a"].detail == "mine"  # ours is newer
     finally:
         task.cancel()
 
@@ -292,4 +290,4 @@ async def test_one_provider_whose_health_url_cannot_be_sent_does_not_stop_the_ot
     found = {r.name: r for r in await health.probe_all(snap, timeout_s=2)}
     assert found["op-b"].status == "up"
     assert found["op-a"].status == "down" and found["op-a"].detail.startswith("could not probe")
-    assert health.results["op-b"].status == "up"
+    assert health.results()["op-b"].status == "up"

@@ -53,7 +53,11 @@ def configured():
 
 def test_nothing_configured_is_off():
     overload.apply(snapshot({}))
-    assert overload.ON is False and current_process().gates.on is False and current_process().hedges.on is False
+    assert (
+        current_process().overload.on is False
+        and current_process().gates.on is False
+        and current_process().hedges.on is False
+    )
 
 
 def test_the_key_then_the_agent_then_the_org_sets_the_class_and_a_header_only_lowers_it(configured):

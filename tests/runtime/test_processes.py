@@ -82,14 +82,14 @@ def test_heartbeat_record_counts_requests_and_their_rate(monkeypatch):
 
 
 def test_workers_take_the_lowest_free_index_and_a_replacement_reuses_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(processes, "_slot_file", None)
-    first = processes.worker_index(tmp_path)
-    held = processes._slot_file
-    second = processes.worker_index(tmp_path)  # another open file: flock conflicts like another process
+    first, held = processes.worker_slot(tmp_path)
+    second, other = processes.worker_slot(tmp_path)  # another open file: flock conflicts like another process
     assert (first, second) == (0, 1)
     held.close()  # worker 0 died
-    assert processes.worker_index(tmp_path) == 0
-    processes._slot_file.close()
+    again, handle = processes.worker_slot(tmp_path)
+    assert again == 0
+    handle.close()
+    other.close()
 
 
 # --------------------------------------------------------------------------- where the list comes from
@@ -122,12 +122,10 @@ def test_redis_unreachable_says_so_and_still_lists_this_process(monkeypatch, set
         port = sock.getsockname()[1]  # nothing listens here once closed
     settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
     settings.SWITCHBOARD_SHARED_TIMEOUT_S = 0.3
-    monkeypatch.setattr(processes, "_sync_client", None)
     monkeypatch.delenv(processes.MULTIPROC_ENV, raising=False)
     listed = processes.listing()
     assert listed["error"].startswith("Redis is unreachable")
     assert listed["source"] == "process" and listed["processes"][0]["pid"] == os.getpid()
-    monkeypatch.setattr(processes, "_sync_client", None)
 
 
 def test_with_redis_every_process_of_the_cluster_is_listed(redis_url, monkeypatch, settings):
@@ -135,7 +133,6 @@ def test_with_redis_every_process_of_the_cluster_is_listed(redis_url, monkeypatc
 
     settings.REDIS_URL = redis_url
     settings.SWITCHBOARD_CLUSTER = f"test-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setattr(processes, "_sync_client", None)
     now = processes.clock()
 
     async def write() -> None:
@@ -154,10 +151,9 @@ def test_with_redis_every_process_of_the_cluster_is_listed(redis_url, monkeypatc
         assert {(r["host"], r["pid"]) for r in listed["processes"]} == {("a", 21), ("b", 22)}
         assert {r["pid"]: r["version_mismatch"] for r in listed["processes"]} == {21: True, 22: False}
     finally:
-        client = processes._redis_client()
+        client = processes._redis_client(redis_url)
         client.delete(*(client.keys(processes.REDIS_PREFIX + settings.SWITCHBOARD_CLUSTER + "*") or ["-"]))
         client.delete(*(client.keys(processes.REDIS_PREFIX + "another-cluster*") or ["-"]))
-        monkeypatch.setattr(processes, "_sync_client", None)
 
 
 def test_the_cluster_defaults_to_the_processes_sharing_a_database(settings):
@@ -203,12 +199,9 @@ async def test_heartbeat_keeps_beating_to_the_machine_while_redis_is_down_and_sa
     settings.SWITCHBOARD_HEARTBEAT_S = 0.02
     settings.SWITCHBOARD_SHARED_TIMEOUT_S = 0.2
     monkeypatch.setenv(processes.MULTIPROC_ENV, str(tmp_path))
-    monkeypatch.setattr(processes, "heart", None)
-    monkeypatch.setattr(processes, "last_record", None)
-    monkeypatch.setattr(processes, "_slot_file", None)
-    monkeypatch.setattr(processes, "_async_client", None)
+    beat = processes.Heartbeat()
     beats: list[float] = []
-    task = asyncio.get_running_loop().create_task(processes.run_heartbeat(Tally(), BreakerRegistry()))
+    task = asyncio.get_running_loop().create_task(beat.run(Tally(), BreakerRegistry()))
     try:
         for _ in range(400):  # bounded: 400 × 10 ms
             await asyncio.sleep(0.01)
@@ -223,13 +216,13 @@ async def test_heartbeat_keeps_beating_to_the_machine_while_redis_is_down_and_sa
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        if processes._slot_file is not None:
-            processes._slot_file.close()
+        if beat.heart is not None and beat.heart.slot is not None:
+            beat.heart.slot.close()
     warnings = [r for r in caplog.records if "Redis unreachable" in r.getMessage()]
     assert len(warnings) == 1
     assert live.degraded["redis"] is True
     live.set_degraded("redis", False, "heartbeat")
-    assert processes.last_record["worker"] == 0 and processes.last_record["pid"] == os.getpid()
+    assert beat.last_record["worker"] == 0 and beat.last_record["pid"] == os.getpid()
 
 
 async def test_heartbeat_resumes_by_itself_when_redis_comes_back(tmp_path, monkeypatch, settings):
@@ -252,9 +245,8 @@ async def test_heartbeat_resumes_by_itself_when_redis_comes_back(tmp_path, monke
     settings.SWITCHBOARD_SHARED_TIMEOUT_S = 0.2
     settings.SWITCHBOARD_CLUSTER = "resume-test"
     monkeypatch.delenv(processes.MULTIPROC_ENV, raising=False)
-    for name in ("heart", "last_record", "_slot_file", "_async_client"):
-        monkeypatch.setattr(processes, name, None)
-    task = asyncio.get_running_loop().create_task(processes.run_heartbeat(Tally(), BreakerRegistry()))
+    beat = processes.Heartbeat()
+    task = asyncio.get_running_loop().create_task(beat.run(Tally(), BreakerRegistry()))
     redis_server = None
     client = aioredis.Redis.from_url(settings.REDIS_URL)
     try:
@@ -285,8 +277,8 @@ async def test_heartbeat_resumes_by_itself_when_redis_comes_back(tmp_path, monke
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await client.aclose()
-        if processes._async_client is not None:
-            await processes._async_client.aclose()
+        if beat.client is not None:
+            await beat.client.aclose()
         if redis_server is not None:
             redis_server.terminate()
             redis_server.wait(timeout=10)

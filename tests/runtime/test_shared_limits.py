@@ -357,7 +357,7 @@ async def test_a_burst_of_waiters_is_admitted_up_to_the_cluster_bucket_by_the_re
 
 async def test_a_flushed_redis_is_rebuilt_from_every_process_s_records_plus_what_each_holds(cluster, monkeypatch):
     """docs/limits.md#reseed: not from one process's view, which misses the others' spend."""
-    from routing.runtime import shared_limits
+    from routing.runtime import shared_spend
 
     _, process = cluster
     p1, p2 = process(), process()
@@ -369,7 +369,7 @@ async def test_a_flushed_redis_is_rebuilt_from_every_process_s_records_plus_what
     await p1.sync_once()
     await p2.sync_once()
     # The usage records of both processes (and of a process gone since): $0.5 in all.
-    monkeypatch.setattr(shared_limits, "query_spend", lambda starts, until=None: {(key, 0.0): 0.5})
+    monkeypatch.setattr(shared_spend, "query_spend", lambda starts, until=None: {(key, 0.0): 0.5})
     counter = account_key(p1.budgets.find(key), p1.prefix)
     await p1._redis.delete(p1.prefix + "epoch", counter)  # Redis restarted empty
 

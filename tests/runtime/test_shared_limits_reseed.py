@@ -59,7 +59,7 @@ async def test_spend_during_an_outage_is_counted_once_when_redis_returns_empty(r
 
     from routing.core.budget_accounts import Budgets
     from routing.core.limiter import Limiter
-    from routing.runtime import shared_limits
+    from routing.runtime import shared_spend
     from tests.e2e.harness import free_port
     from tests.runtime.test_shared_limits import Clock, admit_budget
 
@@ -67,7 +67,7 @@ async def test_spend_during_an_outage_is_counted_once_when_redis_returns_empty(r
     org, budget, cost = org_name(), (0.01, "total"), 0.0005  # the audit's $0.01
     key = ("agent", org, "bot")
     records = {"usd": 0.0}  # the usage records: every settled request is written (the database stays up)
-    monkeypatch.setattr(shared_limits, "query_spend", lambda starts, until=None: {(key, 0.0): records["usd"]})
+    monkeypatch.setattr(shared_spend, "query_spend", lambda starts, until=None: {(key, 0.0): records["usd"]})
 
     def written() -> bool:  # the usage writer's flush: every record is in the database already
         return True

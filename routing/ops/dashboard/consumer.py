@@ -53,7 +53,7 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
         self._orgs = await database_sync_to_async(org_scope.visible_orgs)(self.scope.get("user"))
         feed.install(current().breakers)
         await self.accept()
-        feed.viewers += 1
+        current().feed.viewers += 1
         self._counted = True
         if self.channel_layer is not None:
             await self.channel_layer.group_add(feed.DASHBOARD_GROUP, self.channel_name)
@@ -63,7 +63,7 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "_counted", False):
-            feed.viewers -= 1
+            current().feed.viewers -= 1
             self._counted = False
         if self.channel_layer is not None:
             await self.channel_layer.group_discard(feed.DASHBOARD_GROUP, self.channel_name)

@@ -63,7 +63,7 @@ def build_state() -> dict[str, Any]:
             links.append(link_entry(key, view))
     providers = []
     for name in sorted(snapshot.providers):
-        result = health.results.get(name)
+        result = health.results().get(name)
         providers.append(
             {
                 "name": name,

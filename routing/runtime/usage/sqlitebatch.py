@@ -25,6 +25,8 @@ writes (seeded samples across the ranges records use) and otherwise keeps the Py
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import random
 import re
 import sqlite3
@@ -37,7 +39,6 @@ from routing.runtime.usage.spool import json_array
 BATCH = "sb_usage_batch"  # a TEMP table: per connection, never in the database file
 GROUPS = "sb_usage_groups"  # the batch summed per hour and dimensions, for the rollups (TEMP too)
 _statements: dict[str, tuple[list[str], list[str]]] = {}  # per alias: the TEMP tables' CREATEs, the statements
-_floats_exact: bool | None = None
 # A NUL (the Python path stores it as the text \x00) or an escaped surrogate: left to Python.
 _NEEDS_PYTHON = re.compile(rb"\\u0000|\\u[dD][89a-fA-F]")
 # Integer columns: JSON integers in this range (a larger one would not stay an integer in SQLite).
@@ -335,12 +336,17 @@ def floats_read_back_exactly(cursor: Any, n: int = 4000) -> bool:
 
 def usable(cursor: Any) -> bool:
     """Whether this SQLite can take batches here: `->>` (3.38) and exact float reading (checked once)."""
-    global _floats_exact
     if sqlite3.sqlite_version_info < (3, 38, 0):
         return False
-    if _floats_exact is None:
-        _floats_exact = floats_read_back_exactly(cursor)
-    return _floats_exact
+    return _floats_exact()
+
+
+@functools.cache
+def _floats_exact() -> bool:
+    """`floats_read_back_exactly`, once per interpreter: a property of the SQLite library (the one every
+    connection of this interpreter uses), so checked on an in-memory connection of its own."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as connection:
+        return floats_read_back_exactly(connection.cursor())
 
 
 def write(connection: Any, using: str, rows: list[dict[str, Any]], lines: list[bytes] | None = None) -> bool:

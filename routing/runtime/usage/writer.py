@@ -13,6 +13,7 @@ row by row here (a batch those refuse, and other databases). Text that PostgreSQ
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import os
 import queue
@@ -51,14 +52,11 @@ def pg_safe(text: str) -> str:
 
 # --------------------------------------------------------------------------- conversion
 
-_converters: dict[str, Callable[[Any], Any]] | None = None
 
-
+@functools.cache
 def _field_converters() -> dict[str, Callable[[Any], Any]]:
-    """Per UsageRecord field: turn a record value (live or read back from JSON) into a column value."""
-    global _converters
-    if _converters is not None:
-        return _converters
+    """Per UsageRecord field: turn a record value (live or read back from JSON) into a column value
+    (once per interpreter: the model's fields never change in it)."""
     from django.db import models
 
     # reason: process supervisors read the usage package outside Django (spool pids); models load when a batch is written
@@ -84,7 +82,6 @@ def _field_converters() -> dict[str, Callable[[Any], Any]]:
             conv[f.name] = _nullable_float if f.null else _float
         elif isinstance(f, models.JSONField):
             conv[f.name] = _json
-    _converters = conv
     return conv
 
 
@@ -254,13 +251,12 @@ def db_insert(
     """
     from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
-    global _aggregates_failing
     connection = connections[using]
     fast = {"postgresql": pgbatch.write, "sqlite": sqlitebatch.write}.get(connection.vendor)
     if rows and fast is not None:
         try:
             if fast(connection, using, rows, lines):
-                _aggregates_failing = False
+                _AGGREGATES_FAILING.clear()
                 return
         except (OperationalError, InterfaceError):
             raise  # unreachable: the caller keeps the rows
@@ -295,12 +291,12 @@ def db_insert_python(rows: list[Row], using: str = "default", pace: Pace | None 
         raise _Poison(str(exc)) from exc
 
 
-_aggregates_failing = False
+# Said once per failure, not once per batch: set while the aggregates fail (any writer thread of the interpreter).
+_AGGREGATES_FAILING = threading.Event()
 
 
 def _add_aggregates(cursor: Any, connection: Any, rows: list[Row], using: str) -> None:
     """Per-key totals and hourly rollups, in a savepoint: if only they fail (a table missing), the records commit."""
-    global _aggregates_failing
     from django.db import DatabaseError, transaction
 
     if not rows:
@@ -310,11 +306,11 @@ def _add_aggregates(cursor: Any, connection: Any, rows: list[Row], using: str) -
             key_usage.add(cursor, connection, rows, _datetime)
             rollup.add(cursor, connection, rows, _datetime)
     except DatabaseError as exc:
-        if not _aggregates_failing:
+        if not _AGGREGATES_FAILING.is_set():
             log.warning("usage aggregates not updated (%s); the usage records are written all the same", exc)
-        _aggregates_failing = True
+        _AGGREGATES_FAILING.set()
         return
-    _aggregates_failing = False
+    _AGGREGATES_FAILING.clear()
 
 
 def _fresh_rows(cursor: Any, connection: Any, rows: list[Row]) -> list[Row]:
