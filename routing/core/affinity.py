@@ -121,7 +121,7 @@ def _sampled_prefix(body: Mapping[str, Any]) -> list[Any] | None:
     if isinstance(messages, list):
         return [_tools(body.get("tools")), _head(messages)]
     given = body.get("input")
-    if "instructions" in body and given is not None or isinstance(given, list):
+    if "input" in body and "instructions" in body or isinstance(given, list):  # as stable_prefix
         return [
             _cut(body.get("instructions")),
             _tools(body.get("tools")),

@@ -106,6 +106,34 @@ def test_an_agents_large_prefix_is_summed_from_a_bounded_sample(monkeypatch) -> 
     assert key_of([], {**_agent(0), "tools": _agent(0)["tools"][:39]}) != key  # another tool set
 
 
+def test_the_key_covers_exactly_the_bodies_that_have_a_stable_prefix() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 300_000}}
+    bodies = [
+        _turns(2),
+        {"instructions": "i", "input": "hello"},
+        {"instructions": "i", "input": None},
+        {"input": [{"role": "user", "content": [{"type": "input_text", "text": "u" * 5000}]}]},
+        {"model": "e", "input": "text"},
+        {"model": "e", "input": ["a", "b"]},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "look"}, image]}]},
+        {"model": "x"},
+    ]
+    for body in bodies:
+        assert (key_of([], body) is None) == (stable_prefix(body) is None), body
+    other = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {**image, "image_url": {"url": "data:image/png;base64," + "B" * 300_000}},
+                ],
+            }
+        ]
+    }
+    assert key_of([], other) != key_of([], bodies[6])  # another image
+
+
 def test_a_long_client_key_is_hashed() -> None:
     key = key_of([(b"x-switchboard-session", b"x" * 5000)], {})
     assert key is not None and key.startswith("s:") and len(key) < 100
