@@ -19,11 +19,13 @@ import hashlib
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
+from operator import itemgetter
 from typing import Any
 
 import orjson
 
 SESSION_HEADER = b"x-switchboard-session"
+_NAME = itemgetter(0)  # a header's name
 MAX_PINS = 100_000  # per process; the least recently used pin goes first beyond it
 MAX_KEY = 200  # characters of a client-given key kept (a longer one is hashed)
 _OUTBOX_MAX = 10_000  # pins waiting to be shared; beyond it the newest are not shared
@@ -43,23 +45,25 @@ def key_of(headers: Iterable[tuple[bytes, bytes]], body: Mapping[str, Any], orig
 
     None when there is none of these (an embeddings call): the request is not pinned.
     """
-    for name, value in headers:
-        if name == SESSION_HEADER and value:
-            return _given("s:", value.decode("latin-1"))
+    if SESSION_HEADER in map(_NAME, headers):  # a scan in C first: most requests have no such header
+        for name, value in headers:
+            if name == SESSION_HEADER and value:
+                return _given("s:", value.decode("latin-1"))
     given = body.get("prompt_cache_key")
     if isinstance(given, str) and given:
         return _given("p:", given)
-    if isinstance(original, Mapping):
+    if isinstance(original, dict):
         metadata = original.get("metadata")
-        user = metadata.get("user_id") if isinstance(metadata, Mapping) else None
+        user = metadata.get("user_id") if isinstance(metadata, dict) else None
         if isinstance(user, str) and user:
             return _given("u:", user)
-    prefix = stable_prefix(body)
-    if prefix is None:
+    sample = _sampled_prefix(body)
+    if sample is None:
         return None
-    # A checksum, not a cryptographic hash (a third of the time on a 2.5 kB prefix): two conversations that
-    # share one merely share a deployment.
-    data = orjson.dumps(prefix, option=orjson.OPT_SORT_KEYS)
+    # A checksum of a bounded sample of the prefix, not of all of it: an agent's prefix is tens of kB (its
+    # tools' schemas, a long system prompt), and writing it out and summing it took 50 µs a request. A
+    # checksum, not a cryptographic hash: two conversations that share one merely share a deployment.
+    data = orjson.dumps(sample, option=orjson.OPT_SORT_KEYS)
     return f"h:{zlib.crc32(data):08x}{len(data):x}"
 
 
@@ -91,9 +95,95 @@ def stable_prefix(body: Mapping[str, Any]) -> list[Any] | None:
 
 def _through_first_user(items: list[Any]) -> list[Any]:
     for i, item in enumerate(items):
-        if isinstance(item, Mapping) and item.get("role") == "user":
+        if isinstance(item, dict) and item.get("role") == "user":
             return items[: i + 1]
     return items[:1]
+
+
+# A long string is sampled: its length, _END characters of each end and about _SPREAD evenly spaced over its
+# middle (so a difference anywhere in it usually shows); one of at most _WHOLE characters is kept whole.
+_END = 128
+_SPREAD = 64
+_WHOLE = 2 * _END + _SPREAD
+
+
+def _sampled_prefix(body: Mapping[str, Any]) -> list[Any] | None:
+    """`stable_prefix` reduced to a sample of bounded size, whatever the prefix's size, for the key.
+
+    The tools' count with the names of the first and the last (their schemas, most of an agent's
+    prefix, tell few conversations apart); the instructions and the messages through the first user
+    message as they are, each long string in them sampled (`_cut`). Only the common shapes are
+    walked (content a string, or a list of parts); orjson then writes the sample out, keys sorted,
+    so the same prefix gives the same key in every process and every turn. One pass, few calls:
+    this runs on every request of a model with affinity.
+    """
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        return [_tools(body.get("tools")), _head(messages)]
+    given = body.get("input")
+    if "input" in body and "instructions" in body or isinstance(given, list):  # as stable_prefix
+        return [
+            _cut(body.get("instructions")),
+            _tools(body.get("tools")),
+            _head(given) if isinstance(given, list) else _cut(given),
+        ]
+    return None
+
+
+def _tools(tools: Any) -> Any:
+    if not isinstance(tools, list) or len(tools) <= 2:
+        return tools
+    return [len(tools), _tool_name(tools[0]), _tool_name(tools[-1])]
+
+
+def _tool_name(tool: Any) -> Any:
+    if not isinstance(tool, dict):
+        return tool
+    function = tool.get("function")
+    return function.get("name") if isinstance(function, dict) else tool.get("name", tool.get("type"))
+
+
+def _head(items: list[Any]) -> list[Any]:
+    """`_through_first_user`, each message as it is, or its role and its content sampled when that is long
+    (inlined `_cut`: the common case, a long system prompt or first message, in as few steps as can be)."""
+    out: list[Any] = []
+    for item in items:
+        if not isinstance(item, dict):
+            out.append(_cut(item))
+            continue
+        content, role = item.get("content"), item.get("role")
+        if isinstance(content, str):
+            n = len(content)
+            if n <= _WHOLE:
+                out.append(item)
+            else:
+                step = (n - 2 * _END) // _SPREAD + 1
+                out.append((role, n, content[:_END], content[_END : n - _END : step], content[-_END:]))
+        elif isinstance(content, list):
+            out.append((role, list(map(_part, content))))
+        else:
+            out.append(item)
+        if role == "user":
+            return out
+    return out[:1]
+
+
+def _part(part: Any) -> Any:
+    """A content part with its long strings sampled: a text part's text, else its fields and theirs (an
+    image's URL, an audio's or a file's data)."""
+    text = part.get("text") if isinstance(part, dict) else part
+    if isinstance(text, str):  # a text part (its cache_control and the like are left out when it is long)
+        return part if len(text) <= _WHOLE else _cut(text)
+    if not isinstance(part, dict):
+        return part
+    return {k: {k2: _cut(v2) for k2, v2 in v.items()} if isinstance(v, dict) else _cut(v) for k, v in part.items()}
+
+
+def _cut(value: Any) -> Any:
+    if not isinstance(value, str) or len(value) <= _WHOLE:
+        return value
+    n = len(value)
+    return [n, value[:_END], value[_END : n - _END : (n - 2 * _END) // _SPREAD + 1], value[-_END:]]
 
 
 class Pins:

@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from routing.config.snapshot import Resilience
+from routing.core import affinity
 from routing.core.affinity import Pins, conversation, key_of, stable_prefix
 from routing.core.breaker import State
 from routing.core.executor import Link
@@ -65,6 +66,72 @@ def test_responses_bodies_and_bodies_without_a_prompt() -> None:
     ]
     assert key_of([], {"instructions": "i", "input": "hello"}) is not None
     assert key_of([], {"model": "e", "input": "text"}) is None  # embeddings: not pinned
+
+
+def _agent(
+    turns: int, system: str = "Follow the conventions. " * 600, first: str = "Fix the test:\n" + "x = 1\n" * 400
+):
+    """A coding agent's request: 40 tools with schemas, a 14 kB system prompt, a pasted file, tool results."""
+    tools = [
+        {"type": "function", "function": {"name": f"tool_{i}", "description": "Does a thing. " * 40, "parameters": {}}}
+        for i in range(40)
+    ]
+    messages: list[Any] = [{"role": "system", "content": system}, {"role": "user", "content": first}]
+    for t in range(turns):
+        call = {"id": f"c{t}", "type": "function", "function": {"name": "tool_1", "arguments": "{}"}}
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{t}", "content": "output\n" * 1500},
+        ]
+    return {"model": "chat", "messages": messages, "tools": tools}
+
+
+def test_an_agents_large_prefix_is_summed_from_a_bounded_sample(monkeypatch) -> None:
+    summed: list[int] = []
+    real = affinity.zlib.crc32
+    monkeypatch.setattr(affinity.zlib, "crc32", lambda data: summed.append(len(data)) or real(data))
+    key = key_of([], _agent(0))
+    assert summed and summed[0] < 2_000  # of a ~40 kB prefix (its tools' schemas, the prompt, the file)
+    assert all(key_of([], _agent(n)) == key for n in (1, 5, 20))  # the growing conversation keeps its key
+    longer = "Follow the conventions. " * 300 + "Working directory: /src/other. " + "Follow the conventions. " * 300
+    assert key_of([], _agent(3, system=longer)) != key  # a prompt that differs inside, by its length
+    assert key_of([], _agent(3, system="Be brief. " + "Follow the conventions. " * 600)) != key  # at its start
+    assert key_of([], _agent(3, first="Fix the build:\n" + "x = 1\n" * 400)) != key  # another first message
+    as_parts = _agent(2)
+    as_parts["messages"][1] = {
+        "role": "user",
+        "content": [{"type": "text", "text": as_parts["messages"][1]["content"]}],
+    }
+    assert key_of([], as_parts) == key_of([], {**as_parts, "messages": [*as_parts["messages"], FIRST]})
+    assert key_of([], {**_agent(0), "tools": _agent(0)["tools"][:39]}) != key  # another tool set
+
+
+def test_the_key_covers_exactly_the_bodies_that_have_a_stable_prefix() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 300_000}}
+    bodies = [
+        _turns(2),
+        {"instructions": "i", "input": "hello"},
+        {"instructions": "i", "input": None},
+        {"input": [{"role": "user", "content": [{"type": "input_text", "text": "u" * 5000}]}]},
+        {"model": "e", "input": "text"},
+        {"model": "e", "input": ["a", "b"]},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "look"}, image]}]},
+        {"model": "x"},
+    ]
+    for body in bodies:
+        assert (key_of([], body) is None) == (stable_prefix(body) is None), body
+    other = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {**image, "image_url": {"url": "data:image/png;base64," + "B" * 300_000}},
+                ],
+            }
+        ]
+    }
+    assert key_of([], other) != key_of([], bodies[6])  # another image
 
 
 def test_a_long_client_key_is_hashed() -> None:

@@ -160,3 +160,40 @@ async def test_the_same_session_in_two_orgs_is_two_conversations(client) -> None
     pins = current().picker.pins
     assert pins.get("pinned", "acme/s:shared-name", current().picker.clock()) is not None
     assert pins.get("pinned", "umbrella/s:shared-name", current().picker.clock()) is not None
+
+
+async def test_the_conversations_of_a_deployment_whose_breaker_opens_are_all_re_pinned_and_it_gets_none(
+    client, mock
+) -> None:
+    """Conversations keyed by their prompt (no header): every one pinned to the deployment whose breaker
+    opens moves to one other deployment and stays there; the others keep theirs; each move is a re-pin."""
+    _, state = mock
+
+    def body(s: int, turn: int) -> dict:
+        messages = [{"role": "system", "content": f"Agent {s}. " * 100}, {"role": "user", "content": f"task {s}"}]
+        for t in range(turn):
+            messages += [{"role": "assistant", "content": f"step {t}"}, {"role": "user", "content": f"go on {t}"}]
+        return {"model": "opens", "messages": messages}
+
+    async def serve(s: int, turn: int) -> str:
+        r = await client.post("/v1/chat/completions", json=body(s, turn))
+        assert r.status_code == 200, r.text
+        return r.headers["x-switchboard-provider-used"]
+
+    before = {s: {await serve(s, t) for t in range(3)} for s in range(12)}
+    assert all(len(used) == 1 for used in before.values())
+    pinned = {s: next(iter(used)) for s, used in before.items()}
+    victim = Counter(pinned.values()).most_common(1)[0][0]
+    moved = [s for s, d in pinned.items() if d == victim]
+    for _ in range(2):
+        current().breakers.record_failure((victim, "opens"), False, 2, 60.0)
+    assert current().breakers.state((victim, "opens")) is State.OPEN
+    calls = state.model(f"open-{victim}").count
+    repins = REGISTRY.get_sample_value("switchboard_affinity_repins_total", {"model": "opens"}) or 0.0
+    after = {s: {await serve(s, t) for t in range(3, 8)} for s in range(12)}
+    assert state.model(f"open-{victim}").count == calls  # 0 requests to the open deployment
+    assert all(len(used) == 1 for used in after.values())  # each conversation on one deployment again
+    assert all(after[s] != {victim} for s in moved)  # re-pinned elsewhere
+    assert all(after[s] == {pinned[s]} for s in pinned if s not in moved)  # the others untouched
+    now = REGISTRY.get_sample_value("switchboard_affinity_repins_total", {"model": "opens"}) or 0.0
+    assert now - repins == len(moved)
