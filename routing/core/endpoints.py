@@ -47,7 +47,9 @@ class Endpoint:
     streams: bool = False  # `"stream": true` answers an event stream
     cacheable: bool = False  # the response cache may store a non-streamed answer (docs/cache.md)
     output: bool = True  # produces output tokens: the rate limits reserve an output allowance for it
-    priced_by: str = "tokens"  # "tokens": prompt and completion at the model's prices; "": nothing (no upstream)
+    # What its usage record's cost counts, shown to clients as the operation's `x-switchboard-priced-by`:
+    # "tokens" (prompt and completion tokens at the serving model's prices), "" (nothing: no upstream call).
+    priced_by: str = "tokens"
     input_field: str | None = None  # the body field its prompt is in, for the context-length error's `param`
     estimator: str | None = None  # how preflight estimates its prompt (routing.plan.preflight.ESTIMATORS)
     upstream_path: str | None = None  # its path under an OpenAI-compatible base URL (the openai dialect's)

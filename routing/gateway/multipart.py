@@ -1,4 +1,5 @@
-"""The multipart/form-data body reader an endpoint row selects with `reader="multipart"` (routing.core.endpoints).
+"""The multipart/form-data body reader an endpoint row selects with `reader="multipart"` (routing.core.endpoints;
+docs/request-validation.md#multipart).
 
 Uploads (audio to transcribe, files, images to edit) come as forms. The body is read whole
 first, within the gateway's body limit (routing.gateway.wire.read_body), so this reader only

@@ -181,6 +181,8 @@ def _paths() -> dict[str, Any]:
             "parameters": [{"$ref": "#/components/parameters/XRequestId"}],
             "responses": _status_responses(row.streams),
         }
+        if row.priced_by:  # what the call is charged by: the usage record's cost (docs/usage-records.md)
+            operation["x-switchboard-priced-by"] = row.priced_by
         if row.reader is not None:
             media = "multipart/form-data" if row.reader == MULTIPART else "application/json"
             operation["requestBody"] = {

@@ -38,6 +38,7 @@ def test_every_row_and_nothing_else_is_in_the_openapi_document() -> None:
         operation = paths[row.path][row.method.lower()]
         assert operation["operationId"] == row.operation_id
         assert ("text/event-stream" in operation["responses"]["200"]["content"]) == row.streams
+        assert operation.get("x-switchboard-priced-by", "") == row.priced_by
         body = operation.get("requestBody")
         assert (body is not None) == (row.reader is not None), row.path
         if body is not None:
