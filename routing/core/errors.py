@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from routing.core.dimensions import BY_NAME
+from routing.core.endpoints import listing
 
 
 class GatewayError(Exception):
@@ -268,10 +269,7 @@ def model_denied(name: str) -> GatewayError:
     )
 
 
-ENDPOINTS = (
-    "POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/rerank, /v1/responses, /v1/messages, "
-    "/v1/messages/count_tokens and GET /v1/models"
-)
+ENDPOINTS = listing()  # the endpoint table's paths, by method (routing.core.endpoints)
 
 
 def not_found_endpoint(path: str, endpoints: str = ENDPOINTS) -> GatewayError:

@@ -135,7 +135,7 @@ async def _admit(
     ctx = call.ctx
     method, path = scope["method"], scope["path"]
     if endpoint is None:
-        raise errors.not_found_endpoint(path, request.NOT_FOUND_LISTING)
+        raise errors.not_found_endpoint(path)
     if content_length > settings.SWITCHBOARD_MAX_BODY_BYTES:  # before the key: nothing of it is read
         raise errors.request_too_large(settings.SWITCHBOARD_MAX_BODY_BYTES)
     call.snap = live.current()

@@ -16,7 +16,6 @@ from routing.core.ids import new_id
 
 _REQUEST_ID_JUNK = re.compile(r"[^A-Za-z0-9._:\-]")
 UNKNOWN = "unknown"  # the endpoint kind of a path no row serves (its 404 is still recorded)
-NOT_FOUND_LISTING = endpoints.listing()  # what the 404 names
 # The row of the endpoint table serving a path (a dict lookup), or None (404).
 endpoint_of = endpoints.route
 
