@@ -21,7 +21,7 @@ from policies.decision import decide, select_model_name
 from routing.config import live
 from routing.config.snapshot import ModelSpec
 from routing.core import affinity, errors
-from routing.core.endpoints import MULTIPART, Endpoint
+from routing.core.endpoints import BY_PATH, MULTIPART, Endpoint, route
 from routing.core.errors import GatewayError
 from routing.gateway import body_schemas, caching, limiting, messages, multipart, openapi, request, responses
 from routing.gateway.pacing import Pacer
@@ -84,8 +84,9 @@ async def serve(process: Process, pacer: Pacer, scope: Scope, receive: Receive, 
             x_api_key = value
         elif name == b"cache-control":
             cache_control = value
-    endpoint = request.endpoint_of(path)  # its row of the endpoint table (routing.core.endpoints)
-    ctx = Context(request.request_id(request_id), started, request.UNKNOWN if endpoint is None else endpoint.kind)
+    # Its row of the endpoint table (routing.core.endpoints): one dict lookup; /v1/models/{id} a prefix test more.
+    endpoint = BY_PATH.get(path) or route(path)
+    ctx = Context(request.request_id(request_id), started, "unknown" if endpoint is None else endpoint.kind)
     if tracing.ON:  # off: this test is all tracing costs (docs/tracing.md)
         ctx.trace = tracing.start(scope, scope["method"], path, ctx.request_id, ctx.endpoint)
     anthropic = endpoint is not None and endpoint.protocol == messages.PROTOCOL  # errors in Anthropic's shape

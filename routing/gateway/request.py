@@ -1,4 +1,4 @@
-"""Reading a request: its endpoint row, request id, authentication, the body, the models list (shapes:
+"""Reading a request: request id, authentication, the body, the models list (shapes:
 routing.gateway.body_schemas; the routes: routing.core.endpoints)."""
 
 from __future__ import annotations
@@ -11,13 +11,10 @@ import orjson
 
 from policies.decision import decide
 from routing.config.snapshot import KeySpec, OrgSpec, Snapshot
-from routing.core import endpoints, errors
+from routing.core import errors
 from routing.core.ids import new_id
 
 _REQUEST_ID_JUNK = re.compile(r"[^A-Za-z0-9._:\-]")
-UNKNOWN = "unknown"  # the endpoint kind of a path no row serves (its 404 is still recorded)
-# The row of the endpoint table serving a path (a dict lookup), or None (404).
-endpoint_of = endpoints.route
 
 
 def authenticate(snap: Snapshot, auth: bytes) -> KeySpec:
