@@ -27,7 +27,6 @@ ALLOWED_GLOBALS = {
     "the interpreter's, read by the admin and commands as well as by every process",
     "routing/config/live.py:rebuild_from_db": "the last reload's refusal (message, version), set under the "
     "reload lock beside the snapshot and shown by the admin and /health",
-    "routing/gateway/openapi.py:body": "the OpenAPI document's bytes, a pure function of the code: built on first use",
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from routing.core.dimensions import BY_NAME
+from routing.core.endpoints import listing
 
 
 class GatewayError(Exception):
@@ -181,6 +182,24 @@ def request_too_large(limit_bytes: int) -> GatewayError:
     )
 
 
+def invalid_form(detail: str, param: str | None = None) -> GatewayError:
+    """A multipart/form-data body that cannot be read (routing.gateway.multipart); `detail` says where."""
+    return _error(
+        "invalid_request",
+        f"The multipart/form-data body is malformed: {detail}. Fix it and resend; nothing was sent upstream.",
+        param,
+    )
+
+
+def form_part_too_large(name: str, limit_bytes: int) -> GatewayError:
+    """One part of a form is over its bound (the whole body was within its own)."""
+    return _error("request_too_large", f"The form part '{name}' is larger than {limit_bytes} bytes; send less.", name)
+
+
+def form_too_many_parts(limit: int) -> GatewayError:
+    return _error("request_too_large", f"The form has more than {limit} parts; send at most {limit}.")
+
+
 def request_body_timeout(window_s: float, min_bytes: int) -> GatewayError:
     # the rest of the body is never read: the connection cannot carry another request
     return _error(
@@ -250,10 +269,7 @@ def model_denied(name: str) -> GatewayError:
     )
 
 
-ENDPOINTS = (
-    "POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/rerank, /v1/responses, /v1/messages, "
-    "/v1/messages/count_tokens and GET /v1/models"
-)
+ENDPOINTS = listing()  # the endpoint table's paths, by method (routing.core.endpoints)
 
 
 def not_found_endpoint(path: str, endpoints: str = ENDPOINTS) -> GatewayError:

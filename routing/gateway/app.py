@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 
@@ -21,8 +21,9 @@ from policies.decision import decide, select_model_name
 from routing.config import live
 from routing.config.snapshot import ModelSpec
 from routing.core import affinity, errors
+from routing.core.endpoints import BY_PATH, MULTIPART, Endpoint, route
 from routing.core.errors import GatewayError
-from routing.gateway import body_schemas, caching, limiting, messages, openapi, request, responses
+from routing.gateway import body_schemas, caching, limiting, messages, multipart, openapi, request, responses
 from routing.gateway.pacing import Pacer
 from routing.gateway.proxy import Call, as_requested, proxy_idempotent, proxy_once, proxy_stream
 from routing.gateway.wire import (
@@ -83,10 +84,12 @@ async def serve(process: Process, pacer: Pacer, scope: Scope, receive: Receive, 
             x_api_key = value
         elif name == b"cache-control":
             cache_control = value
-    ctx = Context(request.request_id(request_id), started, request.endpoint_of(path))
+    # Its row of the endpoint table (routing.core.endpoints): one dict lookup; /v1/models/{id} a prefix test more.
+    endpoint = BY_PATH.get(path) or route(path)
+    ctx = Context(request.request_id(request_id), started, "unknown" if endpoint is None else endpoint.kind)
     if process.tracing is not None:  # off: this test is all tracing costs (docs/tracing.md)
         ctx.trace = process.tracing.start(scope, scope["method"], path, ctx.request_id, ctx.endpoint)
-    anthropic = ctx.endpoint in messages.ENDPOINTS
+    anthropic = endpoint is not None and endpoint.protocol == messages.PROTOCOL  # errors in Anthropic's shape
     if anthropic:
         auth = messages.credential(auth, x_api_key)
     tally = process.tally
@@ -96,7 +99,7 @@ async def serve(process: Process, pacer: Pacer, scope: Scope, receive: Receive, 
     try:
         if auth_headers > 0:
             raise errors.duplicate_authorization()
-        if await _admit(call, scope, receive, auth, content_length):
+        if await _admit(call, endpoint, scope, receive, auth, content_length):
             await _serve(call, receive)
     except GatewayError as exc:
         ctx.status, ctx.error_code = exc.status, exc.code
@@ -124,36 +127,31 @@ async def serve(process: Process, pacer: Pacer, scope: Scope, receive: Receive, 
             tracing.finish(ctx.trace, ctx)
 
 
-async def _admit(call: Call, scope: Scope, receive: Receive, auth: bytes, content_length: int) -> bool:
+async def _admit(
+    call: Call, endpoint: Endpoint | None, scope: Scope, receive: Receive, auth: bytes, content_length: int
+) -> bool:
     """Everything decided before an upstream is called: the key, the body, the model and its policy,
     the chain, the rate limits, the cache plan. False when the request was answered here (the model
-    list, a token count); a refusal raises its GatewayError."""
+    list, a token count: the row's handler); a refusal raises its GatewayError."""
     ctx = call.ctx
     method, path = scope["method"], scope["path"]
-    if ctx.endpoint == "unknown":
+    if endpoint is None:
         raise errors.not_found_endpoint(path)
     if content_length > settings.SWITCHBOARD_MAX_BODY_BYTES:  # before the key: nothing of it is read
         raise errors.request_too_large(settings.SWITCHBOARD_MAX_BODY_BYTES)
-    snap = call.snap = live.current()
-    key = ctx.key = request.authenticate(snap, auth)
-    if ctx.endpoint == "models":
-        if method != "GET":
-            raise errors.method_not_allowed(method, path, "GET")
-        if path == request.MODELS_PATH:
-            payload = request.models_payload(snap, key.agent.org, key)
-        else:
-            payload = request.model_payload(snap, key.agent.org, key, path[len(request.MODEL_PREFIX) :])
-        ctx.status = 200
-        await send_response(call.send, 200, payload, [JSON, (b"x-request-id", ctx.request_id.encode())])
+    call.snap = live.current()
+    ctx.key = request.authenticate(call.snap, auth)
+    if method != endpoint.method:
+        raise errors.method_not_allowed(method, path, endpoint.method)
+    if endpoint.reader is None:  # no body: answered from the snapshot (the model list, one model)
+        await _HANDLERS[endpoint.handler](call, endpoint, path)  # type: ignore[index]
         return False
-    if method != "POST":
-        raise errors.method_not_allowed(method, path, "POST")
-    await _read(call, scope, receive, content_length)
+    await _read(call, endpoint, scope, receive, content_length)
     model = _model(call, scope)
-    if ctx.endpoint == "count_tokens":
-        await messages.send_count(call.send, ctx, call.body)
+    if endpoint.handler is not None:  # answered here once the model is known (a token count)
+        await _HANDLERS[endpoint.handler](call, endpoint, path)
         return False
-    stream = call.stream = call.body.get("stream", False) is True and call.kind not in ("embeddings", "rerank")
+    stream = call.stream = endpoint.streams and call.body.get("stream", False) is True
     if stream and call.idempotency_key:
         raise errors.idempotency_stream_conflict()
     await _route(call, model)
@@ -166,9 +164,10 @@ async def _admit(call: Call, scope: Scope, receive: Receive, auth: bytes, conten
     return True
 
 
-async def _read(call: Call, scope: Scope, receive: Receive, content_length: int) -> None:
-    """The body, read within its size limit and checked against its endpoint's schema; an Anthropic
-    Messages body becomes the chat body its Shape serves."""
+async def _read(call: Call, endpoint: Endpoint, scope: Scope, receive: Receive, content_length: int) -> None:
+    """The body, read within its size limit by its row's reader (JSON or a multipart form) and checked
+    against the schema of the kind it serves; an Anthropic Messages body becomes the chat body its Shape
+    serves."""
     ctx = call.ctx
     raw = call.raw = await read_body(
         receive,
@@ -178,18 +177,67 @@ async def _read(call: Call, scope: Scope, receive: Receive, content_length: int)
         settings.SWITCHBOARD_BODY_TIMEOUT_S,
         settings.SWITCHBOARD_BODY_MIN_BYTES,
     )
+    if endpoint.reader == MULTIPART:
+        await _read_form(call, endpoint, scope, raw)
+        return
     body = request.parse_body(raw)
     try:
-        if call.kind in messages.ENDPOINTS:  # Anthropic Messages: checked, then served as chat
+        if endpoint.protocol == messages.PROTOCOL:  # Anthropic Messages: checked, then served as chat
             shape = messages.Shape(body, raw, scope, ctx)
-            body, call.shape, call.kind = messages.chat_body(call.kind, body, raw, shape.gaps), shape, "chat"
+            body, call.shape = messages.chat_body(endpoint.kind, body, raw, shape.gaps), shape
+        call.kind = endpoint.serves  # type: ignore[assignment]  # a row with a body is served as a kind
         body_schemas.check(call.kind, body, raw)
-        if call.kind == "responses":  # relayed or translated per link (routing.gateway.responses)
+        if endpoint.protocol == responses.PROTOCOL:  # relayed or translated per link (routing.gateway.responses)
             call.shape = responses.Shape(body, ctx)
     except GatewayError:
         ctx.requested = request.named_model(body)  # the log and usage record say which model was asked for
         raise
     call.body = body
+
+
+async def _read_form(call: Call, endpoint: Endpoint, scope: Scope, raw: bytes) -> None:
+    """A multipart/form-data body (routing.gateway.multipart): its fields and files as the body, checked
+    against the schema of the kind it serves (a form is flat: no depth check)."""
+    content_type = next((value for name, value in scope["headers"] if name == b"content-type"), b"")
+    body = multipart.read_form(raw, content_type)
+    call.kind = endpoint.serves  # type: ignore[assignment]
+    try:
+        body_schemas.check_fields(call.kind, body)
+    except GatewayError:
+        call.ctx.requested = request.named_model(body)
+        raise
+    call.body = body
+
+
+async def _answer_models(call: Call, endpoint: Endpoint, path: str) -> None:
+    """GET /v1/models: the models and aliases the key may use."""
+    key = call.ctx.key
+    await _answer(call, request.models_payload(call.snap, key.agent.org, key))
+
+
+async def _answer_model(call: Call, endpoint: Endpoint, path: str) -> None:
+    """GET /v1/models/{model}: one of them (the id may hold a "/"), or 404 model_not_found."""
+    key = call.ctx.key
+    name = path[len(endpoint.prefix or "") :]
+    await _answer(call, request.model_payload(call.snap, key.agent.org, key, name))
+
+
+async def _answer(call: Call, payload: bytes) -> None:
+    call.ctx.status = 200
+    await send_response(call.send, 200, payload, [JSON, (b"x-request-id", call.ctx.request_id.encode())])
+
+
+async def _count_tokens(call: Call, endpoint: Endpoint, path: str) -> None:
+    """POST /v1/messages/count_tokens: the preflight estimate, no upstream call."""
+    await messages.send_count(call.send, call.ctx, call.body)
+
+
+# The gateway's own answers, by the name an endpoint row's `handler` gives (routing.core.endpoints).
+_HANDLERS: dict[str, Callable[[Call, Endpoint, str], Awaitable[None]]] = {
+    "models": _answer_models,
+    "model": _answer_model,
+    "count_tokens": _count_tokens,
+}
 
 
 def _model(call: Call, scope: Scope) -> ModelSpec:

@@ -8,8 +8,10 @@ every field a dialect translates) is checked here, by msgspec structs: one C-lev
 (they still pass through to the upstream unchanged). A violation is a 400
 `invalid_request` whose `param` names the field, e.g. `messages[0].role`.
 
-Each endpoint kind has a `Shape` in `SHAPES`; a new endpoint (the Anthropic Messages
-API) registers its own with `register()`.
+Each endpoint kind the chain serves (an endpoint row's `serves`, routing.core.endpoints) has a
+`Shape` in `SHAPES`, and the body a client sends is described for the OpenAPI document by
+its component in `COMPONENTS` (the name its endpoint row's `schema` gives): a new endpoint's
+schema is these two entries, in this one module.
 """
 
 from __future__ import annotations
@@ -410,6 +412,51 @@ SHAPES: dict[str, Shape] = {
 }
 
 
+def _open(required: list[str], **properties: Any) -> dict[str, Any]:
+    """An OpenAPI request body schema: the main fields, the rest passed through (additionalProperties)."""
+    return {"type": "object", "additionalProperties": True, "required": required, "properties": properties}
+
+
+_MESSAGES = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["role"],
+        "additionalProperties": True,
+        "properties": {"role": {"type": "string"}, "content": {}},
+    },
+}
+# The OpenAPI components describing request bodies (docs/api.md#openapi), by the name an endpoint row's
+# `schema` gives; a row whose schema is "OpenObject" is described as an open object.
+COMPONENTS: dict[str, dict[str, Any]] = {
+    "ChatCompletionRequest": _open(
+        ["messages"],
+        model={"type": "string", "description": "A model id or alias; optional when the agent has a default model."},
+        messages=_MESSAGES,
+        stream={"type": "boolean"},
+        max_tokens={"type": "integer", "minimum": 1},
+    ),
+    "CompletionRequest": _open(
+        ["prompt"],
+        model={"type": "string", "description": "A model id or alias with the `completions` capability."},
+        prompt={
+            "description": "A string, or a list of strings or token ids.",
+            "oneOf": [{"type": "string"}, {"type": "array", "minItems": 1}],
+        },
+        stream={"type": "boolean"},
+        max_tokens={"type": "integer", "minimum": 1},
+    ),
+    "EmbeddingRequest": _open(["input"], model={"type": "string"}, input={}),
+    "RerankRequest": _open(
+        ["query", "documents"],
+        model={"type": "string"},
+        query={"type": "string"},
+        documents={"type": "array", "items": {"type": "string"}},
+        top_n={"type": "integer", "minimum": 1},
+    ),
+}
+
+
 def register(kind: str, shape: Shape) -> None:
     """Add (or replace) the shape of an endpoint kind, e.g. the Anthropic Messages API."""
     SHAPES[kind] = shape
@@ -421,6 +468,12 @@ def check(kind: str, body: dict[str, Any], raw: bytes) -> None:
     `raw` is the body's bytes, used only to skip the depth check: a body shorter than
     an opening and a closing bracket per level cannot be nested past the limit.
     """
+    check_fields(kind, body)
+    check_depth_of(body, raw)
+
+
+def check_fields(kind: str, body: dict[str, Any]) -> None:
+    """`check` without the depth check: for a form (routing.gateway.multipart), which is flat."""
     shape = SHAPES.get(kind)
     if shape is not None:
         try:
@@ -429,7 +482,6 @@ def check(kind: str, body: dict[str, Any], raw: bytes) -> None:
             raise _field_error(str(exc)) from None
         if shape.extra is not None:
             shape.extra(value)
-    check_depth_of(body, raw)
 
 
 def _convert(body: dict[str, Any], shape: Any) -> Any:
@@ -542,4 +594,14 @@ def _field_error(text: str) -> errors.GatewayError:
     return errors.invalid_field(param or None, detail[:1].lower() + detail[1:])
 
 
-__all__ = ["MAX_DEPTH", "SHAPES", "Shape", "check", "check_depth", "check_depth_of", "register"]
+__all__ = [
+    "COMPONENTS",
+    "MAX_DEPTH",
+    "SHAPES",
+    "Shape",
+    "check",
+    "check_depth",
+    "check_depth_of",
+    "check_fields",
+    "register",
+]

@@ -17,6 +17,7 @@ from routing.config.snapshot import AgentSpec, KeySpec, ModelSpec
 from routing.core import errors
 from routing.core.buckets import LEASE_WAIT_S
 from routing.core.budget_accounts import NEW, Account, Budgets, Exhausted, Hold, Unloaded, request_cost
+from routing.core.endpoints import ENDPOINTS
 from routing.core.executor import Link
 from routing.core.limiter import Limiter, Refused, Ticket
 from routing.core.prices import priced, prices_now
@@ -27,7 +28,8 @@ from routing.runtime.accounting import Context
 # Output allowance when neither the request (max_tokens / max_completion_tokens) nor
 # the model (max_output_tokens) gives one (docs/limits.md#tokens).
 DEFAULT_OUTPUT_TOKENS = 1024
-_NO_OUTPUT = frozenset({"embeddings", "rerank"})
+# The kinds whose endpoint rows produce no output tokens (embeddings, rerank): no output allowance.
+_NO_OUTPUT = frozenset(row.kind for row in ENDPOINTS if not row.output)
 
 
 class LeaseNeeded(Exception):

@@ -1,7 +1,9 @@
 """The gateway's own HTTP API as an OpenAPI 3.1 document, served at `GET /v1/openapi.json` (docs/api.md#openapi).
 
-Built once, on the first request for it, from the error catalogue (routing.core.errors
-CATALOGUE: every code with its status and type) and the lists below; the request
+Built once, on the first request for it, from the endpoint table (routing.core.endpoints:
+one operation per row, its body described by routing.gateway.body_schemas.COMPONENTS), the
+error catalogue (routing.core.errors CATALOGUE: every code with its status and type) and the
+lists below; the request
 path pays one string comparison for it. Request and answer bodies are described by
 their main fields and left open (`additionalProperties`), because the gateway passes
 unknown fields through to the upstream and back.
@@ -9,13 +11,16 @@ unknown fields through to the upstream and back.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import orjson
 
 from routing.core.compact import compact
+from routing.core.endpoints import ENDPOINTS, MULTIPART
 from routing.core.errors import CATALOGUE
 from routing.core.failures import _REASON
+from routing.gateway.body_schemas import COMPONENTS
 
 PATH = "/v1/openapi.json"
 VERSION = "1.0.0"
@@ -87,76 +92,6 @@ _HEADERS: dict[str, tuple[str, str]] = {  # name: (schema type, description)
 }
 _HEADER_ENUMS = {"X-Switchboard-Cache": ["hit", "miss", "bypass"]}
 
-# (method, path, operationId, summary, request schema or None, streams)
-_OPERATIONS: tuple[tuple[str, str, str, str, str | None, bool], ...] = (
-    (
-        "post",
-        "/v1/chat/completions",
-        "createChatCompletion",
-        "OpenAI Chat Completions; `stream: true` answers text/event-stream ending with `data: [DONE]`.",
-        "ChatCompletionRequest",
-        True,
-    ),
-    (
-        "post",
-        "/v1/completions",
-        "createCompletion",
-        "OpenAI legacy text completions, on models with the `completions` capability (openai-dialect "
-        "providers); `stream: true` answers text/event-stream ending with `data: [DONE]`.",
-        "CompletionRequest",
-        True,
-    ),
-    ("post", "/v1/embeddings", "createEmbedding", "OpenAI Embeddings.", "EmbeddingRequest", False),
-    (
-        "post",
-        "/v1/rerank",
-        "rerank",
-        "Rerank documents against a query (Cohere/Jina/TEI shape).",
-        "RerankRequest",
-        False,
-    ),
-    (
-        "post",
-        "/v1/responses",
-        "createResponse",
-        "OpenAI Responses, streamed or not; relayed from Responses upstreams, translated for the others.",
-        "OpenObject",
-        True,
-    ),
-    (
-        "post",
-        "/v1/messages",
-        "createMessage",
-        "Anthropic Messages (errors in Anthropic's shape); `stream: true` answers Anthropic's event stream.",
-        "OpenObject",
-        True,
-    ),
-    (
-        "post",
-        "/v1/messages/count_tokens",
-        "countMessageTokens",
-        "Anthropic token count of a Messages request.",
-        "OpenObject",
-        False,
-    ),
-    (
-        "get",
-        "/v1/models",
-        "listModels",
-        "The models and aliases the calling key may use, OpenAI list shape.",
-        None,
-        False,
-    ),
-    (
-        "get",
-        "/v1/models/{model}",
-        "retrieveModel",
-        "One model or alias the calling key may use, as in the list; 404 `model_not_found` for any other id "
-        "(whether or not it exists).",
-        None,
-        False,
-    ),
-)
 # The path parameter of /v1/models/{model}.
 _MODEL_PARAMETER = {
     "name": "model",
@@ -238,23 +173,26 @@ def _status_responses(streams: bool) -> dict[str, Any]:
 
 def _paths() -> dict[str, Any]:
     paths: dict[str, Any] = {}
-    for method, path, op_id, summary, body, streams in _OPERATIONS:
+    for row in ENDPOINTS:  # one operation per endpoint row
         operation: dict[str, Any] = {
-            "operationId": op_id,
-            "summary": summary,
+            "operationId": row.operation_id,
+            "summary": row.summary,
             "security": [{"bearer": []}],
             "parameters": [{"$ref": "#/components/parameters/XRequestId"}],
-            "responses": _status_responses(streams),
+            "responses": _status_responses(row.streams),
         }
-        if body is not None:
+        if row.priced_by:  # what the call is charged by: the usage record's cost (docs/usage-records.md)
+            operation["x-switchboard-priced-by"] = row.priced_by
+        if row.reader is not None:
+            media = "multipart/form-data" if row.reader == MULTIPART else "application/json"
             operation["requestBody"] = {
                 "required": True,
-                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{body}"}}},
+                "content": {media: {"schema": {"$ref": f"#/components/schemas/{row.schema or 'OpenObject'}"}}},
             }
             operation["parameters"].append({"$ref": "#/components/parameters/IdempotencyKey"})
-        if "{model}" in path:
+        if "{model}" in row.path:
             operation["parameters"].append(_MODEL_PARAMETER)
-        paths[path] = {method: operation}
+        paths.setdefault(row.path, {})[row.method.lower()] = operation
     paths["/health"] = {
         "get": {
             "operationId": "health",
@@ -298,64 +236,9 @@ def _paths() -> dict[str, Any]:
 
 
 def _schemas() -> dict[str, Any]:
-    messages = {
-        "type": "array",
-        "items": {
-            "type": "object",
-            "required": ["role"],
-            "additionalProperties": True,
-            "properties": {"role": {"type": "string"}, "content": {}},
-        },
-    }
-    return {
-        "OpenObject": {"type": "object", "additionalProperties": True},
-        "ChatCompletionRequest": {
-            "type": "object",
-            "additionalProperties": True,
-            "required": ["messages"],
-            "properties": {
-                "model": {
-                    "type": "string",
-                    "description": "A model id or alias; optional when the agent has a default model.",
-                },
-                "messages": messages,
-                "stream": {"type": "boolean"},
-                "max_tokens": {"type": "integer", "minimum": 1},
-            },
-        },
-        "CompletionRequest": {
-            "type": "object",
-            "additionalProperties": True,
-            "required": ["prompt"],
-            "properties": {
-                "model": {"type": "string", "description": "A model id or alias with the `completions` capability."},
-                "prompt": {
-                    "description": "A string, or a list of strings or token ids.",
-                    "oneOf": [{"type": "string"}, {"type": "array", "minItems": 1}],
-                },
-                "stream": {"type": "boolean"},
-                "max_tokens": {"type": "integer", "minimum": 1},
-            },
-        },
-        "EmbeddingRequest": {
-            "type": "object",
-            "additionalProperties": True,
-            "required": ["input"],
-            "properties": {"model": {"type": "string"}, "input": {}},
-        },
-        "RerankRequest": {
-            "type": "object",
-            "additionalProperties": True,
-            "required": ["query", "documents"],
-            "properties": {
-                "model": {"type": "string"},
-                "query": {"type": "string"},
-                "documents": {"type": "array", "items": {"type": "string"}},
-                "top_n": {"type": "integer", "minimum": 1},
-            },
-        },
-        **_error_components(),
-    }
+    """The open object, every request body an endpoint row names (routing.gateway.body_schemas.COMPONENTS)
+    and the error shape."""
+    return {"OpenObject": {"type": "object", "additionalProperties": True}, **COMPONENTS, **_error_components()}
 
 
 def document() -> dict[str, Any]:
@@ -401,12 +284,8 @@ def document() -> dict[str, Any]:
     }
 
 
-_body: bytes | None = None
-
-
+@functools.cache
 def body() -> bytes:
-    """The document as JSON bytes, built on first use and kept."""
-    global _body
-    if _body is None:
-        _body = compact(orjson.dumps(document()))
-    return _body
+    """The document as JSON bytes, built on first use and kept: it depends on the code alone (the endpoint
+    table, the error catalogue), never on the configuration, so one copy serves every process's request."""
+    return compact(orjson.dumps(document()))

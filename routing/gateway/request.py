@@ -1,4 +1,5 @@
-"""Reading a request: headers, request id, authentication, the body, the models list (shapes: routing.gateway.body_schemas)."""
+"""Reading a request: request id, authentication, the body, the models list (shapes:
+routing.gateway.body_schemas; the routes: routing.core.endpoints)."""
 
 from __future__ import annotations
 
@@ -13,28 +14,7 @@ from routing.config.snapshot import KeySpec, OrgSpec, Snapshot
 from routing.core import errors
 from routing.core.ids import new_id
 
-ROUTES = {
-    "/v1/chat/completions": "chat",
-    "/v1/embeddings": "embeddings",
-    "/v1/rerank": "rerank",
-    "/v1/responses": "responses",
-    "/v1/completions": "completions",  # legacy text completions, openai-dialect upstreams only
-    "/v1/messages": "messages",  # Anthropic Messages (routing.gateway.messages)
-    "/v1/messages/count_tokens": "count_tokens",
-}
 _REQUEST_ID_JUNK = re.compile(r"[^A-Za-z0-9._:\-]")
-
-
-MODELS_PATH = "/v1/models"
-MODEL_PREFIX = "/v1/models/"  # GET /v1/models/{id}: one model or alias (the id may hold a "/")
-
-
-def endpoint_of(path: str) -> str:
-    """The endpoint kind a path serves, "models" for the list and one model, "unknown" otherwise."""
-    kind = ROUTES.get(path)
-    if kind is not None:
-        return kind
-    return "models" if path == MODELS_PATH or (path.startswith(MODEL_PREFIX) and path != MODEL_PREFIX) else "unknown"
 
 
 def authenticate(snap: Snapshot, auth: bytes) -> KeySpec:

@@ -22,7 +22,10 @@ from typing import Any
 
 import orjson
 
-CACHEABLE_ENDPOINTS = frozenset({"chat", "embeddings", "rerank"})
+from routing.core.endpoints import ENDPOINTS
+
+# The endpoints whose rows say the cache may store them (routing.core.endpoints: chat, embeddings, rerank).
+CACHEABLE_ENDPOINTS = frozenset(row.kind for row in ENDPOINTS if row.cacheable)
 
 # Body fields that never change the answer: the model (replaced by the resolved one, so an
 # alias and its target share entries), stream flags (cacheable requests do not stream), and

@@ -17,13 +17,14 @@ chain declares a context window.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from routing.config.snapshot import ModelSpec
 from routing.core import errors
+from routing.core.endpoints import OF_KIND
 from routing.core.errors import GatewayError
 from routing.core.executor import Link
 from routing.core.kinds import DIALECT_KINDS, ENDPOINT_KINDS
@@ -36,15 +37,12 @@ _STRUCTURED = frozenset({"json_schema", "json_object"})
 _MAX_OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 # The request field a missing capability comes from, for the error's `param`.
 _PARAM = {"streaming": "stream", "tools": "tools", "structured_output": "response_format", "vision": "messages"}
-_PROMPT_PARAM = {
-    "chat": "messages",
-    "responses": "input",
-    "embeddings": "input",
-    "rerank": "documents",
-    "completions": "prompt",
-}
-
-_KIND_NAMES = {"completions": "text completions (/v1/completions)"}
+# Each kind's endpoint row (routing.core.endpoints) says where its prompt is (the context-length error's
+# `param`), how it is estimated (ESTIMATORS), whether it has output, and how messages name it.
+_PROMPT_PARAM = {kind: row.input_field for kind, row in OF_KIND.items()}
+_KIND_NAMES = {kind: row.title for kind, row in OF_KIND.items() if row.title}
+# Kinds without output (embeddings, rerank): their body asks for no streaming, tools, format or images.
+_NO_OUTPUT = frozenset(kind for kind, row in OF_KIND.items() if not row.output)
 
 UNSUPPORTED = "unsupported_capability"
 CONTEXT_LENGTH = "context_length"
@@ -132,37 +130,59 @@ def _input_tokens(item: Any) -> int:
     return 0
 
 
-def estimate_tokens(kind: str, body: Mapping[str, Any]) -> int:
-    """The prompt-size estimate compared against a model's context window."""
-    if kind == "embeddings":
-        data = body.get("input")
-        if isinstance(data, list) and data and not isinstance(data[0], int):
-            return max(_input_tokens(item) for item in data)
-        return _input_tokens(data)
-    if kind == "rerank":
-        documents = body.get("documents")
-        longest = max((_text_len([d]) for d in documents), default=0) if isinstance(documents, list) else 0
-        return _ceil_tokens(_text_len(body.get("query")) + longest)
-    if kind == "completions":  # a prompt string, or several (the longest counts: each is a completion)
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
-            return max(_input_tokens(item) for item in prompt)
-        return _input_tokens(prompt)
-    if kind == "responses":
-        chars = _text_len(body.get("instructions"))
-        data = body.get("input")
-        if isinstance(data, str):
-            return _ceil_tokens(chars + len(data)) + TOKENS_PER_MESSAGE
-        items = data if isinstance(data, list) else ()
-        for item in items:
-            chars += _message_chars(item)
-        return _ceil_tokens(chars) + TOKENS_PER_MESSAGE * max(1, len(items))
-    messages = body.get("messages")
+def _messages(body: Mapping[str, Any], field: str) -> int:
+    """Chat: the text of every message, plus TOKENS_PER_MESSAGE for each one's role and framing."""
+    messages = body.get(field)
     items = messages if isinstance(messages, list) else ()
     chars = 0
     for message in items:
         chars += _message_chars(message)
     return _ceil_tokens(chars) + TOKENS_PER_MESSAGE * len(items)
+
+
+def _longest(body: Mapping[str, Any], field: str) -> int:
+    """Embeddings, text completions: the longest single input (each is served on its own), or token ids."""
+    data = body.get(field)
+    if isinstance(data, list) and data and not isinstance(data[0], int):
+        return max(_input_tokens(item) for item in data)
+    return _input_tokens(data)
+
+
+def _query_and_longest(body: Mapping[str, Any], field: str) -> int:
+    """Rerank: the query plus the longest document."""
+    documents = body.get(field)
+    longest = max((_text_len([d]) for d in documents), default=0) if isinstance(documents, list) else 0
+    return _ceil_tokens(_text_len(body.get("query")) + longest)
+
+
+def _instructions_and_input(body: Mapping[str, Any], field: str) -> int:
+    """Responses: the instructions and the input, a string or items (framing per item, at least one)."""
+    chars = _text_len(body.get("instructions"))
+    data = body.get(field)
+    if isinstance(data, str):
+        return _ceil_tokens(chars + len(data)) + TOKENS_PER_MESSAGE
+    items = data if isinstance(data, list) else ()
+    for item in items:
+        chars += _message_chars(item)
+    return _ceil_tokens(chars) + TOKENS_PER_MESSAGE * max(1, len(items))
+
+
+# The prompt estimators an endpoint row names (`Endpoint.estimator`), each over the row's input field.
+ESTIMATORS: dict[str, Callable[[Mapping[str, Any], str], int]] = {
+    "messages": _messages,
+    "longest": _longest,
+    "query_and_longest": _query_and_longest,
+    "instructions_and_input": _instructions_and_input,
+}
+
+
+def estimate_tokens(kind: str, body: Mapping[str, Any]) -> int:
+    """The prompt-size estimate compared against a model's context window: the kind's row's estimator over
+    its input field (a kind without a row is estimated as chat)."""
+    row = OF_KIND.get(kind)
+    if row is None or row.estimator is None or row.input_field is None:
+        return _messages(body, "messages")
+    return ESTIMATORS[row.estimator](body, row.input_field)
 
 
 def _is_one_of(value: Any, names: frozenset[str]) -> bool:
@@ -206,7 +226,7 @@ def requirements(kind: str, body: Mapping[str, Any]) -> Requirements:
         value = body.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and (max_output is None or value > max_output):
             max_output, max_param = value, name
-    if kind in ("embeddings", "rerank"):
+    if kind in _NO_OUTPUT:
         return Requirements(kind=kind, max_output_tokens=max_output, max_output_param=max_param, body=body)
     tools = bool(body.get("tools")) or bool(body.get("functions"))
     messages = body.get("messages") if kind == "chat" else body.get("input")

@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from routing.core.endpoints import ENDPOINTS
 from routing.runtime.process import installed
 
 log = logging.getLogger("switchboard.tracing")
@@ -35,15 +36,7 @@ SERVICE = "switchboard"
 
 # The GenAI conventions' operation per endpoint kind, and provider per dialect (docs/tracing.md#genai).
 # Values outside the conventions' well-known lists are the conventions' "custom value" case.
-GENAI_OPERATION = {
-    "chat": "chat",
-    "messages": "chat",
-    "responses": "chat",
-    "completions": "text_completion",
-    "embeddings": "embeddings",
-    "rerank": "rerank",
-    "count_tokens": "count_tokens",
-}
+GENAI_OPERATION = {row.kind: row.genai_operation for row in ENDPOINTS}  # each endpoint row's
 GENAI_PROVIDER = {
     "openai": "openai",
     "azure_openai": "azure.ai.openai",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from routing.config.snapshot import ModelSpec
+from routing.core.endpoints import UPSTREAM_PATHS as PATHS  # each kind's path: its endpoint row's
 from routing.upstream.dialects.base import (
     Dialect,
     ParsedResponse,
@@ -19,14 +20,6 @@ from routing.upstream.dialects.base import (
     parsed_openai,
     unsupported,
 )
-
-PATHS = {
-    "chat": "/chat/completions",
-    "embeddings": "/embeddings",
-    "rerank": "/rerank",  # as vLLM / Jina serve it
-    "responses": "/responses",
-    "completions": "/completions",  # legacy text completions (vLLM, llama.cpp, OpenAI's instruct models)
-}
 
 
 class OpenAIDialect(Dialect):
