@@ -6,6 +6,7 @@ production sets DATABASE_URL (PostgreSQL) and REDIS_URL.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import warnings
 from pathlib import Path
@@ -22,6 +23,11 @@ SECRET_KEY = env.str("SECRET_KEY", default="dev-insecure-switchboard-key-change-
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+# Proxies whose X-Forwarded-For names the client in audit records (docs/production.md#client-address);
+# each an address or a network, checked here so that a typo stops the start rather than trusting nothing.
+SWITCHBOARD_TRUSTED_PROXIES = [
+    str(ipaddress.ip_network(v, strict=False)) for v in env.list("SWITCHBOARD_TRUSTED_PROXIES", default=[])
+]
 
 # Storage ----------------------------------------------------------------------
 # Seconds a connection to the database may take (PostgreSQL connect_timeout): a database that
