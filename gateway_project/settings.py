@@ -252,7 +252,9 @@ if SWITCHBOARD_OIDC_ISSUER:
     LOGIN_REDIRECT_URL = "/admin/"
     LOGIN_REDIRECT_URL_FAILURE = "/admin/login/?sso=failed"
     LOGOUT_REDIRECT_URL = "/admin/login/"
-    OIDC_STORE_ID_TOKEN = False
+    # The ID token stays in the session for the provider's logout (its id_token_hint); endpoint from discovery.
+    OIDC_STORE_ID_TOKEN = True
+    OIDC_OP_LOGOUT_URL_METHOD = "routing.ops.sso.provider_logout_url"
     OIDC_TIMEOUT = 10  # seconds, every call to the provider (token, userinfo, keys)
 # Without an issuer the password is the only way in, whatever SWITCHBOARD_PASSWORD_LOGIN says.
 AUTHENTICATION_BACKENDS = [
