@@ -151,3 +151,33 @@ def test_the_management_apis_usage_rows_carry_the_savings(records, client):
     scoped = create_management_token(name="sv-globex", scope="read", org=globex)[1]
     only = client.get("/api/v1/usage?group_by=org", headers={"authorization": f"Bearer {scoped}"}).json()["data"]
     assert [row["org"] for row in only] == ["globex"] and only[0]["prompt_cache_saved_usd"] == pytest.approx(0.00225)
+
+
+def test_a_deployments_negotiated_prices_price_its_records():
+    from routing.ops.usage.savings import prices_of
+
+    document = {
+        "providers": [
+            {"name": "east", "base_url": "http://127.0.0.1:9/v1"},
+            {"name": "west", "base_url": "http://127.0.0.1:9/v1"},
+        ],
+        "models": [
+            {
+                "id": "dep-chat",
+                "capabilities": ["chat"],
+                "input_price_per_mtok": 3.0,
+                "output_price_per_mtok": 15.0,
+                "cache_read_price_per_mtok": 0.3,
+                "deployments": [
+                    {"provider": "east", "upstream_model": "x"},
+                    {"provider": "west", "upstream_model": "x", "prices": {"input": 2.0, "cache_read": 0.1}},
+                ],
+            }
+        ],
+    }
+    snap = build_snapshot(document, [], os.environ, version=1, config_version=1)
+    input_price, _, classes = prices_of(snap, "dep-chat", "west", "deployment", now=0.0)
+    assert (input_price, classes.cache_read) == (2.0, 0.1)
+    input_price, _, classes = prices_of(snap, "dep-chat", "east", "", now=0.0)
+    assert (input_price, classes.cache_read) == (3.0, 0.3)
+    assert prices_of(snap, "gone", "east", "", now=0.0) is None
