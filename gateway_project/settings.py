@@ -6,6 +6,7 @@ production sets DATABASE_URL (PostgreSQL) and REDIS_URL.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import warnings
 from pathlib import Path
@@ -22,6 +23,11 @@ SECRET_KEY = env.str("SECRET_KEY", default="dev-insecure-switchboard-key-change-
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+# Proxies whose X-Forwarded-For names the client in audit records (docs/production.md#client-address);
+# each an address or a network, checked here so that a typo stops the start rather than trusting nothing.
+SWITCHBOARD_TRUSTED_PROXIES = [
+    str(ipaddress.ip_network(v, strict=False)) for v in env.list("SWITCHBOARD_TRUSTED_PROXIES", default=[])
+]
 
 # Storage ----------------------------------------------------------------------
 # Seconds a connection to the database may take (PostgreSQL connect_timeout): a database that
@@ -246,7 +252,9 @@ if SWITCHBOARD_OIDC_ISSUER:
     LOGIN_REDIRECT_URL = "/admin/"
     LOGIN_REDIRECT_URL_FAILURE = "/admin/login/?sso=failed"
     LOGOUT_REDIRECT_URL = "/admin/login/"
-    OIDC_STORE_ID_TOKEN = False
+    # The ID token stays in the session for the provider's logout (its id_token_hint); endpoint from discovery.
+    OIDC_STORE_ID_TOKEN = True
+    OIDC_OP_LOGOUT_URL_METHOD = "routing.ops.sso.provider_logout_url"
     OIDC_TIMEOUT = 10  # seconds, every call to the provider (token, userinfo, keys)
 # Without an issuer the password is the only way in, whatever SWITCHBOARD_PASSWORD_LOGIN says.
 AUTHENTICATION_BACKENDS = [

@@ -25,6 +25,7 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Model
 
 from routing.config import recorder
+from routing.config.client_address import client_address
 from routing.models import AuditRecord, BreakerAction
 
 # Written by the gateway itself, or the audit's own rows: never audited row by row.
@@ -287,12 +288,6 @@ def login_failed(sender: Any, credentials: dict[str, Any], request: Any = None, 
     """A failed login: the name tried, never the password."""
     name = str(credentials.get("username", ""))[:150]
     write("login_failed", actor=Actor(name, "login", client_address(request)), object_type="auth.user")
-
-
-def client_address(request: Any) -> str:
-    """The client's address as the server saw it (REMOTE_ADDR; behind a proxy: docs/audit.md#what)."""
-    meta = getattr(request, "META", None) or {}
-    return str(meta.get("REMOTE_ADDR", ""))[:64]
 
 
 def connect() -> None:

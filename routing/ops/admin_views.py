@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 
 from routing.config import live
-from routing.ops import scope
+from routing.ops import scope, sso
 from routing.plan.explain import explain
 from routing.plan.preflight import KINDS
 from routing.runtime.breaker_sync import breaker_states
@@ -134,4 +135,7 @@ PAGES: tuple[Page, ...] = (
 
 def urlpatterns(site: admin.AdminSite) -> list[URLPattern]:
     """The pages' URLs, staff only (the admin's login), ahead of the admin's own."""
-    return [path(f"admin/{page.route}", site.admin_view(page.view), name=page.name) for page in PAGES]
+    pages = [path(f"admin/{page.route}", site.admin_view(page.view), name=page.name) for page in PAGES]
+    if settings.SWITCHBOARD_OIDC_ISSUER:  # the admin's Log out ends the provider's session too (docs/sso.md#logout)
+        pages.append(path("admin/logout/", sso.admin_logout(site), name="sso-admin-logout"))
+    return pages

@@ -14,14 +14,19 @@ checked against the provider's JWKS, the userinfo call). This module adds what i
   `SWITCHBOARD_OIDC_SUPERUSER_GROUP` (when set) makes a superuser. Groups are never created from
   claims: an operator creates them, with their permissions, in the admin;
 - **org scopes**: group values `org:<name>` (`SWITCHBOARD_OIDC_ORG_PREFIX`) limit the user to those orgs,
-  as `manage.py create_operator --org` does (docs/operations.md#org-scoped-staff).
+  as `manage.py create_operator --org` does (docs/operations.md#org-scoped-staff);
+- **logout at the provider**: the admin's *Log out* of a user who signed in through the provider ends the
+  provider's session too when its discovery document names an `end_session_endpoint` (RP-initiated
+  logout: `id_token_hint`, `post_logout_redirect_uri` back to the admin's login page).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import jwt
@@ -29,16 +34,18 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import SuspiciousOperation
-from django.shortcuts import redirect
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, resolve_url
 from django.views import View
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
-from mozilla_django_oidc.views import OIDCAuthenticationRequestView
+from mozilla_django_oidc.views import OIDCAuthenticationRequestView, OIDCLogoutView
 
 from policies.models import OperatorScope, Org
 
 log = logging.getLogger("switchboard.sso")
 DISCOVERY_TIMEOUT_S = 5.0
+ID_TOKEN_KEY = "oidc_id_token"  # where mozilla-django-oidc keeps the ID token (OIDC_STORE_ID_TOKEN)
 # mozilla-django-oidc's endpoint settings, and the discovery document's names for them.
 DISCOVERED = {
     "OIDC_OP_AUTHORIZATION_ENDPOINT": "authorization_endpoint",
@@ -212,3 +219,40 @@ class SwitchboardAuthenticationRequestView(OIDCAuthenticationRequestView):
         except (httpx.HTTPError, SuspiciousOperation, ValueError) as exc:
             log.warning("sso: the OpenID provider could not be reached: %s", exc)
             return redirect("/admin/login/?sso=unreachable")
+
+
+def provider_logout_url(request: HttpRequest) -> str:
+    """Where logging out sends the browser (mozilla-django-oidc's OIDC_OP_LOGOUT_URL_METHOD): the provider's
+    `end_session_endpoint` with the session's ID token as `id_token_hint` and the admin's login page as
+    `post_logout_redirect_uri`; the login page itself when the provider names no such endpoint or cannot be
+    reached (the Switchboard session ends either way). Discovery is read here, on the first logout that
+    needs it, as for a login: never at start."""
+    back = resolve_url(sso_setting("LOGOUT_REDIRECT_URL", "/admin/login/"))
+    try:
+        end = discovery(str(settings.SWITCHBOARD_OIDC_ISSUER)).get("end_session_endpoint")
+    except (httpx.HTTPError, SuspiciousOperation, ValueError) as exc:
+        log.warning("sso: logged out here only, the OpenID provider could not be reached: %s", exc)
+        return back
+    if not isinstance(end, str) or not end.startswith(("https://", "http://")):
+        return back
+    params = {
+        "post_logout_redirect_uri": request.build_absolute_uri(back),
+        "client_id": sso_setting("OIDC_RP_CLIENT_ID"),
+    }
+    id_token = request.session.get(ID_TOKEN_KEY)
+    if isinstance(id_token, str) and id_token:
+        params["id_token_hint"] = id_token
+    return f"{end}{'&' if '?' in end else '?'}{urlencode(params)}"
+
+
+def admin_logout(site: Any) -> Callable[[HttpRequest], HttpResponse]:
+    """The admin's *Log out*: through the provider for a session signed in by it (provider_logout_url),
+    the admin's own logout for everyone else (a password login)."""
+    through_provider = OIDCLogoutView.as_view()
+
+    def logout(request: HttpRequest) -> HttpResponse:
+        if request.method == "POST" and request.session.get(ID_TOKEN_KEY):
+            return through_provider(request)
+        return site.logout(request)
+
+    return logout

@@ -1,8 +1,9 @@
 """Single sign-on end to end: a real OpenID provider (oidc-provider-mock, authlib underneath: discovery,
 RS256 ID tokens, JWKS, userinfo) in its own process, a real gateway process configured with
 SWITCHBOARD_OIDC_*, and headless Chromium clicking through the login. The account is created on
-first login with the provider's groups mapped to existing Django groups; with password login off,
-the password form is gone and a password POST is refused."""
+first login with the provider's groups mapped to existing Django groups, and logging out goes through
+the provider's end-session endpoint back to the login page; with password login off, the password form
+is gone and a password POST is refused."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
+import jwt
 import pytest
 
 from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium
@@ -116,6 +119,17 @@ def test_a_browser_signs_in_through_the_provider_and_lands_in_the_admin_with_the
         assert page.locator("a[href='/admin/policies/apikey/']").count() == 0  # and nothing it does not grant
         page.goto(f"{gw.url}/admin/policies/org/")
         assert "acme" in page.inner_text("#result_list") and "beta" not in page.inner_text("#result_list")
+        # Log out: through the provider's end_session_endpoint (from discovery), and back to the login page.
+        page.click("#logout-form button")
+        page.wait_for_url(f"{provider}/oauth2/end_session*")
+        query = parse_qs(urlsplit(page.url).query)
+        assert query["post_logout_redirect_uri"] == [f"{gw.url}/admin/login/"]
+        hint = jwt.decode(query["id_token_hint"][0], options={"verify_signature": False})
+        assert hint["sub"] == "alice" and hint["iss"].rstrip("/") == provider
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{gw.url}/admin/login/*")
+        page.goto(f"{gw.url}/admin/")
+        assert page.url.startswith(f"{gw.url}/admin/login/")  # the Switchboard session is over too
         browser.close()
     state = user_state(gw)
     assert state == {

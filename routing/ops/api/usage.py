@@ -1,6 +1,8 @@
-"""Spend and requests over a time range, grouped by org, agent, key or model (docs/management-api.md#usage).
+"""Spend, requests and cache savings over a time range, grouped by org, agent, key or model
+(docs/management-api.md#usage).
 
-Read from the usage records, the same rows the analytics page and the budgets count.
+Read from the usage records, the same rows the analytics page and the budgets count; the savings are
+priced as the analytics page prices them (routing.ops.usage.savings).
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from django.db.models import Count, Q, Sum
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 
+from routing.config import live
 from routing.core import errors
 from routing.models import UsageRecord
 from routing.ops.api.http import iso, listing, page, parse_time, text_param
+from routing.ops.usage import savings
 
 GROUPS = {
     "org": ("org",),
@@ -62,8 +66,10 @@ def usage(request: HttpRequest, token: Any) -> dict[str, Any]:
         .order_by("-cost", "-requests", *columns)
     )
     total = grouped.count()
+    shown = list(grouped[offset : offset + limit])
+    saved = _saved(rows, columns, shown, until)
     data = []
-    for row in grouped[offset : offset + limit]:
+    for row in shown:
         item = {("key" if c == "key_prefix" else "model" if c == "model_used" else c): row[c] for c in columns}
         item.update(
             requests=row["requests"],
@@ -71,6 +77,26 @@ def usage(request: HttpRequest, token: Any) -> dict[str, Any]:
             prompt_tokens=row["prompt_tokens"],
             completion_tokens=row["completion_tokens"],
             cost_usd=float(row["cost"] or 0),
+            **_saved_fields(saved.get(tuple(row[c] for c in columns))),
         )
         data.append(item)
     return {**listing(data, total, limit, offset), "group_by": group_by, "since": iso(since), "until": iso(until)}
+
+
+def _saved(rows: Any, columns: tuple[str, ...], shown: list[dict[str, Any]], until: datetime) -> dict[tuple, Any]:
+    """The cache savings of the rows on this page (one query over their records that used a cache)."""
+    if not shown:
+        return {}
+    first = columns[0]
+    page_rows = rows.filter(**{f"{first}__in": sorted({row[first] for row in shown})})
+    return savings.saved_by(page_rows, live.current(), columns, until.timestamp())
+
+
+def _saved_fields(saved: savings.Saved | None) -> dict[str, Any]:
+    one = (saved or savings.Saved()).as_dict()
+    return {
+        "cached_input_tokens": one["cached_input_tokens"],
+        "prompt_cache_saved_usd": one["prompt_cache_usd"],
+        "response_cache_hits": one["response_cache_hits"],
+        "response_cache_saved_usd": one["response_cache_usd"],
+    }

@@ -91,6 +91,7 @@ def analytics_page(request: HttpRequest) -> HttpResponse:
             "data": data,
             "totals": data["totals"],
             "top": data["top"],
+            "savings": data["savings"],
             "choices": _choices(orgs),
             "csv_query": view.query_string(format="csv"),
             "query_ms": round(query_ms, 1),

@@ -7,7 +7,9 @@ keys, models or orgs by spend). The last hour (minute buckets) reads the usage
 records themselves (p50/p95 exact: `percentile_cont` on PostgreSQL, computed here on
 SQLite, which has no percentile aggregate); longer ranges read the hourly aggregates
 the usage writer keeps (routing.runtime.usage.rollup), so a month costs 720 rows per
-grouping rather than every request.
+grouping rather than every request. `saved` (what the prompt caches and the response
+cache saved, routing.ops.usage.savings) reads the records that used a cache for every
+range: the aggregates keep no cache columns.
 `View.parse` turns query parameters into a validated view or a `ViewError` that
 says which parameter is wrong and what it accepts.
 """
@@ -25,8 +27,11 @@ from django.db import connections
 from django.db.models import Aggregate, Count, F, FloatField, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, Trunc
 
+from routing.config import live
+from routing.config.snapshot import Snapshot
 from routing.models import UsageRecord, UsageRollup
 from routing.ops import scope
+from routing.ops.usage import savings
 from routing.runtime.usage import rollup
 
 
@@ -328,8 +333,33 @@ def totals(data: Mapping[str, list[float]]) -> dict[str, float]:
     return out
 
 
-def build(view: View) -> dict[str, Any]:
-    """Everything the page draws: buckets, series, latency, totals and the top tables."""
+def saved(view: View, snapshot: Snapshot) -> dict[str, Any]:
+    """What the prompt caches and the response cache saved over the view, in total, per model and per org.
+
+    Read from the records that used a cache (the hourly aggregates keep no cache columns), priced at read
+    time (routing.ops.usage.savings); the view's filters and the viewer's orgs apply as to every chart."""
+    groups = savings.saved_by(view.records(), snapshot, ("org", "model_used"), view.now)
+    total, per_model, per_org = savings.Saved(), {}, {}
+    for (org, model), one in groups.items():
+        total.add(one)
+        per_model.setdefault(model, savings.Saved()).add(one)
+        per_org.setdefault(org, savings.Saved()).add(one)
+    return {
+        "totals": total.as_dict(),
+        "models": _saved_rows("model_used", per_model),
+        "orgs": _saved_rows("org", per_org),
+    }
+
+
+def _saved_rows(column: str, groups: Mapping[str, savings.Saved]) -> list[dict[str, Any]]:
+    """One row per group, the biggest saving first."""
+    ordered = sorted(groups.items(), key=lambda item: (-item[1].total_usd, item[0]))
+    return [{column: name, **one.as_dict()} for name, one in ordered]
+
+
+def build(view: View, snapshot: Snapshot | None = None) -> dict[str, Any]:
+    """Everything the page draws: buckets, series, latency, totals, the top tables and the savings
+    (priced with `snapshot`, the live configuration by default)."""
     data = series(view)
     return {
         "range": view.range.name,
@@ -339,6 +369,7 @@ def build(view: View) -> dict[str, Any]:
         **latency(view),
         "totals": totals(data),
         "top": {dim: top(view, dim) for dim in TOP_DIMENSIONS},
+        "savings": saved(view, live.current() if snapshot is None else snapshot),
     }
 
 
