@@ -172,3 +172,55 @@ def usage_of(data: Mapping[str, Any]) -> tuple[int | None, int | None]:
     if completion is None:
         completion = usage.get("output_tokens")
     return (_int_or_none(prompt), _int_or_none(completion))
+
+
+# --- reasoning ----------------------------------------------------------------------
+
+
+def reasoning_of(message: Mapping[str, Any]) -> str:
+    """The reasoning text of a chat message or delta: `reasoning_content` (DeepSeek, vLLM, and the gateway's
+    own translations) or `reasoning` (OpenRouter, Ollama, newer vLLM); "" when it has none."""
+    for key in ("reasoning_content", "reasoning"):
+        text = message.get(key)
+        if isinstance(text, str) and text:
+            return text
+    return ""
+
+
+# --- thinking blocks of another provider -------------------------------------------
+
+
+def _signed(block: Any) -> bool:
+    """Whether a content block may go to Anthropic: anything but a thinking block without a signature."""
+    if not isinstance(block, dict) or block.get("type") != "thinking":
+        return True
+    signature = block.get("signature")
+    return isinstance(signature, str) and signature != ""
+
+
+def without_foreign_thinking(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The Messages body without the thinking blocks no Anthropic model signed, or None when it has none.
+
+    A chat upstream's reasoning reaches a Messages client as a thinking block with an empty signature
+    (routing.upstream.translate.messages_to_chat); the client sends it back on its next turn, and
+    Anthropic refuses a thinking block whose signature it did not make. So such a block goes to no
+    Anthropic upstream (an assistant turn left with nothing goes too); everything else is kept as sent.
+    """
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    if all(
+        not isinstance(m, dict) or not isinstance(m.get("content"), list) or all(_signed(b) for b in m["content"])
+        for m in messages
+    ):
+        return None
+    kept = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and not all(_signed(b) for b in content):
+            blocks = [b for b in content if _signed(b)]
+            if not blocks and message.get("role") == "assistant":
+                continue
+            message = {**message, "content": blocks}
+        kept.append(message)
+    return {**body, "messages": kept}
