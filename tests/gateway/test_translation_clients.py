@@ -30,6 +30,7 @@ from routing.config import live
 from routing.config.snapshot import build_snapshot
 from routing.plan import preflight
 from routing.runtime.process import current
+from routing.upstream.translate.shared import without_foreign_thinking
 from tests.gateway import responses_grammar as grammar
 from tests.gateway.conftest import API_KEY, key_rows
 from tests.inprocess import gateway_application
@@ -189,6 +190,26 @@ async def test_an_unsigned_thinking_block_sent_back_never_reaches_an_anthropic_u
     assert to_claude["messages"][3]["content"][0] == signed  # Anthropic's own thinking goes up as sent
     second = sent(mock, "up-gpt")[1]
     assert all("thinking" not in orjson.dumps(m).decode() for m in second["messages"])
+
+
+def test_only_unsigned_thinking_is_removed_and_a_turn_left_empty_goes_with_it():
+    signed = {"type": "thinking", "thinking": "a", "signature": "EqQB=="}
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "b"}]},  # no signature at all
+            {"role": "user", "content": "again"},
+            {"role": "assistant", "content": [signed, {"type": "thinking", "thinking": "c", "signature": ""}]},
+        ],
+    }
+    out = without_foreign_thinking(body)
+    assert out is not None and out["messages"] == [
+        {"role": "user", "content": "hi"},
+        {"role": "user", "content": "again"},
+        {"role": "assistant", "content": [signed]},
+    ]
+    assert without_foreign_thinking(out) is None  # nothing left to remove: the body goes up as sent
 
 
 # --- a Responses client ------------------------------------------------------------------------

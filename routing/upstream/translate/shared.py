@@ -190,12 +190,22 @@ def reasoning_of(message: Mapping[str, Any]) -> str:
 # --- thinking blocks of another provider -------------------------------------------
 
 
-def _signed(block: Any) -> bool:
-    """Whether a content block may go to Anthropic: anything but a thinking block without a signature."""
-    if not isinstance(block, dict) or block.get("type") != "thinking":
-        return True
-    signature = block.get("signature")
-    return isinstance(signature, str) and signature != ""
+def _unsigned(block: Any) -> bool:
+    """Whether a content block is thinking Anthropic did not sign (no signature, or an empty one)."""
+    return type(block) is dict and block.get("type") == "thinking" and not block.get("signature")
+
+
+def _has_unsigned(messages: list[Any]) -> bool:
+    """Whether an assistant turn holds an unsigned thinking block (a plain loop: it runs on every
+    pass-through request that mentions thinking, Claude Code's all)."""
+    for message in messages:
+        if type(message) is dict and message.get("role") == "assistant":
+            content = message.get("content")
+            if type(content) is list:
+                for block in content:
+                    if _unsigned(block):
+                        return True
+    return False
 
 
 def without_foreign_thinking(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -207,19 +217,14 @@ def without_foreign_thinking(body: Mapping[str, Any]) -> dict[str, Any] | None:
     Anthropic upstream (an assistant turn left with nothing goes too); everything else is kept as sent.
     """
     messages = body.get("messages")
-    if not isinstance(messages, list):
-        return None
-    if all(
-        not isinstance(m, dict) or not isinstance(m.get("content"), list) or all(_signed(b) for b in m["content"])
-        for m in messages
-    ):
+    if type(messages) is not list or not _has_unsigned(messages):
         return None
     kept = []
     for message in messages:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list) and not all(_signed(b) for b in content):
-            blocks = [b for b in content if _signed(b)]
-            if not blocks and message.get("role") == "assistant":
+        content = message.get("content") if type(message) is dict and message.get("role") == "assistant" else None
+        if type(content) is list and any(_unsigned(b) for b in content):
+            blocks = [b for b in content if not _unsigned(b)]
+            if not blocks:
                 continue
             message = {**message, "content": blocks}
         kept.append(message)
