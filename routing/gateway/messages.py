@@ -32,7 +32,7 @@ from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, 
 from routing.upstream.dialects.base import load_json
 from routing.upstream.translate.messages_passthrough import AnthropicRelay
 from routing.upstream.translate.messages_to_chat import Gaps, MessagesStream, chat_request
-from routing.upstream.translate.shared import anthropic_usage, error_body
+from routing.upstream.translate.shared import anthropic_usage, error_body, without_foreign_thinking
 from routing.upstream.translate.table import Translator, translator
 
 ENDPOINTS = frozenset({"messages", "count_tokens"})
@@ -113,13 +113,18 @@ class Shape:
             return None
         self.ctx.dropped = ""
         original = self.original
+        signed = without_foreign_thinking(original) if b'"thinking"' in self.raw else None
+        if signed is not None:  # another provider's thinking, unsigned: never sent to Anthropic
+            original = signed
         payload = {**original, "model": model.upstream_model}
         if stream:
             payload["stream"] = True
         else:
             payload.pop("stream", None)
         # `stream` as sent: the call streams exactly when the client's body says "stream": true
-        encoded = with_model(self.raw, model.upstream_model) if isinstance(original.get("model"), str) else None
+        encoded = None
+        if signed is None and isinstance(original.get("model"), str):
+            encoded = with_model(self.raw, model.upstream_model)
         return dialect.prepare_native(payload, model, link.base_url, link.api_key, self.beta, encoded, self.beta_query)
 
     def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:
@@ -138,4 +143,9 @@ class Shape:
         return dialect.translate_stream(chunks, link.model)
 
     def tap(self, link: Link, strip: bool) -> AnthropicRelay | MessagesStream:  # noqa: ARG002 - no usage frame to keep back
-        return _pair(link).tap()
+        pair = _pair(link)
+        if pair.passthrough:
+            return pair.tap()
+        # message_start's input_tokens: the prompt estimate preflight made (the upstream's count comes last)
+        req = self.ctx.requirements
+        return pair.tap(input_tokens=req.estimated_tokens if req is not None else 0)

@@ -130,14 +130,14 @@ def run_claude(agent_bin: Path, gw, mock_upstream, workdir: Path, model: str) ->
     assert f"The command printed: {PROOF}" in done.stdout
 
 
-def run_codex(agent_bin: Path, gw, mock_upstream, workdir: Path, model: str) -> str:
+def run_codex(agent_bin: Path, gw, mock_upstream, workdir: Path, model: str, reasoning: bool = False) -> str:
     """Codex CLI `exec` on `model` over streamed Responses: it wrote the proof file; its standard output."""
     reset_calls(mock_upstream.url)
     project = workdir / "project"
     project.mkdir()
     env = {
         "HOME": str(workdir),
-        "CODEX_HOME": str(codex_home(workdir, gw.url, model)),
+        "CODEX_HOME": str(codex_home(workdir, gw.url, model, reasoning)),
         "SWITCHBOARD_API_KEY": gw.api_key,
     }
     argv = [str(agent_bin / "codex"), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
@@ -170,11 +170,14 @@ def test_claude_code_default_session_runs_a_bash_task_on_an_anthropic_passthroug
     assert PROOF in str(second["body"]["messages"][-1]["content"])
 
 
-def codex_home(workdir: Path, gateway_url: str, model: str) -> Path:
+def codex_home(workdir: Path, gateway_url: str, model: str, reasoning: bool = False) -> Path:
+    """Codex's configuration: the gateway as its one provider; with `reasoning`, a reasoning effort and
+    summaries asked for (Codex sends `reasoning` only for models it knows reason, or when told)."""
     home = workdir / "codex-home"
     home.mkdir()
+    asks = 'model_reasoning_effort = "high"\nmodel_supports_reasoning_summaries = true\n' if reasoning else ""
     (home / "config.toml").write_text(
-        f'model = "{model}"\n'
+        asks + f'model = "{model}"\n'
         'model_provider = "switchboard"\n'
         "[model_providers.switchboard]\n"
         'name = "Switchboard"\n'
@@ -211,12 +214,21 @@ def test_claude_code_runs_a_bash_task_on_an_openai_chat_link(agent_bin, gw, mock
     assert "system" in [m["role"] for m in first["body"]["messages"]]  # system turns mapped in place
     assert "Bash" in {t["function"]["name"] for t in first["body"]["tools"]}
     assert second["body"]["messages"][-1]["role"] == "tool" and PROOF in str(second["body"]["messages"][-1])
+    # its adaptive thinking's effort went up as reasoning_effort; the mock's reasoning came back as an unsigned
+    # thinking block, which Claude Code took (it finished the task) and which no upstream got back
+    assert first["body"]["reasoning_effort"] == "high"
+    assert THOUGHT not in str(second["body"]["messages"])
 
 
 @pytest.mark.parametrize(
     ("model", "path"), [("claude-gw", "/agent/anthropic/v1/messages"), ("chat-gw", "/agent/v1/chat/completions")]
 )
 def test_codex_runs_a_shell_task_on_a_translated_link(agent_bin, gw, mock_upstream, workdir, model, path):
-    run_codex(agent_bin, gw, mock_upstream, workdir, model)
+    out = run_codex(agent_bin, gw, mock_upstream, workdir, model, reasoning=True)
     turns = [c for c in agent_calls(mock_upstream.url) if c["path"] == path]
     assert len(turns) >= 2 and all(t["body"]["stream"] is True for t in turns[-2:])
+    # Codex's reasoning effort reached the upstream (a thinking budget, or reasoning_effort); the reasoning came
+    # back as a reasoning item, which Codex echoed on turn 2 (it finished the task) and no upstream got back
+    first, second = turns[-2]["body"], turns[-1]["body"]
+    assert first.get("reasoning_effort") == "high" or first["thinking"]["type"] == "enabled", out
+    assert THOUGHT not in str(second)

@@ -6,7 +6,9 @@
 - `response.created` first, `response.completed` last (`response.incomplete` for a cut answer);
 - every item is added once (`response.output_item.added`) before any event naming it, every event
   with an `item_id` names an added item at its `output_index`, and each added item is done once;
-- an item's deltas add up to its `*.done` text or arguments, which are the done item's own;
+- an item's deltas add up to its `*.done` text or arguments, which are the done item's own (a
+  reasoning item's: per summary part, `response.reasoning_summary_text.delta`s add up to its
+  `.done` text, which is that part's text in the done item, and a part is added before its text);
 - every done item is in `response.completed`'s output, equal, in order (done ⊆ completed).
 """
 
@@ -87,6 +89,9 @@ def _check_items(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _collect(event: dict[str, Any], pieces: dict, finals: dict) -> None:
     kind = event["type"]
     what = kind.rsplit(".", 1)[0]  # response.output_text, response.function_call_arguments, ...
+    if kind.startswith("response.reasoning_summary_"):
+        _collect_summary(event, pieces, finals)
+        return
     key = (event["item_id"], what)
     if kind.endswith(".delta"):
         assert key not in finals, f"a delta after its done: {event}"
@@ -97,6 +102,26 @@ def _collect(event: dict[str, Any], pieces: dict, finals: dict) -> None:
         finals[key] = value
 
 
+def _collect_summary(event: dict[str, Any], pieces: dict, finals: dict) -> None:
+    """A reasoning item's summary events, keyed by their part (`summary_index`)."""
+    kind, index = event["type"], event["summary_index"]
+    key = (event["item_id"], f"summary[{index}]")
+    part = (event["item_id"], f"summary part[{index}]")
+    if kind == "response.reasoning_summary_part.added":
+        assert part not in finals and event["part"]["type"] == "summary_text", event
+        finals[part] = None
+        return
+    assert part in finals, f"a summary event before its part was added: {event}"
+    if kind == "response.reasoning_summary_text.delta":
+        assert key not in finals, f"a delta after its done: {event}"
+        pieces.setdefault(key, []).append(event["delta"])
+    elif kind == "response.reasoning_summary_text.done":
+        assert "".join(pieces.get(key, [])) == event["text"], (pieces.get(key), event)
+        finals[key] = event["text"]
+    elif kind == "response.reasoning_summary_part.done":
+        assert finals.get(key, "") == event["part"]["text"], (finals.get(key), event)
+
+
 def _check_item_text(item: dict[str, Any], pieces: dict, finals: dict) -> None:
     """A done item's text or arguments are what its deltas and its *.done event said."""
     if item["type"] == "message":
@@ -104,3 +129,7 @@ def _check_item_text(item: dict[str, Any], pieces: dict, finals: dict) -> None:
         assert finals.get((item["id"], "response.output_text"), "") == text, (item, finals)
     elif item["type"] == "function_call":
         assert finals.get((item["id"], "response.function_call_arguments")) == item["arguments"], (item, finals)
+    elif item["type"] == "reasoning":
+        for i, part in enumerate(item["summary"]):
+            assert part["type"] == "summary_text", item
+            assert finals.get((item["id"], f"summary[{i}]"), "") == part["text"], (item, finals)

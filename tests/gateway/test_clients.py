@@ -203,14 +203,15 @@ async def test_on_a_translated_link_system_turns_are_system_messages_and_hints_a
         message = await raw.parse()
     assert message.model == "cc-openai"
     assert raw.headers["x-switchboard-upstream-model"] == "up-openai"
-    assert raw.headers["x-switchboard-dropped"] == "cache_control, output_config.effort, context_management, thinking"
+    # thinking is mapped (its 1 024-token budget is reasoning_effort "low"), no longer dropped
+    assert raw.headers["x-switchboard-dropped"] == "cache_control, output_config.effort, context_management"
     chat = orjson.loads(raw_of(mock[1], "up-openai")[-1])
     assert chat["messages"] == [
         {"role": "system", "content": "You are Claude Code."},
         {"role": "user", "content": "List the files."},
         {"role": "system", "content": "Available agent types: general-purpose, Explore."},
     ]
-    assert chat["user"] == "user_abc_account_1_session_2"
+    assert chat["user"] == "user_abc_account_1_session_2" and chat["reasoning_effort"] == "low"
     assert not {"thinking", "context_management", "output_config", "metadata"} & chat.keys()
 
 

@@ -10,7 +10,8 @@ Routes (added to tools.mock.upstream's app), all streamed when the body says `"s
 Each request is one turn of a deterministic agent:
 - turn 1 (the last turn carries no tool result): reasoning first (a `thinking` block with a
   signature when the request enables thinking; a `reasoning` item with `encrypted_content` when a
-  Responses request includes `reasoning.encrypted_content`), then one call of the client's shell
+  Responses request includes `reasoning.encrypted_content`; a chat message's `reasoning_content`,
+  as DeepSeek and vLLM send it, when a chat request sets `reasoning_effort`), then one call of the client's shell
   tool (`Bash`, `exec_command`, `shell`, else the first function offered) running COMMAND;
 - turn 2 (the last turn carries the tool's result): the result quoted back as text, so a test can
   see the client ran the command and sent its output.
@@ -295,6 +296,8 @@ def _chunk(body: dict[str, Any], delta: dict[str, Any], finish: str | None, usag
 
 def _chat_frames(body: dict[str, Any], text: str, call: dict[str, Any] | None) -> Iterator[bytes]:
     yield _chunk(body, {"role": "assistant", "content": ""}, None)
+    if body.get("reasoning_effort"):
+        yield _chunk(body, {"reasoning_content": THOUGHT}, None)
     if text:
         yield _chunk(body, {"content": text}, None)
     if call is not None:
@@ -311,6 +314,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     if body.get("stream"):
         return await _stream(request, _chat_frames(body, text, call))
     message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if body.get("reasoning_effort"):
+        message["reasoning_content"] = THOUGHT
     if call is not None:
         message["tool_calls"] = [call]
     choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if call is not None else "stop"}

@@ -33,7 +33,10 @@ capacity: a request that finds C already in flight gets STEP (default {"status":
 frame_delay_ms, first_frame_delay_ms, break_after (abort the connection after k
 frames), no_done (end cleanly without the terminator), invalid_json (2xx non-JSON),
 no_usage (never send the usage frame, as some servers do not), role_chunk (false: no role-only first chunk; OpenAI chat streams send one by default,
-as OpenAI and the OpenAI-compatible servers do).
+as OpenAI and the OpenAI-compatible servers do). OpenAI chat only: usage (the answer's and the stream's usage frame,
+e.g. with `prompt_tokens_details.cached_tokens` and `completion_tokens_details.reasoning_tokens`), reasoning (text the
+model reasoned before answering: the message's `reasoning_content`, streamed as `reasoning_content` deltas ahead of the
+text, as DeepSeek and vLLM send it) and reasoning_field (`"reasoning"`: that field's name as OpenRouter and Ollama spell it).
 
 {"model": M, "prompt_cache": true} gives the model a prompt cache of its own, as a provider's
 deployment has: a non-streamed OpenAI chat answer then reports `prompt_tokens` (the messages'
@@ -478,12 +481,16 @@ async def _openai_chat(
     request: web.Request, body: dict[str, Any], model: bytes, step: dict[str, Any] | None
 ) -> web.StreamResponse:
     tool = _wants_openai_tool(body)
+    step = step or {}
+    reasoning, field = step.get("reasoning"), str(step.get("reasoning_field") or "reasoning_content")
     if not body.get("stream"):
-        if tool is None and not (step and "usage" in step):
+        if tool is None and not ("usage" in step or reasoning):
             return web.Response(body=_chat_body(model), content_type=JSON_TYPE)
         out = orjson.loads(_chat_body(model))
-        if step and "usage" in step:
+        if "usage" in step:
             out["usage"] = step["usage"]
+        if reasoning:
+            out["choices"][0]["message"][field] = reasoning
         if tool is None:
             return web.Response(body=orjson.dumps(out), content_type=JSON_TYPE)
         call = {
@@ -494,8 +501,8 @@ async def _openai_chat(
         out["choices"][0]["message"]["tool_calls"] = [call]
         out["choices"][0]["finish_reason"] = "tool_calls"
         return web.Response(body=orjson.dumps(out), content_type=JSON_TYPE)
-    count = int((step or {}).get("frames", 3))
-    frames = [_chunk(model, f"tok{i} ") for i in range(count)]
+    count = int(step.get("frames", 3))
+    frames = _reasoning_chunks(model, reasoning, field) + [_chunk(model, f"tok{i} ") for i in range(count)]
     if tool is None:
         frames.append(_frame(FINAL_CHUNK, model))
     else:  # one call: id and name first, then the arguments in two pieces, as OpenAI streams them
@@ -510,9 +517,31 @@ async def _openai_chat(
             frames.append(_tool_chunk(model, {"index": 0, "function": {"arguments": part}}))
         frames.append(_tool_chunk(model, {}, "tool_calls"))
     options = body.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage") and not (step or {}).get("no_usage"):
-        frames.append(_frame(USAGE_CHUNK, model))
+    if isinstance(options, dict) and options.get("include_usage") and not step.get("no_usage"):
+        frames.append(_usage_chunk(model, step.get("usage")))
     return await _sse(request, frames, DONE, step, _frame(ROLE_CHUNK, model))
+
+
+def _reasoning_chunks(model: bytes, reasoning: Any, field: str) -> list[bytes]:
+    """The reasoning text as two deltas of `field` (no `content`), before the answer's text."""
+    if not isinstance(reasoning, str) or not reasoning:
+        return []
+    half = len(reasoning) // 2
+    out = []
+    for piece in (reasoning[:half], reasoning[half:]):
+        chunk = orjson.loads(_frame(FINAL_CHUNK, model)[6:])
+        chunk["choices"][0].update(delta={field: piece}, finish_reason=None)
+        out.append(b"data: " + orjson.dumps(chunk) + b"\n\n")
+    return out
+
+
+def _usage_chunk(model: bytes, usage: Any) -> bytes:
+    """The last chunk, `choices: []` and the usage (the scripted one, when a step gives it)."""
+    if not isinstance(usage, dict):
+        return _frame(USAGE_CHUNK, model)
+    chunk = orjson.loads(_frame(USAGE_CHUNK, model)[6:])
+    chunk["usage"] = usage
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
 
 async def _openai_completions(

@@ -18,7 +18,14 @@ from routing.core.errors import GatewayError, invalid_request
 from routing.core.prices import token_classes
 from routing.core.sse import json_event, normalise, pop_events
 from routing.core.stream import relayed_tokens
-from routing.upstream.translate.shared import error_type, image_url_of, stop_of, tool_call_of, tool_use_of
+from routing.upstream.translate.shared import (
+    error_type,
+    image_url_of,
+    reasoning_of,
+    stop_of,
+    tool_call_of,
+    tool_use_of,
+)
 
 # --- Anthropic client request -> OpenAI chat request (the /v1/messages endpoint) ------
 
@@ -40,9 +47,17 @@ MAPPED_FIELDS = frozenset(
         "tools",
         "tool_choice",
         "output_config",
+        "thinking",
     }
 )
-HINT_FIELDS = frozenset({"thinking", "context_management", "cache_control", "service_tier"})
+HINT_FIELDS = frozenset({"context_management", "cache_control", "service_tier"})
+# `thinking: {type: enabled, budget_tokens}` as chat's `reasoning_effort`: a budget below the first bound is
+# `low`, below the second `medium`, else `high` (so Claude Code's 4 000 / 10 000 / 31 999 of "think", "think
+# hard" and "ultrathink" are low / medium / high, and the budgets routing.upstream.translate.anthropic_structured
+# gives each effort map back to it). `adaptive` takes `output_config.effort` (Anthropic's `max` is `high`).
+EFFORT_BOUNDS = ((4096, "low"), (16384, "medium"))
+ADAPTIVE_EFFORTS = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
+THINKING_TYPES = frozenset({"enabled", "adaptive", "disabled"})
 # Blocks of earlier assistant turns that carry nothing another model can use.
 _DROPPED_BLOCKS = frozenset({"thinking", "redacted_thinking"})
 
@@ -228,8 +243,25 @@ def chat_tool_choice(choice: Any) -> tuple[Any, bool]:
     raise invalid_request("tool_choice.type must be auto, any, tool or none", "tool_choice.type")
 
 
-def _output_config(config: Any, out: dict[str, Any], gaps: Gaps) -> None:
-    """`output_config`: its JSON schema `format` is chat's `response_format`; `effort` is a hint."""
+def reasoning_effort_of(thinking: Any, effort: Any = None) -> str | None:
+    """Chat's `reasoning_effort` for a Messages `thinking` (and, with adaptive thinking, `output_config.effort`);
+    None: nothing to ask (`disabled`, or adaptive without an effort: the upstream's own default)."""
+    if not isinstance(thinking, dict):
+        raise invalid_request("thinking must be an object", "thinking")
+    kind = thinking.get("type")
+    if kind == "enabled":
+        budget = thinking.get("budget_tokens")
+        if type(budget) is not int or budget < 1:
+            raise invalid_request("thinking.budget_tokens must be a positive integer", "thinking.budget_tokens")
+        return next((name for bound, name in EFFORT_BOUNDS if budget < bound), "high")
+    if kind == "adaptive":
+        return ADAPTIVE_EFFORTS.get(effort) if isinstance(effort, str) else None
+    return None  # disabled (another type is refused on a translated link: _top_level)
+
+
+def _output_config(config: Any, out: dict[str, Any], gaps: Gaps, effort_used: bool = False) -> None:
+    """`output_config`: its JSON schema `format` is chat's `response_format`; `effort` is a hint, but for
+    adaptive thinking, where it is the reasoning effort (`effort_used`)."""
     if not isinstance(config, dict):
         raise invalid_request("output_config must be an object", "output_config")
     for key, value in config.items():
@@ -237,7 +269,8 @@ def _output_config(config: Any, out: dict[str, Any], gaps: Gaps) -> None:
             schema = {"name": "output", "schema": value.get("schema") or {}}
             out["response_format"] = {"type": "json_schema", "json_schema": schema}
         elif key == "effort":
-            gaps.drop("output_config.effort")
+            if not effort_used:
+                gaps.drop("output_config.effort")
         elif value is not None:
             gaps.refuse(f"output_config.{key}", "this output setting")
 
@@ -262,8 +295,19 @@ def _top_level(body: dict[str, Any], out: dict[str, Any], gaps: Gaps) -> None:
         out["tool_choice"] = choice
         if not parallel:
             out["parallel_tool_calls"] = False
-    if body.get("output_config") is not None:
-        _output_config(body["output_config"], out, gaps)
+    config = body.get("output_config")
+    effort_used = False
+    thinking = body.get("thinking")
+    if thinking is not None:
+        reasoning = reasoning_effort_of(thinking, config.get("effort") if isinstance(config, dict) else None)
+        kind = thinking.get("type")
+        if not (isinstance(kind, str) and kind in THINKING_TYPES):
+            gaps.refuse("thinking.type", f"the thinking type {thinking.get('type')!r}")
+        elif reasoning is not None:
+            out["reasoning_effort"] = reasoning
+            effort_used = thinking["type"] == "adaptive"
+    if config is not None:
+        _output_config(config, out, gaps, effort_used)
     for name, value in body.items():
         if name in MAPPED_FIELDS or value is None:
             continue
@@ -320,19 +364,42 @@ def _lenient_tool_use(call: Any, index: int) -> dict[str, Any]:
         }
 
 
-def message_usage(usage: Any) -> dict[str, int]:
-    """Anthropic usage for an OpenAI usage object (cached prompt tokens as cache reads)."""
+def _detail(usage: dict[str, Any], details: str, name: str) -> int:
+    """A positive count of a chat usage's `*_tokens_details`, else 0."""
+    found = usage.get(details)
+    value = found.get(name) if isinstance(found, dict) else None
+    return value if type(value) is int and value > 0 else 0
+
+
+def message_usage(usage: Any) -> dict[str, Any]:
+    """Anthropic usage for an OpenAI usage object: cached prompt tokens as cache reads (cache writes, which
+    a translated Anthropic or Bedrock answer names in Anthropic's own field, as writes), `input_tokens` what
+    is left, and the reasoning tokens as `output_tokens_details.thinking_tokens`."""
     usage = usage if isinstance(usage, dict) else {}
     prompt = usage.get("prompt_tokens")
     completion = usage.get("completion_tokens")
     prompt = prompt if type(prompt) is int else 0
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    out = {"input_tokens": prompt, "output_tokens": completion if type(completion) is int else 0}
-    if type(cached) is int and 0 < cached <= prompt:
-        out["input_tokens"] = prompt - cached
-        out["cache_read_input_tokens"] = cached
+    cached = _detail(usage, "prompt_tokens_details", "cached_tokens")
+    written = usage.get("cache_creation_input_tokens")
+    written = written if type(written) is int and written > 0 else 0
+    out: dict[str, Any] = {"input_tokens": prompt, "output_tokens": completion if type(completion) is int else 0}
+    if cached + written <= prompt:
+        out["input_tokens"] = prompt - cached - written
+        if cached:
+            out["cache_read_input_tokens"] = cached
+        if written:
+            out["cache_creation_input_tokens"] = written
+    reasoning = _detail(usage, "completion_tokens_details", "reasoning_tokens")
+    if reasoning:
+        out["output_tokens_details"] = {"thinking_tokens": reasoning}
     return out
+
+
+def thinking_block(text: str) -> dict[str, Any]:
+    """A thinking block of a chat upstream's reasoning. Its signature is empty: only Anthropic signs thinking,
+    and the gateway never invents one (routing.upstream.translate.shared.without_foreign_thinking keeps such
+    a block, sent back by the client, away from an Anthropic upstream)."""
+    return {"type": "thinking", "thinking": text, "signature": ""}
 
 
 def message_of(data: Any, fallback_id: str = "") -> dict[str, Any]:
@@ -342,6 +409,9 @@ def message_of(data: Any, fallback_id: str = "") -> dict[str, Any]:
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     content: list[dict[str, Any]] = []
+    reasoning = reasoning_of(message)
+    if reasoning:
+        content.append(thinking_block(reasoning))
     text = message.get("content")
     if isinstance(text, list):
         text = "".join(p.get("text", "") for p in text if isinstance(p, dict) and isinstance(p.get("text"), str))
@@ -374,10 +444,13 @@ PING = json_event("ping", {"type": "ping"})
 class MessagesStream:
     """Turns a committed OpenAI chunk stream into Anthropic's event sequence, frame by frame.
 
-    message_start (and one ping) go out with the first frame; text deltas open a text
-    block, each tool call its own tool_use block (its argument pieces as input_json_delta);
-    a new block closes the open one. The finish reason and the usage frame are remembered
-    and sent in message_delta when `[DONE]` arrives, followed by message_stop. An error
+    message_start (and one ping) go out with the first frame, its `input_tokens` the gateway's
+    prompt estimate (`input_tokens`: a chat upstream reports its usage in its last frame only);
+    reasoning deltas open a thinking block (thinking_delta, no signature_delta: nothing signs
+    them), text deltas a text block, each tool call its own tool_use block (its argument pieces
+    as input_json_delta); a new block closes the open one. The finish reason and the usage frame
+    are remembered and sent in message_delta when `[DONE]` arrives — the upstream's own counts,
+    which replace message_start's (cache reads, reasoning tokens included) — then message_stop. An error
     frame (the upstream's, or the gateway's terminal frame after a commit) becomes one
     `event: error`; nothing follows it. Reads the token usage like routing.core.stream.UsageTap.
     """
@@ -397,10 +470,12 @@ class MessagesStream:
         "_ended",
         "_chars",
         "_frames",
+        "_input",
+        "_usage",
         "classes",
     )
 
-    def __init__(self, message_id: str = "") -> None:
+    def __init__(self, message_id: str = "", input_tokens: int = 0) -> None:
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self.classes: dict[str, int] | None = None
@@ -408,6 +483,8 @@ class MessagesStream:
         self._chars = 0
         self._frames = 0
         self._id = message_id
+        self._input = input_tokens  # message_start's count, until the upstream's usage
+        self._usage: dict[str, Any] | None = None  # the upstream's usage frame, for message_delta
         self._buf = bytearray()
         self._started = False
         self._block = -1  # index of the open content block, -1 when none is open
@@ -454,6 +531,7 @@ class MessagesStream:
         self._start(obj, out)
         usage = obj.get("usage")
         if isinstance(usage, dict) and type(usage.get("prompt_tokens")) is int:
+            self._usage = usage
             self.prompt_tokens = usage["prompt_tokens"]
             completion = usage.get("completion_tokens")
             self.completion_tokens = completion if type(completion) is int else None
@@ -465,6 +543,11 @@ class MessagesStream:
     def _choice(self, choice: dict[str, Any], out: list[bytes]) -> None:
         delta = choice.get("delta")
         if isinstance(delta, dict):
+            reasoning = reasoning_of(delta)
+            if reasoning:
+                if self._kind != "thinking":
+                    self._open(thinking_block(""), "thinking", out)
+                self._delta({"type": "thinking_delta", "thinking": reasoning}, self._block, out)
             for key in ("content", "refusal"):
                 text = delta.get(key)
                 if isinstance(text, str) and text:
@@ -498,7 +581,7 @@ class MessagesStream:
             "content": [],
             "stop_reason": None,
             "stop_sequence": None,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
+            "usage": {"input_tokens": self._input, "output_tokens": 0},
         }
         out.append(json_event("message_start", {"type": "message_start", "message": message}))
         out.append(PING)
@@ -524,7 +607,7 @@ class MessagesStream:
         return relayed_tokens(self._chars, self._frames)
 
     def _delta(self, delta: dict[str, Any], index: int, out: list[bytes]) -> None:
-        self._chars += len(delta.get("text") or delta.get("partial_json") or "")
+        self._chars += len(delta.get("text") or delta.get("partial_json") or delta.get("thinking") or "")
         self._frames += 1
         out.append(json_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
 
@@ -536,9 +619,7 @@ class MessagesStream:
     def _finish(self, out: list[bytes]) -> None:
         self._start({}, out)
         self._close(out)
-        usage: dict[str, int] = {"output_tokens": self.completion_tokens or 0}
-        if self.prompt_tokens is not None:
-            usage["input_tokens"] = self.prompt_tokens
+        usage = message_usage(self._usage) if self._usage is not None else {"output_tokens": 0}
         delta = {"stop_reason": self._stop, "stop_sequence": self._seq}
         out.append(json_event("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
         out.append(json_event("message_stop", {"type": "message_stop"}))

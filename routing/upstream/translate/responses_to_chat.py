@@ -10,9 +10,12 @@ Mapped: `instructions` and system/developer items (system messages), user and as
 messages (text and image parts), `function_call` items (assistant tool calls, consecutive
 ones in one message), `function_call_output` items (tool messages), function `tools`,
 `tool_choice`, `parallel_tool_calls`, `max_output_tokens`, `temperature`, `top_p`,
-`text.format` (json_schema / json_object), `user` / `safety_identifier`. Dropped (a chat
-upstream has no place for them): reasoning items (their text and `encrypted_content` are
-the other provider's), `reasoning`, `store`, `include`, `metadata`, `prompt_cache_key`,
+`text.format` (json_schema / json_object), `user` / `safety_identifier`, `reasoning.effort`
+(chat's `reasoning_effort`, which each dialect maps to its own, e.g. a Claude thinking budget).
+Dropped (a chat upstream has no place for them): reasoning items (their text and
+`encrypted_content` are the provider's that made them, never sent to another), the rest of
+`reasoning` (`summary`: the upstream's reasoning comes back whenever it sends some), `store`,
+`include`, `metadata`, `prompt_cache_key`,
 `truncation`, `service_tier`, and the tools a chat upstream cannot host (`web_search`,
 `file_search`, `code_interpreter`, `namespace` groups, …: offered, never required, so the model
 simply does not call them; named in `x-switchboard-dropped`, as Codex CLI offers several on every
@@ -21,9 +24,12 @@ a `tool_choice` that names such a tool, and item or part types with no chat coun
 
 **The answer.** The link answers in the internal chat shape, and the client gets the Responses
 shape back (docs/api.md#responses). `response_of` builds the `response` object of a
-chat.completion; `ResponsesEvents` turns a committed chunk stream into Responses' events:
+chat.completion (the upstream's `reasoning_content` or `reasoning` as a `reasoning` item first,
+its text as the item's one `summary_text`: a chat upstream has no summaries, and the summary is
+what Responses clients show); `ResponsesEvents` turns a committed chunk stream into Responses' events:
 `response.created`, `response.in_progress`, then per output item `response.output_item.added`,
-(a message: `response.content_part.added`, `response.output_text.delta`…,
+(reasoning: `response.reasoning_summary_part.added`, `response.reasoning_summary_text.delta`…,
+`response.reasoning_summary_text.done`, `response.reasoning_summary_part.done`; a message: `response.content_part.added`, `response.output_text.delta`…,
 `response.output_text.done`, `response.content_part.done`; a function call:
 `response.function_call_arguments.delta`…, `.done`), `response.output_item.done`, and
 `response.completed` carrying every done item and the usage, with `sequence_number`
@@ -42,6 +48,7 @@ from routing.core.errors import GatewayError
 from routing.core.prices import token_classes
 from routing.core.sse import event_frame, normalise, pop_events
 from routing.core.stream import relayed_tokens
+from routing.upstream.translate.shared import reasoning_of
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "summary_text"})
 _DROPPED_ITEMS = frozenset({"reasoning"})
@@ -168,6 +175,11 @@ def chat_request(body: dict[str, Any], dropped: list[str] | None = None) -> dict
     response_format = _format(body.get("text"))
     if response_format is not None:
         out["response_format"] = response_format
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, dict) and reasoning.get("effort") is not None:
+        if not isinstance(reasoning["effort"], str):
+            raise errors.invalid_field("reasoning.effort", "reasoning.effort must be a string")
+        out["reasoning_effort"] = reasoning["effort"]
     if body.get("stream") is True:
         out["stream"] = True
     return out
@@ -226,6 +238,12 @@ def _call_item(iid: str, call_id: str, name: str, arguments: str, status: str = 
     }
 
 
+def _reasoning_item(iid: str, text: str, status: str = "completed") -> dict[str, Any]:
+    """A reasoning item of a chat upstream's reasoning text, as its one summary (none while in progress)."""
+    summary = [{"type": "summary_text", "text": text}] if status == "completed" else []
+    return {"id": iid, "type": "reasoning", "summary": summary}
+
+
 def response_of(data: Any) -> dict[str, Any]:
     """The Responses `response` object for an OpenAI chat.completion (the first choice)."""
     data = data if isinstance(data, dict) else {}
@@ -234,6 +252,9 @@ def response_of(data: Any) -> dict[str, Any]:
     message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     rid = str(data.get("id") or "chat")
     output: list[dict[str, Any]] = []
+    reasoning = reasoning_of(message)
+    if reasoning:
+        output.append(_reasoning_item(f"rs_{rid}", reasoning))
     text = message.get("content")
     if isinstance(text, str) and text:
         output.append(_message_item(f"msg_{rid}", text))
@@ -266,6 +287,7 @@ class ResponsesEvents:
         "_started",
         "_ended",
         "_text",
+        "_thought",
         "_open",
         "_calls",
         "_done",
@@ -285,6 +307,7 @@ class ResponsesEvents:
         self._started = False
         self._ended = False
         self._text: list[str] | None = None  # the open message item's text, None when none is open
+        self._thought: list[str] | None = None  # the open reasoning item's text, None when none is open
         self._open: dict[str, Any] | None = None  # the open function call item
         self._calls: dict[int, dict[str, Any]] = {}  # chat tool_calls index -> its item
         self._done: list[dict[str, Any]] = []  # items done, in order: response.completed's output
@@ -359,6 +382,9 @@ class ResponsesEvents:
     def _choice(self, choice: dict[str, Any], out: list[bytes]) -> None:
         delta = choice.get("delta")
         if isinstance(delta, dict):
+            reasoning = reasoning_of(delta)
+            if reasoning:
+                self._reasoning_delta(reasoning, out)
             text = delta.get("content")
             if isinstance(text, str) and text:
                 self._text_delta(text, out)
@@ -380,6 +406,22 @@ class ResponsesEvents:
         self._chars[0] += len(text)
         self._chars[1] += 1
         self._emit("response.output_text.delta", out, **self._where(), delta=text, logprobs=[])
+
+    def _reasoning_delta(self, text: str, out: list[bytes]) -> None:
+        if self._thought is None:
+            self._close(out)
+            self._thought = []
+            item = _reasoning_item(self._item_id("rs"), "", "in_progress")
+            self._emit("response.output_item.added", out, output_index=len(self._done), item=item)
+            part = {"type": "summary_text", "text": ""}
+            self._emit("response.reasoning_summary_part.added", out, **self._summary(), part=part)
+        self._thought.append(text)
+        self._chars[0] += len(text)
+        self._chars[1] += 1
+        self._emit("response.reasoning_summary_text.delta", out, **self._summary(), delta=text)
+
+    def _summary(self) -> dict[str, Any]:
+        return {"item_id": self._item_id("rs"), "output_index": len(self._done), "summary_index": 0}
 
     def _call_delta(self, call: dict[str, Any], out: list[bytes]) -> None:
         index = call.get("index", 0)
@@ -408,7 +450,17 @@ class ResponsesEvents:
 
     def _close(self, out: list[bytes]) -> None:
         """End the open item with its done events and add it to the output."""
-        if self._text is not None:
+        if self._thought is not None:
+            text = "".join(self._thought)
+            where = self._summary()
+            self._emit("response.reasoning_summary_text.done", out, **where, text=text)
+            part = {"type": "summary_text", "text": text}
+            self._emit("response.reasoning_summary_part.done", out, **where, part=part)
+            item = _reasoning_item(where["item_id"], text)
+            self._emit("response.output_item.done", out, output_index=len(self._done), item=item)
+            self._done.append(item)
+            self._thought = None
+        elif self._text is not None:
             text = "".join(self._text)
             where = self._where()
             self._emit("response.output_text.done", out, **where, text=text, logprobs=[])

@@ -172,3 +172,60 @@ def usage_of(data: Mapping[str, Any]) -> tuple[int | None, int | None]:
     if completion is None:
         completion = usage.get("output_tokens")
     return (_int_or_none(prompt), _int_or_none(completion))
+
+
+# --- reasoning ----------------------------------------------------------------------
+
+
+def reasoning_of(message: Mapping[str, Any]) -> str:
+    """The reasoning text of a chat message or delta: `reasoning_content` (DeepSeek, vLLM, and the gateway's
+    own translations) or `reasoning` (OpenRouter, Ollama, newer vLLM); "" when it has none."""
+    for key in ("reasoning_content", "reasoning"):
+        text = message.get(key)
+        if isinstance(text, str) and text:
+            return text
+    return ""
+
+
+# --- thinking blocks of another provider -------------------------------------------
+
+
+def _unsigned(block: Any) -> bool:
+    """Whether a content block is thinking Anthropic did not sign (no signature, or an empty one)."""
+    return type(block) is dict and block.get("type") == "thinking" and not block.get("signature")
+
+
+def _has_unsigned(messages: list[Any]) -> bool:
+    """Whether an assistant turn holds an unsigned thinking block (a plain loop: it runs on every
+    pass-through request that mentions thinking, Claude Code's all)."""
+    for message in messages:
+        if type(message) is dict and message.get("role") == "assistant":
+            content = message.get("content")
+            if type(content) is list:
+                for block in content:
+                    if _unsigned(block):
+                        return True
+    return False
+
+
+def without_foreign_thinking(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The Messages body without the thinking blocks no Anthropic model signed, or None when it has none.
+
+    A chat upstream's reasoning reaches a Messages client as a thinking block with an empty signature
+    (routing.upstream.translate.messages_to_chat); the client sends it back on its next turn, and
+    Anthropic refuses a thinking block whose signature it did not make. So such a block goes to no
+    Anthropic upstream (an assistant turn left with nothing goes too); everything else is kept as sent.
+    """
+    messages = body.get("messages")
+    if type(messages) is not list or not _has_unsigned(messages):
+        return None
+    kept = []
+    for message in messages:
+        content = message.get("content") if type(message) is dict and message.get("role") == "assistant" else None
+        if type(content) is list and any(_unsigned(b) for b in content):
+            blocks = [b for b in content if not _unsigned(b)]
+            if not blocks:
+                continue
+            message = {**message, "content": blocks}
+        kept.append(message)
+    return {**body, "messages": kept}
