@@ -149,12 +149,13 @@ class Gate:
             self.limit.reconfigure(settings)
             self._dispatch()
 
-    def reshare(self, settings: LimitSettings) -> None:
-        """This process's share of the cluster's bounds changed: the learnt limit keeps its ratio to it."""
+    def reshare(self, settings: LimitSettings, learnt: bool = False) -> None:
+        """This process's share of the cluster's bounds changed: the learnt limit keeps its ratio to it;
+        `learnt` (the seats moved with demand): a limit below its share keeps what it learnt."""
         if settings != self.settings:
             lower = settings.max_limit < self.settings.max_limit
             self.settings = settings
-            self.limit.rescale(settings)
+            self.limit.rescale(settings, learnt)
             self._dirty = self._dirty or lower  # the waiters' predicted starts may have moved back
             self._dispatch()
 
@@ -417,7 +418,7 @@ class Gates:
         self.seated = True
         if seats:
             self.seats.update(seats)
-            self._reshare()
+            self._reshare(learnt=True)
 
     def hungry(self) -> bool:
         """A gate has requests waiting: its seats are worth asking again soon."""
@@ -436,9 +437,9 @@ class Gates:
                 out.append((key, gate, s))
         return out
 
-    def _reshare(self) -> None:
+    def _reshare(self, learnt: bool = False) -> None:
         for _, gate, s in self._configured():
-            gate.reshare(self._share(s, self.seats.get(gate.ident)))
+            gate.reshare(self._share(s, self.seats.get(gate.ident)), learnt)
 
     def _share(self, s: LimitSettings, seats: int | None = None) -> LimitSettings:
         """This process's bounds: `max` its seats when the cluster gave some, else the configured initial and
