@@ -8,7 +8,7 @@ on a free port). `--outage` kills that Redis 10 s into the run and starts it aga
 Reported: interactive success, answers by code (`circuit_open` = a breaker opened), requests served
 per org and Jain's index, goodput, the share of upstream calls that met a 429, the latency of shed
 answers, and the load average beside them; and `inversions`: batch calls that began upstream while an
-interactive request somewhere in the cluster had been waiting (docs/overload.md#two-processes).
+interactive request somewhere in the cluster had been waiting (docs/overload.md#capacity-refusals).
 tests/e2e/test_overload_cluster_e2e.py runs the same scenario scaled down (`Cluster`, `load`, `figures`).
 """
 

@@ -1,4 +1,4 @@
-"""Overload across two serving processes on one Redis (docs/overload.md#two-processes), end to end.
+"""Overload across two serving processes on one Redis (docs/overload.md#capacity-refusals), end to end.
 
 The scenario of `python -m bench.overload_cluster`, scaled down in time only (the same clients, the
 same capacity): a mock that serves at most 10 calls at once and answers 429 beyond, a model with an
@@ -23,7 +23,8 @@ pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None, reason="ne
 STEADY_S = 10.0
 OUTAGE = (3.0, 3.0)  # Redis killed 3 s into the run, started again empty 3 s later
 OUTAGE_RUN_S = 13.0
-INVERSION_SHARE = 0.03  # measured 0-3 of 250-400 (38 % before the seats stopped rescaling learnt limits)
+# measured 0 to 3 % of batch calls at a load average of 8-10 (9-38 % before the seats left learnt limits alone)
+INVERSION_SHARE = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def test_capacity_fairness_and_priority_hold_across_two_processes(cluster: Clust
     assert f["upstream_429_share"] <= 0.03, f
     assert f["jain"] >= 0.95, f
     # interactive is served more than batch, client for client, and a batch call rarely begins while an
-    # interactive request waits past one call's hold elsewhere in the cluster (docs/overload.md#two-processes)
+    # interactive request waits past one call's hold elsewhere in the cluster (docs/overload.md#capacity-refusals)
     per_client = dict(CLIENTS)
     assert f["interactive_served"] / per_client["interactive"] >= f["batch_served"] / per_client["batch"], f
     assert f["inversions"] <= INVERSION_SHARE * f["batch_served"], f
