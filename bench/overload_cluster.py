@@ -7,7 +7,9 @@ orgs of equal weight, each with 5 interactive clients and 20 batch clients (`X-S
 on a free port). `--outage` kills that Redis 10 s into the run and starts it again, empty, 10 s later.
 Reported: interactive success, answers by code (`circuit_open` = a breaker opened), requests served
 per org and Jain's index, goodput, the share of upstream calls that met a 429, the latency of shed
-answers, and the load average beside them.
+answers, and the load average beside them; and `inversions`: batch calls that began upstream while an
+interactive request somewhere in the cluster had been waiting (docs/overload.md#capacity-refusals).
+tests/e2e/test_overload_cluster_e2e.py runs the same scenario scaled down (`Cluster`, `load`, `figures`).
 """
 
 from __future__ import annotations
@@ -26,12 +28,17 @@ from typing import Any
 
 import aiohttp
 
-from bench.overload import _client, _mock_calls, _pct, _script, jain
-from bench.procs import free_port, manage, prepare_database, start_gateway, start_mock
+from bench.overload import SERVICE_MS, _client, _mock_calls, _pct, _script, jain
+from bench.procs import Proc, free_port, manage, prepare_database, start_gateway, start_mock
 
 C = 10
 ORGS = ("org-a", "org-b")
 CLIENTS = (("interactive", 5), ("batch", 20))  # per org
+# An interactive request may wait for a slot of its own process to free (one call's hold, SERVICE_MS) while
+# another process, where no interactive request waits, starts a batch call: the processes' limits are their
+# own, shared through Redis rounds, not one queue. Past that, a batch call starting while it still waits is
+# an inversion. GRACE_S covers the gateway's own time around the call and the clients' reading of the clock.
+GRACE_S = 0.05
 
 
 def _config(url: str) -> str:
@@ -71,6 +78,7 @@ class _Redis:
         return proc
 
     def outage(self, after_s: float, down_s: float) -> None:
+        """Kill it `after_s` from now; start it again, empty, `down_s` later (in a thread of the caller's)."""
         time.sleep(after_s)
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
@@ -82,10 +90,12 @@ class _Redis:
         self.proc.wait()
 
 
-async def _load(urls: list[str], keys: dict[tuple[str, str], str], seconds: float) -> list[tuple]:
+async def _load(
+    urls: list[str], keys: dict[tuple[str, str], str], seconds: float, clients: tuple = CLIENTS
+) -> list[tuple]:
     out: list[tuple] = []
     until = time.monotonic() + seconds
-    clients = [(org, cls) for org in ORGS for cls, n in CLIENTS for _ in range(n)]
+    clients = [(org, cls) for org in ORGS for cls, n in clients for _ in range(n)]
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as session:
         await asyncio.gather(
@@ -94,7 +104,20 @@ async def _load(urls: list[str], keys: dict[tuple[str, str], str], seconds: floa
     return out
 
 
-def _figures(rows: list[tuple], seconds: float, calls: int, refused: int) -> dict[str, Any]:
+def inversions(rows: list[tuple], grace: float = GRACE_S) -> int:
+    """Batch calls that began upstream while an interactive request somewhere had been waiting longer than
+    one call's hold (the rows' clocks: a served call began SERVICE_MS before its answer came back)."""
+    service = SERVICE_MS / 1000
+    waits = [
+        (r[5] + service + grace, r[5] + r[4] - service - grace) for r in rows if r[1] == "interactive" and r[2] == 200
+    ]
+    waits = [(lo, hi) for lo, hi in waits if lo < hi]
+    began = [r[5] + r[4] - service for r in rows if r[1] == "batch" and r[2] == 200]
+    return sum(any(lo < b < hi for lo, hi in waits) for b in began)
+
+
+def figures(rows: list[tuple], seconds: float, calls: int, refused: int) -> dict[str, Any]:
+    """The run's figures from the clients' rows and the mock's count of calls and of 429s."""
     inter = [r for r in rows if r[1] == "interactive"]
     served = Counter(r[0] for r in rows if r[2] == 200)
     shed = [r[4] for r in rows if r[3] == "overloaded"]
@@ -108,6 +131,9 @@ def _figures(rows: list[tuple], seconds: float, calls: int, refused: int) -> dic
         "upstream_429_share": round(refused / calls, 4) if calls else None,
         "shed_p50_ms": round(1000 * (_pct(shed, 0.5) or 0), 1),
         "shed_p99_ms": round(1000 * (_pct(shed, 0.99) or 0), 1),
+        "interactive_served": sum(r[1] == "interactive" and r[2] == 200 for r in rows),
+        "batch_served": sum(r[1] == "batch" and r[2] == 200 for r in rows),
+        "inversions": inversions(rows),
         "loadavg": Path("/proc/loadavg").read_text().split()[:3],
     }
 
@@ -121,31 +147,61 @@ def _keys(env: dict[str, str], first: str) -> dict[tuple[str, str], str]:
     return keys
 
 
-def run(seconds: float, outage: bool) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="switchboard-overload-cluster-"))
-    mock, mock_url = start_mock(work)
-    redis = _Redis(work)
-    try:
-        _script(mock_url, C)
-        env, key = prepare_database(work, "ovc", _config(mock_url), "org-a", "inter")
-        keys = _keys(env, key)
-        cluster_env = {**env, "REDIS_URL": f"redis://127.0.0.1:{redis.port}/0"}
-        procs = [start_gateway("uvicorn", f"gateway-{n}", work, cluster_env) for n in "ab"]
+class Cluster:
+    """The scenario's parts: the hard-capacity mock, a Redis of its own, one database with the four keys
+    (org x class) and two uvicorn gateways on that Redis. `start()` again after `stop()` gives fresh
+    gateways and a fresh Redis on the same database and mock."""
+
+    def __init__(self) -> None:
+        self.work = Path(tempfile.mkdtemp(prefix="switchboard-overload-cluster-"))
+        self.mock, self.mock_url = start_mock(self.work)
         try:
-            time.sleep(1.5)  # both processes counted in Redis
-            if outage:
-                threading.Thread(target=redis.outage, args=(10.0, 10.0), daemon=True).start()
-            before = _mock_calls(mock_url)
-            rows = asyncio.run(_load([u for _, u in procs], keys, seconds))
-            after = _mock_calls(mock_url)
-        finally:
-            for proc, _ in procs:
-                proc.stop()
+            _script(self.mock_url, C)
+            self.env, key = prepare_database(self.work, "ovc", _config(self.mock_url), "org-a", "inter")
+            self.keys = _keys(self.env, key)
+        except BaseException:
+            self.mock.stop()
+            raise
+        self.redis: _Redis | None = None
+        self.procs: list[tuple[Proc, str]] = []
+
+    def start(self) -> None:
+        self.redis = _Redis(self.work)
+        cluster_env = {**self.env, "REDIS_URL": f"redis://127.0.0.1:{self.redis.port}/0"}
+        self.procs = [start_gateway("uvicorn", f"gateway-{n}", self.work, cluster_env) for n in "ab"]
+        time.sleep(1.5)  # both processes counted in Redis
+
+    def run(self, seconds: float, outage: tuple[float, float] | None = None, clients: tuple = CLIENTS) -> dict:
+        """Closed-loop load for `seconds`; `outage`: (after, down) seconds, Redis killed then started empty."""
+        assert self.redis is not None
+        if outage is not None:
+            threading.Thread(target=self.redis.outage, args=outage, daemon=True).start()
+        before = _mock_calls(self.mock_url)
+        rows = asyncio.run(_load([u for _, u in self.procs], self.keys, seconds, clients))
+        after = _mock_calls(self.mock_url)
         calls, refused = after["count"] - before["count"], after["over_capacity"] - before["over_capacity"]
-        return _figures(rows, seconds, calls, refused)
+        return figures(rows, seconds, calls, refused)
+
+    def stop(self) -> None:
+        for proc, _ in self.procs:
+            proc.stop()
+        self.procs = []
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+
+    def close(self) -> None:
+        self.stop()
+        self.mock.stop()
+
+
+def run(seconds: float, outage: bool) -> dict[str, Any]:
+    cluster = Cluster()
+    try:
+        cluster.start()
+        return cluster.run(seconds, (10.0, 10.0) if outage else None)
     finally:
-        redis.stop()
-        mock.stop()
+        cluster.close()
 
 
 def main() -> None:

@@ -17,13 +17,13 @@ front of its class: it has waited its turn already.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import heapq
 import itertools
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
 from routing.core import errors
 from routing.core.concurrency import AdaptiveLimit, LimitSettings
@@ -149,12 +149,13 @@ class Gate:
             self.limit.reconfigure(settings)
             self._dispatch()
 
-    def reshare(self, settings: LimitSettings) -> None:
-        """This process's share of the cluster's bounds changed: the learnt limit keeps its ratio to it."""
+    def reshare(self, settings: LimitSettings, learnt: bool = False) -> None:
+        """This process's share of the cluster's bounds changed: the learnt limit keeps its ratio to it;
+        `learnt` (the seats moved with demand): a limit below its share keeps what it learnt."""
         if settings != self.settings:
             lower = settings.max_limit < self.settings.max_limit
             self.settings = settings
-            self.limit.rescale(settings)
+            self.limit.rescale(settings, learnt)
             self._dirty = self._dirty or lower  # the waiters' predicted starts may have moved back
             self._dispatch()
 
@@ -307,9 +308,10 @@ class Gate:
 
 
 class Ticket:
-    """Who is asking, for the queue: set once per request by the gateway (routing.runtime.overload)."""
+    """Who is asking, for the queue: made once per request by the gateway (routing.runtime.overload) and
+    carried on the request's Call, then its walk, to every gate it enters."""
 
-    __slots__ = ("org", "priority", "weight", "wait_until", "hedge", "tools", "entered")
+    __slots__ = ("org", "priority", "weight", "wait_until", "hedge", "tools", "discard", "entered")
 
     def __init__(
         self,
@@ -326,6 +328,9 @@ class Ticket:
         self.wait_until = wait_until  # X-Switchboard-Max-Wait on the gate's clock; None: the total deadline
         self.hedge = hedge  # may be hedged: its agent is not marked side_effects (docs/overload.md#hedging)
         self.tools = tools  # the request offers tools: hedged only where the model says they are safe
+        # closes a result that lost a hedge race (a stream's, set by the stream path); None: a stream is
+        # never hedged
+        self.discard: Callable[[Any], Awaitable[None]] | None = None
         self.entered = False  # has taken a slot once: a retry goes to the front of its class
 
 
@@ -370,7 +375,6 @@ class Shed(UpstreamFailure):
         return self.error
 
 
-current: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("switchboard_overload_ticket", default=None)
 _MARGIN_S = 0.05
 _ANON = Ticket("", PRIORITIES["default"], 1.0, None)
 
@@ -414,7 +418,7 @@ class Gates:
         self.seated = True
         if seats:
             self.seats.update(seats)
-            self._reshare()
+            self._reshare(learnt=True)
 
     def hungry(self) -> bool:
         """A gate has requests waiting: its seats are worth asking again soon."""
@@ -433,9 +437,9 @@ class Gates:
                 out.append((key, gate, s))
         return out
 
-    def _reshare(self) -> None:
+    def _reshare(self, learnt: bool = False) -> None:
         for _, gate, s in self._configured():
-            gate.reshare(self._share(s, self.seats.get(gate.ident)))
+            gate.reshare(self._share(s, self.seats.get(gate.ident)), learnt)
 
     def _share(self, s: LimitSettings, seats: int | None = None) -> LimitSettings:
         """This process's bounds: `max` its seats when the cluster gave some, else the configured initial and
@@ -490,9 +494,10 @@ class Gates:
         g = self.gates[key] = Gate(name, self._share(s, seats), self.clock, self.on_shed, model_id, ident)
         return g
 
-    async def enter(self, gate: Gate, deadline: float) -> None:
-        """Wait for `gate` on behalf of the current request, at most until it could no longer be useful."""
-        t = current.get() or _ANON
+    async def enter(self, gate: Gate, deadline: float, ticket: Ticket | None = None) -> None:
+        """Wait for `gate` on behalf of the request `ticket` is for (None: one the gateway gave no class), at
+        most until it could no longer be useful."""
+        t = ticket or _ANON
         # leave the upstream call a recent round-trip before the total deadline, and shed ahead of
         # the deadline's own timer, so the answer is `overloaded`, not `total_timeout`
         until = deadline - max(gate.limit.recent, _MARGIN_S)

@@ -79,14 +79,23 @@ class AdaptiveLimit:
         self.settings = settings
         self._limit = float(max(settings.min_limit, min(self._limit, settings.max_limit)))
 
-    def rescale(self, settings: LimitSettings) -> None:
+    def rescale(self, settings: LimitSettings, learnt: bool = False) -> None:
         """This process's share of the cluster's `max` changed (docs/overload.md#processes): what was learnt
         keeps its ratio to the share (a limit at its whole share of 1 seat is at its whole share of 20),
-        the level of the last refusal too; a limit that has seen no call yet, or had no seat, starts at `initial`."""
+        the level of the last refusal too; a limit that has seen no call yet, or had no seat, starts at `initial`.
+
+        `learnt`: the share moved with the processes' demand (the seats), not their number. A limit below
+        its old share was learnt from the upstream, not set by the share: it stays (within the new bounds).
+        Scaled, it would follow the other processes' queues up and down, and two processes' limits
+        together would overshoot the upstream's capacity (429s) or drift apart (one serving batch while
+        the other's interactive requests wait)."""
         old = self.settings.max_limit
         self.settings = settings
         if self.baseline == 0 or old <= 0:
             self._limit = float(max(settings.min_limit, min(settings.initial, settings.max_limit)))
+            return
+        if learnt and self._limit < old:
+            self._limit = float(max(settings.min_limit, min(self._limit, settings.max_limit)))
             return
         factor = settings.max_limit / old
         self._limit = float(max(settings.min_limit, min(self._limit * factor, settings.max_limit)))

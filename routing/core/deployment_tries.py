@@ -96,7 +96,7 @@ async def _call_deployment(
     started = parts.clock()
     ended = None
     tries = 1 if others else spread.tries_left
-    delay = hedge_delay(parts, link, key, spread.left, walk.settle_later, walk.discard) if parts.hedges.on else None
+    delay = hedge_delay(parts, link, key, spread.left, walk.settle_later, walk.priority) if parts.hedges.on else None
     try:
         if delay is None:
             label = f"{link.model.id}@{target.name}"

@@ -25,9 +25,10 @@ simulated time.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from routing.core import errors
+from routing.core.admission_queue import Ticket
 from routing.core.deployment_tries import try_deployments
 from routing.core.failures import FailureKind
 from routing.core.link_tries import try_link
@@ -52,18 +53,19 @@ class Executor(ExecutorParts):
         deadline: float,
         settle_later: bool = False,
         tokens: int = 0,
-        discard: Callable[[Any], Awaitable[None]] | None = None,
+        priority: Ticket | None = None,
     ) -> Outcome:
         """Serve the request from the first link that can; `deadline` is on this executor's clock.
 
         With `settle_later` the serving link's breaker is not charged when `attempt`
         returns: the Outcome carries a `Settlement` the caller must settle (streams, whose
         success is a clean end, not the commit). `tokens` is the request's estimate,
-        counted against deployments' `tpm` capacity. `discard` closes a result that lost a
-        hedge race (an open stream); without it, streams are never hedged.
+        counted against deployments' `tpm` capacity. `priority` is the request's ticket for the
+        deployments' queues and hedging (None: the default class, never hedged); its `discard` closes a
+        result that lost a hedge race (an open stream): without it, streams are never hedged.
         """
         obs = self.observer
-        walk = Walk(attempt, resilience, deadline, settle_later, tokens, discard)
+        walk = Walk(attempt, resilience, deadline, settle_later, tokens, priority)
         for link in chain:
             model = link.model
             skip = link.skip_reason

@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from routing.core.admission_queue import current
+from routing.core.admission_queue import Ticket
 from routing.core.breaker import State
 from routing.core.link_tries import try_link
 from routing.core.parts import ExecutorParts
@@ -32,14 +32,18 @@ class Race:
 
 
 def hedge_delay(
-    parts: ExecutorParts, link: Link, key: Any, left: list[Target], settle_later: bool, discard: Any
+    parts: ExecutorParts,
+    link: Link,
+    key: Any,
+    left: list[Target],
+    settle_later: bool,
+    ticket: Ticket | None,
 ) -> float | None:
     """After how long this request's call to `key` is hedged; None: not hedged (docs/overload.md#hedging)."""
     hedges = parts.hedges
-    if not hedges.on or not left or (settle_later and discard is None):
+    if not hedges.on or not left or ticket is None or not ticket.hedge:  # off, non-idempotent, or not admitted
         return None
-    ticket = current.get()
-    if ticket is None or not ticket.hedge:  # marked non-idempotent by the operator, or not admitted
+    if settle_later and ticket.discard is None:  # a stream the caller cannot close if it loses
         return None
     return hedges.delay(link.model.id, key, ticket.tools)
 
@@ -115,8 +119,9 @@ async def _settle_race(
         elif out is not None and out.error is None:  # committed in the same instant: not needed
             if out.settlement is not None:
                 out.settlement.release()
-            if walk.discard is not None:
-                await walk.discard(out.result)
+            discard = walk.priority.discard if walk.priority is not None else None
+            if discard is not None:
+                await discard(out.result)
         elif ended is None and out is not None:  # this call ended the request (deadline, 4xx)
             ended, served = out, target.link
         if target is not race.first:  # the hedge's in-flight count, as the caller does for the first

@@ -120,7 +120,7 @@ async def _attempt(
             if gate is None:
                 result = await walk.attempt(link, walk.deadline)
             else:
-                result = await within_limit(parts, gate, walk.attempt, link, walk.deadline)
+                result = await within_limit(parts, gate, walk.attempt, link, walk.deadline, walk.priority)
     except Shed as f:
         walk.attempts -= 1
         return f

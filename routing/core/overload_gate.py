@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from routing.core.admission_queue import Gate
+from routing.core.admission_queue import Gate, Ticket
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.parts import ExecutorParts
 from routing.core.walk import Link
@@ -22,10 +22,16 @@ _DROPS = frozenset({FailureKind.READ_TIMEOUT, FailureKind.FIRST_TOKEN_TIMEOUT})
 
 
 async def within_limit(
-    parts: ExecutorParts, gate: Gate, attempt: Callable[[Link, float], Awaitable[Any]], link: Link, deadline: float
+    parts: ExecutorParts,
+    gate: Gate,
+    attempt: Callable[[Link, float], Awaitable[Any]],
+    link: Link,
+    deadline: float,
+    priority: Ticket | None = None,
 ) -> Any:
-    """One attempt within the deployment's adaptive limit; the slot is the caller's on success."""
-    await parts.gates.enter(gate, deadline)
+    """One attempt within the deployment's adaptive limit, queued by the request's `priority` ticket; the
+    slot is the caller's on success."""
+    await parts.gates.enter(gate, deadline, priority)
     started = parts.clock()
     try:
         result = await attempt(link, deadline)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from routing.core import errors
-from routing.core.admission_queue import Shed
+from routing.core.admission_queue import Shed, Ticket
 from routing.core.breaker import BreakerKey
 from routing.core.errors import GatewayError
 from routing.core.failures import FailureKind, UpstreamFailure
@@ -85,7 +85,7 @@ class Walk:
         "deadline",
         "settle_later",
         "tokens",
-        "discard",
+        "priority",
         "too_long",
         "trail",
         "details",
@@ -110,14 +110,14 @@ class Walk:
         deadline: float,
         settle_later: bool = False,
         tokens: int = 0,
-        discard: Callable[[Any], Awaitable[None]] | None = None,
+        priority: Ticket | None = None,
     ) -> None:
         self.attempt = attempt  # one upstream try: a result, or UpstreamFailure
         self.res = res
         self.deadline = deadline  # on the executor's clock
         self.settle_later = settle_later  # the caller settles the serving link's breaker (a stream)
         self.tokens = tokens  # the request's estimate, against deployments' tpm capacity
-        self.discard = discard  # closes a result that lost a hedge race; None: never hedged if settle_later
+        self.priority = priority  # the request's place in the gates' queues and its hedging (routing.runtime.overload)
         self.too_long: int | None = None  # the window of a link that answered "context length exceeded"
         self.trail: list[tuple[str, str]] = []
         self.details: list[str] | None = None  # per-link explanation, built only when something fails
@@ -136,7 +136,7 @@ class Walk:
 
     def sub(self) -> Walk:
         """A fresh walk with this one's constants, for one call of a hedge race."""
-        return Walk(self.attempt, self.res, self.deadline, self.settle_later, self.tokens, self.discard)
+        return Walk(self.attempt, self.res, self.deadline, self.settle_later, self.tokens, self.priority)
 
     def done(self, result: Any, link: Link) -> Outcome:
         return Outcome(result, None, link, self.attempts, self.reason, self.upstream_s, self.trail)

@@ -247,7 +247,7 @@ def _model(call: Call, scope: Scope) -> ModelSpec:
     agent = key.agent
     org = agent.org
     if call.process.overload.on:  # priority class and max wait for the deployments' queues (docs/overload.md)
-        call.process.overload.admit(scope["headers"], key, body)
+        call.priority = call.process.overload.admit(scope["headers"], key, body)
     if org.log_bodies or settings.SWITCHBOARD_LOG_BODIES:  # opted in: docs/operations.md#bodies
         ctx.request_body = bodies.capture(call.raw)
     name = select_model_name(body.get("model"), agent)

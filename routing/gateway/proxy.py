@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from routing.config.snapshot import Snapshot
 from routing.core import errors
+from routing.core.admission_queue import Ticket as Priority
 from routing.core.executor import Link, Settlement
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.limiter import Ticket
@@ -91,6 +92,7 @@ class Call:
         "links",
         "deadline",
         "ticket",
+        "priority",
         "plan",
     )
 
@@ -111,6 +113,7 @@ class Call:
         self.links: list[Link] = []  # the chain after preflight
         self.deadline = 0.0  # the total deadline, on the monotonic clock
         self.ticket: Ticket | None = None  # the rate-limit admission, settled once the answer is known
+        self.priority: Priority | None = None  # class, org weight and max wait in the deployments' queues
         self.plan: Plan | None = None  # the response cache's plan; None: the model is not cached
 
 
@@ -149,6 +152,7 @@ async def proxy_once(call: Call) -> tuple[int, Headers, bytes]:
         call.snap.resilience,
         call.deadline,
         tokens=_capacity_tokens(ctx, call.links),
+        priority=call.priority,
     )
     ctx.outcome = outcome
     if outcome.error is not None:
@@ -243,6 +247,8 @@ async def proxy_stream(call: Call) -> None:
 
     run = attempt if trace is None else traced(trace, attempt)
     links = call.links
+    if call.priority is not None:
+        call.priority.discard = _discard  # a stream that loses a hedge race is closed
     outcome = await call.process.executor.run(
         links,
         run,
@@ -250,7 +256,7 @@ async def proxy_stream(call: Call) -> None:
         call.deadline,
         settle_later=True,
         tokens=_capacity_tokens(ctx, links),
-        discard=_discard,
+        priority=call.priority,
     )
     ctx.outcome = outcome
     if outcome.error is not None:

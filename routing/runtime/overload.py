@@ -4,7 +4,7 @@
 the snapshot's overload settings (routing.config.overload_spec), at boot and on every
 reload. They are the process's (`Process.overload`): when nothing is configured its `on`
 stays False and the request path pays one attribute test. When on, `admit` gives the
-request its ticket: its priority class (from the key, the agent or the org, lowered but
+request its ticket (carried on its Call to the executor): its priority class (from the key, the agent or the org, lowered but
 never raised by X-Switchboard-Priority), its org's weight and its X-Switchboard-Max-Wait.
 """
 
@@ -16,7 +16,7 @@ from prometheus_client import Counter, Gauge
 
 from routing.config.overload_spec import OverloadSpec
 from routing.core import errors
-from routing.core.admission_queue import PRIORITIES, Gates, Ticket, current
+from routing.core.admission_queue import PRIORITIES, Gates, Ticket
 from routing.core.hedging import Hedges
 from routing.runtime.process import installed
 
@@ -69,8 +69,8 @@ class Overload:
         hedges.configure(self.spec.hedge)
         self.on = gates.on or hedges.on
 
-    def admit(self, headers: Any, key: Any, body: dict | None = None) -> None:
-        """Give this request its ticket for the gates and hedging (only called when `on`)."""
+    def admit(self, headers: Any, key: Any, body: dict | None = None) -> Ticket:
+        """This request's ticket for the gates and hedging (only called when `on`)."""
         spec = self.spec
         agent = key.agent
         org = agent.org.name
@@ -88,7 +88,7 @@ class Overload:
                 wait_until = self.gates.clock() + _max_wait(value)
         tools = body is not None and bool(body.get("tools"))
         hedge = self.hedges.on and who not in spec.never_hedge
-        current.set(Ticket(org, rank, spec.weights.get(org, 1.0), wait_until, hedge, tools))
+        return Ticket(org, rank, spec.weights.get(org, 1.0), wait_until, hedge, tools)
 
     def refresh_metrics(self) -> None:
         """Limit, in-flight and queue length of every gate into the gauges (scrape time or the refresher)."""
@@ -123,9 +123,9 @@ def _count_hedge(outcome: str) -> None:
     HEDGES.labels(outcome).inc()
 
 
-def admit(headers: Any, key: Any, body: dict | None = None) -> None:
+def admit(headers: Any, key: Any, body: dict | None = None) -> Ticket:
     """The current process's `Overload.admit` (the request path calls its own process's)."""
-    installed().overload.admit(headers, key, body)
+    return installed().overload.admit(headers, key, body)
 
 
 def _asked(value: bytes) -> int:

@@ -310,8 +310,8 @@ def test_processes_sharing_a_deployment_each_take_an_even_share_of_its_limit() -
 
 
 def test_the_cluster_s_seats_set_each_gate_s_share_and_a_new_gate_waits_for_its_own() -> None:
-    """docs/overload.md#processes: with Redis, the seats the shared limits' round brings set a gate's max;
-    a deployment first called while seated starts with none (its requests wait) and wakes the round at
+    """docs/overload.md#processes: with Redis, the seats the shared limits' round brings set a gate's max
+    (a limit learnt below it stays; one the seats held is scaled with them); a deployment first called while seated starts with none (its requests wait) and wakes the round at
     once; Redis unreachable, every gate goes back to an even share."""
     from routing.core.admission_queue import Gates
 
@@ -325,7 +325,12 @@ def test_the_cluster_s_seats_set_each_gate_s_share_and_a_new_gate_waits_for_its_
     assert east is not None and east.settings.max_limit == 20 and not woken  # not seated: an even share
     east.limit.sample(0.1, 1, clock())
     gates.seat({"m/east": 30})
-    assert gates.seated and east.settings.max_limit == 30 and east.limit.limit == 7  # 5 of 20 -> 7.5 of 30
+    # the seats follow the processes' demand: a limit learnt below its share stays what the upstream taught
+    assert gates.seated and east.settings.max_limit == 30 and east.limit.limit == 5
+    gates.seat({"m/east": 4})
+    assert east.limit.limit == 4  # within the new share
+    gates.seat({"m/east": 8})
+    assert east.limit.limit == 8  # it was at its whole share (the seats bound it): at its whole share again
     west = gates.gate("k2", "m", "m/west")
     assert west is not None and (west.settings.max_limit, west.limit.limit) == (0, 0) and woken == [1]
     assert gates.claims() == [("m/east", 40, 0, 0), ("m/west", 40, 0, 0)]

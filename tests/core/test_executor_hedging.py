@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from routing.config.snapshot import Resilience
-from routing.core.admission_queue import Gates, Ticket, current
+from routing.core.admission_queue import Gates, Ticket
 from routing.core.breaker import BreakerRegistry
 from routing.core.executor import Executor, Link
 from routing.core.hedging import MIN_SAMPLES, Hedges, HedgeSettings
@@ -46,10 +46,10 @@ async def test_a_late_first_token_is_hedged_and_the_hedge_wins_and_the_slow_call
             raise
         return name
 
-    current.set(Ticket("acme", 1, 1.0, None, hedge=True))
+    ticket = Ticket("acme", 1, 1.0, None, hedge=True)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    out = await ex.run([lk], attempt, RES, loop.time() + 30)
+    out = await ex.run([lk], attempt, RES, loop.time() + 30, priority=ticket)
     assert out.error is None and out.result == "west"
     assert out.link.model.provider.name == "west" and out.attempts == 2
     assert cancelled == ["east"] and outcomes == ["won"]
@@ -67,9 +67,9 @@ async def test_a_request_marked_non_idempotent_is_never_hedged() -> None:
         await asyncio.sleep(0.1)
         return "ok"
 
-    current.set(Ticket("acme", 1, 1.0, None, hedge=False))
+    ticket = Ticket("acme", 1, 1.0, None, hedge=False)
     loop = asyncio.get_running_loop()
-    out = await ex.run([lk], attempt, RES, loop.time() + 30)
+    out = await ex.run([lk], attempt, RES, loop.time() + 30, priority=ticket)
     assert out.error is None and calls == ["east"]
 
 
@@ -82,10 +82,10 @@ async def test_hedges_stop_when_the_budget_is_spent() -> None:
         await asyncio.sleep(0.05)  # every call is past the 20 ms p95
         return "ok"
 
-    current.set(Ticket("acme", 1, 1.0, None, hedge=True))
+    ticket = Ticket("acme", 1, 1.0, None, hedge=True)
     loop = asyncio.get_running_loop()
     for _ in range(30):
-        await ex.run([lk], attempt, RES, loop.time() + 30)
+        await ex.run([lk], attempt, RES, loop.time() + 30, priority=ticket)
     extra = len(calls) - 30
     assert 1 <= extra <= 3  # 10 % of 30 requests
 
@@ -102,9 +102,10 @@ async def test_a_stream_that_lost_the_race_in_the_same_instant_is_closed() -> No
     async def discard(result: Any) -> None:
         closed.append(result)
 
-    current.set(Ticket("acme", 1, 1.0, None, hedge=True))
+    ticket = Ticket("acme", 1, 1.0, None, hedge=True)
+    ticket.discard = discard
     loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(ex.run([lk], attempt, RES, loop.time() + 30, settle_later=True, discard=discard))
+    task = asyncio.ensure_future(ex.run([lk], attempt, RES, loop.time() + 30, settle_later=True, priority=ticket))
     await asyncio.sleep(0.1)  # past the p95: the hedge is out
     gate.set()
     out = await task

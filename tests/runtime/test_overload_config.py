@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from routing.config.overload_spec import build_overload
-from routing.core.admission_queue import PRIORITIES, current
+from routing.core.admission_queue import PRIORITIES
 from routing.core.breaker import BreakerKey
 from routing.core.errors import GatewayError
 from routing.runtime import overload
@@ -61,16 +61,16 @@ def test_nothing_configured_is_off():
 
 
 def test_the_key_then_the_agent_then_the_org_sets_the_class_and_a_header_only_lowers_it(configured):
-    overload.admit([], key())
-    assert current.get().priority == PRIORITIES["interactive"] and current.get().weight == 2.0
-    overload.admit([], key(agent="other"))
-    assert current.get().priority == PRIORITIES["default"]
-    overload.admit([], key(org="globex", agent="x"))
-    assert current.get().priority == PRIORITIES["batch"] and current.get().weight == 1.0
-    overload.admit([(b"x-switchboard-priority", b"batch")], key())
-    assert current.get().priority == PRIORITIES["batch"]
-    overload.admit([(b"x-switchboard-priority", b"interactive")], key(prefix="sb-batchy"))
-    assert current.get().priority == PRIORITIES["batch"]  # the key's class: not raised
+    t = overload.admit([], key())
+    assert t.priority == PRIORITIES["interactive"] and t.weight == 2.0
+    t = overload.admit([], key(agent="other"))
+    assert t.priority == PRIORITIES["default"]
+    t = overload.admit([], key(org="globex", agent="x"))
+    assert t.priority == PRIORITIES["batch"] and t.weight == 1.0
+    t = overload.admit([(b"x-switchboard-priority", b"batch")], key())
+    assert t.priority == PRIORITIES["batch"]
+    t = overload.admit([(b"x-switchboard-priority", b"interactive")], key(prefix="sb-batchy"))
+    assert t.priority == PRIORITIES["batch"]  # the key's class: not raised
 
 
 def test_a_bad_priority_header_is_a_400_naming_it(configured):
@@ -80,12 +80,12 @@ def test_a_bad_priority_header_is_a_400_naming_it(configured):
 
 
 def test_hedging_is_never_for_agents_with_side_effects_and_tools_only_where_the_model_allows(configured):
-    overload.admit([], key(), {"messages": []})
-    assert current.get().hedge is True and current.get().tools is False
-    overload.admit([], key(agent="payments"), {"messages": []})
-    assert current.get().hedge is False
-    overload.admit([], key(), {"messages": [], "tools": [{"type": "function"}]})
-    assert current.get().tools is True
+    t = overload.admit([], key(), {"messages": []})
+    assert t.hedge is True and t.tools is False
+    t = overload.admit([], key(agent="payments"), {"messages": []})
+    assert t.hedge is False
+    t = overload.admit([], key(), {"messages": [], "tools": [{"type": "function"}]})
+    assert t.tools is True
     for _ in range(30):
         current_process().hedges.observe("k", 0.05)
     assert (
