@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import openai
 import orjson
+import pydantic
 import pytest
 
 from routing.config import live
@@ -327,3 +328,80 @@ def test_the_usage_record_prices_the_classes_of_a_whole_answer(dialect, upstream
     spec = model(upstream, provider(dialect=dialect, base_url="http://127.0.0.1:9/x?region=us-east-1"))
     parsed = get_dialect(dialect).parse_response("chat", orjson.dumps(answer), spec)
     assert parsed.classes == classes
+
+
+# --- real structured-output libraries ----------------------------------------------------
+
+RUNS = 3  # answers per library and link here; the 100-answer count is in docs/translation.md#gemini
+
+
+class Search(pydantic.BaseModel):
+    query: str
+
+
+async def agents_sdk(sdk: openai.AsyncOpenAI, model: str) -> Any:
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    agent = Agent(name="s", model=OpenAIChatCompletionsModel(model=model, openai_client=sdk), output_type=Search)
+    return (await Runner.run(agent, "What should I search for?")).final_output
+
+
+async def pydantic_ai_native(sdk: openai.AsyncOpenAI, model: str) -> Any:
+    from pydantic_ai import Agent, NativeOutput
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    agent = Agent(OpenAIChatModel(model, provider=OpenAIProvider(openai_client=sdk)), output_type=NativeOutput(Search))
+    return (await agent.run("What should I search for?")).output
+
+
+async def instructor_json_schema(sdk: openai.AsyncOpenAI, model: str) -> Any:
+    import instructor
+
+    patched = instructor.from_openai(sdk, mode=instructor.Mode.JSON_SCHEMA)
+    return await patched.chat.completions.create(model=model, messages=MESSAGES, response_model=Search, max_retries=0)
+
+
+async def langchain_default(sdk: openai.AsyncOpenAI, model: str) -> Any:
+    from langchain_openai import ChatOpenAI
+
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway_application))
+    llm = ChatOpenAI(model=model, base_url="http://gateway/v1", api_key=API_KEY, http_async_client=http, max_retries=0)
+    try:
+        return await llm.with_structured_output(Search).ainvoke("What should I search for?")
+    finally:
+        await http.aclose()
+
+
+@pytest.mark.parametrize("library", [agents_sdk, pydantic_ai_native, instructor_json_schema, langchain_default])
+@pytest.mark.parametrize("model", LINKS)
+async def test_structured_output_libraries_get_answers_valid_against_their_schema(mock, model, library):
+    async with client() as sdk:
+        for _ in range(RUNS):
+            answer = await library(sdk, model)  # instructor answers with a subclass of its own
+            assert Search.model_validate(answer.model_dump()).model_dump() == {"query": "mock"}
+    bodies = sent(mock, LINKS[model])
+    assert len(bodies) == RUNS  # one call each: no retry after prose
+    for body in bodies:  # the schema went up by the upstream's own mechanism
+        if model == "bed":
+            assert body["toolConfig"]["toolChoice"] == {"tool": {"name": STRUCTURED_TOOL}}
+        else:
+            assert "responseJsonSchema" in body["generationConfig"]
+
+
+def test_the_mocks_refuse_what_the_providers_refuse():
+    """So a 200 above means the budget was inside the model's range, as the provider checks it."""
+    assert "between 128 and 32768" in clouds._config_problem(
+        "gemini-2.5-pro", {"thinkingConfig": {"thinkingBudget": 40000}}
+    )  # noqa: SLF001
+    assert clouds._config_problem("gemini-2.5-pro", {"thinkingConfig": {"thinkingBudget": 0}})  # noqa: SLF001
+    assert clouds._config_problem("gemini-2.5-flash", {"thinkingConfig": {"thinkingBudget": 24576}}) is None  # noqa: SLF001
+    schema = {"responseMimeType": "application/json", "responseSchema": SCHEMA}
+    assert "additionalProperties" in clouds._config_problem("gemini-2.5-flash", schema)  # noqa: SLF001
+    thinking = {"additionalModelRequestFields": {"thinking": {"type": "enabled", "budget_tokens": 2048}}}
+    assert mock_bedrock.request_problem(CLAUDE, {**thinking, "inferenceConfig": {"maxTokens": 2048}})
+    assert mock_bedrock.request_problem(OPUS, {"inferenceConfig": {"maxTokens": 40000}})
+    forced = {"toolConfig": {"tools": [{"toolSpec": {"name": "f"}}], "toolChoice": {"tool": {"name": "f"}}}}
+    assert "forces tool use" in mock_bedrock.request_problem(CLAUDE, {**thinking, **forced})
+    assert mock_bedrock.request_problem(CLAUDE, {**thinking, "inferenceConfig": {"maxTokens": 4096}}) is None

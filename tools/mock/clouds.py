@@ -25,7 +25,8 @@ the text is JSON valid against `responseJsonSchema` (or `responseSchema`; tools.
 with a `thinkingConfig` that thinks, `usageMetadata.thoughtsTokenCount`, and with
 `includeThoughts` a thought part (`thought: true`) before the answer (a stream sends it as its
 first event); a `thinkingBudget` outside the model's range (`THINKING_RANGES`) is Google's 400
-INVALID_ARGUMENT, as is `responseSchema` beside `responseJsonSchema`. A step {"cached_tokens": N}
+INVALID_ARGUMENT, as are `responseSchema` beside `responseJsonSchema` and a JSON-Schema-only keyword
+(`additionalProperties`, `$ref`, ...) inside `responseSchema`, whose OpenAPI subset has no such field. A step {"cached_tokens": N}
 reports N as `cachedContentTokenCount`, as implicit caching does.
 """
 
@@ -52,6 +53,10 @@ GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"  # the `aud` Googl
 GEMINI_USAGE = {"promptTokenCount": 11, "candidatesTokenCount": 6, "totalTokenCount": 17}
 THOUGHT = "Let me think about what is asked."
 THOUGHT_TOKENS = 5
+# JSON Schema keywords the OpenAPI-subset `Schema` of `responseSchema` has no field for (Gemini API reference)
+NOT_IN_RESPONSE_SCHEMA = frozenset(
+    {"additionalProperties", "$schema", "$defs", "$ref", "definitions", "const", "allOf", "oneOf"}
+)
 # Gemini's thinking budgets by model-name prefix: (smallest, largest, whether 0 turns thinking off)
 THINKING_RANGES = (
     ("gemini-2.5-flash-lite", 512, 24576, True),
@@ -140,6 +145,9 @@ def _config_problem(name: str, config: dict[str, Any]) -> str | None:
     schema = "responseSchema" in config or "responseJsonSchema" in config
     if schema and config.get("responseMimeType") != "application/json":
         return "a response schema needs responseMimeType application/json"
+    unknown = _unknown_field(config.get("responseSchema"))
+    if unknown is not None:
+        return f"Invalid JSON payload received. Unknown name {unknown!r} at 'generation_config.response_schema'"
     thinking = config.get("thinkingConfig") or {}
     budget = thinking.get("thinkingBudget")
     if budget is None or budget == -1:
@@ -152,6 +160,22 @@ def _config_problem(name: str, config: dict[str, Any]) -> str | None:
                 return "Budget 0 is invalid. This model only works in thinking mode."
             if budget != 0 and not low <= budget <= high:
                 return f"The thinking budget {budget} is invalid. Please choose a value between {low} and {high}."
+    return None
+
+
+def _unknown_field(schema: Any) -> str | None:
+    """The first JSON-Schema-only keyword in a `responseSchema`, which the API refuses as an unknown field."""
+    if isinstance(schema, list):
+        return next((found for item in schema if (found := _unknown_field(item)) is not None), None)
+    if not isinstance(schema, dict):
+        return None
+    for key, value in schema.items():
+        if key in NOT_IN_RESPONSE_SCHEMA:
+            return key
+        nested = value.values() if key == "properties" and isinstance(value, dict) else [value]
+        found = next((f for v in nested if (f := _unknown_field(v)) is not None), None)
+        if found is not None:
+            return found
     return None
 
 
