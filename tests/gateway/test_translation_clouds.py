@@ -319,6 +319,16 @@ async def test_bedrock_cache_reads_and_writes_reach_the_usage(mock):
             },
             {"cache_read": 8, "cache_write": 4},
         ),
+        (
+            "vertex",
+            "claude-sonnet-4@20250514",
+            {
+                "content": [{"type": "text", "text": "hi"}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 5, "output_tokens": 2, "cache_read_input_tokens": 8},
+            },
+            {"cache_read": 8},
+        ),
     ],
 )
 def test_the_usage_record_prices_the_classes_of_a_whole_answer(dialect, upstream, answer, classes):
