@@ -415,3 +415,24 @@ def test_the_mocks_refuse_what_the_providers_refuse():
     forced = {"toolConfig": {"tools": [{"toolSpec": {"name": "f"}}], "toolChoice": {"tool": {"name": "f"}}}}
     assert "forces tool use" in mock_bedrock.request_problem(CLAUDE, {**thinking, **forced})
     assert mock_bedrock.request_problem(CLAUDE, {**thinking, "inferenceConfig": {"maxTokens": 4096}}) is None
+
+
+async def test_gemini_3_thought_signatures_go_back_with_their_function_calls(mock):
+    """Gemini 3 signs its function calls and refuses the next turn without the signature: the chat answer
+    carries it in the tool call's `extra_content.google.thought_signature` (Google's own OpenAI-compatible
+    field), and the call sent back up carries it again."""
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": SCHEMA}}]
+    async with client() as sdk:
+        first = await sdk.chat.completions.create(model="gem-3", messages=MESSAGES, tools=tools)
+        call = first.choices[0].message.to_dict()["tool_calls"][0]
+        assert call["extra_content"] == {"google": {"thought_signature": clouds.THOUGHT_SIGNATURE}}
+        turn = [
+            *MESSAGES,
+            first.choices[0].message.to_dict(),
+            {"role": "tool", "tool_call_id": call["id"], "content": "ok"},
+        ]
+        second = await sdk.chat.completions.create(model="gem-3", messages=turn, tools=tools)
+    assert second.choices[0].message.content
+    (_, again) = sent(mock, "gemini-3-pro-preview")
+    signed = [p for c in again["contents"] for p in c["parts"] if "functionCall" in p]
+    assert [p.get("thoughtSignature") for p in signed] == [clouds.THOUGHT_SIGNATURE]

@@ -26,8 +26,10 @@ with a `thinkingConfig` that thinks, `usageMetadata.thoughtsTokenCount`, and wit
 `includeThoughts` a thought part (`thought: true`) before the answer (a stream sends it as its
 first event); a `thinkingBudget` outside the model's range (`THINKING_RANGES`) is Google's 400
 INVALID_ARGUMENT, as are `responseSchema` beside `responseJsonSchema` and a JSON-Schema-only keyword
-(`additionalProperties`, `$ref`, ...) inside `responseSchema`, whose OpenAPI subset has no such field. A step {"cached_tokens": N}
-reports N as `cachedContentTokenCount`, as implicit caching does.
+(`additionalProperties`, `$ref`, ...) inside `responseSchema`, whose OpenAPI subset has no such
+field. A step {"cached_tokens": N} reports N as `cachedContentTokenCount`, as implicit caching
+does. Gemini 3 models (and any that thinks) sign their function calls (`thoughtSignature`), and a
+Gemini 3 model refuses (400) a model turn whose functionCall part comes back without its signature.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"  # the `aud` Googl
 GEMINI_USAGE = {"promptTokenCount": 11, "candidatesTokenCount": 6, "totalTokenCount": 17}
 THOUGHT = "Let me think about what is asked."
 THOUGHT_TOKENS = 5
+THOUGHT_SIGNATURE = "CiQBcsjafE1mockSignatureOfTheThought=="
+SIGNING = "gemini-3"  # models that sign their function calls and require the signature back
 # JSON Schema keywords the OpenAPI-subset `Schema` of `responseSchema` has no field for (Gemini API reference)
 NOT_IN_RESPONSE_SCHEMA = frozenset(
     {"additionalProperties", "$schema", "$defs", "$ref", "definitions", "const", "allOf", "oneOf"}
@@ -179,6 +183,18 @@ def _unknown_field(schema: Any) -> str | None:
     return None
 
 
+def _unsigned_call(name: str, contents: list[Any]) -> str | None:
+    """Gemini 3 refuses a model turn's functionCall part sent back without the thoughtSignature it came with."""
+    if not name.startswith(SIGNING):
+        return None
+    for content in contents:
+        parts = content.get("parts") if isinstance(content, dict) and content.get("role") == "model" else None
+        for part in parts or ():
+            if isinstance(part, dict) and "functionCall" in part and not part.get("thoughtSignature"):
+                return "Function call is missing a thought_signature in functionCall parts."
+    return None
+
+
 def _answer_text(config: dict[str, Any], text: str) -> str:
     """The answer's text: JSON valid against the requested schema in JSON mode (constrained decoding)."""
     if config.get("responseMimeType") != "application/json":
@@ -209,13 +225,15 @@ async def _generate(request: web.Request, body: dict[str, Any], model: bytes, st
     if not isinstance(body.get("contents"), list) or not body["contents"]:
         return web.Response(status=400, body=google_error(400, "contents is not specified"), content_type=JSON_TYPE)
     config = body.get("generationConfig") or {}
-    problem = _config_problem(name, config)
+    problem = _config_problem(name, config) or _unsigned_call(name, body["contents"])
     if problem is not None:
         return web.Response(status=400, body=google_error(400, problem), content_type=JSON_TYPE)
     usage, thoughts = _usage(config, step)
     thought = [{"text": THOUGHT, "thought": True}] if thoughts else []
     fn = _wants_function(body)
     call = [{"functionCall": {"name": fn.get("name", ""), "args": {"query": "mock"}}}] if fn is not None else []
+    if call and (thoughts or name.startswith(SIGNING)):
+        call[0]["thoughtSignature"] = THOUGHT_SIGNATURE
     if method == "generateContent":
         answer = {
             "candidates": [_candidate([*thought, {"text": _answer_text(config, mock.TEXT)}, *call], "STOP")],

@@ -85,6 +85,15 @@ def _append(contents: list[dict[str, Any]], role: str, parts: list[dict[str, Any
         contents.append({"role": role, "parts": parts})
 
 
+def thought_signature_of(call: Any) -> str | None:
+    """The thought signature a tool call carried back in `extra_content.google.thought_signature`
+    (the field Google's own OpenAI-compatible endpoint uses; chat_completion_of sets it)."""
+    extra = call.get("extra_content") if isinstance(call, dict) else None
+    google = extra.get("google") if isinstance(extra, dict) else None
+    signature = google.get("thought_signature") if isinstance(google, dict) else None
+    return signature if isinstance(signature, str) and signature else None
+
+
 def contents_of(raw: Any) -> tuple[str | None, list[dict[str, Any]]]:
     """(system instruction text, contents) of OpenAI chat messages."""
     names: dict[str, str] = {}  # tool call id -> function name, for the functionResponse that answers it
@@ -92,7 +101,11 @@ def contents_of(raw: Any) -> tuple[str | None, list[dict[str, Any]]]:
     def call_part(call: Any, param: str) -> dict[str, Any]:
         call_id, name, args = openai_request.function_call(call, param)
         names[call_id] = name
-        return {"functionCall": {"name": name, "args": args}}
+        part: dict[str, Any] = {"functionCall": {"name": name, "args": args}}
+        signature = thought_signature_of(call)
+        if signature is not None:
+            part["thoughtSignature"] = signature  # Gemini 3 refuses a call of its own turn without it
+        return part
 
     def result_part(msg: dict[str, Any], text: str) -> dict[str, Any]:
         name = names.get(str(msg.get("tool_call_id", "")), str(msg.get("name") or "tool"))
@@ -218,16 +231,17 @@ def _read_parts(candidate: dict[str, Any], first_call: int) -> tuple[str, str, l
             texts.append(part["text"])
         call = part.get("functionCall")
         if isinstance(call, dict):
-            calls.append(
-                {
-                    "id": str(call.get("id") or f"call_{first_call + len(calls)}"),
-                    "type": "function",
-                    "function": {
-                        "name": str(call.get("name", "")),
-                        "arguments": orjson.dumps(call.get("args") or {}).decode(),
-                    },
-                }
-            )
+            out: dict[str, Any] = {
+                "id": str(call.get("id") or f"call_{first_call + len(calls)}"),
+                "type": "function",
+                "function": {
+                    "name": str(call.get("name", "")),
+                    "arguments": orjson.dumps(call.get("args") or {}).decode(),
+                },
+            }
+            if isinstance(part.get("thoughtSignature"), str):  # carried back with the call (thought_signature_of)
+                out["extra_content"] = {"google": {"thought_signature": part["thoughtSignature"]}}
+            calls.append(out)
     return "".join(texts), "".join(thoughts), calls
 
 
