@@ -89,7 +89,7 @@ def test_gemini_request_translates_images_schema_tools_and_sampling():
     assert parts[1] == {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}}
     assert parts[2] == {"fileData": {"mimeType": "image/webp", "fileUri": "https://example.com/cat.webp"}}
     config = out["generationConfig"]
-    assert config["responseMimeType"] == "application/json" and config["responseSchema"] == {"type": "object"}
+    assert config["responseMimeType"] == "application/json" and config["responseJsonSchema"] == {"type": "object"}
     assert (config["temperature"], config["topP"], config["stopSequences"], config["maxOutputTokens"]) == (
         0.3,
         0.9,

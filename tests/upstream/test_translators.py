@@ -27,7 +27,15 @@ from tests.upstream.conftest import model
 WIRE = Path(__file__).resolve().parent.parent / "fixtures" / "wire"
 EXPECTED = WIRE / "expected"
 NOW = 1_700_000_000.0
-HELPERS = {"__init__", "table", "shared", "openai_request", "anthropic_structured"}  # not a pair of their own
+HELPERS = {
+    "__init__",
+    "table",
+    "shared",
+    "openai_request",
+    "anthropic_structured",
+    "gemini_structured",
+    "bedrock_structured",
+}  # not a pair of their own
 
 
 def wire(name: str) -> bytes:

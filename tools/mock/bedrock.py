@@ -18,7 +18,16 @@ answers that error with its AWS status and `{"message": ...}` body; {"stream_exc
 "throttlingException", "exception_after": k} sends that exception message in the stream after
 k content deltas. Stream steps also take frames, frame_delay_ms, first_frame_delay_ms,
 break_after, no_done (no messageStop / metadata), no_usage (no metadata) and empty_stream.
-Usage is reported as inputTokens=USAGE[0], outputTokens=USAGE[1].
+Usage is reported as inputTokens=USAGE[0], outputTokens=USAGE[1]; a step {"cache_read": N,
+"cache_write": M} adds cacheReadInputTokens / cacheWriteInputTokens, as a prompt-cache hit and write do.
+
+Answers follow what Claude does behind Converse: a forced `toolChoice` (`tool` or `any`) gets the
+tool call alone, its input valid against the tool's schema (tools.mock.instances); with
+`additionalModelRequestFields.thinking` the answer starts with a `reasoningContent` block (streamed
+as `reasoningContent` text deltas and a signature delta). A request Bedrock would refuse is its
+400 ValidationException: a thinking budget under 1 024 or not below `maxTokens`, `maxTokens` above
+the model's limit (`OUTPUT_LIMITS`), thinking beside a forced tool or a changed temperature or
+topP, a `toolChoice` naming no offered tool.
 """
 
 from __future__ import annotations
@@ -36,7 +45,19 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from tools.mock.instances import instance
+
 TEXT = "Hello from the mock Bedrock runtime."
+THOUGHT = ("Let me think ", "about what is asked.")
+# Claude models on Bedrock with extended thinking: id fragment -> output-token limit (first match wins)
+OUTPUT_LIMITS = (
+    ("claude-opus-4-1", 32000),
+    ("claude-opus-4-5", 64000),
+    ("claude-opus-4", 32000),
+    ("claude-sonnet-4", 64000),
+    ("claude-haiku-4", 64000),
+    ("claude-3-7-sonnet", 64000),
+)
 USAGE = (21, 9)
 MAX_SKEW_S = 300  # AWS refuses signatures more than 5 minutes off its clock
 EVENTSTREAM = "application/vnd.amazon.eventstream"
@@ -163,22 +184,81 @@ def error_response(error_type: str, message: str, status: int | None = None) -> 
 # --- answers ------------------------------------------------------------------------------
 
 
-def _wanted_tool(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The first tool offered, unless the last turn already carries a tool result."""
+def _tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     config = body.get("toolConfig")
     tools = config.get("tools") if isinstance(config, dict) else None
-    if not isinstance(tools, list) or not tools or not isinstance(tools[0], dict):
+    specs = [t["toolSpec"] for t in tools or () if isinstance(t, dict) and isinstance(t.get("toolSpec"), dict)]
+    choice = config.get("toolChoice") if isinstance(config, dict) else None
+    return specs, choice if isinstance(choice, dict) else {}
+
+
+def _wanted_tool(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The tool `toolChoice` names, else the first one offered, unless the last turn already carries a result."""
+    specs, choice = _tools(body)
+    if not specs:
         return None
     messages = body.get("messages") or []
     content = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else None
     if isinstance(content, list) and any(isinstance(b, dict) and "toolResult" in b for b in content):
         return None
-    spec = tools[0].get("toolSpec")
-    return spec if isinstance(spec, dict) else {}
+    named = (choice.get("tool") or {}).get("name")
+    return next((spec for spec in specs if spec.get("name") == named), specs[0])
 
 
-def _usage() -> dict[str, int]:
-    return {"inputTokens": USAGE[0], "outputTokens": USAGE[1], "totalTokens": USAGE[0] + USAGE[1]}
+def _forced(body: dict[str, Any]) -> bool:
+    """A forced toolChoice (`any`, `tool`): Claude prefills the turn, so no text comes before the call."""
+    return bool({"any", "tool"} & _tools(body)[1].keys())
+
+
+def _tool_input(body: dict[str, Any], tool: dict[str, Any]) -> dict[str, Any]:
+    """A forced call's input follows the tool's schema; an offered one's is the usual {"query": "mock"}."""
+    if not _forced(body):
+        return {"query": "mock"}
+    value = instance((tool.get("inputSchema") or {}).get("json"))
+    return value if isinstance(value, dict) else {"query": "mock"}
+
+
+def _thinking(body: dict[str, Any]) -> dict[str, Any] | None:
+    fields = body.get("additionalModelRequestFields")
+    thinking = fields.get("thinking") if isinstance(fields, dict) else None
+    return thinking if isinstance(thinking, dict) and thinking.get("type") == "enabled" else None
+
+
+def request_problem(model: str, body: dict[str, Any]) -> str | None:
+    """Why Bedrock would refuse this Converse request with a ValidationException, or None."""
+    specs, choice = _tools(body)
+    named = (choice.get("tool") or {}).get("name")
+    if named is not None and named not in {spec.get("name") for spec in specs}:
+        return f"The tool {named} specified in toolChoice is not defined in toolConfig.tools."
+    inference = body.get("inferenceConfig") or {}
+    max_tokens = inference.get("maxTokens") or 4096
+    limit = next((n for fragment, n in OUTPUT_LIMITS if fragment in model), None)
+    if limit is not None and max_tokens > limit:
+        return f"max_tokens: {max_tokens} > {limit}, which is the maximum allowed number of output tokens for {model}"
+    thinking = _thinking(body)
+    if thinking is None:
+        return None
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or budget < 1024:
+        return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+    if budget >= max_tokens:
+        return "`max_tokens` must be greater than `thinking.budget_tokens`."
+    if _forced(body):
+        return "Thinking may not be enabled when tool_choice forces tool use."
+    if inference.get("temperature") not in (None, 1, 1.0):
+        return "`temperature` may only be set to 1 when thinking is enabled."
+    if inference.get("topP") is not None and inference["topP"] < 0.95:
+        return "`top_p` must be greater than or equal to 0.95 or unset when thinking is enabled."
+    return None
+
+
+def _usage(step: dict[str, Any] | None = None) -> dict[str, int]:
+    usage = {"inputTokens": USAGE[0], "outputTokens": USAGE[1], "totalTokens": USAGE[0] + USAGE[1]}
+    for field, key in (("cacheReadInputTokens", "cache_read"), ("cacheWriteInputTokens", "cache_write")):
+        if (step or {}).get(key):
+            usage[field] = int(step[key])  # type: ignore[index]
+            usage["totalTokens"] += usage[field]
+    return usage
 
 
 async def converse(
@@ -186,16 +266,22 @@ async def converse(
 ) -> web.StreamResponse:
     if step and step.get("exception"):
         return error_response(step["exception"], step.get("message") or f"mock {step['exception']}")
+    problem = request_problem(request.match_info["model_id"], body)
+    if problem is not None:
+        return error_response("ValidationException", problem)
     tool = _wanted_tool(body)
-    content: list[dict[str, Any]] = [{"text": TEXT}]
+    content: list[dict[str, Any]] = []
+    if _thinking(body) is not None:
+        content.append({"reasoningContent": {"reasoningText": {"text": "".join(THOUGHT), "signature": "mock-sig"}}})
+    if tool is None or not _forced(body):
+        content.append({"text": TEXT})
     if tool is not None:
-        content.append(
-            {"toolUse": {"toolUseId": "tooluse_mock1", "name": tool.get("name", ""), "input": {"query": "mock"}}}
-        )
+        use = {"toolUseId": "tooluse_mock1", "name": tool.get("name", ""), "input": _tool_input(body, tool)}
+        content.append({"toolUse": use})
     out = {
         "output": {"message": {"role": "assistant", "content": content}},
         "stopReason": "tool_use" if tool is not None else "end_turn",
-        "usage": _usage(),
+        "usage": _usage(step),
         "metrics": {"latencyMs": 1},
     }
     return web.Response(body=orjson.dumps(out), content_type="application/json")
@@ -204,19 +290,29 @@ async def converse(
 def _stream_frames(body: dict[str, Any], step: dict[str, Any]) -> tuple[list[bytes], list[bytes]]:
     """(content frames, closing frames) of a ConverseStream answer."""
     frames = [event("messageStart", {"role": "assistant"})]
-    for i in range(int(step.get("frames", 3))):
-        frames.append(event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": f"tok{i} "}}))
-    frames.append(event("contentBlockStop", {"contentBlockIndex": 0}))
+    index = 0
+    if _thinking(body) is not None:
+        for delta in ({"text": THOUGHT[0]}, {"text": THOUGHT[1]}, {"signature": "mock-sig"}):
+            frames.append(event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"reasoningContent": delta}}))
+        frames.append(event("contentBlockStop", {"contentBlockIndex": 0}))
+        index = 1
     tool = _wanted_tool(body)
+    if tool is None or not _forced(body):
+        for i in range(int(step.get("frames", 3))):
+            frames.append(event("contentBlockDelta", {"contentBlockIndex": index, "delta": {"text": f"tok{i} "}}))
+        frames.append(event("contentBlockStop", {"contentBlockIndex": index}))
+        index += 1
     if tool is not None:
         start = {"toolUse": {"toolUseId": "tooluse_mock1", "name": tool.get("name", "")}}
-        frames.append(event("contentBlockStart", {"contentBlockIndex": 1, "start": start}))
-        for part in ('{"query": ', '"mock"}'):
-            frames.append(event("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"toolUse": {"input": part}}}))
-        frames.append(event("contentBlockStop", {"contentBlockIndex": 1}))
+        frames.append(event("contentBlockStart", {"contentBlockIndex": index, "start": start}))
+        text = orjson.dumps(_tool_input(body, tool)).decode() if _forced(body) else '{"query": "mock"}'
+        for part in (text[: len(text) // 2], text[len(text) // 2 :]) if _forced(body) else ('{"query": ', '"mock"}'):
+            delta = {"contentBlockIndex": index, "delta": {"toolUse": {"input": part}}}
+            frames.append(event("contentBlockDelta", delta))
+        frames.append(event("contentBlockStop", {"contentBlockIndex": index}))
     closing = [event("messageStop", {"stopReason": "tool_use" if tool is not None else "end_turn"})]
     if not step.get("no_usage"):
-        closing.append(event("metadata", {"usage": _usage(), "metrics": {"latencyMs": 1}}))
+        closing.append(event("metadata", {"usage": _usage(step), "metrics": {"latencyMs": 1}}))
     return frames, ([] if step.get("no_done") else closing)
 
 
@@ -226,6 +322,9 @@ async def converse_stream(
     step = step or {}
     if step.get("exception"):
         return error_response(step["exception"], step.get("message") or f"mock {step['exception']}")
+    problem = request_problem(request.match_info["model_id"], body)
+    if problem is not None:
+        return error_response("ValidationException", problem)
     frames, closing = _stream_frames(body, step)
     if step.get("stream_exception"):
         at = 1 + int(step.get("exception_after", 0))  # after messageStart and k deltas

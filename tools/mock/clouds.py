@@ -19,6 +19,17 @@ model named in the URL: the Azure deployment, the Gemini or Vertex model):
           {"access_token", "expires_in", "token_type"}. GET /_control/vertex: {"exchanges"}.
 
 Scripted error statuses without a body answer in each API's own error shape.
+
+Gemini answers (both mounts) as generateContent does: with `responseMimeType: application/json`
+the text is JSON valid against `responseJsonSchema` (or `responseSchema`; tools.mock.instances);
+with a `thinkingConfig` that thinks, `usageMetadata.thoughtsTokenCount`, and with
+`includeThoughts` a thought part (`thought: true`) before the answer (a stream sends it as its
+first event); a `thinkingBudget` outside the model's range (`THINKING_RANGES`) is Google's 400
+INVALID_ARGUMENT, as are `responseSchema` beside `responseJsonSchema` and a JSON-Schema-only keyword
+(`additionalProperties`, `$ref`, ...) inside `responseSchema`, whose OpenAPI subset has no such
+field. A step {"cached_tokens": N} reports N as `cachedContentTokenCount`, as implicit caching
+does. Gemini 3 models (and any that thinks) sign their function calls (`thoughtSignature`), and a
+Gemini 3 model refuses (400) a model turn whose functionCall part comes back without its signature.
 """
 
 from __future__ import annotations
@@ -32,6 +43,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from tools.mock.instances import instance
+
 VERTEX = web.AppKey("vertex_state", dict)
 # tools.mock.upstream, handed over by its make_app (whose helpers these handlers reuse; no import back)
 MOCK = web.AppKey("mock_module", ModuleType)
@@ -40,6 +53,20 @@ GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSI
 GOOGLE_STATUS.update({429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"})
 GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"  # the `aud` Google's own token endpoint requires
 GEMINI_USAGE = {"promptTokenCount": 11, "candidatesTokenCount": 6, "totalTokenCount": 17}
+THOUGHT = "Let me think about what is asked."
+THOUGHT_TOKENS = 5
+THOUGHT_SIGNATURE = "CiQBcsjafE1mockSignatureOfTheThought=="
+SIGNING = "gemini-3"  # models that sign their function calls and require the signature back
+# JSON Schema keywords the OpenAPI-subset `Schema` of `responseSchema` has no field for (Gemini API reference)
+NOT_IN_RESPONSE_SCHEMA = frozenset(
+    {"additionalProperties", "$schema", "$defs", "$ref", "definitions", "const", "allOf", "oneOf"}
+)
+# Gemini's thinking budgets by model-name prefix: (smallest, largest, whether 0 turns thinking off)
+THINKING_RANGES = (
+    ("gemini-2.5-flash-lite", 512, 24576, True),
+    ("gemini-2.5-flash", 1, 24576, True),
+    ("gemini-2.5-pro", 128, 32768, False),
+)
 
 
 def _json(status: int, payload: Any) -> web.Response:
@@ -115,6 +142,80 @@ def _candidate(parts: list[dict[str, Any]], finish: str | None) -> dict[str, Any
     return candidate
 
 
+def _config_problem(name: str, config: dict[str, Any]) -> str | None:
+    """Why Gemini would refuse this generationConfig (400 INVALID_ARGUMENT), or None."""
+    if "responseSchema" in config and "responseJsonSchema" in config:
+        return "responseSchema and responseJsonSchema cannot both be set"
+    schema = "responseSchema" in config or "responseJsonSchema" in config
+    if schema and config.get("responseMimeType") != "application/json":
+        return "a response schema needs responseMimeType application/json"
+    unknown = _unknown_field(config.get("responseSchema"))
+    if unknown is not None:
+        return f"Invalid JSON payload received. Unknown name {unknown!r} at 'generation_config.response_schema'"
+    thinking = config.get("thinkingConfig") or {}
+    budget = thinking.get("thinkingBudget")
+    if budget is None or budget == -1:
+        return None
+    if "thinkingLevel" in thinking:
+        return "thinkingBudget and thinkingLevel cannot both be set"
+    for prefix, low, high, off in THINKING_RANGES:
+        if name.removeprefix("models/").startswith(prefix):
+            if budget == 0 and not off:
+                return "Budget 0 is invalid. This model only works in thinking mode."
+            if budget != 0 and not low <= budget <= high:
+                return f"The thinking budget {budget} is invalid. Please choose a value between {low} and {high}."
+    return None
+
+
+def _unknown_field(schema: Any) -> str | None:
+    """The first JSON-Schema-only keyword in a `responseSchema`, which the API refuses as an unknown field."""
+    if isinstance(schema, list):
+        return next((found for item in schema if (found := _unknown_field(item)) is not None), None)
+    if not isinstance(schema, dict):
+        return None
+    for key, value in schema.items():
+        if key in NOT_IN_RESPONSE_SCHEMA:
+            return key
+        nested = value.values() if key == "properties" and isinstance(value, dict) else [value]
+        found = next((f for v in nested if (f := _unknown_field(v)) is not None), None)
+        if found is not None:
+            return found
+    return None
+
+
+def _unsigned_call(name: str, contents: list[Any]) -> str | None:
+    """Gemini 3 refuses a model turn's functionCall part sent back without the thoughtSignature it came with."""
+    if not name.startswith(SIGNING):
+        return None
+    for content in contents:
+        parts = content.get("parts") if isinstance(content, dict) and content.get("role") == "model" else None
+        for part in parts or ():
+            if isinstance(part, dict) and "functionCall" in part and not part.get("thoughtSignature"):
+                return "Function call is missing a thought_signature in functionCall parts."
+    return None
+
+
+def _answer_text(config: dict[str, Any], text: str) -> str:
+    """The answer's text: JSON valid against the requested schema in JSON mode (constrained decoding)."""
+    if config.get("responseMimeType") != "application/json":
+        return text
+    schema = config.get("responseJsonSchema") or config.get("responseSchema")
+    return orjson.dumps(instance(schema) if isinstance(schema, dict) else {"answer": text}).decode()
+
+
+def _usage(config: dict[str, Any], step: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
+    """(usageMetadata, whether the model thought): thoughts and implicit-cache reads as Gemini counts them."""
+    thinking = config.get("thinkingConfig")
+    thinks = isinstance(thinking, dict) and thinking.get("thinkingBudget") != 0
+    usage = dict(GEMINI_USAGE)
+    if thinks:
+        usage["thoughtsTokenCount"] = THOUGHT_TOKENS
+        usage["totalTokenCount"] += THOUGHT_TOKENS
+    if (step or {}).get("cached_tokens"):
+        usage["cachedContentTokenCount"] = int(step["cached_tokens"])  # type: ignore[index]
+    return usage, thinks and bool(thinking.get("includeThoughts"))  # type: ignore[union-attr]
+
+
 async def _generate(request: web.Request, body: dict[str, Any], model: bytes, step: dict[str, Any] | None) -> Any:
     mock = request.app[MOCK]
     name, method = _split_call(request)
@@ -123,22 +224,49 @@ async def _generate(request: web.Request, body: dict[str, Any], model: bytes, st
         return _json(200, {"embeddings": [{"values": mock.VECTOR} for _ in items or ()]})
     if not isinstance(body.get("contents"), list) or not body["contents"]:
         return web.Response(status=400, body=google_error(400, "contents is not specified"), content_type=JSON_TYPE)
+    config = body.get("generationConfig") or {}
+    problem = _config_problem(name, config) or _unsigned_call(name, body["contents"])
+    if problem is not None:
+        return web.Response(status=400, body=google_error(400, problem), content_type=JSON_TYPE)
+    usage, thoughts = _usage(config, step)
+    thought = [{"text": THOUGHT, "thought": True}] if thoughts else []
     fn = _wants_function(body)
     call = [{"functionCall": {"name": fn.get("name", ""), "args": {"query": "mock"}}}] if fn is not None else []
+    if call and (thoughts or name.startswith(SIGNING)):
+        call[0]["thoughtSignature"] = THOUGHT_SIGNATURE
     if method == "generateContent":
         answer = {
-            "candidates": [_candidate([{"text": mock.TEXT}, *call], "STOP")],
-            "usageMetadata": GEMINI_USAGE,
+            "candidates": [_candidate([*thought, {"text": _answer_text(config, mock.TEXT)}, *call], "STOP")],
+            "usageMetadata": usage,
             "modelVersion": name,
             "responseId": "mock-gemini-1",
         }
         return _json(200, answer)
+    return await _stream(request, mock, name, (config, step, usage), thought, call)
+
+
+async def _stream(
+    request: web.Request,
+    mock: ModuleType,
+    name: str,
+    asked: tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any]],
+    thought: list[dict[str, Any]],
+    call: list[dict[str, Any]],
+) -> Any:
+    """streamGenerateContent?alt=sse: the thought first, the text in `frames` pieces, the call and usage last."""
+    config, step, usage = asked
     count = int((step or {}).get("frames", 3))
+    if config.get("responseMimeType") == "application/json":
+        text = _answer_text(config, mock.TEXT)
+        cut = len(text) // 2
+        pieces = [text[:cut], text[cut:]]
+    else:
+        pieces = [f"tok{i} " for i in range(count)]
     frames = []
-    for i in range(count):
-        event: dict[str, Any] = {"candidates": [_candidate([{"text": f"tok{i} "}], None)], "modelVersion": name}
+    for parts in ([thought] if thought else []) + [[{"text": piece}] for piece in pieces]:
+        event: dict[str, Any] = {"candidates": [_candidate(parts, None)], "modelVersion": name}
         frames.append(b"data: " + orjson.dumps(event) + b"\r\n\r\n")
-    last = {"candidates": [_candidate(call, "STOP")], "usageMetadata": GEMINI_USAGE, "modelVersion": name}
+    last = {"candidates": [_candidate(call, "STOP")], "usageMetadata": usage, "modelVersion": name}
     if (step or {}).get("no_usage"):
         del last["usageMetadata"]
     frames.append(b"data: " + orjson.dumps(last) + b"\r\n\r\n")

@@ -32,6 +32,7 @@ from yarl import URL
 from routing.config.snapshot import ModelSpec, ProviderSpec
 from routing.config.validation import bedrock_region
 from routing.core.failures import FailureKind, UpstreamFailure, failure_from_response
+from routing.core.prices import token_classes
 from routing.upstream.dialects.base import Dialect, ParsedResponse, PreparedRequest, encode, load_json, unsupported
 from routing.upstream.translate.chat_to_bedrock import chat_completion_of, converse_request, translate_events
 
@@ -154,14 +155,14 @@ class BedrockDialect(Dialect):
         creds = credentials_of(api_key)
         if creds is None or endpoint.region is None:
             raise _cannot_sign(model, "AWS credentials" if creds is None else "AWS region")
-        payload = encode(converse_request(body))
+        payload = encode(converse_request(body, model))
         url = wire_url(endpoint.root, model.upstream_model, stream)
         headers = sign("POST", url, payload, creds, endpoint.region, endpoint.host)
         return PreparedRequest("POST", url, headers, payload)
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
         out, prompt, completion = chat_completion_of(load_json(body, model), model.upstream_model)
-        return ParsedResponse(orjson.dumps(out), (prompt, completion))
+        return ParsedResponse(orjson.dumps(out), (prompt, completion), token_classes(out.get("usage")))
 
     def translate_stream(self, chunks: AsyncIterator[bytes], model: ModelSpec) -> AsyncIterator[bytes]:
         return translate_events(chunks, model.upstream_model, _stream_failure)

@@ -17,6 +17,7 @@ import orjson
 
 from routing.config.snapshot import ModelSpec
 from routing.core.failures import FailureKind, UpstreamFailure
+from routing.core.prices import token_classes
 from routing.upstream.dialects.base import (
     Dialect,
     ParsedResponse,
@@ -56,7 +57,7 @@ class GeminiDialect(Dialect):
         headers = {"Content-Type": "application/json", **self.auth_headers(api_key)}
         resource = model_path(model.upstream_model)
         if kind == "chat":
-            payload = chat_to_gemini.gemini_request(body)
+            payload = chat_to_gemini.gemini_request(body, model)
             return PreparedRequest("POST", chat_url(base_url, resource, stream), headers, encode(payload))
         if kind == "embeddings":
             texts = embedding_inputs(body)
@@ -74,7 +75,7 @@ class GeminiDialect(Dialect):
         if kind == "embeddings":
             return _embeddings(data, model, body, context or {})
         out, prompt, completion = chat_to_gemini.chat_completion_of(data, model, body)
-        return ParsedResponse(orjson.dumps(out), (prompt, completion))
+        return ParsedResponse(orjson.dumps(out), (prompt, completion), token_classes(out.get("usage")))
 
     def translate_stream(self, chunks: AsyncIterator[bytes], model: ModelSpec) -> AsyncIterator[bytes]:
         return chat_to_gemini.translate_sse(chunks, model)

@@ -34,6 +34,7 @@ from routing.config.addresses import url_problem
 from routing.config.snapshot import ModelSpec, ProviderSpec
 from routing.core.errors import TOKEN_EXCHANGE_FAILED
 from routing.core.failures import FailureKind, UpstreamFailure
+from routing.core.prices import token_classes
 from routing.upstream.blocking import TOKEN_EXCHANGE_THREADS, TOKEN_EXCHANGE_TIMEOUT_S, BlockingPool, PoolBusy
 from routing.upstream.dialects.base import (
     Dialect,
@@ -228,7 +229,7 @@ class VertexDialect(Dialect):
             return self.prepare_anthropic(payload, model.upstream_model, base_url, stream)
         url = gemini_shapes_url(base_url, quote(model.upstream_model, safe="-._@"), stream)
         headers = {"Content-Type": "application/json"}
-        return PreparedRequest("POST", url, headers, encode(chat_to_gemini.gemini_request(body)))
+        return PreparedRequest("POST", url, headers, encode(chat_to_gemini.gemini_request(body, model)))
 
     def prepare_anthropic(
         self, payload: dict[str, Any], upstream_model: str, base_url: str, stream: bool
@@ -272,9 +273,11 @@ class VertexDialect(Dialect):
         data = load_json(body, model)
         if is_anthropic(model.upstream_model):
             out, prompt, completion = chat_to_anthropic.chat_completion_of(data, model.upstream_model)
+            classes = token_classes(data.get("usage"))  # Anthropic's own, cache writes included
         else:
             out, prompt, completion = chat_to_gemini.chat_completion_of(data, model, body)
-        return ParsedResponse(orjson.dumps(out), (prompt, completion))
+            classes = token_classes(out.get("usage"))
+        return ParsedResponse(orjson.dumps(out), (prompt, completion), classes)
 
     def translate_stream(self, chunks: AsyncIterator[bytes], model: ModelSpec) -> AsyncIterator[bytes]:
         if is_anthropic(model.upstream_model):

@@ -6,7 +6,9 @@ blocks) and rename its blocks into Converse's: `text`, `image` (base64 bytes),
 `toolUse`, `toolResult`. Answers and ConverseStream events (decoded from the
 `application/vnd.amazon.eventstream` framing by botocore's EventStreamBuffer) come back as
 chat.completion / chat.completion.chunk, so /v1/messages translates them like any
-other chat upstream.
+other chat upstream. `response_format` and `reasoning_effort` are bedrock_structured's
+(docs/translation.md#bedrock): the structured answer's tool input comes back as the content,
+`reasoningContent` as `reasoning_content`, cache reads and writes in the usage.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from typing import Any
 
 import orjson
 
+from routing.config.snapshot import ModelSpec
 from routing.core.errors import invalid_request
 from routing.core.failures import UpstreamFailure
 from routing.core.ids import new_id
 from routing.core.sse import DONE, data_frame
-from routing.upstream.translate import openai_request
+from routing.upstream.translate import bedrock_structured, openai_request
+from routing.upstream.translate.bedrock_structured import STRUCTURED_TOOL
 from routing.upstream.translate.chat_to_anthropic import translate_messages, translate_tools
-from routing.upstream.translate.shared import DEFAULT_MAX_TOKENS, tool_call_of, usage_object
+from routing.upstream.translate.shared import DEFAULT_MAX_TOKENS, anthropic_usage, tool_call_of
 
 # Converse stopReason -> OpenAI finish_reason.
 FINISH_REASONS = {
@@ -105,8 +109,9 @@ def tool_config(body: dict[str, Any]) -> dict[str, Any] | None:
     return config
 
 
-def converse_request(body: dict[str, Any]) -> dict[str, Any]:
-    """The Converse / ConverseStream body for an OpenAI chat body (the model goes in the URL)."""
+def converse_request(body: dict[str, Any], model: ModelSpec | None = None) -> dict[str, Any]:
+    """The Converse / ConverseStream body for an OpenAI chat body (the model goes in the URL; structured
+    output and reasoning: bedrock_structured, within the range of `model`, the serving model)."""
     system, messages = converse_messages(body.get("messages"))
     out: dict[str, Any] = {"messages": messages}
     if system:
@@ -122,6 +127,8 @@ def converse_request(body: dict[str, Any]) -> dict[str, Any]:
     config = tool_config(body)
     if config is not None:
         out["toolConfig"] = config
+    upstream, model_id = (model.upstream_model, model.id) if model is not None else ("", "")
+    bedrock_structured.apply(body, out, upstream, model_id, model.max_output_tokens if model is not None else None)
     return out
 
 
@@ -129,43 +136,65 @@ def converse_request(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def usage_of(raw: Any) -> tuple[int | None, int | None, dict[str, Any] | None]:
-    """(prompt tokens, completion tokens, OpenAI usage object) of Converse's `usage`."""
+    """(prompt tokens, completion tokens, OpenAI usage object) of Converse's `usage`.
+
+    Converse counts tokens as Anthropic does (`inputTokens` without the cache reads and writes), so
+    the usage is Anthropic's: cache reads as `prompt_tokens_details.cached_tokens`, and cache writes,
+    which have no OpenAI field, as `cache_creation_input_tokens` beside `cache_read_input_tokens`."""
     if not isinstance(raw, dict):
         return None, None, None
-    inp, out = raw.get("inputTokens"), raw.get("outputTokens")
-    cached = raw.get("cacheReadInputTokens") if type(raw.get("cacheReadInputTokens")) is int else 0
-    written = raw.get("cacheWriteInputTokens") if type(raw.get("cacheWriteInputTokens")) is int else 0
-    prompt = inp + cached + written if type(inp) is int else None
-    completion = out if type(out) is int else None
-    return prompt, completion, usage_object(prompt, completion, cached)
+    cached, written = raw.get("cacheReadInputTokens"), raw.get("cacheWriteInputTokens")
+    return anthropic_usage(
+        {
+            "input_tokens": raw.get("inputTokens"),
+            "output_tokens": raw.get("outputTokens"),
+            "cache_read_input_tokens": cached if type(cached) is int else 0,
+            "cache_creation_input_tokens": written if type(written) is int else 0,
+        }
+    )
 
 
 def _tool_call(use: dict[str, Any]) -> dict[str, Any]:
     return tool_call_of({"id": use.get("toolUseId", ""), "name": use.get("name", ""), "input": use.get("input", {})})
 
 
+def _read_blocks(blocks: Any) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+    """(texts, thoughts, tool calls) of a Converse message's content; the structured answer's input is the text."""
+    texts: list[str] = []
+    thoughts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        use, reasoning = block.get("toolUse"), block.get("reasoningContent")
+        if isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif isinstance(use, dict) and use.get("name") == STRUCTURED_TOOL:
+            texts = [orjson.dumps(use.get("input") or {}).decode()]
+        elif isinstance(use, dict):
+            calls.append(_tool_call(use))
+        elif isinstance(reasoning, dict) and isinstance(reasoning.get("reasoningText"), dict):
+            thoughts.append(str(reasoning["reasoningText"].get("text") or ""))
+    return texts, thoughts, calls
+
+
 def chat_completion_of(data: dict[str, Any], model: str) -> tuple[dict[str, Any], int | None, int | None]:
     """(chat.completion, prompt tokens, completion tokens) for a Converse answer."""
     output = data.get("output")
     message = output.get("message") if isinstance(output, dict) else None
-    texts: list[str] = []
-    calls: list[dict[str, Any]] = []
-    for block in (message or {}).get("content") or ():
-        if not isinstance(block, dict):
-            continue
-        if isinstance(block.get("text"), str):
-            texts.append(block["text"])
-        elif isinstance(block.get("toolUse"), dict):
-            calls.append(_tool_call(block["toolUse"]))
+    texts, thoughts, calls = _read_blocks((message or {}).get("content") or ())
     answer: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts else None}
+    if thoughts:
+        answer["reasoning_content"] = "".join(thoughts)
     if calls:
         answer["tool_calls"] = calls
     prompt, completion, usage = usage_of(data.get("usage"))
+    stop = str(data.get("stopReason"))
     choice = {
         "index": 0,
         "message": answer,
         "logprobs": None,
-        "finish_reason": FINISH_REASONS.get(str(data.get("stopReason")), "stop"),
+        "finish_reason": "stop" if stop == "tool_use" and not calls else FINISH_REASONS.get(stop, "stop"),
     }
     out: dict[str, Any] = {
         "id": "chatcmpl-" + new_id(),
@@ -185,7 +214,7 @@ def chat_completion_of(data: dict[str, Any], model: str) -> tuple[dict[str, Any]
 class ChunkState:
     """Per-stream translation state: the chunk head, the pending role, tool-call indexes, usage."""
 
-    __slots__ = ("head", "role_sent", "tools", "stopped")
+    __slots__ = ("head", "role_sent", "tools", "stopped", "structured")
 
     def __init__(self, model: str) -> None:
         self.head = {
@@ -197,6 +226,7 @@ class ChunkState:
         self.role_sent = False
         self.tools: dict[int, int] = {}  # contentBlockIndex -> OpenAI tool_calls index
         self.stopped = False  # messageStop seen: the answer is complete
+        self.structured: int | None = None  # the contentBlockIndex of the structured answer (bedrock_structured)
 
     def frame(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
         if not self.role_sent:
@@ -209,20 +239,37 @@ class ChunkState:
         """OpenAI's usage-only chunk (`choices: []`), as `stream_options.include_usage` gives it."""
         return data_frame(orjson.dumps({**self.head, "choices": [], "usage": usage}))
 
+    def delta(self, data: dict[str, Any]) -> bytes | None:
+        """A contentBlockDelta as a chunk: text and the structured answer's input as content, reasoning
+        text as reasoning_content, a tool's input as its call's arguments (signatures: no chat field)."""
+        delta = data.get("delta") or {}
+        if isinstance(delta.get("text"), str):
+            return self.frame({"content": delta["text"]})
+        reasoning = delta.get("reasoningContent")
+        if isinstance(reasoning, dict):
+            text = reasoning.get("text")
+            return self.frame({"reasoning_content": text}) if isinstance(text, str) and text else None
+        use = delta.get("toolUse")
+        if not isinstance(use, dict):
+            return None
+        block = data.get("contentBlockIndex", -1)
+        if self.structured is not None and block == self.structured:
+            return self.frame({"content": use.get("input", "")})
+        index = self.tools.get(block)
+        if index is None:
+            return None
+        return self.frame({"tool_calls": [{"index": index, "function": {"arguments": use.get("input", "")}}]})
+
     def event(self, name: str, data: dict[str, Any]) -> bytes | None:
         """The chunk for one ConverseStream event (None: nothing to relay)."""
         if name == "contentBlockDelta":
-            delta = data.get("delta") or {}
-            if isinstance(delta.get("text"), str):
-                return self.frame({"content": delta["text"]})
-            use = delta.get("toolUse")
-            index = self.tools.get(data.get("contentBlockIndex", -1))
-            if isinstance(use, dict) and index is not None:
-                return self.frame({"tool_calls": [{"index": index, "function": {"arguments": use.get("input", "")}}]})
-            return None  # reasoningContent and other deltas: not part of the chat shape
+            return self.delta(data)
         if name == "contentBlockStart":
             start = (data.get("start") or {}).get("toolUse")
             if not isinstance(start, dict):
+                return None
+            if start.get("name") == STRUCTURED_TOOL:
+                self.structured = data.get("contentBlockIndex", -1)
                 return None
             index = self.tools[data.get("contentBlockIndex", len(self.tools))] = len(self.tools)
             call = {
@@ -234,7 +281,9 @@ class ChunkState:
             return self.frame({"tool_calls": [call]})
         if name == "messageStop":
             self.stopped = True
-            return self.frame({}, FINISH_REASONS.get(str(data.get("stopReason")), "stop"))
+            stop = str(data.get("stopReason"))
+            structured_only = stop == "tool_use" and not self.tools and self.structured is not None
+            return self.frame({}, "stop" if structured_only else FINISH_REASONS.get(stop, "stop"))
         if name == "metadata":
             _, _, usage = usage_of(data.get("usage"))
             return self.usage_frame(usage) + DONE if usage is not None else DONE

@@ -5,11 +5,12 @@ developer messages become `systemInstruction`; user turns `user` contents, assis
 turns `model` contents (tool calls as `functionCall` parts), tool messages
 `functionResponse` parts (named after the call they answer); image parts `inlineData`
 (data: URLs) or `fileData` (other URLs); function tools `functionDeclarations`;
-sampling fields and `response_format` `generationConfig` (a json_schema as
-`responseSchema`). Answers: text and `functionCall` parts become the message and its
-tool calls, `finishReason` the finish_reason (safety stops: `content_filter`),
-`usageMetadata` the usage. A prompt blocked by `promptFeedback.blockReason` is a
-content-filter refusal: a client error, never a breaker failure.
+sampling fields `generationConfig`; `response_format` and `reasoning_effort` are
+gemini_structured's (docs/translation.md#gemini). Answers: text and `functionCall` parts
+become the message and its tool calls, thought parts (`thought: true`) its
+`reasoning_content`, `finishReason` the finish_reason (safety stops: `content_filter`),
+`usageMetadata` the usage with its cached and reasoning tokens. A prompt blocked by
+`promptFeedback.blockReason` is a content-filter refusal: a client error, never a breaker failure.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from routing.config.snapshot import ModelSpec
 from routing.core.errors import invalid_request
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.sse import DONE, data_frame, normalise, pop_events
-from routing.upstream.translate import openai_request
+from routing.upstream.translate import gemini_structured, openai_request
 from routing.upstream.translate.shared import usage_object
 
 FINISH_REASONS = {
@@ -84,6 +85,15 @@ def _append(contents: list[dict[str, Any]], role: str, parts: list[dict[str, Any
         contents.append({"role": role, "parts": parts})
 
 
+def thought_signature_of(call: Any) -> str | None:
+    """The thought signature a tool call carried back in `extra_content.google.thought_signature`
+    (the field Google's own OpenAI-compatible endpoint uses; chat_completion_of sets it)."""
+    extra = call.get("extra_content") if isinstance(call, dict) else None
+    google = extra.get("google") if isinstance(extra, dict) else None
+    signature = google.get("thought_signature") if isinstance(google, dict) else None
+    return signature if isinstance(signature, str) and signature else None
+
+
 def contents_of(raw: Any) -> tuple[str | None, list[dict[str, Any]]]:
     """(system instruction text, contents) of OpenAI chat messages."""
     names: dict[str, str] = {}  # tool call id -> function name, for the functionResponse that answers it
@@ -91,7 +101,11 @@ def contents_of(raw: Any) -> tuple[str | None, list[dict[str, Any]]]:
     def call_part(call: Any, param: str) -> dict[str, Any]:
         call_id, name, args = openai_request.function_call(call, param)
         names[call_id] = name
-        return {"functionCall": {"name": name, "args": args}}
+        part: dict[str, Any] = {"functionCall": {"name": name, "args": args}}
+        signature = thought_signature_of(call)
+        if signature is not None:
+            part["thoughtSignature"] = signature  # Gemini 3 refuses a call of its own turn without it
+        return part
 
     def result_part(msg: dict[str, Any], text: str) -> dict[str, Any]:
         name = names.get(str(msg.get("tool_call_id", "")), str(msg.get("name") or "tool"))
@@ -134,17 +148,12 @@ def _generation_config(body: dict[str, Any]) -> dict[str, Any]:
     stop = body.get("stop")
     if stop:
         config["stopSequences"] = openai_request.stop_sequences(stop)
-    fmt = body.get("response_format")
-    if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema"):
-        config["responseMimeType"] = "application/json"
-        spec = fmt.get("json_schema")
-        if fmt["type"] == "json_schema" and isinstance(spec, dict) and isinstance(spec.get("schema"), dict):
-            config["responseSchema"] = spec["schema"]
     return config
 
 
-def gemini_request(body: dict[str, Any]) -> dict[str, Any]:
-    """The generateContent body for an OpenAI chat body."""
+def gemini_request(body: dict[str, Any], model: ModelSpec | None = None) -> dict[str, Any]:
+    """The generateContent body for an OpenAI chat body (structured output and reasoning:
+    gemini_structured, within the range of `model`, the serving model)."""
     system, contents = contents_of(body.get("messages"))
     out: dict[str, Any] = {"contents": contents}
     if system:
@@ -155,6 +164,10 @@ def gemini_request(body: dict[str, Any]) -> dict[str, Any]:
         if config is not None:
             out["toolConfig"] = config
     generation = _generation_config(body)
+    upstream, model_id = (model.upstream_model, model.id) if model is not None else ("", "")
+    dialect = model.provider.dialect if model is not None else "gemini"
+    limit = model.max_output_tokens if model is not None else None
+    gemini_structured.apply(body, generation, upstream, model_id, dialect, limit)
     if generation:
         out["generationConfig"] = generation
     return out
@@ -200,30 +213,36 @@ def _candidate(data: dict[str, Any]) -> dict[str, Any]:
     return first if isinstance(first, dict) else {}
 
 
-def _read_parts(candidate: dict[str, Any], first_call: int) -> tuple[str, list[dict[str, Any]]]:
-    """(text, OpenAI tool calls) of a candidate's parts; thought parts are left out."""
+def _read_parts(candidate: dict[str, Any], first_call: int) -> tuple[str, str, list[dict[str, Any]]]:
+    """(text, thoughts, OpenAI tool calls) of a candidate's parts; a thought part's text is reasoning."""
     content = candidate.get("content")
     parts = content.get("parts") if isinstance(content, dict) else None
     texts: list[str] = []
+    thoughts: list[str] = []
     calls: list[dict[str, Any]] = []
     for part in parts if isinstance(parts, list) else ():
-        if not isinstance(part, dict) or part.get("thought"):
+        if not isinstance(part, dict):
+            continue
+        if part.get("thought"):
+            if isinstance(part.get("text"), str):
+                thoughts.append(part["text"])
             continue
         if isinstance(part.get("text"), str):
             texts.append(part["text"])
         call = part.get("functionCall")
         if isinstance(call, dict):
-            calls.append(
-                {
-                    "id": str(call.get("id") or f"call_{first_call + len(calls)}"),
-                    "type": "function",
-                    "function": {
-                        "name": str(call.get("name", "")),
-                        "arguments": orjson.dumps(call.get("args") or {}).decode(),
-                    },
-                }
-            )
-    return "".join(texts), calls
+            out: dict[str, Any] = {
+                "id": str(call.get("id") or f"call_{first_call + len(calls)}"),
+                "type": "function",
+                "function": {
+                    "name": str(call.get("name", "")),
+                    "arguments": orjson.dumps(call.get("args") or {}).decode(),
+                },
+            }
+            if isinstance(part.get("thoughtSignature"), str):  # carried back with the call (thought_signature_of)
+                out["extra_content"] = {"google": {"thought_signature": part["thoughtSignature"]}}
+            calls.append(out)
+    return "".join(texts), "".join(thoughts), calls
 
 
 def _finish(candidate: dict[str, Any], has_calls: bool) -> str | None:
@@ -241,8 +260,10 @@ def chat_completion_of(data: dict[str, Any], model: ModelSpec, body: bytes) -> t
     if refusal is not None:
         raise refusal
     candidate = _candidate(data)
-    text, calls = _read_parts(candidate, 0)
+    text, thoughts, calls = _read_parts(candidate, 0)
     message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if thoughts:
+        message["reasoning_content"] = thoughts
     if calls:
         message["tool_calls"] = calls
     prompt, completion, usage = gemini_usage(data.get("usageMetadata"))
@@ -312,14 +333,16 @@ async def translate_sse(chunks: AsyncIterator[bytes], model: ModelSpec) -> Async
             _, _, seen = gemini_usage(data.get("usageMetadata"))
             usage = seen or usage
             candidate = _candidate(data)
-            text, new_calls = _read_parts(candidate, calls)
+            text, thoughts, new_calls = _read_parts(candidate, calls)
             delta: dict[str, Any] = dict(role)
+            if thoughts:
+                delta["reasoning_content"] = thoughts
             if text:
                 delta["content"] = text
             if new_calls:
                 delta["tool_calls"] = [{"index": calls + i, **call} for i, call in enumerate(new_calls)]
                 calls += len(new_calls)
-            if text or new_calls:
+            if text or thoughts or new_calls:
                 yield _chunk(head, delta, None)
                 role = {}
             reason = _finish(candidate, calls > 0)
