@@ -19,6 +19,10 @@ answers that error with its AWS status and `{"message": ...}` body; {"stream_exc
 k content deltas. Stream steps also take frames, frame_delay_ms, first_frame_delay_ms,
 break_after, no_done (no messageStop / metadata), no_usage (no metadata) and empty_stream.
 Usage is reported as inputTokens=USAGE[0], outputTokens=USAGE[1].
+
+A forced call (`toolChoice` `any` or `tool`) comes without text, its input a value of the tool's
+schema; `outputConfig.textFormat` with a JSON schema makes the text a value of that schema
+(tools.mock.schema_values, seeded by the request).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+
+from tools.mock import schema_values
 
 TEXT = "Hello from the mock Bedrock runtime."
 USAGE = (21, 9)
@@ -164,7 +170,8 @@ def error_response(error_type: str, message: str, status: int | None = None) -> 
 
 
 def _wanted_tool(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The first tool offered, unless the last turn already carries a tool result."""
+    """The tool `toolChoice` names, else the first one offered, unless the last turn already carries a
+    tool result."""
     config = body.get("toolConfig")
     tools = config.get("tools") if isinstance(config, dict) else None
     if not isinstance(tools, list) or not tools or not isinstance(tools[0], dict):
@@ -173,8 +180,36 @@ def _wanted_tool(body: dict[str, Any]) -> dict[str, Any] | None:
     content = messages[-1].get("content") if messages and isinstance(messages[-1], dict) else None
     if isinstance(content, list) and any(isinstance(b, dict) and "toolResult" in b for b in content):
         return None
-    spec = tools[0].get("toolSpec")
-    return spec if isinstance(spec, dict) else {}
+    named = ((config.get("toolChoice") or {}).get("tool") or {}).get("name")
+    specs = [t.get("toolSpec") for t in tools if isinstance(t, dict) and isinstance(t.get("toolSpec"), dict)]
+    chosen = [spec for spec in specs if named is not None and spec.get("name") == named]
+    return chosen[0] if chosen else (specs[0] if specs else {})
+
+
+def _forced(body: dict[str, Any]) -> bool:
+    """`toolChoice` `any` or a named `tool`: the model answers with that call and no text before it."""
+    choice = (body.get("toolConfig") or {}).get("toolChoice") or {}
+    return isinstance(choice, dict) and ("any" in choice or "tool" in choice)
+
+
+def _tool_input(tool: dict[str, Any], body: dict[str, Any]) -> Any:
+    """A forced call's input is a value of the tool's schema (a structured answer); a chosen call's is the mock's."""
+    if not _forced(body):
+        return {"query": "mock"}
+    schema = tool.get("inputSchema") or {}
+    return schema_values.answer_for(schema.get("json") if isinstance(schema, dict) else None, body)
+
+
+def _text(body: dict[str, Any]) -> str:
+    """The answer's text: JSON of the requested schema under `outputConfig.textFormat`, else the mock's text."""
+    text_format = (body.get("outputConfig") or {}).get("textFormat") or {}
+    spec = (text_format.get("structure") or {}).get("jsonSchema") if isinstance(text_format, dict) else None
+    if not isinstance(spec, dict):
+        return TEXT
+    schema = spec.get("schema")
+    if isinstance(schema, str):
+        schema = orjson.loads(schema)  # Bedrock takes the schema as a JSON string
+    return orjson.dumps(schema_values.answer_for(schema, body)).decode()
 
 
 def _usage() -> dict[str, int]:
@@ -187,11 +222,10 @@ async def converse(
     if step and step.get("exception"):
         return error_response(step["exception"], step.get("message") or f"mock {step['exception']}")
     tool = _wanted_tool(body)
-    content: list[dict[str, Any]] = [{"text": TEXT}]
+    content: list[dict[str, Any]] = [] if tool is not None and _forced(body) else [{"text": _text(body)}]
     if tool is not None:
-        content.append(
-            {"toolUse": {"toolUseId": "tooluse_mock1", "name": tool.get("name", ""), "input": {"query": "mock"}}}
-        )
+        call = {"toolUseId": "tooluse_mock1", "name": tool.get("name", ""), "input": _tool_input(tool, body)}
+        content.append({"toolUse": call})
     out = {
         "output": {"message": {"role": "assistant", "content": content}},
         "stopReason": "tool_use" if tool is not None else "end_turn",
@@ -204,16 +238,23 @@ async def converse(
 def _stream_frames(body: dict[str, Any], step: dict[str, Any]) -> tuple[list[bytes], list[bytes]]:
     """(content frames, closing frames) of a ConverseStream answer."""
     frames = [event("messageStart", {"role": "assistant"})]
-    for i in range(int(step.get("frames", 3))):
-        frames.append(event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": f"tok{i} "}}))
-    frames.append(event("contentBlockStop", {"contentBlockIndex": 0}))
     tool = _wanted_tool(body)
+    forced = tool is not None and _forced(body)
+    structured = _text(body)
+    pieces = [f"tok{i} " for i in range(int(step.get("frames", 3)))] if structured == TEXT else [structured]
+    for piece in [] if forced else pieces:
+        frames.append(event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": piece}}))
+    if not forced:
+        frames.append(event("contentBlockStop", {"contentBlockIndex": 0}))
     if tool is not None:
+        index = 0 if forced else 1
         start = {"toolUse": {"toolUseId": "tooluse_mock1", "name": tool.get("name", "")}}
-        frames.append(event("contentBlockStart", {"contentBlockIndex": 1, "start": start}))
-        for part in ('{"query": ', '"mock"}'):
-            frames.append(event("contentBlockDelta", {"contentBlockIndex": 1, "delta": {"toolUse": {"input": part}}}))
-        frames.append(event("contentBlockStop", {"contentBlockIndex": 1}))
+        frames.append(event("contentBlockStart", {"contentBlockIndex": index, "start": start}))
+        parts = schema_values.halves(_tool_input(tool, body)) if forced else ('{"query": ', '"mock"}')
+        for part in parts:
+            delta = {"contentBlockIndex": index, "delta": {"toolUse": {"input": part}}}
+            frames.append(event("contentBlockDelta", delta))
+        frames.append(event("contentBlockStop", {"contentBlockIndex": index}))
     closing = [event("messageStop", {"stopReason": "tool_use" if tool is not None else "end_turn"})]
     if not step.get("no_usage"):
         closing.append(event("metadata", {"usage": _usage(), "metrics": {"latencyMs": 1}}))

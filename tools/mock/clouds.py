@@ -19,6 +19,12 @@ model named in the URL: the Azure deployment, the Gemini or Vertex model):
           {"access_token", "expires_in", "token_type"}. GET /_control/vertex: {"exchanges"}.
 
 Scripted error statuses without a body answer in each API's own error shape.
+
+Gemini answers a `generationConfig` asking for `application/json` with JSON of its
+`responseJsonSchema` (or `responseSchema`, whose fields are checked as Gemini does: 400 for one
+its OpenAPI subset has no place for, such as `additionalProperties` or `$ref`), and a forced call (mode ANY, the function
+`allowedFunctionNames` names) without text, its args a value of the function's schema
+(tools.mock.schema_values, seeded by the request).
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+
+from tools.mock import schema_values
 
 VERTEX = web.AppKey("vertex_state", dict)
 # tools.mock.upstream, handed over by its make_app (whose helpers these handlers reuse; no import back)
@@ -95,17 +103,68 @@ def _gemini_check(request: web.Request, body: dict[str, Any]) -> web.StreamRespo
     return None
 
 
+def _calling(body: dict[str, Any]) -> dict[str, Any]:
+    return (body.get("toolConfig") or {}).get("functionCallingConfig") or {}
+
+
 def _wants_function(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The first declared function, unless the last turn already answers a call or calls are off."""
+    """The function mode ANY allows first, else the first declared, unless the last turn already
+    answers a call or calls are off."""
     tools = body.get("tools")
     decls = tools[0].get("functionDeclarations") if isinstance(tools, list) and tools else None
-    mode = ((body.get("toolConfig") or {}).get("functionCallingConfig") or {}).get("mode")
+    mode = _calling(body).get("mode")
     if not decls or mode == "NONE":
         return None
     contents = body.get("contents") or [{}]
     if any("functionResponse" in p for p in (contents[-1].get("parts") or ()) if isinstance(p, dict)):
         return None
-    return decls[0]
+    allowed = _calling(body).get("allowedFunctionNames") or ()
+    named = [d for d in decls if isinstance(d, dict) and d.get("name") in allowed]
+    return named[0] if named else decls[0]
+
+
+def _call_args(fn: dict[str, Any], body: dict[str, Any]) -> Any:
+    """Mode ANY forces a call: its args are a value of the function's schema (a structured answer)."""
+    if _calling(body).get("mode") != "ANY":
+        return {"query": "mock"}
+    return schema_values.answer_for(fn.get("parametersJsonSchema") or fn.get("parameters"), body)
+
+
+# The fields of Gemini's `Schema` (the OpenAPI subset `responseSchema` takes); any other name is refused with
+# a 400, as Gemini refuses `additionalProperties`, `$ref` or `const` there (`responseJsonSchema` takes them).
+SCHEMA_FIELDS = frozenset(
+    "type format title description nullable enum maxItems minItems properties required minProperties "
+    "maxProperties minLength maxLength pattern example anyOf propertyOrdering default items minimum maximum".split()
+)
+
+
+def _unknown_schema_field(schema: Any, at: str) -> str | None:
+    """Gemini's complaint about the first field of `schema` its `Schema` has no place for, or None."""
+    if not isinstance(schema, dict):
+        return None
+    for name, value in schema.items():
+        if name not in SCHEMA_FIELDS:
+            return f"Invalid JSON payload received. Unknown name \"{name}\" at '{at}': Cannot find field."
+        nested: list[tuple[Any, str]] = []
+        if name == "properties" and isinstance(value, dict):
+            nested = [(sub, f"{at}.properties[{i}].value") for i, sub in enumerate(value.values())]
+        elif name == "anyOf" and isinstance(value, list):
+            nested = [(sub, f"{at}.any_of[{i}]") for i, sub in enumerate(value)]
+        elif name == "items":
+            nested = [(value, f"{at}.items")]
+        for sub, where in nested:
+            if (found := _unknown_schema_field(sub, where)) is not None:
+                return found
+    return None
+
+
+def _answer_text(body: dict[str, Any], default: str) -> str:
+    """JSON of the requested schema when `generationConfig` asks for JSON, else `default`."""
+    config = body.get("generationConfig") or {}
+    if config.get("responseMimeType") != JSON_TYPE:
+        return default
+    schema = config.get("responseJsonSchema") or config.get("responseSchema") or {"type": "object"}
+    return orjson.dumps(schema_values.answer_for(schema, body)).decode()
 
 
 def _candidate(parts: list[dict[str, Any]], finish: str | None) -> dict[str, Any]:
@@ -123,20 +182,29 @@ async def _generate(request: web.Request, body: dict[str, Any], model: bytes, st
         return _json(200, {"embeddings": [{"values": mock.VECTOR} for _ in items or ()]})
     if not isinstance(body.get("contents"), list) or not body["contents"]:
         return web.Response(status=400, body=google_error(400, "contents is not specified"), content_type=JSON_TYPE)
+    config = body.get("generationConfig") or {}
+    complaint = _unknown_schema_field(config.get("responseSchema"), "generation_config.response_schema")
+    if complaint is not None:
+        return web.Response(status=400, body=google_error(400, complaint), content_type=JSON_TYPE)
     fn = _wants_function(body)
-    call = [{"functionCall": {"name": fn.get("name", ""), "args": {"query": "mock"}}}] if fn is not None else []
+    call = [{"functionCall": {"name": fn.get("name", ""), "args": _call_args(fn, body)}}] if fn is not None else []
+    forced = fn is not None and _calling(body).get("mode") == "ANY"  # a forced call comes without text
+    text = _answer_text(body, mock.TEXT)
     if method == "generateContent":
         answer = {
-            "candidates": [_candidate([{"text": mock.TEXT}, *call], "STOP")],
+            "candidates": [_candidate([*([] if forced else [{"text": text}]), *call], "STOP")],
             "usageMetadata": GEMINI_USAGE,
             "modelVersion": name,
             "responseId": "mock-gemini-1",
         }
         return _json(200, answer)
     count = int((step or {}).get("frames", 3))
+    pieces = (
+        [f"tok{i} " for i in range(count)] if text == mock.TEXT else [text[: len(text) // 2], text[len(text) // 2 :]]
+    )
     frames = []
-    for i in range(count):
-        event: dict[str, Any] = {"candidates": [_candidate([{"text": f"tok{i} "}], None)], "modelVersion": name}
+    for piece in [] if forced else pieces:
+        event: dict[str, Any] = {"candidates": [_candidate([{"text": piece}], None)], "modelVersion": name}
         frames.append(b"data: " + orjson.dumps(event) + b"\r\n\r\n")
     last = {"candidates": [_candidate(call, "STOP")], "usageMetadata": GEMINI_USAGE, "modelVersion": name}
     if (step or {}).get("no_usage"):
