@@ -22,7 +22,7 @@ Usage is reported as inputTokens=USAGE[0], outputTokens=USAGE[1]; a step {"cache
 "cache_write": M} adds cacheReadInputTokens / cacheWriteInputTokens, as a prompt-cache hit and write do.
 
 Answers follow what Claude does behind Converse: a forced `toolChoice` (`tool` or `any`) gets the
-tool call alone, its input valid against the tool's schema (tools.mock.instances); with
+tool call alone, its input valid against the tool's schema (tools.mock.schema_values); with
 `additionalModelRequestFields.thinking` the answer starts with a `reasoningContent` block (streamed
 as `reasoningContent` text deltas and a signature delta). A request Bedrock would refuse is its
 400 ValidationException: a thinking budget under 1 024 or not below `maxTokens`, `maxTokens` above
@@ -45,7 +45,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tools.mock.instances import instance
+from tools.mock import schema_values
 
 TEXT = "Hello from the mock Bedrock runtime."
 THOUGHT = ("Let me think ", "about what is asked.")
@@ -214,7 +214,7 @@ def _tool_input(body: dict[str, Any], tool: dict[str, Any]) -> dict[str, Any]:
     """A forced call's input follows the tool's schema; an offered one's is the usual {"query": "mock"}."""
     if not _forced(body):
         return {"query": "mock"}
-    value = instance((tool.get("inputSchema") or {}).get("json"))
+    value = schema_values.answer_for((tool.get("inputSchema") or {}).get("json"), body)
     return value if isinstance(value, dict) else {"query": "mock"}
 
 

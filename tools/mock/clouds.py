@@ -21,7 +21,7 @@ model named in the URL: the Azure deployment, the Gemini or Vertex model):
 Scripted error statuses without a body answer in each API's own error shape.
 
 Gemini answers (both mounts) as generateContent does: with `responseMimeType: application/json`
-the text is JSON valid against `responseJsonSchema` (or `responseSchema`; tools.mock.instances);
+the text is JSON valid against `responseJsonSchema` (or `responseSchema`; tools.mock.schema_values);
 with a `thinkingConfig` that thinks, `usageMetadata.thoughtsTokenCount`, and with
 `includeThoughts` a thought part (`thought: true`) before the answer (a stream sends it as its
 first event); a `thinkingBudget` outside the model's range (`THINKING_RANGES`) is Google's 400
@@ -43,7 +43,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tools.mock.instances import instance
+from tools.mock import schema_values
 
 VERTEX = web.AppKey("vertex_state", dict)
 # tools.mock.upstream, handed over by its make_app (whose helpers these handlers reuse; no import back)
@@ -200,7 +200,7 @@ def _answer_text(config: dict[str, Any], text: str) -> str:
     if config.get("responseMimeType") != "application/json":
         return text
     schema = config.get("responseJsonSchema") or config.get("responseSchema")
-    return orjson.dumps(instance(schema) if isinstance(schema, dict) else {"answer": text}).decode()
+    return orjson.dumps(schema_values.value_for(schema, 0) if isinstance(schema, dict) else {"answer": text}).decode()
 
 
 def _usage(config: dict[str, Any], step: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:

@@ -17,7 +17,10 @@ Routes (listening on 127.0.0.1):
   Control     POST /_control/script, GET /_control/calls?model=M, POST /_control/reset
 
 Chat (OpenAI and Anthropic) calls the first tool offered, after its text, unless the
-last turn already carries a tool result (or tool_choice is none).
+last turn already carries a tool result (or tool_choice is none). A forced call (Anthropic's
+tool_choice `tool` or `any`, Bedrock's `toolChoice`, Gemini's mode ANY) comes without text and
+its input is a value of the tool's schema, as is Gemini's JSON answer to a `responseSchema`
+(tools.mock.schema_values: seeded by the request, so structured-output clients get valid JSON).
 
 Faults are scripted per upstream model name (the body's "model"; TEI has none, so
 its key is "tei"): POST /_control/script {"model": "m1", "steps": [{"status": 500},
@@ -68,7 +71,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tools.mock import agents, bedrock, clouds
+from tools.mock import agents, bedrock, clouds, schema_values
 
 HOST = "127.0.0.1"
 RECORD_LIMIT = 200
@@ -717,6 +720,14 @@ def _forced(body: dict[str, Any]) -> bool:
     return (body.get("tool_choice") or {}).get("type") in ("any", "tool")
 
 
+def _tool_input(tool: dict[str, Any], body: dict[str, Any]) -> Any:
+    """A forced call's input fits the tool's schema, as a model's structured answer does (tools.mock.schema_values);
+    a call the model chose answers {"query": "mock"}."""
+    if not _forced(body):
+        return {"query": "mock"}
+    return schema_values.answer_for(tool.get("input_schema"), body)
+
+
 def _event(name: str, data: dict[str, Any]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
@@ -731,7 +742,12 @@ async def _anthropic_messages(
         content: list[dict[str, Any]] = [] if tool is not None and _forced(body) else [{"type": "text", "text": TEXT}]
         if tool is not None:
             content.append(
-                {"type": "tool_use", "id": "toolu_mock1", "name": tool.get("name", ""), "input": {"query": "mock"}}
+                {
+                    "type": "tool_use",
+                    "id": "toolu_mock1",
+                    "name": tool.get("name", ""),
+                    "input": _tool_input(tool, body),
+                }
             )
         out = {
             "id": "msg_mock",
@@ -767,7 +783,8 @@ async def _anthropic_messages(
         frames.append(
             _event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
         )
-        for part in ('{"query": ', '"mock"}'):
+        parts = schema_values.halves(_tool_input(tool, body)) if _forced(body) else ('{"query": ', '"mock"}')
+        for part in parts:
             delta = {
                 "type": "content_block_delta",
                 "index": index,
