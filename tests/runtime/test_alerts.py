@@ -381,3 +381,20 @@ def test_a_budget_alert_waits_for_settled_spend_not_leases_and_comes_once_across
 
     asyncio.run(scenario())
     assert AlertDelivery.objects.count() == 1
+
+
+def test_a_budget_threshold_compares_billed_spend_never_leases_or_reservations():
+    """Shared mode: the budget counter (spend + leases out) says 100 %, the settled counter 50 % and this process
+    settled 25 % since its last round: 75 %, no 80 % alert; 5 % more settled here, and it comes. Without a
+    settled counter seen (no round yet this period, no Redis) the records plus this process's spend count."""
+    account = Account((ORG, "acme"), 10.0, "month", EPOCH, 2.0)
+    account.lease, account.reserved, account.cluster = 1.0, 1.0, 10.0
+    assert budget_events([account], [80], set(), EPOCH) == []  # no settled counter seen: $2 of the records
+    account.settled, account.spent, account.reported = 5.0, 3.0, 0.5
+    assert account.spend() >= 8.0 and account.billed() == pytest.approx(7.5)
+    assert budget_events([account], [80], set(), EPOCH) == []
+    account.spent += 0.5
+    [event] = budget_events([account], [80], set(), EPOCH)
+    assert event.detail["spent_usd"] == pytest.approx(8.0)
+    account.roll(10.0, "month", EPOCH + 40 * 86400, lambda key, start: 0.0)  # a new period: nothing seen yet
+    assert account.settled is None and account.billed() == 0.0
