@@ -80,6 +80,8 @@ class Account:
         "synced",
         "floor",
         "waiting",
+        "settled",
+        "reported",
     )
 
     def __init__(self, key: tuple[str, ...], usd: float, period: str, now: float, base: float) -> None:
@@ -105,6 +107,20 @@ class Account:
         # shared mode: the summed worst cases of this process's requests waiting for a lease round; a round
         # never gives back below it, so what one round leased for them is theirs when they resume
         self.waiting = 0.0
+        # shared mode: the cluster's settled-spend counter as last seen (None: not seen this period), and the
+        # part of `spent` it already holds; what alerts compare against (`billed`), leases never in it
+        self.settled: float | None = None
+        self.reported = 0.0
+
+    def billed(self) -> float:
+        """Settled (billed) spend of the period: never allowance leased out or reserved for requests in flight.
+
+        Shared mode: the cluster's settled counter as last seen plus what this process settled and has not
+        told it yet: at most the cluster's real settled spend (the others' since their last rounds are not
+        in it). Otherwise, as `spend`."""
+        if self.settled is not None:
+            return self.settled + self.spent - self.reported
+        return self.base + self.spent
 
     def spend(self) -> float:
         """Spend of the period as this process knows it (settled; the cluster's in shared mode)."""
@@ -135,6 +151,8 @@ class Account:
             self.base = base(self.key, self.start)
             self.spent = 0.0
             self.synced = 0.0
+            self.reported = 0.0
+            self.settled = None
             if self.lease is not None:  # the old period's lease and debt are the old counter's
                 self.lease = 0.0
                 self.owed = 0.0

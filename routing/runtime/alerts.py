@@ -111,13 +111,18 @@ def delivery_key(event: Event, rule: AlertSpec) -> str:
 
 
 def budget_events(accounts: Iterable[Account], thresholds: Iterable[int], seen: set, now: float) -> list[Event]:
-    """Each threshold an account's spend has reached this period and this process has not reported yet."""
+    """Each threshold an account's settled spend has reached this period and this process has not reported yet.
+
+    Settled (billed) spend, `Account.billed`: with Redis, the cluster's settled-spend counter as this process
+    last saw it plus its own spend since, never the budget counter, which also holds the allowance leased to
+    processes for requests in flight (an 80 % alert must mean 80 % was spent)."""
     out = []
     levels = sorted(set(thresholds))
     for account in accounts:
         if account.usd <= 0:
             continue
-        percent = 100.0 * account.spend() / account.usd
+        billed = account.billed()
+        percent = 100.0 * billed / account.usd
         for level in levels:
             mark = (account.key, level, account.start)
             if percent + 1e-9 < level or mark in seen:
@@ -127,7 +132,7 @@ def budget_events(accounts: Iterable[Account], thresholds: Iterable[int], seen: 
             subject = {"kind": account.key[0], "name": "/".join(account.key[1:])}
             detail = {
                 "threshold_percent": level,
-                "spent_usd": round(account.spend(), 6),
+                "spent_usd": round(billed, 6),
                 "budget_usd": account.usd,
                 "period": account.period,
             }

@@ -37,17 +37,18 @@ from routing.runtime.shared_scripts import (
     BUCKET_TTL_S,
     KEY_PREFIX,
     LEASE_SCRIPT,
+    PROCESS_TTL_S,
     account_key,
     bucket_key,
+    settled_key,
 )
-from routing.runtime.shared_seats import SEATS_SCRIPT, SEATS_TTL_S, Seating, seats_key
+from routing.runtime.shared_seats import BEAT_S, SEATS_SCRIPT, SEATS_TTL_S, Seating, seats_key
 
 log = logging.getLogger("switchboard")
 
 _MICRO = 1_000_000
 LEASE_FRACTION = 0.05  # a lease is at least this share of the budget (or one request's worst case)
 IDLE_S = 2.0  # a lease unused this long is given back
-PROCESS_TTL_S = 10.0  # a process not heard from this long no longer counts for the even share
 
 
 class Syncer(Seating, Recovery):
@@ -99,7 +100,10 @@ class Syncer(Seating, Recovery):
         self.epoch: str | None = None
         self.reseeding = False  # the marker is not ours: no lease is granted until it is
         self.flush = flush  # writes this process's queued usage records (before the spend is read)
-        self.seed_wait_s = seed_wait_s  # how long a reseed waits for the records other processes queued
+        # how long a rebuild waits at most (on `clock`) for the other processes to report the records they
+        # queued before the loss written (None: SEED_WAIT_S); their reports end the wait at once
+        self.seed_wait_s = seed_wait_s
+        self.peers = 0  # the processes counted by the last round before a loss: a rebuild waits for their reports
         self._seeder: asyncio.Task | None = None
         # Since Redis lost the counters: when this process's records were last all written (wall clock), and
         # what each account (key, period start) had spent by then; None until it notices (`_note_written`)
@@ -239,6 +243,13 @@ class Syncer(Seating, Recovery):
         # to the nearest µUSD (a float sum such as 0.1 - 3e-17, truncated, lost one); the rest stays owed
         return micro, round(account.owed * _MICRO), round(seed * _MICRO)
 
+    @staticmethod
+    def _plan_settled(account: Account) -> tuple[int, int]:
+        """(delta, seed) in µUSD for the account's settled-spend counter: what this process settled since it
+        last told it (rounded; the rest waits for the next round), and its view of the settled spend, which
+        seeds a counter Redis does not have (docs/alerts.md#events)."""
+        return round((account.spent - account.reported) * _MICRO), round((account.base + account.spent) * _MICRO)
+
     def _plan_bucket(self, bucket: SharedBucket, now: float) -> tuple[float, float]:
         """(want, owed) tokens for one bucket."""
         if bucket.divisor:  # on a local share (Redis was down): ask for a fresh share, owe nothing
@@ -274,20 +285,28 @@ class Syncer(Seating, Recovery):
         now = self.clock()
         mono = time.monotonic()
         accounts, buckets = self._due(now, mono, budgets_only)
-        if not accounts and not buckets and not self.degraded and not self._beat_due(mono):
+        if (
+            not accounts
+            and not buckets
+            and not self.degraded
+            and not self._beat_due(mono)
+            and not self._watch_due(mono)
+        ):
             return False  # nothing to share now: no Redis traffic (while degraded, the heartbeat tells when it is back)
         self._beat_at = mono
         # a re-run right after adopting rebuilt counters only redoes what they refused: no share ahead,
         # which a round with waiters never takes (docs/limits.md#shared)
         account_plans = [
-            (a, a.start, *self._plan_account(a, now, not budgets_only)) for a in accounts if a.state != NEW
+            (a, a.start, *self._plan_account(a, now, not budgets_only), *self._plan_settled(a))
+            for a in accounts
+            if a.state != NEW
         ]
         bucket_plans = [(b, *self._plan_bucket(b, mono)) for _, b in buckets]
         seat_plans = [] if budgets_only or self.gates is None or not self.gates.on else self.gates.claims()
         try:
             results = await self._send(now, account_plans, buckets, bucket_plans, seat_plans)
         except Exception as exc:  # noqa: BLE001 - Redis down: fail open on local shares
-            for account, start, want, _, _ in account_plans:
+            for account, start, want, *_ in account_plans:
                 if want < 0 and account.start == start:
                     account.lease = (account.lease or 0.0) - want / _MICRO  # the give-back did not happen
             for bucket, want, owed in bucket_plans:
@@ -308,13 +327,19 @@ class Syncer(Seating, Recovery):
             log.warning("shared limits: Redis reachable again; limits and budgets are shared across processes again")
         return await self._follow_marker(marker, rest[: len(account_plans)])
 
+    def _watch_due(self, mono: float) -> bool:
+        """A process in the cluster's list with nothing to share still looks once every BEAT_S: it notices a
+        Redis that lost the counters within a second, and reports its records written to their rebuild
+        (docs/limits.md#reseed), which would otherwise wait its bound for it."""
+        return self._counted and mono - self._beat_at >= BEAT_S
+
     def _due(self, now: float, mono: float, budgets_only: bool) -> tuple[list[Account], list[tuple[Any, SharedBucket]]]:
         """The budgets and buckets this round syncs."""
         # Idle ones holding nothing and owing nothing cost no Redis call (removed limits, quiet callers).
         accounts = [
             a
             for a in self.budgets.accounts()
-            if a.lease is not None and (a.lease or a.owed or now - a.used_at <= IDLE_S)
+            if a.lease is not None and (a.lease or a.owed or now - a.used_at <= IDLE_S or _unreported(a))
         ]
         items = self.limiter.items()
         if self.balancer is not None:
@@ -341,10 +366,11 @@ class Syncer(Seating, Recovery):
         pipe.zremrangebyscore(processes, 0, now - PROCESS_TTL_S)
         pipe.zcard(processes)
         pipe.get(self.prefix + "epoch")
-        for account, _start, want, owed, seed in account_plans:
+        for account, _start, want, owed, seed, paid, paid_seed in account_plans:
             ttl = int((account.end - now) + 86400) if account.end is not None else 400 * 86400
             args = [int(account.usd * _MICRO), want, owed, seed, max(ttl, 60), self.epoch or "", int(account.floor)]
-            keys = [account_key(account, self.prefix), self.prefix + "epoch"]
+            args += [paid, paid_seed]
+            keys = [account_key(account, self.prefix), self.prefix + "epoch", settled_key(account, self.prefix)]
             await self._lease(keys=keys, args=args, client=pipe)
         mono = time.monotonic()
         for (key, bucket), (_, want, owed) in zip(buckets, bucket_plans, strict=True):
@@ -357,7 +383,9 @@ class Syncer(Seating, Recovery):
 
     def _apply(self, account_plans: list[Any], bucket_plans: list[Any], rest: list[Any], mono: float) -> None:
         """What the counters granted: leases and spend for the budgets, shares and pools for the buckets."""
-        for (account, start, want, owed, _), (grant, counter) in zip(account_plans, rest, strict=False):
+        for plan, result in zip(account_plans, rest, strict=False):
+            account, start, want, owed = plan[:4]
+            grant, counter = result[:2]
             if int(counter) == -1:  # the counters are being rebuilt: nothing happened, the give-back neither
                 if want < 0 and account.start == start:
                     account.lease = (account.lease or 0.0) - want / _MICRO
@@ -372,6 +400,9 @@ class Syncer(Seating, Recovery):
             if int(grant) > 0:
                 account.lease = (account.lease or 0.0) + int(grant) / _MICRO
             account.cluster = int(counter) / _MICRO
+            if len(result) > 2:  # the settled counter now holds what this round told it
+                account.reported += plan[5] / _MICRO
+                account.settled = int(result[2]) / _MICRO
         for (bucket, _want, _owed), (grant, pool) in zip(bucket_plans, rest[len(account_plans) :], strict=True):
             granted = max(0.0, float(grant))
             if bucket.divisor:  # back from a local share: what it held was never the cluster's
@@ -380,3 +411,8 @@ class Syncer(Seating, Recovery):
                 bucket.level += granted
             bucket.pool = float(pool)
             bucket.pool_at = mono
+
+
+def _unreported(account: Account) -> bool:
+    """The account settled spend its settled counter has not been told (at least half a µUSD)."""
+    return abs(account.spent - account.reported) * _MICRO >= 0.5

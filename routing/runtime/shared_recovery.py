@@ -24,20 +24,28 @@ from routing.core.admission_queue import Gates
 from routing.core.budget_accounts import Account, Budgets, period_bounds
 from routing.core.limiter import SharedBucket
 from routing.runtime import shared_spend as spend
+from routing.runtime.shared_scripts import PROCESS_TTL_S
 
 log = logging.getLogger("switchboard")
 
 _MICRO = 1_000_000
 SEED_LOCK_S = 15  # one process rebuilds the counters of an empty Redis; another takes over after this
+# How long a rebuild waits at most for the other processes to report their usage records written (a process
+# that died with Redis never reports): the fallback; every process reporting ends the wait at once.
+SEED_WAIT_S = 5.0
+WAIT_POLL_S = 0.02  # how often the rebuild looks for the reports meanwhile
 
 # The end of a rebuild: only while the lock is still ours and no marker appeared meanwhile (a rebuild
-# over live counters would drop what was settled while it read), set every counter and the new marker.
-# KEYS[1] lock, KEYS[2] marker, KEYS[3..] counters; ARGV owner, marker, then (µUSD, ttl) per counter
+# over live counters would drop what was settled while it read), set every counter and the new marker,
+# and clear the processes' reports of this loss (`Recovery._report_written`).
+# KEYS[1] lock, KEYS[2] marker, KEYS[3] reports, KEYS[4..] counters; ARGV owner, marker, then (µUSD, ttl)
+# per counter
 REBUILD_SCRIPT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-for i = 3, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[2 * i - 3], 'EX', ARGV[2 * i - 2])
+for i = 4, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[2 * i - 5], 'EX', ARGV[2 * i - 4])
 end
+redis.call('DEL', KEYS[3])
 redis.call('SET', KEYS[2], ARGV[2])
 redis.call('DEL', KEYS[1])
 return 1
@@ -74,6 +82,7 @@ class Recovery:
     gates: Gates | None
     degraded: bool
     processes: int
+    peers: int  # the processes the heartbeat counted in the last round before Redis lost the counters
 
     async def _stop_seeder(self) -> None:
         """Stop a rebuild under way (`_reseed` frees its lock): another process takes it over at once
@@ -88,6 +97,7 @@ class Recovery:
         adopting it refused some of this round's budgets (the caller runs once more)."""
         if marker is not None and marker == self.epoch:
             self.reseeding = False
+            self.peers = self.processes  # a rebuild after a loss waits for this many processes' records
             return False
         self.reseeding = True
         if marker is None:  # Redis lost the counters (restarted empty, flushed) or never had them
@@ -102,7 +112,7 @@ class Recovery:
                 return False
             marker = marker.decode()
         self._adopt(marker)
-        return any(int(counter) == -1 for _, counter in account_results)
+        return any(int(result[1]) == -1 for result in account_results)
 
     def _adopt(self, marker: str) -> None:
         """Counters rebuilt from the usage records under `marker`: add what they cannot know of this process.
@@ -121,6 +131,10 @@ class Recovery:
             since = max(account.synced, marks.get((account.key, account.start), account.synced))
             account.owed = account.lease + account.reserved + max(0.0, account.spent - since)
             account.synced = account.spent
+            # the settled counter was rebuilt from the same records: what they lack is told to it next round;
+            # until then the alerts compare this process's own view (its view of the old counter would count
+            # the same spend twice, and an alert must never come before its spend)
+            account.reported, account.settled = min(account.spent, since), None
             # `cluster` stays as last seen: were Redis to go away before the next round, the fail-open
             # share is of what that view left, not of the (low) spend this process alone knows
         self._outage.clear()
@@ -129,10 +143,15 @@ class Recovery:
         self.reseeding = False
 
     async def _note_written(self) -> None:
-        """Redis lost the counters: write this process's queued usage records now and note what each account
-        had spent before, once per loss. The rebuild reads the records only after the others' write interval
-        (`seed_wait_s`), so what this process settled up to here is in its sum and is not added again."""
-        if self._written is not None or self.flush is None:
+        """Redis lost the counters: write this process's queued usage records now, note what each account had
+        spent before, and report them written (`_report_written`), once per loss. The rebuild reads the records
+        only once every process has reported (or after SEED_WAIT_S), so what this process settled up to here is
+        in its sum and is not added again, however slow its writer was."""
+        if self._written is not None:
+            return
+        if self.flush is None:  # nothing queued here to write (a process without a usage writer)
+            self._written = (math.inf, {})
+            await self._report_written()
             return
         marks = {(a.key, a.start): a.spent for a in self.budgets.accounts()}  # their records are queued
         try:
@@ -142,14 +161,39 @@ class Recovery:
         # False: some went to the spool, not the database; then, as after a failure, nothing is known written
         # (tried once per loss: while the database is down the usage writer retries on its own)
         self._written = (self.clock(), marks) if written is not False else (math.inf, {})
+        await self._report_written()
+
+    async def _report_written(self) -> None:
+        """Tell the rebuild this process's records from before the loss are written (or cannot be): it need
+        not wait for them. Redis failing here only makes the rebuild wait its bound."""
+        reports = self.prefix + "written"
+        with contextlib.suppress(Exception):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hset(reports, self.id, "1")
+            pipe.expire(reports, SEED_LOCK_S * 4)
+            await asyncio.wait_for(pipe.execute(), self.timeout_s)
+
+    async def _await_writers(self, bound_s: float) -> None:
+        """Until every process alive before the loss (and every one heard since) has reported its records
+        written, at most `bound_s` on the syncer's clock: the fallback for a process that died with Redis."""
+        deadline = self.clock() + bound_s
+        while True:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.hlen(self.prefix + "written")
+            pipe.zcount(self.prefix + "processes", self.clock() - PROCESS_TTL_S, "+inf")
+            reported, alive = await asyncio.wait_for(pipe.execute(), self.timeout_s * 2)
+            if int(reported) >= max(self.peers, int(alive)) or self.clock() >= deadline:
+                return
+            await asyncio.sleep(WAIT_POLL_S)
 
     async def _reseed(self) -> None:
         """Rebuild every budget counter of an empty Redis from the usage records, then set a new marker.
 
-        One process does it (a lock that expires, should it die). It first waits for the records
-        other processes queued to be written (their writers flush every SWITCHBOARD_USAGE_FLUSH_S),
-        writes its own, then reads the period's spend of every process's records. Meanwhile no
-        lease is granted: each process spends at most the allowance it holds (docs/limits.md#reseed)."""
+        One process does it (a lock that expires, should it die). It first waits until every process has
+        written the records it queued before the loss and said so (`_await_writers`, bounded), writes its
+        own, then reads the period's spend of every process's records; the settled-spend counters
+        (docs/alerts.md#events) get the same sums. Meanwhile no lease is granted: each process spends at
+        most the allowance it holds (docs/limits.md#reseed)."""
         lock, marker = self.prefix + "seeding", self.prefix + "epoch"
         try:
             if not await self._redis.set(lock, self.id, nx=True, ex=SEED_LOCK_S):
@@ -157,17 +201,13 @@ class Recovery:
             if await self._redis.exists(marker):  # rebuilt meanwhile (this round's view was older)
                 await self._redis.delete(lock)
                 return
-            wait = self.seed_wait_s
-            if wait is None:
-                from django.conf import settings
-
-                wait = float(settings.SWITCHBOARD_USAGE_FLUSH_S) + 0.3
-            await asyncio.sleep(wait)
+            await self._await_writers(SEED_WAIT_S if self.seed_wait_s is None else self.seed_wait_s)
             now = self.clock()
             wanted = self._budgets_to_seed()
             starts = {period_bounds(period, now)[0] for _, period in wanted.values()}
             marks = {(a.key, a.start): a.spent for a in self.budgets.accounts()}  # written by the read's flush
             prior, epoch = self._written, uuid.uuid4().hex
+            settled = True
             try:
                 loop = asyncio.get_running_loop()
                 spend_read = await loop.run_in_executor(None, spend.read_spend, starts, self.flush)
@@ -176,12 +216,17 @@ class Recovery:
             except Exception as exc:  # noqa: BLE001 - the database is down too: this process's last view
                 spend_read = self._own_view(now)  # no records read: every process adds its spend since its last round
                 source = f"this process's last view (the usage records could not be read: {exc})"
-            keys, args = [lock, marker], [self.id, epoch]
+                settled = False  # that view holds leases: the settled counters are seeded afresh by the rounds
+            keys, args = [lock, marker, self.prefix + "written"], [self.id, epoch]
             for key, (_usd, period) in wanted.items():
                 start, end = period_bounds(period, now)
-                ttl = int(end - now + 86400) if end is not None else 400 * 86400
+                ttl = max(int(end - now + 86400) if end is not None else 400 * 86400, 60)
+                used = int(spend_read.get((key, start), 0.0) * _MICRO)
                 keys.append(f"{self.prefix}budget:{int(start)}:{'/'.join(key)}")
-                args += [int(spend_read.get((key, start), 0.0) * _MICRO), max(ttl, 60)]
+                args += [used, ttl]
+                if settled:
+                    keys.append(f"{self.prefix}settled:{int(start)}:{'/'.join(key)}")
+                    args += [used, ttl]
             if not await self._rebuild(keys=keys, args=args):
                 self._written = prior  # what it noted before holds against the other's read, not this one
                 return  # the lock expired and another process rebuilt them: its counters stand

@@ -11,16 +11,24 @@ from typing import Any
 from routing.core.budget_accounts import Account
 
 KEY_PREFIX = "switchboard:limits:"  # + the cluster's namespace (one per database: `namespace`)
+PROCESS_TTL_S = 10.0  # a process not heard from this long no longer counts for the even share
 
 # The lease: add what the process owes (spent beyond its lease, or an outage share), then
 # grant up to `want` without passing the limit (want < 0 gives back). Seeded when absent; with
 # `floor` set, raised to at least the seed (an account read again from the records). Nothing
 # happens while the cluster's seed marker is not the epoch the process synced with: Redis lost
 # the counters and they are being rebuilt from the usage records (Syncer._reseed) -> {-1, -1}.
-# KEYS[1] counter, KEYS[2] seed marker; ARGV limit, want, owed, seed, ttl, epoch, floor
-# (amounts µUSD, ttl s) -> {grant, counter}
+# The same call adds what the process settled since its last round to the account's settled-spend
+# counter (what budget alerts compare against: spend billed, never allowance leased out), seeded like the
+# counter from the process's view of the settled spend when absent (then holding its part already).
+# KEYS[1] counter, KEYS[2] seed marker, KEYS[3] settled counter; ARGV limit, want, owed, seed, ttl, epoch,
+# floor, settled delta, settled seed (amounts µUSD, ttl s) -> {grant, counter, settled}
 LEASE_SCRIPT = """
-if redis.call('GET', KEYS[2]) ~= ARGV[6] then return {-1, -1} end
+if redis.call('GET', KEYS[2]) ~= ARGV[6] then return {-1, -1, -1} end
+local paid = redis.call('GET', KEYS[3])
+if paid then paid = tonumber(paid) + tonumber(ARGV[8]) else paid = tonumber(ARGV[9]) end
+if ARGV[7] == '1' then paid = math.max(paid, tonumber(ARGV[9])) end
+redis.call('SET', KEYS[3], string.format('%.0f', paid), 'EX', ARGV[5])
 local cur = tonumber(redis.call('GET', KEYS[1]) or ARGV[4])
 if ARGV[7] == '1' then cur = math.max(cur, tonumber(ARGV[4])) end
 local limit = tonumber(ARGV[1])
@@ -33,7 +41,7 @@ if want > 0 then
 end
 cur = cur + grant
 redis.call('SET', KEYS[1], string.format('%.0f', cur), 'EX', ARGV[5])
-return {grant, cur}
+return {grant, cur, paid}
 """
 
 # A cluster token bucket (the level refilled by Redis's own clock, capacity per minute), from
@@ -75,6 +83,11 @@ def bucket_key(key: tuple[str, ...], prefix: str = KEY_PREFIX) -> str:
 def account_key(account: Account, prefix: str = KEY_PREFIX) -> str:
     """The Redis counter of one account's current period."""
     return f"{prefix}budget:{int(account.start)}:{'/'.join(account.key)}"
+
+
+def settled_key(account: Account, prefix: str = KEY_PREFIX) -> str:
+    """The Redis counter of one account's settled (billed) spend in its current period (docs/alerts.md#events)."""
+    return f"{prefix}settled:{int(account.start)}:{'/'.join(account.key)}"
 
 
 def namespace(database: dict[str, Any]) -> str:

@@ -91,6 +91,7 @@ async def load_accounts(
         account.base = spend.get((account.key, start), 0.0)
         account.spent -= spent
         account.synced -= spent
+        account.reported -= spent  # what the settled counter holds of `spent` shifts with it
         account.state = LOADED
     return spend
 

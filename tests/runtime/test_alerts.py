@@ -319,3 +319,82 @@ def test_the_process_hands_every_kind_of_event_to_its_alerts_queue(process):
     finally:
         live.set_degraded("redis", False, "alerts-test")
         live.swap(before)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_budget_alert_waits_for_settled_spend_not_leases_and_comes_once_across_processes(redis_url, monkeypatch):
+    """Two processes' syncers on one real Redis: one leases most of the budget for a request in flight. The
+    budget counter then holds 85 % (leased, not spent) and no 80 % alert may come; once the bills cross 80 %,
+    exactly one does, from whichever process sees it first (the Redis claim drops the other's)."""
+    import uuid
+
+    from routing.core.budget_accounts import Budgets
+    from routing.core.limiter import Limiter
+    from routing.runtime import shared_spend
+    from routing.runtime.shared_limits import Syncer
+
+    monkeypatch.setattr(shared_spend, "query_spend", lambda starts, until=None: {})  # no usage records yet
+    clock, namespace, org = [EPOCH], uuid.uuid4().hex[:12], f"a{uuid.uuid4().hex[:10]}"
+    rule = AlertSpec(name="fin", kind="webhook", url="http://hooks.test/b", budget_percent=(80,))
+    sent = Recorder()
+
+    def process() -> tuple[Syncer, Alerts]:
+        syncer = Syncer(Budgets(lambda: clock[0]), Limiter(), redis_url, clock=lambda: clock[0], namespace=namespace)
+        syncer.connect()
+        return syncer, process_like((rule,), sent, clock, REDIS_URL=redis_url)
+
+    async def admit(p: Syncer, amount: float):
+        for _ in range(3):  # as the request path: a round when the lease is short (the first rebuilds the counters)
+            try:
+                return p.budgets.admit(org, (1.0, "total"), "bot", None, amount)
+            except Exception:  # noqa: BLE001 - Exhausted (short): one more round
+                await p.sync_once()
+        raise AssertionError("not admitted")
+
+    async def check(*processes: tuple[Syncer, Alerts]) -> list[dict]:
+        for p, hub in processes:
+            await p.sync_once()
+            hub.check_budgets(p.budgets)
+            await asyncio.gather(*hub.tasks)
+        return list(sent.sent)
+
+    async def scenario() -> None:
+        a, b = process(), process()
+        try:
+            big = await admit(a[0], 0.85)  # A leases $0.85 for one request in flight
+            small = await admit(b[0], 0.1)
+            assert b[0].budgets.find(("org", org)).spend() >= 0.8  # the budget counter: leased, not spent
+            assert await check(a, b, a) == []  # nothing billed: no alert
+            big.settle(0.5)
+            small.settle(0.25)
+            assert await check(a, b, a) == []  # $0.75 billed: 75 %, still no alert
+            small2 = await admit(b[0], 0.1)
+            small2.settle(0.1)  # $0.85 billed
+            alerts = await check(b, a, b, a)
+            assert len(alerts) == 1, alerts
+            assert alerts[0]["detail"]["threshold_percent"] == 80
+            assert alerts[0]["detail"]["spent_usd"] == pytest.approx(0.85)
+        finally:
+            for p, hub in (a, b):
+                await p.close()
+                await hub.close()
+
+    asyncio.run(scenario())
+    assert AlertDelivery.objects.count() == 1
+
+
+def test_a_budget_threshold_compares_billed_spend_never_leases_or_reservations():
+    """Shared mode: the budget counter (spend + leases out) says 100 %, the settled counter 50 % and this process
+    settled 25 % since its last round: 75 %, no 80 % alert; 5 % more settled here, and it comes. Without a
+    settled counter seen (no round yet this period, no Redis) the records plus this process's spend count."""
+    account = Account((ORG, "acme"), 10.0, "month", EPOCH, 2.0)
+    account.lease, account.reserved, account.cluster = 1.0, 1.0, 10.0
+    assert budget_events([account], [80], set(), EPOCH) == []  # no settled counter seen: $2 of the records
+    account.settled, account.spent, account.reported = 5.0, 3.0, 0.5
+    assert account.spend() >= 8.0 and account.billed() == pytest.approx(7.5)
+    assert budget_events([account], [80], set(), EPOCH) == []
+    account.spent += 0.5
+    [event] = budget_events([account], [80], set(), EPOCH)
+    assert event.detail["spent_usd"] == pytest.approx(8.0)
+    account.roll(10.0, "month", EPOCH + 40 * 86400, lambda key, start: 0.0)  # a new period: nothing seen yet
+    assert account.settled is None and account.billed() == 0.0

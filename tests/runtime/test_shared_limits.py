@@ -268,6 +268,7 @@ async def test_a_process_stopped_while_rebuilding_frees_the_lock_for_another_at_
 
     _, process = cluster
     stopping, other = process(seed_wait_s=30.0), process()  # the first is still waiting for records when stopped
+    await other.hello()  # alive, and never reports its records written: the rebuild waits for it
     org, budget = org_name(), (1.0, "day")
     with pytest.raises(Exhausted):
         stopping.budgets.admit(org, None, "bot", budget, 0.1)  # a budget to lease: its round finds no marker

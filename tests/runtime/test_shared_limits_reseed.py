@@ -121,3 +121,109 @@ async def test_spend_during_an_outage_is_counted_once_when_redis_returns_empty(r
         await direct.aclose()
         await p1.close()
         await p2.close()
+
+
+async def test_a_rebuild_waits_for_a_starved_writer_instead_of_a_fixed_time(redis_url, monkeypatch):
+    """A rebuild read the records after a fixed wait (a write interval + 0.3 s): a process whose writer was
+    slower (starved of CPU, waiting for SQLite's lock) had spend that was in the lost counter and not yet in
+    the records, counted nowhere, and admitted again. Now the rebuild reads once every process has reported
+    its records written: here the second process's writer is held until the rebuild reads (or 1 s passes),
+    the fixed wait is 0.05 s, and the syncers' clock is frozen, so only a report can end the wait."""
+    import asyncio
+    import threading
+
+    import redis.asyncio as aioredis
+
+    from routing.core.budget_accounts import Budgets
+    from routing.core.limiter import Limiter
+    from routing.runtime import shared_spend
+    from tests.runtime.test_shared_limits import Clock, admit_budget
+
+    clock, namespace = Clock(), uuid.uuid4().hex[:12]
+    org, budget, cost = org_name(), (0.01, "total"), 0.0005
+    key = ("agent", org, "bot")
+    records = {"usd": 0.0}  # written to the database
+    queued = {"usd": 0.0}  # the slow process's records its writer has not written yet
+    writer = threading.Event()  # the slow writer may run
+
+    def read(starts, until=None):
+        seen = records["usd"]
+        writer.set()  # the read is done: a writer still held runs now (only too late for it)
+        return {(key, 0.0): seen}
+
+    monkeypatch.setattr(shared_spend, "query_spend", read)
+
+    def fast() -> bool:
+        return True
+
+    def slow() -> bool:
+        writer.wait(1.0)
+        records["usd"] += queued["usd"]
+        queued["usd"] = 0.0
+        return True
+
+    def process(flush) -> Syncer:
+        s = Syncer(
+            Budgets(clock), Limiter(), redis_url, clock=clock, namespace=namespace, seed_wait_s=0.05, flush=flush
+        )
+        s.connect()
+        return s
+
+    a, b = process(fast), process(slow)
+    direct = aioredis.Redis.from_url(redis_url)
+    try:
+        for p, n in ((a, 4), (b, 6)):  # $0.002 written by A, $0.003 settled by B and still in its writer's queue
+            for _ in range(n):
+                (await admit_budget(p, org, budget, cost)).settle(cost)
+                (records if p is a else queued)["usd"] += cost
+        for p in (a, b, a, b):
+            await p.sync_once()  # both counted; every spend told to the counter
+        writer.clear()  # the first rebuild (the cluster's start) read the records: B's writer is held again
+        await direct.flushall()  # Redis restarted empty
+        await asyncio.gather(a.sync_once(), b.sync_once())  # A rebuilds (driven by hand), B's writer is slow
+        for p in (a, b, a, b):
+            await p.sync_once()  # both adopt the rebuilt counters
+        clock.now += 3  # idle leases go back
+        for p in (a, b):
+            await p.sync_once()
+        assert records["usd"] == pytest.approx(0.005)
+        counter = int(await direct.get(account_key(a.budgets.find(key), a.prefix))) / 1e6
+        assert counter == pytest.approx(0.005, abs=1e-9)  # the records, B's included; the leases given back
+        admitted = 0
+        while (hold := await admit_budget(a, org, budget, cost)) is not None:
+            hold.settle(cost)
+            records["usd"] += cost
+            admitted += 1
+        # before: B's $0.003 was in neither the records read nor what B added: 16 more admitted ($0.013)
+        assert records["usd"] <= budget[0] + 1e-9, (admitted, records["usd"])
+        assert admitted == 10
+    finally:
+        writer.set()
+        await direct.aclose()
+        await a.close()
+        await b.close()
+
+
+async def test_a_rebuild_waits_for_a_silent_process_only_up_to_its_bound_on_the_syncers_clock(cluster):  # noqa: F811
+    """A process that died with Redis never reports its records written: the rebuild then waits its bound
+    (measured on the syncer's clock, injected here) and goes on, rather than leasing nothing until then."""
+    import asyncio
+
+    clock, process = cluster
+    rebuilder, silent = process(seed_wait_s=2.0), process()
+    await silent.hello()  # alive, never reports
+    await rebuilder.hello()
+    await rebuilder._report_written()
+    task = asyncio.get_running_loop().create_task(rebuilder._reseed())
+    await asyncio.sleep(0.2)  # a frozen clock: however long this takes, the bound has not passed
+    assert not task.done() and await rebuilder._redis.get(rebuilder.prefix + "epoch") is None
+    await silent._report_written()  # it reports: the wait ends at once
+    await asyncio.wait_for(task, 5.0)
+    assert await rebuilder._redis.get(rebuilder.prefix + "epoch") is not None
+    await rebuilder._redis.delete(rebuilder.prefix + "epoch")  # emptied again; the silent one stays silent
+    task = asyncio.get_running_loop().create_task(rebuilder._reseed())
+    await asyncio.sleep(0.2)
+    assert not task.done()
+    clock.now += 2.0  # the bound passed
+    await asyncio.wait_for(task, 5.0)
+    assert await rebuilder._redis.get(rebuilder.prefix + "epoch") is not None
