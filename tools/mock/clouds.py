@@ -195,12 +195,15 @@ def _unsigned_call(name: str, contents: list[Any]) -> str | None:
     return None
 
 
-def _answer_text(config: dict[str, Any], text: str) -> str:
-    """The answer's text: JSON valid against the requested schema in JSON mode (constrained decoding)."""
+def _answer_text(config: dict[str, Any], text: str, body: dict[str, Any]) -> str:
+    """The answer's text: JSON valid against the requested schema in JSON mode (constrained decoding),
+    seeded by the request so different prompts get different values."""
     if config.get("responseMimeType") != "application/json":
         return text
     schema = config.get("responseJsonSchema") or config.get("responseSchema")
-    return orjson.dumps(schema_values.value_for(schema, 0) if isinstance(schema, dict) else {"answer": text}).decode()
+    return orjson.dumps(
+        schema_values.answer_for(schema, body) if isinstance(schema, dict) else {"answer": text}
+    ).decode()
 
 
 def _usage(config: dict[str, Any], step: dict[str, Any] | None) -> tuple[dict[str, Any], bool]:
@@ -234,32 +237,32 @@ async def _generate(request: web.Request, body: dict[str, Any], model: bytes, st
     call = [{"functionCall": {"name": fn.get("name", ""), "args": {"query": "mock"}}}] if fn is not None else []
     if call and (thoughts or name.startswith(SIGNING)):
         call[0]["thoughtSignature"] = THOUGHT_SIGNATURE
+    text = _answer_text(config, mock.TEXT, body)
     if method == "generateContent":
         answer = {
-            "candidates": [_candidate([*thought, {"text": _answer_text(config, mock.TEXT)}, *call], "STOP")],
+            "candidates": [_candidate([*thought, {"text": text}, *call], "STOP")],
             "usageMetadata": usage,
             "modelVersion": name,
             "responseId": "mock-gemini-1",
         }
         return _json(200, answer)
-    return await _stream(request, mock, name, (config, step, usage), thought, call)
+    return await _stream(request, mock, name, (config, step, usage, text), thought, call)
 
 
 async def _stream(
     request: web.Request,
     mock: ModuleType,
     name: str,
-    asked: tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any]],
+    asked: tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any], str],
     thought: list[dict[str, Any]],
     call: list[dict[str, Any]],
 ) -> Any:
     """streamGenerateContent?alt=sse: the thought first, the text in `frames` pieces, the call and usage last."""
-    config, step, usage = asked
+    config, step, usage, answer = asked
     count = int((step or {}).get("frames", 3))
     if config.get("responseMimeType") == "application/json":
-        text = _answer_text(config, mock.TEXT)
-        cut = len(text) // 2
-        pieces = [text[:cut], text[cut:]]
+        cut = len(answer) // 2
+        pieces = [answer[:cut], answer[cut:]]
     else:
         pieces = [f"tok{i} " for i in range(count)]
     frames = []
