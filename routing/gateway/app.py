@@ -39,9 +39,10 @@ from routing.gateway.wire import (
     worker_header,
 )
 from routing.plan import cache_key, chain, preflight
-from routing.runtime import accounting, bodies, tracing
+from routing.runtime import accounting
 from routing.runtime.accounting import Context
-from routing.runtime.health import health_providers_payload
+from routing.runtime.observe import bodies, tracing
+from routing.runtime.observe.health import health_providers_payload
 from routing.runtime.process import Process
 
 log = logging.getLogger("switchboard.requests")

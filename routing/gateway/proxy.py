@@ -24,9 +24,9 @@ from routing.gateway.model_name import Renamer, renamer
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
 from routing.plan.cache_key import Plan
 from routing.runtime.accounting import Context, journal_stream
-from routing.runtime.idempotency import REPLAY_HEADER
+from routing.runtime.cluster.idempotency import REPLAY_HEADER
+from routing.runtime.observe.tracing import RequestTrace
 from routing.runtime.process import Process
-from routing.runtime.tracing import RequestTrace
 from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
 from routing.upstream.dialects.error_classes import refine
 

@@ -7,7 +7,7 @@ link would be skipped. Secrets (API keys) are never part of the output.
 
 Breaker states are what a request would meet, cluster-wide: the link's shared breaker
 and the org's own view of it (docs/resilience.md#org-views). The ops floor's
-`routing.runtime.breaker_sync.breaker_states()` reads them from where they are shared (the Redis state of routing.runtime.breaker_sync, and the
+`routing.runtime.cluster.breaker_sync.breaker_states()` reads them from where they are shared (the Redis state of routing.runtime.cluster.breaker_sync, and the
 operators' force-opens in the snapshot), adding this process's registry when it serves
 requests; a link open for the request is skipped as the executor would skip it.
 """

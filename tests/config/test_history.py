@@ -290,7 +290,7 @@ def test_every_place_shows_the_history_version_not_the_reload_counter(client, dj
     """An API key created and a breaker forced open bump the reload counter, not the configuration:
     the history, the serving snapshot (dashboard, process list, explain page) and the log say one number."""
     from routing.config import live
-    from routing.runtime import processes
+    from routing.runtime.cluster import processes
     from routing.runtime.process import Tally
 
     v1_v2()

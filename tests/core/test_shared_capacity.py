@@ -1,7 +1,7 @@
 """Deployment capacity counted in shares of cluster buckets (docs/deployments.md#capacity), pure.
 
 The lessor here is a fake cluster in memory with the Syncer's contract
-(routing.runtime.shared_limits): a round tops each share up to one request from the cluster
+(routing.runtime.cluster.shared_limits): a round tops each share up to one request from the cluster
 bucket, never past its level, and tells the bucket the cluster's level. The real
 Syncer on a real Redis is tests/runtime/test_shared_capacity.py; real processes are
 tests/e2e/test_shared_capacity_e2e.py.

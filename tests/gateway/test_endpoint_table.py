@@ -19,7 +19,7 @@ from routing.core.endpoints import ENDPOINTS, Endpoint
 from routing.core.kinds import ENDPOINT_KINDS
 from routing.gateway import app, body_schemas, openapi
 from routing.plan import cache_key, preflight
-from routing.runtime import tracing
+from routing.runtime.observe import tracing
 from routing.upstream.dialects.openai import PATHS
 
 ROOT = Path(__file__).resolve().parent.parent.parent

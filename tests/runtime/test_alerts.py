@@ -18,8 +18,8 @@ from routing.config.validation import validate_document
 from routing.core.breaker import BreakerKey, State
 from routing.core.budget_accounts import ORG, Account
 from routing.models import AlertDelivery
-from routing.runtime import alerts
-from routing.runtime.alerts import Alerts, Event, budget_events, payload, request_for
+from routing.runtime.observe import alerts
+from routing.runtime.observe.alerts import Alerts, Event, budget_events, payload, request_for
 from tests.core.breakers import breaker_settings
 
 EPOCH = 1_780_000_000.0

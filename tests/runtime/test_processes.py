@@ -11,7 +11,7 @@ import pytest
 
 from routing.config import live
 from routing.core.breaker import BreakerRegistry
-from routing.runtime import processes
+from routing.runtime.cluster import processes
 from routing.runtime.process import Tally
 
 

@@ -14,7 +14,7 @@ from routing.core.buckets import SharedBucket
 from routing.core.budget_accounts import Budgets
 from routing.core.limiter import Limiter
 from routing.core.picking import SHORT, Balancer
-from routing.runtime.shared_limits import Syncer, bucket_key
+from routing.runtime.cluster.shared_limits import Syncer, bucket_key
 from tests.core.deployments_fakes import multi
 from tests.e2e.harness import free_port
 

@@ -16,8 +16,9 @@ from django.conf import settings
 
 from routing.config import live
 from routing.core.breaker import BreakerKey, State
-from routing.runtime import feed, health, overload
-from routing.runtime.counters import model_stats
+from routing.runtime import overload
+from routing.runtime.observe import feed, health
+from routing.runtime.observe.counters import model_stats
 from routing.runtime.process import current
 
 

@@ -22,7 +22,8 @@ from django.utils import timezone
 from routing.models import UsageRecord
 from routing.ops import controls, scope
 from routing.ops.dashboard import state
-from routing.runtime import feed, processes
+from routing.runtime.cluster import processes
+from routing.runtime.observe import feed
 from routing.runtime.process import current
 
 

@@ -31,7 +31,7 @@ import orjson
 from routing.config import live
 from routing.core.affinity import Pins
 from routing.core.breaker import BreakerKey
-from routing.runtime import redis_session
+from routing.runtime.cluster import redis_session
 
 log = logging.getLogger("switchboard.affinity")
 

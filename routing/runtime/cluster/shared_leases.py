@@ -7,11 +7,11 @@ never grants past the budget), reserves from it locally, tells the counter what 
 beyond the lease, and gives back what it holds when idle. Rate limits and deployments'
 rpm/tpm capacity (routing.core.picking) are leased the same way, from cluster token buckets.
 One `Syncer` per process (`Process.syncer`, with REDIS_URL) runs one pipelined round per
-interval for every active one, with the concurrency seats of routing.runtime.shared_seats
+interval for every active one, with the concurrency seats of routing.runtime.cluster.shared_seats
 in the same round. Redis unreachable → each process carries on with an even share of what was
 left (÷ the processes seen alive), says so once (log line, `switchboard_degraded{component="redis"}`),
-and re-syncs by itself (routing.runtime.shared_recovery, which also rebuilds the counters of a
-Redis that lost its data). The scripts and key names are routing.runtime.shared_scripts'.
+and re-syncs by itself (routing.runtime.cluster.shared_recovery, which also rebuilds the counters of a
+Redis that lost its data). The scripts and key names are routing.runtime.cluster.shared_scripts'.
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ from routing.core.admission_queue import Gates
 from routing.core.budget_accounts import NEW, Account, Budgets
 from routing.core.limiter import Limiter, SharedBucket
 from routing.core.picking import Balancer
-from routing.runtime import metrics
-from routing.runtime.shared_recovery import REBUILD_SCRIPT, RELEASE_SCRIPT, Recovery
-from routing.runtime.shared_scripts import (
+from routing.runtime.cluster.shared_recovery import REBUILD_SCRIPT, RELEASE_SCRIPT, Recovery
+from routing.runtime.cluster.shared_scripts import (
     BUCKET_SCRIPT,
     BUCKET_TTL_S,
     KEY_PREFIX,
@@ -40,7 +39,8 @@ from routing.runtime.shared_scripts import (
     account_key,
     bucket_key,
 )
-from routing.runtime.shared_seats import SEATS_SCRIPT, SEATS_TTL_S, Seating, seats_key
+from routing.runtime.cluster.shared_seats import SEATS_SCRIPT, SEATS_TTL_S, Seating, seats_key
+from routing.runtime.observe import metrics
 
 log = logging.getLogger("switchboard")
 
