@@ -41,7 +41,7 @@ from routing.ops.dashboard import state
 from routing.plan.chain import breaker_keys
 from routing.runtime import background, overload, usage
 from routing.runtime.cache.response_cache import build_store
-from routing.runtime.cluster import affinity_sync, breaker_sync, processes, shared_limits
+from routing.runtime.cluster import affinity_sync, breaker_sync, process_list, shared_limits
 from routing.runtime.cluster.idempotency import IdempotencyStore
 from routing.runtime.cluster.shared_spend import SpendLoader
 from routing.runtime.observe import alerts, counters, feed, health, metrics, tracing
@@ -77,7 +77,7 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
         overload=overload.Overload(executor.gates, executor.hedges),  # adaptive limits and queues (docs/overload.md)
         feed=feed.Feed(),
         counters=counters.ModelCounters(),
-        heartbeat=processes.Heartbeat(),
+        heartbeat=process_list.Heartbeat(),
         spend=SpendLoader(),
         background=background,
     )

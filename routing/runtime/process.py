@@ -65,7 +65,7 @@ class Process:
     feed: Any = None
     # routing.runtime.observe.counters.ModelCounters: the dashboard's per-model rates and sparklines
     counters: Any = None
-    # routing.runtime.cluster.processes.Heartbeat: this process's entry in the process list
+    # routing.runtime.cluster.process_list.Heartbeat: this process's entry in the process list
     heartbeat: Any = None
     # routing.runtime.cluster.shared_spend.SpendLoader: budgets' spend from the records (docs/limits.md#durable)
     spend: Any = None

@@ -35,7 +35,7 @@ import pytest
 
 from gateway_project.servers import command
 from routing.runtime.cluster.idempotency import IdempotencyStore
-from routing.runtime.cluster.processes import STALE_BEATS
+from routing.runtime.cluster.process_list import STALE_BEATS
 from tests.e2e.harness import ROOT, SERVER, SLACK_S, Gateway, free_port, manage, migrated_postgres, wait_for_port
 from tools.local_cluster import haproxy_config
 
