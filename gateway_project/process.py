@@ -31,7 +31,7 @@ from routing.core.breaker import BreakerRegistry
 from routing.core.executor import Executor
 from routing.core.hedging import Hedges
 from routing.core.parking import Parking
-from routing.core.picking import Balancer
+from routing.core.picking import Picker
 from routing.core.retry_budget import RetryBudgets
 from routing.gateway.app import serve
 from routing.gateway.pacing import Pacer
@@ -63,7 +63,7 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
         BreakerRegistry(),
         RetryBudgets(),
         observer=_Observer(),
-        balancer=Balancer(),
+        picker=Picker(),
         gates=Gates(),
         hedges=Hedges(),
         parking=Parking(),
@@ -267,7 +267,7 @@ def _start_shared_limits(process: Process, settings: Any = django_settings) -> N
         interval_s=settings.SWITCHBOARD_LIMITS_SYNC_S,
         timeout_s=min(0.5, settings.SWITCHBOARD_SHARED_TIMEOUT_S),
         namespace=shared_limits.namespace(settings.DATABASES["default"]),
-        balancer=process.picker,  # deployments' capacity, shared too (docs/deployments.md#capacity)
+        picker=process.picker,  # deployments' capacity, shared too (docs/deployments.md#capacity)
         flush=process.usage.flush_now,  # a rebuild of the counters first writes this process's records
         gates=process.gates,  # concurrency limits split over the serving processes (docs/overload.md#processes)
     )

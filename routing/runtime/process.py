@@ -22,7 +22,7 @@ from routing.core.executor import Executor
 from routing.core.hedging import Hedges
 from routing.core.limiter import Limiter
 from routing.core.parking import Parking
-from routing.core.picking import Balancer
+from routing.core.picking import Picker
 from routing.core.retry_budget import RetryBudgets
 from routing.runtime.cache.response_cache import Coalescer, Store
 from routing.runtime.cluster.idempotency import IdempotencyStore
@@ -89,8 +89,8 @@ class Process:
         return self.executor.budgets
 
     @property
-    def picker(self) -> Balancer:
-        return self.executor.balancer
+    def picker(self) -> Picker:
+        return self.executor.picker
 
     @property
     def gates(self) -> Gates:

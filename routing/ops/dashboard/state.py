@@ -132,14 +132,14 @@ def link_entry(key: BreakerKey, view: Any, org_views: list[dict[str, Any]] | Non
 def deployment_rows(model: Any, views: dict[BreakerKey, Any], seen: set[BreakerKey]) -> list[dict[str, Any]]:
     """The rows of a model's deployments, in configuration order, each saying which of how many it is."""
 
-    balancer = current().picker
+    picker = current().picker
     rows = []
     count = len(model.deployments)
     for index, d in enumerate(model.deployments):
         key = BreakerKey(d.provider.name, model.id)
         seen.add(key)
         row = link_entry(key, views.get(key))
-        figures = balancer.peek(key)
+        figures = picker.peek(key)
         row["deployment"] = {
             "index": index + 1,
             "of": count,

@@ -29,7 +29,7 @@ from routing.config import live
 from routing.core.admission_queue import Gates
 from routing.core.budget_accounts import NEW, Account, Budgets
 from routing.core.limiter import Limiter, SharedBucket
-from routing.core.picking import Balancer
+from routing.core.picking import Picker
 from routing.runtime.cluster.shared_recovery import REBUILD_SCRIPT, RELEASE_SCRIPT, Recovery
 from routing.runtime.cluster.shared_scripts import (
     BUCKET_SCRIPT,
@@ -63,7 +63,7 @@ class Syncer(Seating, Recovery):
         timeout_s: float = 0.5,
         clock: Callable[[], float] = time.time,
         namespace: str = "",
-        balancer: Balancer | None = None,
+        picker: Picker | None = None,
         flush: Callable[[], Any] | None = None,
         seed_wait_s: float | None = None,
         gates: Gates | None = None,
@@ -71,7 +71,7 @@ class Syncer(Seating, Recovery):
         self.prefix = f"{KEY_PREFIX}{namespace}:" if namespace else KEY_PREFIX
         self.budgets = budgets
         self.limiter = limiter
-        self.balancer = balancer  # deployments' rpm/tpm capacity (docs/deployments.md#capacity), same buckets
+        self.picker = picker  # deployments' rpm/tpm capacity (docs/deployments.md#capacity), same buckets
         # deployments' concurrency limits: split over the processes the heartbeat counts (docs/overload.md#processes)
         self.gates = gates
         self._counted = False  # this process is in the cluster's list (a heartbeat got through)
@@ -107,8 +107,8 @@ class Syncer(Seating, Recovery):
         budgets.shared = True
         budgets.starved = self.starved
         limiter.shared = True
-        if balancer is not None:
-            balancer.share(self)
+        if picker is not None:
+            picker.share(self)
         if gates is not None:
             gates.on_new = self.starved
 
@@ -317,8 +317,8 @@ class Syncer(Seating, Recovery):
             if a.lease is not None and (a.lease or a.owed or now - a.used_at <= IDLE_S)
         ]
         items = self.limiter.items()
-        if self.balancer is not None:
-            items += self.balancer.buckets()
+        if self.picker is not None:
+            items += self.picker.buckets()
         buckets = [
             (k, b)
             for k, b in items
