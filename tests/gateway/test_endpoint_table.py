@@ -66,7 +66,7 @@ def test_every_row_names_what_exists() -> None:
         assert row.handler is None or row.handler in app._HANDLERS, row.path
         assert row.reader is not None or row.handler is not None, f"{row.path}: no body and no handler"
         if row.reader is not None:
-            assert row.serves in body_schemas.SHAPES, f"{row.path}: no body shape for {row.serves!r}"
+            assert row.serves in body_schemas.BODY_SCHEMAS, f"{row.path}: no body shape for {row.serves!r}"
             assert row.schema == "OpenObject" or row.schema in body_schemas.COMPONENTS, row.path
         if row.serves is not None:
             assert row.serves in ENDPOINT_KINDS and row.estimator in preflight.ESTIMATORS, row.path
