@@ -35,7 +35,6 @@ from routing.upstream.translate.messages_to_chat import Gaps, MessagesStream, ch
 from routing.upstream.translate.shared import anthropic_usage, error_body
 from routing.upstream.translate.table import Translator, translator
 
-ENDPOINTS = frozenset({"messages", "count_tokens"})
 PROTOCOL = "messages"  # this endpoint's row of routing.core.kinds.NATIVE_PROTOCOLS
 _PROTOCOL_NAME = "Anthropic's Messages API"
 
