@@ -306,7 +306,7 @@ class Gate:
         self._dirty = True  # a lower limit: the waiters' predicted starts moved back
 
 
-class PriorityTicket:
+class Ticket:
     """Who is asking, for the queue: set once per request by the gateway (routing.runtime.overload)."""
 
     __slots__ = ("org", "priority", "weight", "wait_until", "hedge", "tools", "entered")
@@ -370,11 +370,9 @@ class Shed(UpstreamFailure):
         return self.error
 
 
-current: contextvars.ContextVar[PriorityTicket | None] = contextvars.ContextVar(
-    "switchboard_overload_ticket", default=None
-)
+current: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("switchboard_overload_ticket", default=None)
 _MARGIN_S = 0.05
-_ANON = PriorityTicket("", PRIORITIES["default"], 1.0, None)
+_ANON = Ticket("", PRIORITIES["default"], 1.0, None)
 
 
 class Gates:

@@ -16,7 +16,7 @@ from prometheus_client import Counter, Gauge
 
 from routing.config.overload_spec import OverloadSpec
 from routing.core import errors
-from routing.core.admission_queue import PRIORITIES, Gates, PriorityTicket, current
+from routing.core.admission_queue import PRIORITIES, Gates, Ticket, current
 from routing.core.hedging import Hedges
 from routing.runtime.process import installed
 
@@ -88,7 +88,7 @@ class Overload:
                 wait_until = self.gates.clock() + _max_wait(value)
         tools = body is not None and bool(body.get("tools"))
         hedge = self.hedges.on and who not in spec.never_hedge
-        current.set(PriorityTicket(org, rank, spec.weights.get(org, 1.0), wait_until, hedge, tools))
+        current.set(Ticket(org, rank, spec.weights.get(org, 1.0), wait_until, hedge, tools))
 
     def refresh_metrics(self) -> None:
         """Limit, in-flight and queue length of every gate into the gauges (scrape time or the refresher)."""

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from routing.config.snapshot import Resilience
-from routing.core.admission_queue import PRIORITIES, Gates, PriorityTicket, current
+from routing.core.admission_queue import PRIORITIES, Gates, Ticket, current
 from routing.core.breaker import BreakerRegistry
 from routing.core.concurrency import LimitSettings
 from routing.core.executor import Executor, Link
@@ -123,7 +123,7 @@ async def test_a_shed_request_tries_the_next_model_of_its_chain_before_answering
 
     first = asyncio.ensure_future(ex.run([link("m")], call, RES, loop.time() + 10))
     await asyncio.sleep(0)
-    token = current.set(PriorityTicket("o", PRIORITIES["default"], 1.0, gates.clock()))  # X-Switchboard-Max-Wait: 0
+    token = current.set(Ticket("o", PRIORITIES["default"], 1.0, gates.clock()))  # X-Switchboard-Max-Wait: 0
     out = await ex.run([link("m"), link("n")], call, RES, loop.time() + 10)  # m is full: shed at once, then n
     assert out.error is None and out.result == "n"
     assert out.fallback_reason == "overloaded" and out.attempts == 1  # the shed was no upstream call
