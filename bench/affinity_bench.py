@@ -1,7 +1,7 @@
 """`python -m bench.affinity_bench`: what prompt-cache affinity adds per request (docs/deployments.md#affinity-cost).
 
 Per request, affinity adds the conversation key (`routing.core.affinity.key_of`, in the gateway's
-`_admit`) and a pinned pick (`Balancer.pick_pinned`) in place of the strategy's pick. This times
+`_admit`) and a pinned pick (`Picker.pick_pinned`) in place of the strategy's pick. This times
 both, on realistic agent requests, against the plain pick of a model without affinity:
 
 - `chat-20`: a 20-turn chat (a 2 kB system prompt, short turns), about 9 kB;
@@ -103,12 +103,12 @@ def _pickers() -> tuple[Callable[[], Any], Callable[[str], Callable[[], Any]], l
     import random
 
     from bench.deployments_bench import _links
-    from routing.core.picking import Balancer
+    from routing.core.picking import Picker
 
     _, multi = _links("weighted")
     targets = multi.deployments[:3]
     pinned = replace(multi, model=replace(multi.model, affinity_s=300.0), deployments=targets)
-    bal, draw = Balancer(), random.Random(1).random
+    bal, draw = Picker(), random.Random(1).random
 
     def plain() -> Any:
         return bal.pick("weighted", targets, draw)

@@ -9,7 +9,7 @@ On the request path's own functions, in one event loop, best of several repeats:
 - hit (Redis): the same with the Redis store (REDIS_URL, or SWITCHBOARD_TEST_REDIS_URL,
   or --redis), p50 and p99 of single calls: one GET round trip and a decode;
 - a miss's lookup on Redis (the script that GETs and claims), one at a time, sent by
-  the cache's own connection (routing/runtime/redis_batch.py) and by redis-py's asyncio
+  the cache's own connection (routing/runtime/cache/redis_batch.py) and by redis-py's asyncio
   client in interleaved blocks: this process's CPU and the wall time per command.
 
 Figures are microseconds per request. With `--e2e`, also real processes: the mock
@@ -129,7 +129,7 @@ async def _run(args: argparse.Namespace, result: dict) -> None:
     from routing.gateway.wire import JSON, answer_headers
     from routing.plan import cache_key, chain
     from routing.runtime.accounting import Context
-    from routing.runtime.response_cache import Coalescer, MemoryCache, RedisCache
+    from routing.runtime.cache.response_cache import Coalescer, MemoryCache, RedisCache
 
     doc = {
         "providers": [{"name": "p", "base_url": "http://127.0.0.1:1/v1"}],
@@ -251,8 +251,8 @@ async def _lookup_clients(url: str, n: int, result: dict) -> None:
     """A miss's lookup (GET_OR_CLAIM_SCRIPT on a missing key), alone, by each client in turn."""
     import redis.asyncio as aioredis
 
-    from routing.runtime.redis_batch import Batcher
-    from routing.runtime.response_cache import GET_OR_CLAIM_SCRIPT
+    from routing.runtime.cache.redis_batch import Batcher
+    from routing.runtime.cache.response_cache import GET_OR_CLAIM_SCRIPT
 
     ours, theirs = Batcher(url, 1.0), aioredis.Redis.from_url(url)
     clients = {"this connection": ours.run, "redis-py": theirs.execute_command}

@@ -3,7 +3,7 @@
 1. Cost: the executor's whole run over a chain of one link, with an upstream call that
    answers at once, for a one-provider model and for a 4-deployment model under each
    strategy; p50 of single runs (ns clock), in microseconds, and the difference = what
-   selection adds per request (target: at most 20 µs at p50). Also one `Balancer.pick`.
+   selection adds per request (target: at most 20 µs at p50). Also one `Picker.pick`.
 2. Distribution: where 4 000 requests land per strategy, with simulated upstreams
    (weights 4:3:2:1 for `weighted`; answer times 1, 2, 4, 8 ms for `least_busy` with 16
    concurrent callers and for `latency`).
@@ -69,7 +69,7 @@ def _p50_us(samples: list[int]) -> float:
 async def _cost(runs: int) -> dict[str, float]:
     from routing.core.breaker import BreakerRegistry
     from routing.core.executor import Executor
-    from routing.core.picking import Balancer
+    from routing.core.picking import Picker
     from routing.core.resilience import Resilience
     from routing.core.retry_budget import RetryBudgets
 
@@ -85,7 +85,7 @@ async def _cost(runs: int) -> dict[str, float]:
         for label, chain in (("single", [single]), (routing, [multi])):
             if label == "single" and "single" in out:
                 continue
-            ex = Executor(BreakerRegistry(), RetryBudgets(), rand=rng.random, balancer=Balancer())
+            ex = Executor(BreakerRegistry(), RetryBudgets(), rand=rng.random, picker=Picker())
             ns = time.perf_counter_ns
             samples = []
             deadline = time.monotonic() + 3600
@@ -95,9 +95,9 @@ async def _cost(runs: int) -> dict[str, float]:
                 samples.append(ns() - t0)
             out[label] = _p50_us(samples)
 
-    from routing.core.picking import Balancer
+    from routing.core.picking import Picker
 
-    bal = Balancer()
+    bal = Picker()
     _, multi = _links("weighted")
     pick, targets, draw = bal.pick, multi.deployments, rng.random
     t0 = time.perf_counter_ns()
@@ -110,7 +110,7 @@ async def _cost(runs: int) -> dict[str, float]:
 async def _distribution(requests: int) -> dict[str, dict[str, int]]:
     from routing.core.breaker import BreakerRegistry
     from routing.core.executor import Executor
-    from routing.core.picking import Balancer
+    from routing.core.picking import Picker
     from routing.core.resilience import Resilience
     from routing.core.retry_budget import RetryBudgets
 
@@ -119,7 +119,7 @@ async def _distribution(requests: int) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for routing, weights in (("weighted", (4, 3, 2, 1)), ("least_busy", (1, 1, 1, 1)), ("latency", (1, 1, 1, 1))):
         _, multi = _links(routing, weights)
-        ex = Executor(BreakerRegistry(), RetryBudgets(), rand=random.Random(2).random, balancer=Balancer())
+        ex = Executor(BreakerRegistry(), RetryBudgets(), rand=random.Random(2).random, picker=Picker())
         callers = 16 if routing != "weighted" else 1
         served = await _serve(ex, multi, res, requests, callers, None if routing == "weighted" else answer_s)
         out[routing] = {name: served[name] for name in NAMES}
@@ -164,7 +164,7 @@ def main() -> None:
         added = cost[routing] - cost["single"]
         worst = max(worst, added)
         print(f"  4 deployments {routing:<10} {cost[routing]:7.2f}   added {added:+6.2f}")
-    print(f"  Balancer.pick weighted {cost['pick_weighted']:7.2f} (mean)")
+    print(f"  Picker.pick weighted {cost['pick_weighted']:7.2f} (mean)")
     print(f"  worst added p50: {worst:.2f} µs (target ≤ 20 µs): {'ok' if worst <= 20 else 'OVER'}")
     summary.save("deployments", {"cost_us": cost, "worst_added_us": round(worst, 3), "target_us": 20})
 

@@ -142,7 +142,7 @@ def _check_ok(statuses: dict[str, dict[Any, int]], notes: list[str], scenario: s
 def latency(b: Bench) -> dict[str, Any]:
     # 6 000 requests a target (p99.9 from the 6 slowest), in batches small enough that no target
     # idles 2 s between its batches: a budget's cluster lease is given back after 2 s unused
-    # (routing/runtime/shared_limits.py IDLE_S), which steady traffic from one client never sees.
+    # (routing/runtime/cluster/shared_limits.py IDLE_S), which steady traffic from one client never sees.
     rounds, batch = b.pick(60, 15), b.pick(100, 80)
     targets = [b.direct(config.CHAT[1]), b.through(config.CHAT[0])]
     targets.extend(side.target() for side in b.sides)

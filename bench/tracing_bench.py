@@ -24,7 +24,7 @@ async def _run(requests: int, rounds: int) -> dict[str, list[float]]:
     from gateway_project.process import build_process, make_gateway
     from routing.config import live
     from routing.config.snapshot import build_snapshot
-    from routing.runtime import tracing
+    from routing.runtime.observe import tracing
     from tools.mock.upstream import start_mock
 
     class Drop(SpanExporter):

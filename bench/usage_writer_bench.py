@@ -109,7 +109,7 @@ def p99(values: list[float]) -> float:
 
 
 async def measure(args: argparse.Namespace, alias: str) -> list[tuple[str, int, dict[str, float]]]:
-    from routing.runtime.request_log import log_requests
+    from routing.runtime.observe.request_log import log_requests
     from routing.runtime.usage import UsageSink, writer
 
     rng = random.Random(11)

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from routing.core.endpoints import route
 from routing.core.errors import request_too_large
 from routing.gateway.paths import is_gateway_path
 from routing.upstream.translate.shared import error_body  # no Django: the servers import this module first
@@ -38,6 +39,9 @@ LINGER_S = 1.0  # how long the rest of a refused request is read and dropped bef
 # Connections the kernel queues for a process to accept: uvicorn's default. A burst of new
 # connections beyond the queue is dropped by the kernel (SYN retried a second later, or reset).
 LISTEN_BACKLOG = 2048
+# The client protocol whose errors are Anthropic's (routing.gateway.messages.PROTOCOL; the gateway
+# imports Django, which a server loads this module before).
+MESSAGES_PROTOCOL = "messages"
 
 
 class SlowBodyLog:
@@ -120,11 +124,13 @@ def body_limit(path: str) -> int:
 
 
 def too_large_body(limit: int, path: str = "") -> bytes:
-    """The 413 answer's JSON body, from the error catalogue; in Anthropic's error shape on the
-    Messages endpoints, as the gateway itself answers there (docs/anthropic-messages.md)."""
+    """The 413 answer's JSON body, from the error catalogue; in Anthropic's error shape where the
+    path's row of the endpoint table speaks the Messages protocol, as the gateway itself answers
+    there (docs/anthropic-messages.md)."""
 
     error = request_too_large(limit)
-    if path.rstrip("/").startswith("/v1/messages"):
+    row = route(path)
+    if row is not None and row.protocol == MESSAGES_PROTOCOL:
         return error_body(error.status, error.message)
     return error.body()
 

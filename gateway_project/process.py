@@ -31,7 +31,7 @@ from routing.core.breaker import BreakerRegistry
 from routing.core.executor import Executor
 from routing.core.hedging import Hedges
 from routing.core.parking import Parking
-from routing.core.picking import Balancer
+from routing.core.picking import Picker
 from routing.core.retry_budget import RetryBudgets
 from routing.gateway.app import serve
 from routing.gateway.pacing import Pacer
@@ -39,26 +39,14 @@ from routing.gateway.wire import Receive, Scope, Send
 from routing.ops import controls
 from routing.ops.dashboard import state
 from routing.plan.chain import breaker_keys
-from routing.runtime import (
-    affinity_sync,
-    alerts,
-    background,
-    breaker_sync,
-    counters,
-    feed,
-    health,
-    metrics,
-    overload,
-    processes,
-    shared_limits,
-    tracing,
-    usage,
-)
-from routing.runtime.idempotency import IdempotencyStore
-from routing.runtime.outage import Outage
+from routing.runtime import background, overload, usage
+from routing.runtime.cache.response_cache import build_store
+from routing.runtime.cluster import affinity_sync, breaker_sync, process_list, shared_limits
+from routing.runtime.cluster.idempotency import IdempotencyStore
+from routing.runtime.cluster.shared_spend import SpendLoader
+from routing.runtime.observe import alerts, counters, feed, health, metrics, tracing
+from routing.runtime.observe.outage import Outage
 from routing.runtime.process import Process, current, install, installed
-from routing.runtime.response_cache import build_store
-from routing.runtime.shared_spend import SpendLoader
 from routing.runtime.usage.queue import UsageSink
 from routing.upstream.blocking import BlockingPool, BlockingPools
 from routing.upstream.transport import Transport
@@ -75,7 +63,7 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
         BreakerRegistry(),
         RetryBudgets(),
         observer=_Observer(),
-        balancer=Balancer(),
+        picker=Picker(),
         gates=Gates(),
         hedges=Hedges(),
         parking=Parking(),
@@ -89,7 +77,7 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
         overload=overload.Overload(executor.gates, executor.hedges),  # adaptive limits and queues (docs/overload.md)
         feed=feed.Feed(),
         counters=counters.ModelCounters(),
-        heartbeat=processes.Heartbeat(),
+        heartbeat=process_list.Heartbeat(),
         spend=SpendLoader(),
         background=background,
     )
@@ -279,11 +267,11 @@ def _start_shared_limits(process: Process, settings: Any = django_settings) -> N
         interval_s=settings.SWITCHBOARD_LIMITS_SYNC_S,
         timeout_s=min(0.5, settings.SWITCHBOARD_SHARED_TIMEOUT_S),
         namespace=shared_limits.namespace(settings.DATABASES["default"]),
-        balancer=process.picker,  # deployments' capacity, shared too (docs/deployments.md#capacity)
+        picker=process.picker,  # deployments' capacity, shared too (docs/deployments.md#capacity)
         flush=process.usage.flush_now,  # a rebuild of the counters first writes this process's records
         gates=process.gates,  # concurrency limits split over the serving processes (docs/overload.md#processes)
     )
-    process.syncer = syncer  # the request path's waiters find it here (routing.runtime.shared_waiters)
+    process.syncer = syncer  # the request path's waiters find it here (routing.runtime.cluster.shared_waiters)
     process.tasks.append(_spawn("shared-limits", syncer.run))
 
 
@@ -311,7 +299,7 @@ def _recovered(outage: Outage, failures: int) -> None:
 def _spawn(name: str, func: Callable[[], Awaitable[None]]) -> asyncio.Task:
     """Run `func` for the life of the process, restarting it with a backoff when it fails: one
     log line when it starts failing (a traceback only for what is not an outage of Redis or
-    the database), one when a restart has run RECOVERED_S (routing.runtime.outage)."""
+    the database), one when a restart has run RECOVERED_S (routing.runtime.observe.outage)."""
     outage = Outage(log, f"background task {name}", "restarting it with a backoff until it runs again")
 
     async def guarded() -> None:

@@ -37,7 +37,7 @@ from routing.core.prices import CLASSES as PRICE_CLASSES
 from routing.ops import controls
 from routing.ops.admin_base import GLOBAL, OrgScopedAdmin
 from routing.ops.admin_keys import StoredKeyForm
-from routing.runtime import health
+from routing.runtime.observe import health
 from routing.runtime.process import current
 
 Edit = Callable[[dict[str, Any]], None]

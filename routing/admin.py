@@ -37,7 +37,7 @@ from routing.models import (
 from routing.ops.admin_audit import AuditRecordAdmin
 from routing.ops.admin_base import GLOBAL, OrgScopedAdmin, ReadOnlyAdmin
 from routing.ops.admin_history import ConfigRevisionAdmin
-from routing.runtime import alerts, bodies
+from routing.runtime.observe import alerts, bodies
 
 FORM_FIELD = {"id": "public_id", "health_probe": "health_probe_enabled"}
 _LEAD = re.compile(r"^(?:\[([^\]]*)\])?(?:\.(\w+))?")

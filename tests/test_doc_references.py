@@ -1,5 +1,5 @@
 """Every `docs/<page>.md#<anchor>` a source file cites, every link between the docs, and every
-dotted name (`routing.runtime.tracing`, `routing.core.errors.forbidden`) a doc names must resolve:
+dotted name (`routing.runtime.observe.tracing`, `routing.core.errors.forbidden`) a doc names must resolve:
 a reader who follows one from code or prose lands on what it promises."""
 
 from __future__ import annotations

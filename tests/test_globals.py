@@ -80,7 +80,7 @@ def test_two_processes_in_one_interpreter_share_no_part(session_process, process
 def test_a_process_s_events_stay_its_own(session_process, process) -> None:
     """A breaker transition of the test's process reaches its own dashboard feed, not the session's."""
     from routing.core.breaker import BreakerKey
-    from routing.runtime import feed
+    from routing.runtime.observe import feed
 
     before = len(session_process.feed.recent)
     process.breakers.force_open(BreakerKey("own-provider", "own-model"), "a test", None)
@@ -111,14 +111,14 @@ REQUEST_PATH_FLOORS = ("routing/runtime", "routing/gateway")
 _PROMETHEUS = "label children of the interpreter's Prometheus metrics (the registry is the interpreter's)"
 ALLOWED_CONTAINERS = {
     **{
-        f"routing.runtime.metrics.{name}": _PROMETHEUS
+        f"routing.runtime.observe.metrics.{name}": _PROMETHEUS
         for name in ("_cache", "_repins", "_input_tokens", "_unpriced", "_requests", "_attempts", "_fallbacks")
     },
-    "routing.runtime.metrics._circuits": _PROMETHEUS,
-    "routing.runtime.metrics._installed": "breaker registries already feeding the interpreter's circuit metric",
-    "routing.runtime.metrics.request_listeners": "a listener list of module functions, each reading the installed "
+    "routing.runtime.observe.metrics._circuits": _PROMETHEUS,
+    "routing.runtime.observe.metrics._installed": "breaker registries already feeding the interpreter's circuit metric",
+    "routing.runtime.observe.metrics.request_listeners": "a listener list of module functions, each reading the installed "
     "process (the composition root fills it once)",
-    "routing.runtime.health.change_listeners": "a listener list of module functions, each reading the installed "
+    "routing.runtime.observe.health.change_listeners": "a listener list of module functions, each reading the installed "
     "process (the composition root fills it once)",
     "routing.runtime.usage.writer._column_converters": "per database alias, the converters of the UsageRecord "
     "columns: a function of the code and the database, not of a process",
@@ -156,7 +156,7 @@ def module_containers() -> list[str]:
 
 def test_no_module_level_state_the_request_path_reaches_outside_the_justified_list() -> None:
     """Results, events, counters, waiters' events: the process's (`process.probes`, `process.feed`...)."""
-    assert "routing.runtime.metrics._cache" in module_containers()  # the scan sees what it is meant to
+    assert "routing.runtime.observe.metrics._cache" in module_containers()  # the scan sees what it is meant to
     extra = [name for name in module_containers() if name not in ALLOWED_CONTAINERS]
     assert extra == [], "module-level state on the request path's floors (make it a part of the Process):\n" + (
         "\n".join(extra)

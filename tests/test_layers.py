@@ -321,8 +321,8 @@ def test_the_checks_catch_a_sibling_import_a_singleton_and_a_silent_deferred_imp
         "routing.gateway.app (gateway) imports routing.ops.controls (ops)"
     ]
     assert upward_imports({"routing.ops.controls": {"routing.gateway.app"}}) != []
-    assert upward_imports({"routing.runtime.metrics": {"routing.ops.controls"}}) != []
-    assert upward_imports({"routing.gateway.app": {"routing.runtime.metrics"}}) == []
+    assert upward_imports({"routing.runtime.observe.metrics": {"routing.ops.controls"}}) != []
+    assert upward_imports({"routing.gateway.app": {"routing.runtime.observe.metrics"}}) == []
     source = "from routing.core.breaker import BreakerRegistry\nregistry = BreakerRegistry()\n"
     assert module_singletons(source, "routing.core.x") == ["routing.core.x.registry = BreakerRegistry(...)"]
     frozen = "from dataclasses import dataclass\n@dataclass(frozen=True)\nclass V:\n    a: int = 0\nEMPTY = V()\n"

@@ -6,7 +6,7 @@ destination, the events it wants and its budget thresholds. A webhook's signing 
 read here from its `secret_env` variable, under the same allow rule as an upstream key
 (routing.config.secrets), and never leaves the rule (not in repr, not in any payload).
 Pure; an empty tuple when nothing is configured, so the parts that report events pay one
-test (routing.runtime.alerts).
+test (routing.runtime.observe.alerts).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ that served it last, for N seconds since its last use.
 
 `key_of` names the conversation; `Pins` holds the pins of one process (bounded, least
 recently used first out). Pure: the clock is the caller's. The pins shared through Redis
-(routing.runtime.affinity_sync) enter with `merge` and leave through `outbox`, both
+(routing.runtime.cluster.affinity_sync) enter with `merge` and leave through `outbox`, both
 off the request path.
 """
 

@@ -9,7 +9,7 @@ docs/deployments.md#capacity) both count in these.
 - `SharedBucket`: this process's *share* of a cluster-wide bucket (docs/limits.md#shared).
   Its `level` is what a background task leased from the cluster bucket and the process has
   not used yet; it does not refill here. The request path takes from it exactly as from a
-  `Bucket` (a few float operations); the lessor (routing.runtime.shared_limits.Syncer) tops it
+  `Bucket` (a few float operations); the lessor (routing.runtime.cluster.shared_limits.Syncer) tops it
   up, gives idle shares back, and on a Redis outage sets `divisor` so it refills locally
   as an even share of the limit.
 
@@ -157,7 +157,7 @@ class SharedBucket(Bucket):
 
 
 class Lessor(Protocol):
-    """What keeps shared buckets' shares topped up (routing.runtime.shared_limits.Syncer)."""
+    """What keeps shared buckets' shares topped up (routing.runtime.cluster.shared_limits.Syncer)."""
 
     def starved(self) -> None:
         """A share was short: run a round soon (request path: sets an event, no I/O)."""

@@ -9,12 +9,12 @@ no answer (`Hold.release`). So concurrent requests and streams cannot overshoot 
 budget by more than the estimate's error.
 
 Spend survives restarts and budgets added live: a background task
-(routing.runtime.shared_spend.SpendLoader) loads each new account's spend of its
+(routing.runtime.cluster.shared_spend.SpendLoader) loads each new account's spend of its
 period from the usage records (`Account.state`); what this process settles
 afterwards is added locally (docs/limits.md#durable).
 
 Shared mode (docs/limits.md#shared): an account's allowance is a lease taken from
-a cluster-wide counter by a background task (routing.runtime.shared_limits); the request
+a cluster-wide counter by a background task (routing.runtime.cluster.shared_limits); the request
 path reserves from the lease and writes what it owes, never calling Redis itself.
 """
 
@@ -238,9 +238,9 @@ class Budgets:
         self._accounts: dict[tuple[str, ...], Account] = {}
         # (account key, period start) -> spend of the usage records before `booted` (Budgets.load)
         self._base: dict[tuple[tuple[str, ...], float], float] = {}
-        self.shared = False  # accounts take leases from the cluster (routing.runtime.shared_limits)
+        self.shared = False  # accounts take leases from the cluster (routing.runtime.cluster.shared_limits)
         self.starved: Callable[[Account], None] | None = None  # told when a lease is too small
-        # A spend loader runs (routing.runtime.shared_spend.SpendLoader): new accounts start NEW
+        # A spend loader runs (routing.runtime.cluster.shared_spend.SpendLoader): new accounts start NEW
         # and it reads their period's spend; without one (unit tests) they start LOADED.
         self.loading = False
         self.wanted: Callable[[], None] | None = None  # wakes the loader when an account needs reading

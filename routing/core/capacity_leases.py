@@ -1,7 +1,7 @@
 """Which of a model's deployments can take a request now, and the bounded wait for a lease round
 (docs/deployments.md#capacity).
 
-Each deployment's rpm/tpm capacity is counted by the balancer (routing.core.picking). With
+Each deployment's rpm/tpm capacity is counted by the picker (routing.core.picking). With
 capacity shared across processes, a deployment whose local share is short (`SHORT`) is
 passed over while another can serve; when every one left is short, the request waits, at
 most LEASE_WAIT_S and within its deadline, for the background lessor's next round.
@@ -28,7 +28,7 @@ def ready(parts: ExecutorParts, spread: Spread, tokens: int, now: float) -> tupl
         if parts.parking.until and parts.parking.parked_s(t.key) is not None:  # out of quota: skipped, no call
             spread.parked = t
             continue
-        wait = parts.balancer.room_s(t, tokens, now)
+        wait = parts.picker.room_s(t, tokens, now)
         if wait == 0:
             ready.append(t)
         elif wait > 0:
@@ -43,7 +43,7 @@ async def await_lease(parts: ExecutorParts, spread: Spread, deadline: float, now
     cluster bucket lack it, within LEASE_WAIT_S; True when a round brought room (try again)."""
     if spread.lease_until is None:
         spread.lease_until = min(now + LEASE_WAIT_S, deadline)
-    if now < spread.lease_until and await parts.balancer.lease(spread.lease_until - now):
+    if now < spread.lease_until and await parts.picker.lease(spread.lease_until - now):
         return True
     spread.full_wait = _SHORT_RETRY_S if spread.full_wait is None else min(spread.full_wait, _SHORT_RETRY_S)
     return False

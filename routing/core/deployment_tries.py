@@ -4,7 +4,7 @@
 The pick honours capacity (routing.core.capacity_leases), the breakers, quota parks and
 conversation affinity (routing.core.affinity); the chosen deployment is called with its
 tries (routing.core.link_tries), hedged when due (routing.core.hedge_race), and counted in
-flight and timed by the balancer (routing.core.picking) while it runs.
+flight and timed by the picker (routing.core.picking) while it runs.
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ async def try_deployments(parts: ExecutorParts, link: Link, walk: Walk) -> tuple
                 continue
             break
         if link.model.affinity_s and (pin := conversation.get()) is not None:  # docs/deployments.md#affinity
-            target = parts.balancer.pick_pinned(link, eligible, parts.rand, pin, parts.closed)
+            target = parts.picker.pick_pinned(link, eligible, parts.rand, pin, parts.closed)
         else:
-            target = parts.balancer.pick(link.routing, eligible, parts.rand)
+            target = parts.picker.pick(link.routing, eligible, parts.rand)
         assert target is not None
         spread.left.remove(target)
         adm = parts.breakers.admit(target.key, target.link.org)
@@ -80,19 +80,19 @@ async def _call_deployment(
     parts: ExecutorParts, link: Link, target: Target, probe: int, spread: Spread, walk: Walk, now: float
 ) -> Outcome | None:
     """Call one admitted deployment (hedged when due), counting it in flight; returns like `try_link`."""
-    balancer = parts.balancer
+    picker = parts.picker
     tokens = walk.tokens
-    balancer.take(target, tokens)
+    picker.take(target, tokens)
     others = any(
         t is not target
         and parts.breakers.state(t.key) is State.CLOSED
-        and balancer.room_s(t, tokens, now, hint=False) == 0
+        and picker.room_s(t, tokens, now, hint=False) == 0
         for t in spread.left
     )
     walk.last = target.link
     before = walk.attempts
     key = target.key
-    balancer.started(key)
+    picker.started(key)
     started = parts.clock()
     ended = None
     tries = 1 if others else spread.tries_left
@@ -106,15 +106,15 @@ async def _call_deployment(
     finally:
         settlement = ended.settlement if ended is not None and walk.last is target.link else None
         if settlement is None:
-            balancer.finished(key)
+            picker.finished(key)
         else:  # a stream stays in flight until it ends
-            settlement.then(functools.partial(balancer.finished, key))
+            settlement.then(functools.partial(picker.finished, key))
     one_call = walk.attempts - before == 1  # one call: its time is the figure
     if ended is not None:
         if ended.error is None and one_call:
-            balancer.observe(key, parts.clock() - started)
+            picker.observe(key, parts.clock() - started)
             if parts.hedges.on:
                 parts.hedges.observe(key, parts.clock() - started)
     elif one_call and walk.last_failure is not None and walk.last_failure.is_timeout:
-        balancer.observe(key, parts.clock() - started)
+        picker.observe(key, parts.clock() - started)
     return ended

@@ -30,7 +30,7 @@ class Endpoint:
     the body is read: "json" (routing.gateway.request.parse_body), "multipart"
     (routing.gateway.multipart.read_form), None for a request without a body (GET). `schema` is the
     OpenAPI component of the body a client sends (`OpenObject`: described as an open object); the
-    body is checked against the msgspec shape of `serves` (routing.gateway.body_schemas.SHAPES).
+    body is checked against the msgspec shape of `serves` (routing.gateway.body_schemas.BODY_SCHEMAS).
     `handler` names the gateway's own answer (routing.gateway.app `_HANDLERS`); None: the chain's.
     """
 

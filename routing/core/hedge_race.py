@@ -85,17 +85,17 @@ def _launch_hedge(
     """Send the hedge to the best other deployment that has room and whose breaker is closed."""
     now = parts.clock()
     others = [
-        t for t in left if parts.breakers.state(t.key) is State.CLOSED and parts.balancer.room_s(t, walk.tokens, now) == 0
+        t for t in left if parts.breakers.state(t.key) is State.CLOSED and parts.picker.room_s(t, walk.tokens, now) == 0
     ]  # fmt: skip
-    second = parts.balancer.pick(link.routing, others, parts.rand) if others else None
+    second = parts.picker.pick(link.routing, others, parts.rand) if others else None
     if second is None or not parts.hedges.spend(link.model.id):
         return
     adm = parts.breakers.admit(second.key, second.link.org)
     if not adm.allowed:
         return
     left.remove(second)
-    parts.balancer.take(second, walk.tokens)
-    parts.balancer.started(second.key)
+    parts.picker.take(second, walk.tokens)
+    parts.picker.started(second.key)
     wb = walk.sub()
     b = asyncio.ensure_future(try_link(parts, second.link, adm.probe, wb, 1, f"{link.model.id}@{second.name}"))
     calls.append((b, second, wb))
@@ -127,9 +127,9 @@ async def _settle_race(
         if target is not race.first:  # the hedge's in-flight count, as the caller does for the first
             settlement = out.settlement if out is not None and fut is winner else None
             if settlement is None:
-                parts.balancer.finished(target.key)
+                parts.picker.finished(target.key)
             else:
-                settlement.then(functools.partial(parts.balancer.finished, target.key))
+                settlement.then(functools.partial(parts.picker.finished, target.key))
     for fut, _, _ in calls:
         if fut is not winner and not fut.cancelled() and fut.exception() is not None:
             raise fut.exception()  # a bug in a call: not swallowed

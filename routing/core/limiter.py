@@ -14,7 +14,7 @@ output allowance) and corrected once the real usage is known (`Ticket.settle`).
 The buckets are routing.core.buckets's, the same type deployment capacity counts in.
 Shared mode (docs/limits.md#shared): they are `SharedBucket`s whose level is this
 process's share of a cluster-wide bucket, leased by a background task
-(routing.runtime.shared_limits); they do not refill locally unless Redis is down.
+(routing.runtime.cluster.shared_limits); they do not refill locally unless Redis is down.
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ class Limiter:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._buckets: dict[tuple[str, ...], Bucket] = {}
-        self.shared = False  # new buckets are shares of cluster buckets (routing.runtime.shared_limits)
+        self.shared = False  # new buckets are shares of cluster buckets (routing.runtime.cluster.shared_limits)
 
     def _bucket(self, key: tuple[str, ...], capacity: int, now: float) -> Bucket:
         bucket = self._buckets.get(key)

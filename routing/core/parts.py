@@ -18,13 +18,13 @@ from routing.core.admission_queue import Gates
 from routing.core.breaker import BreakerRegistry, State
 from routing.core.hedging import Hedges
 from routing.core.parking import Parking
-from routing.core.picking import Balancer
+from routing.core.picking import Picker
 from routing.core.retry_budget import RetryBudgets
 from routing.core.walk import Observer
 
 
 class ExecutorParts:
-    """Breakers, retry budgets, the deployment balancer, overload gates, hedges, parking, and the
+    """Breakers, retry budgets, the deployment picker, overload gates, hedges, parking, and the
     injected clock, sleep and randomness (simulated time in tests)."""
 
     def __init__(
@@ -35,7 +35,7 @@ class ExecutorParts:
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
         observer: Observer | None = None,
-        balancer: Balancer | None = None,
+        picker: Picker | None = None,
         gates: Gates | None = None,
         hedges: Hedges | None = None,
         parking: Parking | None = None,
@@ -43,7 +43,7 @@ class ExecutorParts:
         # Each part defaults to a fresh one: the composition root (gateway_project.process) passes the process's.
         self.breakers = breakers if breakers is not None else BreakerRegistry()
         self.budgets = budgets if budgets is not None else RetryBudgets()
-        self.balancer = balancer if balancer is not None else Balancer()
+        self.picker = picker if picker is not None else Picker()
         self.gates = gates if gates is not None else Gates()
         self.hedges = hedges if hedges is not None else Hedges()
         self.parking = parking if parking is not None else Parking()

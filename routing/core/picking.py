@@ -1,14 +1,14 @@
 """Choosing one deployment of a model for each try (docs/deployments.md#strategies).
 
 Pure: randomness and the clock are injected. A `Target` is one deployment as the
-executor sees it (its own `Link`, weight and capacity); `Balancer` holds the live
+executor sees it (its own `Link`, weight and capacity); `Picker` holds the live
 figures per deployment, keyed by the deployment's breaker key (provider, model[, org]):
 requests in flight, an EWMA of time to first byte, and the rpm/tpm token buckets.
 Keys, not snapshot objects, so the figures survive configuration rebuilds.
 
 Capacity (docs/deployments.md#capacity) counts in routing.core.buckets's buckets, the
 type org and agent limits use: local `Bucket`s per process, or, once the composition
-root hands the balancer a lessor (`share`), `SharedBucket`s = this process's shares of
+root hands the picker a lessor (`share`), `SharedBucket`s = this process's shares of
 cluster buckets, leased in the background; the request path never does I/O for them.
 
 Strategies, each over the *eligible* deployments only (not yet tried by this
@@ -75,7 +75,7 @@ class Figures:
         self.picked = 0
 
 
-class Balancer:
+class Picker:
     """Per-deployment figures and the strategies over them (one per process)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:

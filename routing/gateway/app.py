@@ -39,9 +39,10 @@ from routing.gateway.wire import (
     worker_header,
 )
 from routing.plan import cache_key, chain, preflight
-from routing.runtime import accounting, bodies, tracing
+from routing.runtime import accounting
 from routing.runtime.accounting import Context
-from routing.runtime.health import health_providers_payload
+from routing.runtime.observe import bodies, tracing
+from routing.runtime.observe.health import health_providers_payload
 from routing.runtime.process import Process
 
 log = logging.getLogger("switchboard.requests")
@@ -166,7 +167,7 @@ async def _admit(
 
 async def _read(call: Call, endpoint: Endpoint, scope: Scope, receive: Receive, content_length: int) -> None:
     """The body, read within its size limit by its row's reader (JSON or a multipart form) and checked
-    against the schema of the kind it serves; an Anthropic Messages body becomes the chat body its Shape
+    against the schema of the kind it serves; an Anthropic Messages body becomes the chat body its MessagesHook
     serves."""
     ctx = call.ctx
     raw = call.raw = await read_body(
@@ -183,12 +184,12 @@ async def _read(call: Call, endpoint: Endpoint, scope: Scope, receive: Receive, 
     body = request.parse_body(raw)
     try:
         if endpoint.protocol == messages.PROTOCOL:  # Anthropic Messages: checked, then served as chat
-            shape = messages.Shape(body, raw, scope, ctx)
+            shape = messages.MessagesHook(body, raw, scope, ctx)
             body, call.shape = messages.chat_body(endpoint.kind, body, raw, shape.gaps), shape
         call.kind = endpoint.serves  # type: ignore[assignment]  # a row with a body is served as a kind
         body_schemas.check(call.kind, body, raw)
         if endpoint.protocol == responses.PROTOCOL:  # relayed or translated per link (routing.gateway.responses)
-            call.shape = responses.Shape(body, ctx)
+            call.shape = responses.ResponsesHook(body, ctx)
     except GatewayError:
         ctx.requested = request.named_model(body)  # the log and usage record say which model was asked for
         raise

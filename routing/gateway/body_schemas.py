@@ -9,7 +9,7 @@ every field a dialect translates) is checked here, by msgspec structs: one C-lev
 `invalid_request` whose `param` names the field, e.g. `messages[0].role`.
 
 Each endpoint kind the chain serves (an endpoint row's `serves`, routing.core.endpoints) has a
-`Shape` in `SHAPES`, and the body a client sends is described for the OpenAPI document by
+`BodySchema` in `BODY_SCHEMAS`, and the body a client sends is described for the OpenAPI document by
 its component in `COMPONENTS` (the name its endpoint row's `schema` gives): a new endpoint's
 schema is these two entries, in this one module.
 """
@@ -396,19 +396,19 @@ class CompletionsRequest(Struct):
 
 
 @dataclass(frozen=True, slots=True)
-class Shape:
+class BodySchema:
     """One endpoint's body type, and an optional check of what a type cannot say."""
 
     type: type
     extra: Callable[[Any], None] | None = None
 
 
-SHAPES: dict[str, Shape] = {
-    "chat": Shape(ChatRequest, _check_chat),
-    "embeddings": Shape(EmbeddingsRequest, _check_embeddings),
-    "rerank": Shape(RerankRequest),
-    "responses": Shape(ResponsesRequest),
-    "completions": Shape(CompletionsRequest),
+BODY_SCHEMAS: dict[str, BodySchema] = {
+    "chat": BodySchema(ChatRequest, _check_chat),
+    "embeddings": BodySchema(EmbeddingsRequest, _check_embeddings),
+    "rerank": BodySchema(RerankRequest),
+    "responses": BodySchema(ResponsesRequest),
+    "completions": BodySchema(CompletionsRequest),
 }
 
 
@@ -457,9 +457,9 @@ COMPONENTS: dict[str, dict[str, Any]] = {
 }
 
 
-def register(kind: str, shape: Shape) -> None:
+def register(kind: str, shape: BodySchema) -> None:
     """Add (or replace) the shape of an endpoint kind, e.g. the Anthropic Messages API."""
-    SHAPES[kind] = shape
+    BODY_SCHEMAS[kind] = shape
 
 
 def check(kind: str, body: dict[str, Any], raw: bytes) -> None:
@@ -474,7 +474,7 @@ def check(kind: str, body: dict[str, Any], raw: bytes) -> None:
 
 def check_fields(kind: str, body: dict[str, Any]) -> None:
     """`check` without the depth check: for a form (routing.gateway.multipart), which is flat."""
-    shape = SHAPES.get(kind)
+    shape = BODY_SCHEMAS.get(kind)
     if shape is not None:
         try:
             value = _convert(body, shape.type)
@@ -597,8 +597,8 @@ def _field_error(text: str) -> errors.GatewayError:
 __all__ = [
     "COMPONENTS",
     "MAX_DEPTH",
-    "SHAPES",
-    "Shape",
+    "BODY_SCHEMAS",
+    "BodySchema",
     "check",
     "check_depth",
     "check_depth_of",

@@ -1,7 +1,7 @@
 """The response cache on the request path (docs/cache.md): look up, join, or call and store.
 
 routing.plan.cache_key decides what may be cached and under which key; the store and
-the in-flight table are the process's (routing.runtime.response_cache, built by the
+the in-flight table are the process's (routing.runtime.cache.response_cache, built by the
 composition root). A request of a model without `cache_ttl_s` never gets here.
 """
 
@@ -18,7 +18,7 @@ from routing.gateway.wire import JSON, Headers, answer_headers
 from routing.plan.cache_key import BYPASS as BYPASSED
 from routing.plan.cache_key import COALESCED, HIT, MISS
 from routing.runtime.accounting import Context
-from routing.runtime.response_cache import BYPASS, Coalescer, Entry, Handover, Store
+from routing.runtime.cache.response_cache import BYPASS, Coalescer, Entry, Handover, Store
 
 Answer = tuple[int, Headers, bytes]
 _monotonic = time.monotonic

@@ -22,8 +22,9 @@ from routing.core.executor import Link
 from routing.core.limiter import Limiter, Refused, Ticket
 from routing.core.prices import priced, prices_now
 from routing.plan.preflight import Requirements
-from routing.runtime import metrics, shared_limits
 from routing.runtime.accounting import Context
+from routing.runtime.cluster import shared_limits
+from routing.runtime.observe import metrics
 
 # Output allowance when neither the request (max_tokens / max_completion_tokens) nor
 # the model (max_output_tokens) gives one (docs/limits.md#tokens).

@@ -4,7 +4,7 @@ docs/anthropic-messages.md. The request is checked (routing.gateway.messages_fie
 translated into the internal chat shape and then runs the chat path unchanged (model
 selection, policy, chain, preflight, executor, usage records) over any chat dialect.
 This module supplies what differs at the edges: the `x-api-key` credential, the
-per-link request and answer (`Shape`: passthrough to Anthropic upstreams, translation
+per-link request and answer (`MessagesHook`: passthrough to Anthropic upstreams, translation
 to and from the others), the Anthropic event stream and errors in Anthropic's shape.
 Which it is per link is the protocol table's (routing.upstream.translate.table.TRANSLATORS:
 the ("messages", "messages") pass-through where the upstream speaks Messages, by
@@ -35,7 +35,6 @@ from routing.upstream.translate.messages_to_chat import Gaps, MessagesStream, ch
 from routing.upstream.translate.shared import anthropic_usage, error_body, without_foreign_thinking
 from routing.upstream.translate.table import Translator, translator
 
-ENDPOINTS = frozenset({"messages", "count_tokens"})
 PROTOCOL = "messages"  # this endpoint's row of routing.core.kinds.NATIVE_PROTOCOLS
 _PROTOCOL_NAME = "Anthropic's Messages API"
 
@@ -52,7 +51,7 @@ def chat_body(endpoint: str, body: dict[str, Any], raw: bytes, gaps: Gaps | None
 
     It decides the model, the chain and preflight, whichever links follow (the ("messages", "chat") row's
     request, made once before any link is known); a passthrough link never sends it. What it
-    cannot carry goes to `gaps`, for the translated links to refuse or drop (Shape.prepare).
+    cannot carry goes to `gaps`, for the translated links to refuse or drop (MessagesHook.prepare).
     The depth check comes first: the translation encodes tool inputs itself.
     """
     messages_fields.check(body, count_tokens=endpoint == "count_tokens")
@@ -80,8 +79,8 @@ def _pair(link: Link) -> Translator:
     return translator(PROTOCOL, get_dialect(model.provider.dialect).speaks(PROTOCOL, model))
 
 
-class Shape:
-    """The proxy hook (routing.gateway.proxy.Shape) for one /v1/messages request.
+class MessagesHook:
+    """The proxy hook (routing.gateway.proxy.ProtocolHook) for one /v1/messages request.
 
     A link whose upstream speaks the Messages API gets the client's own body (only `model`
     replaced) and its `anthropic-beta` header, and its answer or event stream is relayed as the

@@ -25,9 +25,9 @@ from routing.gateway.model_name import Renamer, renamer
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
 from routing.plan.cache_key import Plan
 from routing.runtime.accounting import Context, journal_stream
-from routing.runtime.idempotency import REPLAY_HEADER
+from routing.runtime.cluster.idempotency import REPLAY_HEADER
+from routing.runtime.observe.tracing import RequestTrace
 from routing.runtime.process import Process
-from routing.runtime.tracing import RequestTrace
 from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
 from routing.upstream.dialects.error_classes import refine
 
@@ -51,8 +51,8 @@ class Tap(Protocol):
     def estimated_completion_tokens(self) -> int: ...  # the tokens relayed, for a stream cut before its usage
 
 
-class Shape(Protocol):
-    """An endpoint that speaks another API than chat over the same chain (routing.gateway.messages.Shape).
+class ProtocolHook(Protocol):
+    """An endpoint that speaks another API than chat over the same chain (routing.gateway.messages.MessagesHook).
 
     Per link it may build the upstream request itself (`prepare`, None: the dialect builds
     it from the chat body), and it turns the upstream's answer (`parse`), stream (`chunks`)
@@ -108,7 +108,7 @@ class Call:
         self.kind = ctx.endpoint  # the endpoint kind the chain serves ("chat" for Anthropic Messages)
         self.body: dict[str, Any] = None  # type: ignore[assignment]  # the body as the chain serves it
         self.raw = b""  # the body as received
-        self.shape: Shape | None = None  # another API than chat over the same chain (see Shape)
+        self.shape: ProtocolHook | None = None  # another API than chat over the same chain (see ProtocolHook)
         self.stream = False
         self.links: list[Link] = []  # the chain after preflight
         self.deadline = 0.0  # the total deadline, on the monotonic clock
@@ -135,7 +135,7 @@ class Upstream:
 async def proxy_once(call: Call) -> tuple[int, Headers, bytes]:
     """Run the chain for a non-streaming call; return (status, headers, body) or raise GatewayError.
 
-    With a `shape`, the request and answer are its (see Shape).
+    With a `shape`, the request and answer are its (see ProtocolHook).
     """
     ctx, kind, shape = call.ctx, call.kind, call.shape
     trace = ctx.trace
@@ -213,7 +213,7 @@ async def proxy_stream(call: Call) -> None:
 
     Clients that did not ask for `stream_options.include_usage` still get their tokens
     recorded: the gateway asks upstreams that support it and keeps that one frame back.
-    With a `shape`, the request, the stream and its tap are the shape's (see Shape).
+    With a `shape`, the request, the stream and its tap are the shape's (see ProtocolHook).
     """
     ctx, send, body, shape = call.ctx, call.send, call.body, call.shape
     options = body.get("stream_options")

@@ -38,8 +38,8 @@ def _pair(link: Link) -> Translator:
     return translator(PROTOCOL, _native(link))
 
 
-class Shape:
-    """The proxy hook (routing.gateway.proxy.Shape) of one Responses request."""
+class ResponsesHook:
+    """The proxy hook (routing.gateway.proxy.ProtocolHook) of one Responses request."""
 
     __slots__ = ("original", "ctx", "_chat", "_dropped")
 

@@ -27,7 +27,7 @@ from routing.config import live
 from routing.ops import scope, sso
 from routing.plan.explain import explain
 from routing.plan.preflight import KINDS
-from routing.runtime.breaker_sync import breaker_states
+from routing.runtime.cluster.breaker_sync import breaker_states
 from routing.runtime.process import current
 
 

@@ -42,7 +42,7 @@ from routing.core.breaker import BreakerKey
 from routing.models import BreakerAction
 from routing.ops import scope
 from routing.ops.dashboard import state
-from routing.runtime import feed
+from routing.runtime.observe import feed
 from routing.runtime.process import current
 
 log = logging.getLogger("switchboard.dashboard")

@@ -7,7 +7,8 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
 from routing.config import live
-from routing.runtime import feed, metrics, overload
+from routing.runtime import overload
+from routing.runtime.observe import feed, metrics
 from routing.runtime.process import current
 
 FORBIDDEN = orjson.dumps(

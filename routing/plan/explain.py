@@ -7,7 +7,7 @@ link would be skipped. Secrets (API keys) are never part of the output.
 
 Breaker states are what a request would meet, cluster-wide: the link's shared breaker
 and the org's own view of it (docs/resilience.md#org-views). The ops floor's
-`routing.runtime.breaker_sync.breaker_states()` reads them from where they are shared (the Redis state of routing.runtime.breaker_sync, and the
+`routing.runtime.cluster.breaker_sync.breaker_states()` reads them from where they are shared (the Redis state of routing.runtime.cluster.breaker_sync, and the
 operators' force-opens in the snapshot), adding this process's registry when it serves
 requests; a link open for the request is skipped as the executor would skip it.
 """
@@ -23,7 +23,7 @@ from routing.config.snapshot import Snapshot
 from routing.core import errors
 from routing.core.breaker import BreakerRegistry
 from routing.core.errors import GatewayError
-from routing.core.picking import Balancer
+from routing.core.picking import Picker
 from routing.plan import chain as chain_mod
 from routing.plan import preflight
 
@@ -95,7 +95,7 @@ def explain(
     kind: str = "chat",
     states: BreakerStates | None = None,
     registry: BreakerRegistry | None = None,
-    picker: Balancer | None = None,
+    picker: Picker | None = None,
 ) -> dict[str, Any]:
     """Describe the routing of a request by `org_name` for `model_name`.
 
@@ -173,7 +173,7 @@ def _chain(
     req: preflight.Requirements,
     org: str,
     entries: list[dict[str, Any]],
-    picker: Balancer | None,
+    picker: Picker | None,
 ) -> tuple[str | None, list[float]]:
     """Append one entry per link to `entries`; returns the model that would serve (None: none) and the
     cooldowns left of the kept links a request would find open."""
@@ -255,19 +255,19 @@ def deployments(
     link: Any,
     breakers: dict[tuple[str, ...], str],
     rand: Any = None,
-    picker: Balancer | None = None,
+    picker: Picker | None = None,
     unseen: str = "closed",
 ) -> list[dict[str, Any]]:
     """Each deployment of a link with its live figures in this process, and which one the
     next try would pick (docs/deployments.md#visibility; `weighted` draws at random, so its
     `share` is the probability and `next` one draw)."""
-    balancer = picker if picker is not None else Balancer()
+    picker = picker if picker is not None else Picker()
     rows: list[dict[str, Any]] = []
     eligible = []
     for target in link.deployments:
-        figures = balancer.peek(target.key)
+        figures = picker.peek(target.key)
         state = breakers.get(target.key, unseen)
-        full = balancer.room_s(target, 0) > 0
+        full = picker.room_s(target, 0) > 0
         if state != "open" and not full:
             eligible.append(target)
         ewma = None if figures is None or figures.ewma_s is None else round(figures.ewma_s * 1000.0, 1)
@@ -287,7 +287,7 @@ def deployments(
             }
         )
     total = sum(t.weight for t in eligible)
-    picked = balancer.pick(link.routing, eligible, rand or random.random)
+    picked = picker.pick(link.routing, eligible, rand or random.random)
     for target, row in zip(link.deployments, rows, strict=True):
         if target in eligible and link.routing == "weighted":
             row["share"] = round(target.weight / total, 3)

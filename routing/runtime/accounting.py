@@ -13,7 +13,7 @@ from routing.config.snapshot import KeySpec
 from routing.core.executor import Outcome
 from routing.core.ids import new_id
 from routing.core.prices import CLASSES, prices_now
-from routing.runtime import metrics
+from routing.runtime.observe import metrics
 from routing.runtime.usage.pricing import priced_version
 from routing.runtime.usage.queue import UsageSink
 from routing.runtime.usage.streams import INTERRUPTED
@@ -72,8 +72,8 @@ class Context:
         self.requirements: Any = None  # the preflight Requirements (its prompt estimate), once known
         self.tokens_estimated = False  # the tokens are the gateway's estimate: the upstream sent no usage
         self.cache = ""  # a cached model's hit|miss|bypass|coalesced (docs/cache.md); "" otherwise
-        self.trace: Any = None  # a routing.runtime.tracing.RequestTrace when tracing is on (docs/tracing.md)
-        self.request_body: str | None = None  # only for orgs with log_bodies (routing.runtime.bodies)
+        self.trace: Any = None  # a routing.runtime.observe.tracing.RequestTrace when tracing is on (docs/tracing.md)
+        self.request_body: str | None = None  # only for orgs with log_bodies (routing.runtime.observe.bodies)
         self.response_body: str | None = None
         self.journaled: Any = None  # a committed stream's routing.runtime.usage.streams.OpenStream
         self.token_classes: dict[str, int] | None = None  # routing.core.prices.token_classes of the usage

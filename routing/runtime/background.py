@@ -14,7 +14,7 @@ from django.conf import settings
 
 from routing.config import live
 from routing.config.reload import CONFIG_GROUP, shared_timeout_s
-from routing.runtime.outage import Outage
+from routing.runtime.observe.outage import Outage
 from routing.runtime.usage.writer import DaemonWorker
 
 log = logging.getLogger("switchboard")

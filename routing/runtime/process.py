@@ -22,10 +22,10 @@ from routing.core.executor import Executor
 from routing.core.hedging import Hedges
 from routing.core.limiter import Limiter
 from routing.core.parking import Parking
-from routing.core.picking import Balancer
+from routing.core.picking import Picker
 from routing.core.retry_budget import RetryBudgets
-from routing.runtime.idempotency import IdempotencyStore
-from routing.runtime.response_cache import Coalescer, Store
+from routing.runtime.cache.response_cache import Coalescer, Store
+from routing.runtime.cluster.idempotency import IdempotencyStore
 from routing.runtime.usage.queue import UsageSink
 from routing.upstream.transport import Transport
 
@@ -56,23 +56,26 @@ class Process:
     probes: dict = field(
         default_factory=dict
     )  # provider name -> its last health probe result (docs/operations.md)  # in flight and served, for the process list
-    alerts: Any = None  # a routing.runtime.alerts.Alerts: events handed to the alerts task (docs/alerts.md)
+    alerts: Any = None  # a routing.runtime.observe.alerts.Alerts: events handed to the alerts task (docs/alerts.md)
     # The parts below are built by the composition root (gateway_project.process.build_process). Their
     # modules find the process through `installed()`: this one does not import them (no cycle), so they
     # are typed by name in the comments.
     overload: Any = None  # routing.runtime.overload.Overload: gates' settings, the request's ticket (docs/overload.md)
-    feed: Any = None  # routing.runtime.feed.Feed: the dashboard's events and the serving loop (docs/dashboard.md)
-    counters: Any = None  # routing.runtime.counters.ModelCounters: the dashboard's per-model rates and sparklines
-    heartbeat: Any = None  # routing.runtime.processes.Heartbeat: this process's entry in the process list
-    spend: Any = (
-        None  # routing.runtime.shared_spend.SpendLoader: budgets' spend from the records (docs/limits.md#durable)
-    )
-    syncer: Any = None  # routing.runtime.shared_leases.Syncer, with REDIS_URL: cluster leases (docs/limits.md#shared)
-    breaker_sync: Any = None  # routing.runtime.breaker_sync.BreakerSync, with REDIS_URL: shared breaker transitions
+    # routing.runtime.observe.feed.Feed: the dashboard's events and the serving loop (docs/dashboard.md)
+    feed: Any = None
+    # routing.runtime.observe.counters.ModelCounters: the dashboard's per-model rates and sparklines
+    counters: Any = None
+    # routing.runtime.cluster.process_list.Heartbeat: this process's entry in the process list
+    heartbeat: Any = None
+    # routing.runtime.cluster.shared_spend.SpendLoader: budgets' spend from the records (docs/limits.md#durable)
+    spend: Any = None
+    # routing.runtime.cluster.shared_leases.Syncer, with REDIS_URL: cluster leases (docs/limits.md#shared)
+    syncer: Any = None
+    # routing.runtime.cluster.breaker_sync.BreakerSync, with REDIS_URL: shared breaker transitions
+    breaker_sync: Any = None
     breaker_keys: set | None = None  # the breaker keys of the snapshot now serving
-    tracing: Any = (
-        None  # routing.runtime.tracing.Tracing, with an OTLP endpoint: spans, GenAI metrics (docs/tracing.md)
-    )
+    # routing.runtime.observe.tracing.Tracing, with an OTLP endpoint: spans, GenAI metrics (docs/tracing.md)
+    tracing: Any = None
     background: bool = True  # start the background tasks (in-process tests drive the request path alone)
     tasks: list[asyncio.Task] = field(default_factory=list)
     started: bool = False
@@ -86,8 +89,8 @@ class Process:
         return self.executor.budgets
 
     @property
-    def picker(self) -> Balancer:
-        return self.executor.balancer
+    def picker(self) -> Picker:
+        return self.executor.picker
 
     @property
     def gates(self) -> Gates:

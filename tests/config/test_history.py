@@ -290,7 +290,7 @@ def test_every_place_shows_the_history_version_not_the_reload_counter(client, dj
     """An API key created and a breaker forced open bump the reload counter, not the configuration:
     the history, the serving snapshot (dashboard, process list, explain page) and the log say one number."""
     from routing.config import live
-    from routing.runtime import processes
+    from routing.runtime.cluster import process_list
     from routing.runtime.process import Tally
 
     v1_v2()
@@ -306,7 +306,7 @@ def test_every_place_shows_the_history_version_not_the_reload_counter(client, dj
         assert versions()[-1] == 2 and snapshot.config_version == 2
         assert snapshot.version > 2  # the reload counter went on counting
         assert "configuration version 2 loaded (test)" in caplog.text
-        assert processes.Heart(None, 0.0, Tally()).record(1.0, [])["version"] == 2
+        assert process_list.Heart(None, 0.0, Tally()).record(1.0, [])["version"] == 2
         client.force_login(django_user_model.objects.create_superuser("v-root", password="pw-v-123"))
         page = client.get("/admin/explain-route/").content.decode()
         assert "(version 2)" in page and f"(version {snapshot.version})" not in page

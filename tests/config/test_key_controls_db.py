@@ -14,7 +14,7 @@ from policies.models import Agent, ApiKey, Org
 from routing.config.document import key_rows_from_db
 from routing.config.snapshot import build_snapshot
 from routing.models import UsageRecord
-from routing.runtime.shared_limits import query_spend
+from routing.runtime.cluster.shared_limits import query_spend
 
 pytestmark = pytest.mark.django_db
 DOC = {"orgs": [{"name": "acme", "agents": [{"name": "bot"}]}]}

@@ -218,14 +218,14 @@ async def test_without_affinity_on_the_model_the_key_changes_nothing() -> None:
     h = Harness({"a": ["a"], "b": ["b"], "c": ["c"]}, seed=3)
     results = {(await _run(h, lk, "conv")).result for _ in range(60)}
     assert len(results) == 3
-    assert len(h.balancer.pins) == 0
+    assert len(h.picker.pins) == 0
 
 
 async def test_a_pinned_deployment_whose_breaker_opens_gets_no_more_requests_and_the_conversation_repins() -> None:
     lk = _affine(multi("chat", ("a", "b", "c")))
     h = Harness({"a": ["a"], "b": ["b"], "c": ["c"]}, seed=5)
     moved: list[str] = []
-    h.balancer.pins.on_repin = moved.append
+    h.picker.pins.on_repin = moved.append
     first = (await _run(h, lk, "conv")).result
     pinned = next(t for t in lk.deployments if t.name == first)
     for _ in range(RES.breaker_failure_threshold):
@@ -250,11 +250,11 @@ async def test_a_full_pinned_deployment_repins_and_a_failure_moves_the_pin() -> 
         assert h2.calls.count("x") <= 1  # a failed pinned deployment: the pin moved to the one that served
 
 
-def test_clock_is_the_balancers() -> None:
+def test_clock_is_the_pickers() -> None:
     clock = FakeClock()
-    from routing.core.picking import Balancer
+    from routing.core.picking import Picker
 
-    b = Balancer(clock=clock)
+    b = Picker(clock=clock)
     lk = _affine(multi("chat", ("a", "b")), ttl_s=10.0)
     closed = lambda key: True  # noqa: E731
     first = b.pick_pinned(lk, lk.deployments, random.Random(1).random, "k", closed)

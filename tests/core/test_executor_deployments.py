@@ -11,7 +11,7 @@ from routing.core.breaker import BreakerRegistry, State
 from routing.core.executor import Executor, Link
 from routing.core.failures import FailureKind as K
 from routing.core.failures import UpstreamFailure
-from routing.core.picking import Balancer
+from routing.core.picking import Picker
 from routing.core.retry_budget import RetryBudgets
 from tests.core.deployments_fakes import multi
 from tests.core.fakes import FakeClock
@@ -29,14 +29,14 @@ class Harness:
         self.clock = FakeClock()
         self.breakers = BreakerRegistry(clock=self.clock)
         self.breakers.configure(RES)
-        self.balancer = Balancer(clock=self.clock)
+        self.picker = Picker(clock=self.clock)
         self.ex = Executor(
             self.breakers,
             RetryBudgets(clock=self.clock),
             clock=self.clock,
             sleep=self.clock.sleep,
             rand=random.Random(seed).random,
-            balancer=self.balancer,
+            picker=self.picker,
         )
         self.plan = plan
         self.calls: list[str] = []
@@ -166,7 +166,7 @@ async def test_in_flight_returns_to_zero_and_latency_is_observed() -> None:
     for _ in range(10):
         await h.run([lk])
     for t in lk.deployments:
-        f = h.balancer.peek(t.key)
+        f = h.picker.peek(t.key)
         assert f is None or f.in_flight == 0
 
 
@@ -182,14 +182,14 @@ async def test_a_stream_stays_in_flight_until_it_is_settled() -> None:
     h = Harness({"east": ["e"], "west": ["w"]})
     out = await h.ex.run([lk], h.attempt, RES, h.clock() + 600.0, settle_later=True)
     served = out.link.breaker_key
-    assert h.balancer.peek(served).in_flight == 1
+    assert h.picker.peek(served).in_flight == 1
     out2 = await h.ex.run([lk], h.attempt, RES, h.clock() + 600.0, settle_later=True)
     assert out2.link.breaker_key != served  # least busy: the other one
     out.settlement.success()
     out.settlement.release()  # settles once: the count does not go below zero twice
-    assert h.balancer.peek(served).in_flight == 0
+    assert h.picker.peek(served).in_flight == 0
     out2.settlement.failure()
-    assert h.balancer.peek(out2.link.breaker_key).in_flight == 0
+    assert h.picker.peek(out2.link.breaker_key).in_flight == 0
 
 
 async def test_the_chain_failure_message_names_each_deployment() -> None:
@@ -216,5 +216,5 @@ async def test_latency_figures_come_from_single_calls_and_steer_latency_routing(
         out = await h.ex.run([lk], timed, RES, h.clock() + 600.0)
         served[out.link.model.provider.name] += 1
     east, west = lk.deployments
-    assert abs(h.balancer.latency_of(east.key) - 0.300) < 1e-9 and abs(h.balancer.latency_of(west.key) - 0.020) < 1e-9
+    assert abs(h.picker.latency_of(east.key) - 0.300) < 1e-9 and abs(h.picker.latency_of(west.key) - 0.020) < 1e-9
     assert served["west"] > 360 and served["east"] >= 3  # the slow one still gets the exploration share

@@ -11,7 +11,7 @@ from routing.core.admission_queue import Gates, Ticket
 from routing.core.breaker import BreakerRegistry
 from routing.core.executor import Executor, Link
 from routing.core.hedging import MIN_SAMPLES, Hedges, HedgeSettings
-from routing.core.picking import Balancer
+from routing.core.picking import Picker
 from routing.core.retry_budget import RetryBudgets
 from tests.core.deployments_fakes import multi
 
@@ -25,9 +25,7 @@ def setup(budget_pct: float = 100.0) -> tuple[Executor, Hedges, Link]:
     for t in lk.deployments:
         for _ in range(MIN_SAMPLES):
             hedges.observe(t.key, 0.02)  # p95 of first tokens: 20 ms
-    ex = Executor(
-        BreakerRegistry(), RetryBudgets(), balancer=Balancer(), gates=Gates(), hedges=hedges, rand=lambda: 0.0
-    )
+    ex = Executor(BreakerRegistry(), RetryBudgets(), picker=Picker(), gates=Gates(), hedges=hedges, rand=lambda: 0.0)
     return ex, hedges, lk
 
 
@@ -54,8 +52,8 @@ async def test_a_late_first_token_is_hedged_and_the_hedge_wins_and_the_slow_call
     assert out.link.model.provider.name == "west" and out.attempts == 2
     assert cancelled == ["east"] and outcomes == ["won"]
     assert loop.time() - started < 5  # the slow call was not waited for
-    assert ex.balancer.peek(lk.deployments[0].key).in_flight == 0
-    assert ex.balancer.peek(lk.deployments[1].key).in_flight == 0
+    assert ex.picker.peek(lk.deployments[0].key).in_flight == 0
+    assert ex.picker.peek(lk.deployments[1].key).in_flight == 0
 
 
 async def test_a_request_marked_non_idempotent_is_never_hedged() -> None:
@@ -111,4 +109,4 @@ async def test_a_stream_that_lost_the_race_in_the_same_instant_is_closed() -> No
     out = await task
     assert out.result == "east" and closed == ["west"]  # the first call wins a tie; the other is closed
     out.settlement.success()
-    assert ex.balancer.peek(lk.deployments[1].key).in_flight == 0
+    assert ex.picker.peek(lk.deployments[1].key).in_flight == 0

@@ -16,7 +16,7 @@ import pytest
 from routing.core.buckets import SharedBucket
 from routing.core.budget_accounts import Budgets, Exhausted
 from routing.core.limiter import Limiter, Refused
-from routing.runtime.shared_limits import Syncer
+from routing.runtime.cluster.shared_limits import Syncer
 
 
 class Clock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from routing.core.picking import EXPLORE, Balancer, pick_weighted
+from routing.core.picking import EXPLORE, Picker, pick_weighted
 from tests.core.deployments_fakes import multi
 from tests.core.fakes import FakeClock
 
@@ -16,7 +16,7 @@ def _names(link):
 
 def test_weighted_converges_to_the_weights_over_many_seeded_draws() -> None:
     lk = multi("chat", ("east", "west", "north"), weights=(3, 1, 6))
-    bal = Balancer(clock=FakeClock())
+    bal = Picker(clock=FakeClock())
     for seed in (1, 2, 3):
         rng = random.Random(seed)
         counts = Counter(bal.pick("weighted", lk.deployments, rng.random).name for _ in range(20000))
@@ -38,7 +38,7 @@ def test_weighted_interval_edges() -> None:
 def test_least_busy_picks_the_one_with_fewest_in_flight() -> None:
     lk = multi("chat", ("east", "west", "north"))
     d = _names(lk)
-    bal = Balancer(clock=FakeClock())
+    bal = Picker(clock=FakeClock())
     for _ in range(3):
         bal.started(d["east"].key)
     bal.started(d["west"].key)
@@ -54,7 +54,7 @@ def test_least_busy_picks_the_one_with_fewest_in_flight() -> None:
 
 def test_least_busy_breaks_ties_at_random() -> None:
     lk = multi("chat", ("east", "west"))
-    bal = Balancer(clock=FakeClock())
+    bal = Picker(clock=FakeClock())
     rng = random.Random(3)
     counts = Counter(bal.pick("least_busy", lk.deployments, rng.random).name for _ in range(2000))
     assert counts["east"] > 800 and counts["west"] > 800
@@ -63,7 +63,7 @@ def test_least_busy_breaks_ties_at_random() -> None:
 def test_latency_follows_an_injected_change_and_still_explores() -> None:
     lk = multi("chat", ("east", "west"))
     d = _names(lk)
-    bal = Balancer(clock=FakeClock())
+    bal = Picker(clock=FakeClock())
     rng = random.Random(11)
     for _ in range(10):
         bal.observe(d["east"].key, 0.050)
@@ -82,7 +82,7 @@ def test_latency_follows_an_injected_change_and_still_explores() -> None:
 
 def test_latency_power_of_two_among_four_prefers_fast_ones() -> None:
     lk = multi("chat", ("a", "b", "c", "d"))
-    bal = Balancer(clock=FakeClock())
+    bal = Picker(clock=FakeClock())
     for t, secs in zip(lk.deployments, (0.1, 0.2, 0.3, 0.4), strict=True):
         bal.observe(t.key, secs)
     rng = random.Random(5)
@@ -94,7 +94,7 @@ def test_rpm_capacity_fills_and_refills_with_the_clock() -> None:
     clock = FakeClock()
     lk = multi("chat", ("east",), rpm={"east": 5})
     (east,) = lk.deployments
-    bal = Balancer(clock=clock)
+    bal = Picker(clock=clock)
     for _ in range(5):
         assert bal.room_s(east, 0) == 0
         bal.take(east, 0)
@@ -108,7 +108,7 @@ def test_tpm_capacity_counts_the_token_estimate() -> None:
     clock = FakeClock()
     lk = multi("chat", ("east",), tpm={"east": 1000})
     (east,) = lk.deployments
-    bal = Balancer(clock=clock)
+    bal = Picker(clock=clock)
     assert bal.room_s(east, 800) == 0
     bal.take(east, 800)
     assert bal.room_s(east, 100) == 0
@@ -123,7 +123,7 @@ def test_capacity_boundaries_a_last_request_fits_exactly_and_a_short_wait_is_sti
     clock = FakeClock()
     lk = multi("chat", ("one", "tok", "fast"), rpm={"one": 1, "fast": 120}, tpm={"tok": 1000})
     one, tok, fast = lk.deployments
-    bal = Balancer(clock=clock)
+    bal = Picker(clock=clock)
     assert bal.room_s(one, 0) == 0  # exactly one request of room: it fits
     bal.take(one, 0)
     assert bal.room_s(one, 0) > 0

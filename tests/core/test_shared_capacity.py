@@ -1,7 +1,7 @@
 """Deployment capacity counted in shares of cluster buckets (docs/deployments.md#capacity), pure.
 
 The lessor here is a fake cluster in memory with the Syncer's contract
-(routing.runtime.shared_limits): a round tops each share up to one request from the cluster
+(routing.runtime.cluster.shared_limits): a round tops each share up to one request from the cluster
 bucket, never past its level, and tells the bucket the cluster's level. The real
 Syncer on a real Redis is tests/runtime/test_shared_capacity.py; real processes are
 tests/e2e/test_shared_capacity_e2e.py.
@@ -18,7 +18,7 @@ from routing.config.snapshot import Resilience
 from routing.core.breaker import BreakerRegistry
 from routing.core.buckets import LEASE_WAIT_S, Bucket, SharedBucket
 from routing.core.executor import Executor, Link
-from routing.core.picking import SHORT, Balancer
+from routing.core.picking import SHORT, Picker
 from routing.core.retry_budget import RetryBudgets
 from tests.core.deployments_fakes import multi
 from tests.core.fakes import FakeClock
@@ -33,16 +33,16 @@ class FakeCluster:
         self.levels: dict[tuple[str, ...], float] = {}
         self.share = share
 
-    def lessor(self, balancer: Balancer) -> FakeLessor:
-        lessor = FakeLessor(self, balancer)
-        balancer.share(lessor)
+    def lessor(self, picker: Picker) -> FakeLessor:
+        lessor = FakeLessor(self, picker)
+        picker.share(lessor)
         return lessor
 
 
 class FakeLessor:
-    def __init__(self, cluster: FakeCluster, balancer: Balancer) -> None:
+    def __init__(self, cluster: FakeCluster, picker: Picker) -> None:
         self.cluster = cluster
-        self.balancer = balancer
+        self.picker = picker
         self.woken = 0
         self.waits: list[float] = []
 
@@ -56,7 +56,7 @@ class FakeLessor:
 
     def round(self) -> None:
         """What one Syncer round does for each bucket: lease up to the share, never past the cluster level."""
-        for name, bucket in self.balancer.buckets():
+        for name, bucket in self.picker.buckets():
             assert isinstance(bucket, SharedBucket)
             level = self.cluster.levels.setdefault(name, bucket.capacity)
             target = max(self.cluster.share, bucket.need)
@@ -68,19 +68,19 @@ class FakeLessor:
 
 
 class Process:
-    """One serving process: its own balancer and executor over simulated time."""
+    """One serving process: its own picker and executor over simulated time."""
 
     def __init__(self, clock: FakeClock, cluster: FakeCluster | None = None, seed: int = 1) -> None:
         self.clock = clock
-        self.balancer = Balancer(clock=clock)
-        self.lessor = cluster.lessor(self.balancer) if cluster is not None else None
+        self.picker = Picker(clock=clock)
+        self.lessor = cluster.lessor(self.picker) if cluster is not None else None
         self.ex = Executor(
             BreakerRegistry(clock=clock),
             RetryBudgets(clock=clock),
             clock=clock,
             sleep=clock.sleep,
             rand=random.Random(seed).random,
-            balancer=self.balancer,
+            picker=self.picker,
         )
         self.calls: list[str] = []
 
@@ -94,7 +94,7 @@ class Process:
 
 def test_without_a_lessor_capacity_stays_a_local_full_bucket_per_process() -> None:
     (east,) = multi("chat", ("east",), rpm={"east": 5}).deployments
-    bal = Balancer(clock=FakeClock())
+    bal = Picker(clock=FakeClock())
     assert bal.room_s(east, 0) == 0
     bucket = bal.peek(east.key).rpm
     assert type(bucket) is Bucket and bucket.level == 5.0
@@ -103,7 +103,7 @@ def test_without_a_lessor_capacity_stays_a_local_full_bucket_per_process() -> No
 def test_a_share_starts_empty_wakes_the_lessor_and_serves_once_leased() -> None:
     clock = FakeClock()
     (east,) = multi("chat", ("east",), rpm={"east": 10}).deployments
-    bal = Balancer(clock=clock)
+    bal = Picker(clock=clock)
     lessor = FakeCluster().lessor(bal)
     assert bal.room_s(east, 0) == SHORT  # no share yet, but the cluster bucket has room
     assert lessor.woken == 1
@@ -118,7 +118,7 @@ def test_a_share_starts_empty_wakes_the_lessor_and_serves_once_leased() -> None:
 def test_a_cluster_bucket_seen_empty_is_full_without_waking_anyone() -> None:
     clock = FakeClock()
     (east,) = multi("chat", ("east",), rpm={"east": 6}).deployments
-    bal = Balancer(clock=clock)
+    bal = Picker(clock=clock)
     lessor = FakeCluster().lessor(bal)
     bal.room_s(east, 0)
     bucket = bal.peek(east.key).rpm
@@ -131,7 +131,7 @@ def test_a_cluster_bucket_seen_empty_is_full_without_waking_anyone() -> None:
 def test_tpm_shares_count_the_token_estimate() -> None:
     clock = FakeClock()
     (east,) = multi("chat", ("east",), tpm={"east": 1000}).deployments
-    bal = Balancer(clock=clock)
+    bal = Picker(clock=clock)
     FakeCluster(share=50).lessor(bal)
     assert bal.room_s(east, 300) == SHORT
     bucket = bal.peek(east.key).tpm
@@ -145,7 +145,7 @@ def test_tpm_shares_count_the_token_estimate() -> None:
 def test_redis_down_a_share_is_an_even_local_share_that_refills() -> None:
     clock = FakeClock()
     (east,) = multi("chat", ("east",), rpm={"east": 10}).deployments
-    bal = Balancer(clock=clock)
+    bal = Picker(clock=clock)
     FakeCluster().lessor(bal)
     bal.room_s(east, 0)
     bucket = bal.peek(east.key).rpm
@@ -180,7 +180,7 @@ async def test_a_lone_short_deployment_waits_for_one_lease_round_then_serves() -
     assert out.error is not None and out.error.code == "upstream_rate_limited" and out.error.status == 429
     assert int(out.error.headers["Retry-After"]) == 30  # the cluster bucket frees one in 60 / 2 s
     assert len(p.lessor.waits) == 2
-    p.balancer.peek(lk.deployments[0].key).rpm.pool = 2.0  # a stale view: another process took them since
+    p.picker.peek(lk.deployments[0].key).rpm.pool = 2.0  # a stale view: another process took them since
     out = await p.run(lk)  # one round, which grants nothing, then refused
     assert out.error is not None and out.error.code == "upstream_rate_limited"
     assert int(out.error.headers["Retry-After"]) == 30
@@ -244,7 +244,7 @@ async def test_a_short_deployment_waits_for_rounds_while_the_cluster_bucket_has_
     out = await p.run(lk)
     assert out.error is None and out.result == "east"
     assert rounds == 2 and p.calls == ["east"]
-    assert p.balancer.peek(lk.deployments[0].key).rpm.need == 0.0  # the second round took its need
+    assert p.picker.peek(lk.deployments[0].key).rpm.need == 0.0  # the second round took its need
 
 
 def test_a_shared_bucket_counts_its_share_plus_the_cluster_s_level_refilled_since_the_last_round() -> None:

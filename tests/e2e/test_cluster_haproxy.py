@@ -34,8 +34,8 @@ import httpx
 import pytest
 
 from gateway_project.servers import command
-from routing.runtime.idempotency import IdempotencyStore
-from routing.runtime.processes import STALE_BEATS
+from routing.runtime.cluster.idempotency import IdempotencyStore
+from routing.runtime.cluster.process_list import STALE_BEATS
 from tests.e2e.harness import ROOT, SERVER, SLACK_S, Gateway, free_port, manage, migrated_postgres, wait_for_port
 from tools.local_cluster import haproxy_config
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from routing.runtime.idempotency import IdempotencyStore
+from routing.runtime.cluster.idempotency import IdempotencyStore
 from tests.e2e.harness import SLACK_S, Gateway
 
 CONFIG = """

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from routing.runtime.processes import STALE_BEATS
+from routing.runtime.cluster.process_list import STALE_BEATS
 from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, needs_chromium
 from tests.e2e.harness import SERVER, SLACK_S, Gateway, manage
 

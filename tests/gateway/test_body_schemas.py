@@ -514,14 +514,14 @@ def test_a_new_endpoint_can_register_its_own_shape() -> None:
     class Ping(msgspec.Struct):
         count: int
 
-    body_schemas.register("ping-test", body_schemas.Shape(Ping))
+    body_schemas.register("ping-test", body_schemas.BodySchema(Ping))
     try:
         check("ping-test", {"count": 1})
         with pytest.raises(GatewayError) as info:
             check("ping-test", {"count": "1"})
         assert info.value.param == "count"
     finally:
-        del body_schemas.SHAPES["ping-test"]
+        del body_schemas.BODY_SCHEMAS["ping-test"]
 
 
 # --- integers with a zero fraction (JSON Schema counts 1.0 as an integer) ------------------

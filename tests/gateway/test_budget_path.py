@@ -110,7 +110,7 @@ async def test_a_total_budget_says_it_does_not_reset(gateway, budgeted):
 
 
 async def test_a_cache_hit_costs_the_budget_nothing(gateway, upstream, budgeted, monkeypatch):
-    from routing.runtime.response_cache import Coalescer, MemoryCache
+    from routing.runtime.cache.response_cache import Coalescer, MemoryCache
 
     proc = current()
     monkeypatch.setattr(proc, "cache", MemoryCache())

@@ -16,8 +16,8 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
+from routing.runtime.cache.response_cache import Coalescer, MemoryCache, RedisCache
 from routing.runtime.process import current
-from routing.runtime.response_cache import Coalescer, MemoryCache, RedisCache
 from tests.gateway.conftest import document, key_rows
 
 OTHER_KEY = "sb-other-org-key-987654321"

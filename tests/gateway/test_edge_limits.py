@@ -64,3 +64,14 @@ def test_a_chunked_page_body_is_refused_as_it_passes_the_limit_and_the_handler_s
     assert [m.get("status") for m in sent if m["type"] == "http.response.start"] == [413]  # the handler's 200 dropped
     sent, read = _run(edge.limit_page_bodies, [], [b"x" * 50, b"x" * 50])
     assert read == [50, 50] and sent[0]["status"] == 200  # at the limit: served
+
+
+def test_a_413_takes_anthropics_error_shape_where_the_endpoint_table_says_the_path_speaks_messages():
+    """The row's protocol decides, as it does for the gateway's own errors: both Messages rows answer
+    in Anthropic's shape; a path the table does not serve, even one starting like them, in the catalogue's."""
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        body = orjson.loads(edge.too_large_body(100, path))
+        assert body["type"] == "error" and body["error"]["type"] == "request_too_large", path
+    for path in ("/v1/chat/completions", "/v1/messages_batches", "/v1/messages/unknown", ""):
+        body = orjson.loads(edge.too_large_body(100, path))
+        assert body["error"]["code"] == "request_too_large", path

@@ -19,7 +19,7 @@ from routing.core.endpoints import ENDPOINTS, Endpoint
 from routing.core.kinds import ENDPOINT_KINDS
 from routing.gateway import app, body_schemas, openapi
 from routing.plan import cache_key, preflight
-from routing.runtime import tracing
+from routing.runtime.observe import tracing
 from routing.upstream.dialects.openai import PATHS
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -66,7 +66,7 @@ def test_every_row_names_what_exists() -> None:
         assert row.handler is None or row.handler in app._HANDLERS, row.path
         assert row.reader is not None or row.handler is not None, f"{row.path}: no body and no handler"
         if row.reader is not None:
-            assert row.serves in body_schemas.SHAPES, f"{row.path}: no body shape for {row.serves!r}"
+            assert row.serves in body_schemas.BODY_SCHEMAS, f"{row.path}: no body shape for {row.serves!r}"
             assert row.schema == "OpenObject" or row.schema in body_schemas.COMPONENTS, row.path
         if row.serves is not None:
             assert row.serves in ENDPOINT_KINDS and row.estimator in preflight.ESTIMATORS, row.path

@@ -8,7 +8,7 @@ import pytest
 
 from routing.config import live
 from routing.config.snapshot import build_snapshot
-from routing.runtime import bodies
+from routing.runtime.observe import bodies
 from routing.runtime.process import current
 from tests.gateway.conftest import API_KEY, document, key_rows
 from tests.inprocess import gateway_application

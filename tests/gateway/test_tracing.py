@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from routing.runtime import tracing
+from routing.runtime.observe import tracing
 from routing.runtime.process import current
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -18,7 +18,7 @@ from django.core.management import call_command
 from routing.core.breaker import BreakerKey, State
 from routing.models import BreakerAction
 from routing.ops import controls
-from routing.runtime import feed
+from routing.runtime.observe import feed
 from routing.runtime.process import current
 from tests.core.breakers import breaker_settings
 from tests.ops.conftest import DOCUMENT

@@ -17,7 +17,7 @@ from routing.models import BreakerAction, UsageRecord
 from routing.ops import controls
 from routing.ops.dashboard import consumer
 from routing.ops.dashboard import state as dashboard_state
-from routing.runtime import counters, feed
+from routing.runtime.observe import counters, feed
 from routing.runtime.process import current
 from tests.core.breakers import breaker_settings
 
@@ -136,7 +136,7 @@ def test_rolling_counters_give_rates_over_the_window(monkeypatch):
 
 
 def test_request_metrics_feed_the_dashboard_counters(snapshot):
-    from routing.runtime import metrics
+    from routing.runtime.observe import metrics
 
     for model in ("op-chat", "op-chat-b"):
         current().counters.stats.pop(model, None)

@@ -77,7 +77,7 @@ def test_a_deployment_breaker_may_be_controlled_and_an_unknown_provider_may_not(
 def test_the_circuit_gauge_has_a_series_per_deployment(spread_snapshot):
     from prometheus_client import REGISTRY
 
-    from routing.runtime import metrics
+    from routing.runtime.observe import metrics
 
     with breaker_settings(current().breakers, 1, 30.0):
         current().breakers.record_failure(BreakerKey("op-b", "op-spread"), False)

@@ -6,7 +6,7 @@ from prometheus_client import REGISTRY
 
 from routing.core.breaker import BreakerKey
 from routing.ops.dashboard import state as dashboard_state
-from routing.runtime import feed, metrics
+from routing.runtime.observe import feed, metrics
 from routing.runtime.process import current
 
 KEY = BreakerKey("op-a", "op-chat")

@@ -215,8 +215,8 @@ def test_a_process_serving_nothing_reads_the_clusters_breakers_from_redis(settin
     import redis
 
     from routing.core.breaker import BreakerKey, State
-    from routing.runtime import breaker_sync
-    from routing.runtime.breaker_sync import breaker_states
+    from routing.runtime.cluster import breaker_sync
+    from routing.runtime.cluster.breaker_sync import breaker_states
 
     settings.REDIS_URL = redis_url
     settings.SWITCHBOARD_CLUSTER = "explain-test"
@@ -240,7 +240,7 @@ def test_a_process_serving_nothing_reads_the_clusters_breakers_from_redis(settin
 
 
 def test_without_redis_a_process_serving_nothing_says_it_cannot_know(settings) -> None:
-    from routing.runtime.breaker_sync import breaker_states
+    from routing.runtime.cluster.breaker_sync import breaker_states
 
     settings.REDIS_URL = ""
     states = breaker_states(_snap(), serving=False)

@@ -9,7 +9,7 @@ import pytest
 
 from routing.core.affinity import Pins
 from routing.core.breaker import BreakerKey
-from routing.runtime.affinity_sync import AffinitySync, decode, encode
+from routing.runtime.cluster.affinity_sync import AffinitySync, decode, encode
 from tests.core.fakes import FakeClock
 from tests.e2e.harness import RedisServer
 

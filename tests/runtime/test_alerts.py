@@ -18,8 +18,8 @@ from routing.config.validation import validate_document
 from routing.core.breaker import BreakerKey, State
 from routing.core.budget_accounts import ORG, Account
 from routing.models import AlertDelivery
-from routing.runtime import alerts
-from routing.runtime.alerts import Alerts, Event, budget_events, payload, request_for
+from routing.runtime.observe import alerts
+from routing.runtime.observe.alerts import Alerts, Event, budget_events, payload, request_for
 from tests.core.breakers import breaker_settings
 
 EPOCH = 1_780_000_000.0
@@ -330,8 +330,8 @@ def test_a_budget_alert_waits_for_settled_spend_not_leases_and_comes_once_across
 
     from routing.core.budget_accounts import Budgets
     from routing.core.limiter import Limiter
-    from routing.runtime import shared_spend
-    from routing.runtime.shared_limits import Syncer
+    from routing.runtime.cluster import shared_spend
+    from routing.runtime.cluster.shared_limits import Syncer
 
     monkeypatch.setattr(shared_spend, "query_spend", lambda starts, until=None: {})  # no usage records yet
     clock, namespace, org = [EPOCH], uuid.uuid4().hex[:12], f"a{uuid.uuid4().hex[:10]}"

@@ -13,8 +13,8 @@ import pytest
 
 from routing.config import live
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
-from routing.runtime import breaker_sync
-from routing.runtime.breaker_sync import CONFIRM_AFTER_S, BreakerSync, Transition, decode, encode
+from routing.runtime.cluster import breaker_sync
+from routing.runtime.cluster.breaker_sync import CONFIRM_AFTER_S, BreakerSync, Transition, decode, encode
 from tests.core.breakers import configured
 from tests.core.fakes import FakeClock
 from tests.e2e.harness import RedisServer

@@ -10,7 +10,7 @@ import pytest
 
 from routing.core.budget_accounts import LOADED, NEW, Budgets, Exhausted, Unloaded
 from routing.models import UsageRecord
-from routing.runtime.shared_limits import load_accounts
+from routing.runtime.cluster.shared_limits import load_accounts
 
 
 def spend(org: str, cost: str, n: int = 1) -> None:
@@ -54,7 +54,7 @@ async def _in_thread(fn, *args):
 def test_the_spend_of_a_period_is_summed_per_agent_org_and_key_from_its_start_up_to_until():
     """query_spend, the cluster's truth a reseed and a new account read (found by mutation testing: its
     filters, its grouping and the three keys each row counts for were unchecked outside the e2e tests)."""
-    from routing.runtime.shared_limits import query_spend
+    from routing.runtime.cluster.shared_limits import query_spend
 
     org, other = f"q{uuid.uuid4().hex[:8]}", f"q{uuid.uuid4().hex[:8]}"
     start = 1_780_000_000.0
@@ -101,8 +101,8 @@ async def test_the_spend_loader_reads_new_accounts_and_after_a_failed_read_retri
     import logging
 
     from routing.core.budget_accounts import FAILED
-    from routing.runtime import shared_spend as spend
-    from routing.runtime.shared_limits import SpendLoader
+    from routing.runtime.cluster import shared_spend as spend
+    from routing.runtime.cluster.shared_limits import SpendLoader
 
     org, down, reads = f"s{uuid.uuid4().hex[:8]}", [True], []
 

@@ -14,9 +14,9 @@ import asyncio
 from routing.core.breaker import BreakerRegistry
 from routing.core.budget_accounts import Budgets
 from routing.core.limiter import Limiter
-from routing.runtime import shared_limits
-from routing.runtime.breaker_sync import BreakerSync
-from routing.runtime.shared_limits import Syncer
+from routing.runtime.cluster import shared_limits
+from routing.runtime.cluster.breaker_sync import BreakerSync
+from routing.runtime.cluster.shared_limits import Syncer
 from tests.core.fakes import FakeClock
 
 NOWHERE = "redis://127.0.0.1:1/0"

@@ -17,10 +17,10 @@ import pytest
 from routing.config import live
 from routing.core.budget_accounts import Budgets
 from routing.core.limiter import Limiter, Refused
-from routing.runtime import shared_leases as leases
-from routing.runtime import shared_limits
-from routing.runtime import shared_recovery as recovery
-from routing.runtime.shared_limits import Syncer
+from routing.runtime.cluster import shared_leases as leases
+from routing.runtime.cluster import shared_limits
+from routing.runtime.cluster import shared_recovery as recovery
+from routing.runtime.cluster.shared_limits import Syncer
 
 SEEDS = range(24)
 

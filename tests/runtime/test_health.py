@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from providers.models import Provider
-from routing.runtime import feed, health, metrics
+from routing.runtime.observe import feed, health, metrics
 from routing.runtime.process import current
 
 

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from routing.runtime.idempotency import IdempotencyStore, decode_answer, encode_answer
+from routing.runtime.cluster.idempotency import IdempotencyStore, decode_answer, encode_answer
 
 H1 = hashlib.sha256(b'{"messages":[1]}').hexdigest()
 H2 = hashlib.sha256(b'{"messages":[2]}').hexdigest()
@@ -147,7 +147,7 @@ async def test_memory_is_bounded_least_recently_used_first() -> None:
 
 
 def test_redis_value_round_trips_binary_bodies() -> None:
-    from routing.runtime.idempotency import Answer
+    from routing.runtime.cluster.idempotency import Answer
 
     answer = Answer(H1, 201, tuple(HEADERS), b'{"a":1}\n\x00\xff', 123.5)
     assert decode_answer(encode_answer(answer)) == answer

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from routing.runtime import metrics
+from routing.runtime.observe import metrics
 from routing.runtime.process import current
 from tests.core.breakers import breaker_settings
 

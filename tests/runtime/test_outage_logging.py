@@ -10,7 +10,7 @@ import pytest
 import redis.exceptions
 
 from gateway_project import process as root
-from routing.runtime.outage import Outage
+from routing.runtime.observe.outage import Outage
 
 
 @pytest.fixture

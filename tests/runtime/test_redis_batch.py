@@ -1,4 +1,4 @@
-"""The cache's Redis connection (routing.runtime.redis_batch, docs/cache.md#batching), on a real Redis."""
+"""The cache's Redis connection (routing.runtime.cache.redis_batch, docs/cache.md#batching), on a real Redis."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from routing.runtime.redis_batch import Batcher, RedisUnavailable, ReplyError, _Wire, pack, parse
+from routing.runtime.cache.redis_batch import Batcher, RedisUnavailable, ReplyError, _Wire, pack, parse
 from tests.e2e.harness import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -269,7 +269,7 @@ def test_a_process_without_redis_url_never_imports_redis_py(tmp_path: Path):
     """redis-py's import costs a process about 70 ms and several MB; without REDIS_URL nothing needs it."""
     probe = (
         "import sys, django; django.setup(); import routing.gateway.app, routing.runtime.process; "
-        "from routing.runtime.response_cache import build_store; from routing.runtime.idempotency import IdempotencyStore; "
+        "from routing.runtime.cache.response_cache import build_store; from routing.runtime.cluster.idempotency import IdempotencyStore; "
         "build_store(); IdempotencyStore(redis_url=''); print(sorted(m for m in sys.modules if m.split('.')[0] == 'redis'))"
     )
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}

@@ -1,4 +1,4 @@
-"""The response cache's stores and the coalescer (routing.runtime.response_cache, docs/cache.md)."""
+"""The response cache's stores and the coalescer (routing.runtime.cache.response_cache, docs/cache.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from routing.core import errors
-from routing.runtime.response_cache import (
+from routing.runtime.cache.response_cache import (
     BYPASS,
     Coalescer,
     Entry,

@@ -13,7 +13,7 @@ import pytest
 from routing.config import live
 from routing.core.budget_accounts import Budgets, Exhausted
 from routing.core.limiter import Limiter, Refused
-from routing.runtime.shared_limits import Syncer, account_key
+from routing.runtime.cluster.shared_limits import Syncer, account_key
 from tests.e2e.harness import free_port
 
 
@@ -240,7 +240,7 @@ async def test_the_first_limited_request_of_a_process_waits_for_a_syncer_not_yet
     """daphne sends no lifespan: the first request spawns the syncer and is admitted before it runs."""
     import asyncio
 
-    from routing.runtime import shared_limits
+    from routing.runtime.cluster import shared_limits
 
     _, process = cluster
     p = process()
@@ -314,8 +314,8 @@ async def test_a_burst_of_waiters_is_admitted_up_to_the_cluster_bucket_by_the_re
     from routing.core.errors import GatewayError
     from routing.gateway import limiting
     from routing.plan import preflight
-    from routing.runtime import shared_limits
     from routing.runtime.accounting import Context
+    from routing.runtime.cluster import shared_limits
 
     _, process = cluster
     p = process()
@@ -358,7 +358,7 @@ async def test_a_burst_of_waiters_is_admitted_up_to_the_cluster_bucket_by_the_re
 
 async def test_a_flushed_redis_is_rebuilt_from_every_process_s_records_plus_what_each_holds(cluster, monkeypatch):
     """docs/limits.md#reseed: not from one process's view, which misses the others' spend."""
-    from routing.runtime import shared_spend
+    from routing.runtime.cluster import shared_spend
 
     _, process = cluster
     p1, p2 = process(), process()
@@ -398,7 +398,7 @@ async def test_what_a_round_leased_for_budget_waiters_is_theirs_when_the_next_ro
     from routing.core.errors import GatewayError
     from routing.gateway import limiting
     from routing.plan import chain, preflight
-    from routing.runtime import shared_limits
+    from routing.runtime.cluster import shared_limits
 
     _, process = cluster
     p = process()
@@ -568,7 +568,7 @@ async def test_seats_are_max_min_fair_over_what_the_live_processes_demand_and_ne
     left the processes set is forgotten."""
     import time
 
-    from routing.runtime.shared_limits import seats_key
+    from routing.runtime.cluster.shared_limits import seats_key
 
     p = Syncer(Budgets(), Limiter(), redis_url, namespace=uuid.uuid4().hex[:12])
     p.connect()

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from routing.core.limiter import Refused
-from routing.runtime.shared_limits import Syncer, account_key
+from routing.runtime.cluster.shared_limits import Syncer, account_key
 from tests.runtime.test_shared_limits import cluster, org_name  # noqa: F401 - the fixture
 
 RPM = 60
@@ -59,7 +59,7 @@ async def test_spend_during_an_outage_is_counted_once_when_redis_returns_empty(r
 
     from routing.core.budget_accounts import Budgets
     from routing.core.limiter import Limiter
-    from routing.runtime import shared_spend
+    from routing.runtime.cluster import shared_spend
     from tests.e2e.harness import free_port
     from tests.runtime.test_shared_limits import Clock, admit_budget
 
@@ -136,7 +136,7 @@ async def test_a_rebuild_waits_for_a_starved_writer_instead_of_a_fixed_time(redi
 
     from routing.core.budget_accounts import Budgets
     from routing.core.limiter import Limiter
-    from routing.runtime import shared_spend
+    from routing.runtime.cluster import shared_spend
     from tests.runtime.test_shared_limits import Clock, admit_budget
 
     clock, namespace = Clock(), uuid.uuid4().hex[:12]

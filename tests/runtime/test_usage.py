@@ -521,7 +521,7 @@ def test_a_long_outage_merges_small_journal_files_into_one_spool_file(tmp_path):
 
 
 def test_request_log_line_keeps_zero_and_false_and_leaves_out_none_and_empty():
-    from routing.runtime.request_log import log_line
+    from routing.runtime.observe.request_log import log_line
 
     line = orjson.loads(
         log_line(

@@ -17,7 +17,7 @@ from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 from routing.config.validation import bedrock_region_problem, validate_document
 from routing.core.errors import GatewayError
 from routing.core.failures import FailureKind, UpstreamFailure
-from routing.runtime import health
+from routing.runtime.observe import health
 from routing.upstream.dialects import get_dialect
 from routing.upstream.dialects.bedrock import credentials_of, endpoint_of, sign, wire_url
 from tests.upstream.conftest import model, provider, sse_payloads

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from routing.core.failures import FailureKind, UpstreamFailure, failure_from_response
-from routing.runtime import health
+from routing.runtime.observe import health
 from routing.upstream.dialects import get_dialect, vertex
 from routing.upstream.translate.chat_to_gemini import gemini_request
 from tests.e2e.test_cloud_dialects import service_account

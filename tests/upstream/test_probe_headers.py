@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing.runtime import health
+from routing.runtime.observe import health
 from routing.upstream.dialects import DIALECTS, get_dialect
 from tests.upstream.conftest import model, provider
 

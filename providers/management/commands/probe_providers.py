@@ -17,7 +17,7 @@ import orjson
 from django.core.management.base import BaseCommand, CommandError
 
 from routing.config import live
-from routing.runtime.health import UP, probe_all, publish_results, store_results
+from routing.runtime.observe.health import UP, probe_all, publish_results, store_results
 
 
 class Command(BaseCommand):

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from routing.config import live
 from routing.core.kinds import ENDPOINT_KINDS
 from routing.plan.explain import explain, render
-from routing.runtime.breaker_sync import breaker_states
+from routing.runtime.cluster.breaker_sync import breaker_states
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 """The request log over HTTP: usage records, newest first, filtered and paginated (docs/management-api.md#requests).
 
 The same rows the dashboard's request log shows. Bodies only for a token with `bodies`
-(routing.runtime.bodies.token_reads_bodies); for any other token the fields are absent.
+(routing.runtime.observe.bodies.token_reads_bodies); for any other token the fields are absent.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from django.http import HttpRequest
 from routing.core import errors
 from routing.models import UsageRecord
 from routing.ops.api.http import iso, listing, page, parse_time, text_param
-from routing.runtime.bodies import FIELDS as BODY_FIELDS
-from routing.runtime.bodies import token_reads_bodies
+from routing.runtime.observe.bodies import FIELDS as BODY_FIELDS
+from routing.runtime.observe.bodies import token_reads_bodies
 
 # column -> API field, in the order a row is shown
 COLUMNS = (

@@ -13,7 +13,7 @@ from django.urls import path
 from routing.ops import controls
 from routing.ops import scope as org_scope
 from routing.ops.dashboard.state import build_state, scoped_state
-from routing.runtime import feed
+from routing.runtime.observe import feed
 from routing.runtime.process import current
 
 

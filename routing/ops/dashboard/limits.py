@@ -20,7 +20,7 @@ from routing.core.dimensions import LIMIT_DIMENSIONS
 from routing.core.limiter import AGENT, ORG, Limiter
 from routing.ops.dashboard.views import staff_only
 from routing.ops.scope import org_visible, visible_orgs
-from routing.runtime import feed
+from routing.runtime.observe import feed
 from routing.runtime.process import current
 
 

@@ -21,7 +21,7 @@ from django.shortcuts import render
 from routing.config import live
 from routing.ops import scope
 from routing.ops.usage import analytics, browse
-from routing.runtime import bodies
+from routing.runtime.observe import bodies
 
 VIEW_USAGE = "routing.view_usagerecord"
 UPLOT_DIR = "vendor/uplot-1.6.32"  # routing/static/vendor/uplot-1.6.32/VENDORED.md

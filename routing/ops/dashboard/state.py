@@ -16,8 +16,9 @@ from django.conf import settings
 
 from routing.config import live
 from routing.core.breaker import BreakerKey, State
-from routing.runtime import feed, health, overload
-from routing.runtime.counters import model_stats
+from routing.runtime import overload
+from routing.runtime.observe import feed, health
+from routing.runtime.observe.counters import model_stats
 from routing.runtime.process import current
 
 
@@ -131,14 +132,14 @@ def link_entry(key: BreakerKey, view: Any, org_views: list[dict[str, Any]] | Non
 def deployment_rows(model: Any, views: dict[BreakerKey, Any], seen: set[BreakerKey]) -> list[dict[str, Any]]:
     """The rows of a model's deployments, in configuration order, each saying which of how many it is."""
 
-    balancer = current().picker
+    picker = current().picker
     rows = []
     count = len(model.deployments)
     for index, d in enumerate(model.deployments):
         key = BreakerKey(d.provider.name, model.id)
         seen.add(key)
         row = link_entry(key, views.get(key))
-        figures = balancer.peek(key)
+        figures = picker.peek(key)
         row["deployment"] = {
             "index": index + 1,
             "of": count,

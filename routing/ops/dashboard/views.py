@@ -22,7 +22,8 @@ from django.utils import timezone
 from routing.models import UsageRecord
 from routing.ops import controls, scope
 from routing.ops.dashboard import state
-from routing.runtime import feed, processes
+from routing.runtime.cluster import process_list
+from routing.runtime.observe import feed
 from routing.runtime.process import current
 
 
@@ -119,4 +120,4 @@ def _pct(part: int | None, whole: int | None) -> str:
 @staff_only
 def processes_view(request: HttpRequest) -> JsonResponse:
     """GET /dashboard/processes/: the process list as JSON (staff only, like the dashboard)."""
-    return JsonResponse(processes.listing())
+    return JsonResponse(process_list.listing())

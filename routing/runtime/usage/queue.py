@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from routing.core.compact import compact
-from routing.runtime.request_log import log_requests
+from routing.runtime.observe.request_log import log_requests
 from routing.runtime.usage.spool import (
     JOURNAL_PREFIX,
     SPOOL_PREFIX,

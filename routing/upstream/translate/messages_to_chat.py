@@ -67,7 +67,7 @@ class Gaps:
 
     A passthrough link needs none of this (it gets the client's own body), so nothing here is
     refused at once: `dropped` are hints a translated link goes without, `refused` the fields it
-    cannot serve at all, (param, what) in request order; routing.gateway.messages.Shape refuses
+    cannot serve at all, (param, what) in request order; routing.gateway.messages.MessagesHook refuses
     the request on such a link only.
     """
 

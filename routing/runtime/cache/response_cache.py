@@ -50,7 +50,7 @@ from typing import Any
 import orjson
 
 from routing.core.compact import compact
-from routing.runtime.redis_batch import Batcher
+from routing.runtime.cache.redis_batch import Batcher
 
 log = logging.getLogger("switchboard.cache")
 
@@ -296,7 +296,7 @@ class RedisCache:
         return key in self._claims
 
     def _run(self, *command: Any) -> Awaitable[Any]:
-        """One Redis command whose reply a request awaits (routing/runtime/redis_batch.py): the
+        """One Redis command whose reply a request awaits (routing/runtime/cache/redis_batch.py): the
         command's future itself, no coroutine around it."""
         return self._batch.call(*command)
 

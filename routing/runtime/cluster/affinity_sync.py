@@ -1,7 +1,7 @@
 """Prompt-cache pins shared by every process over Redis, off the request path (docs/deployments.md#affinity).
 
 With REDIS_URL set, each serving process runs one background task (`AffinitySync.run`, started by
-gateway_project.process) around its balancer's `Pins` (routing.core.affinity):
+gateway_project.process) around its picker's `Pins` (routing.core.affinity):
 
 - **Load.** On connecting, the pins still alive in Redis (one key per pin, `PREFIX` + cluster +
   model + conversation, expiring with the pin) are merged into the process's map: a restarted
@@ -31,7 +31,7 @@ import orjson
 from routing.config import live
 from routing.core.affinity import Pins
 from routing.core.breaker import BreakerKey
-from routing.runtime import redis_session
+from routing.runtime.cluster import redis_session
 
 log = logging.getLogger("switchboard.affinity")
 

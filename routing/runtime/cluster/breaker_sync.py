@@ -56,7 +56,8 @@ from routing.config import live
 from routing.config.reload import shared_timeout_s
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.plan.explain import BreakerStates, local_states
-from routing.runtime import cluster_scope, feed, redis_session
+from routing.runtime.cluster import cluster_scope, redis_session
+from routing.runtime.observe import feed
 
 if TYPE_CHECKING:
     from routing.config.snapshot import Snapshot

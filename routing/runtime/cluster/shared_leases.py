@@ -7,11 +7,11 @@ never grants past the budget), reserves from it locally, tells the counter what 
 beyond the lease, and gives back what it holds when idle. Rate limits and deployments'
 rpm/tpm capacity (routing.core.picking) are leased the same way, from cluster token buckets.
 One `Syncer` per process (`Process.syncer`, with REDIS_URL) runs one pipelined round per
-interval for every active one, with the concurrency seats of routing.runtime.shared_seats
+interval for every active one, with the concurrency seats of routing.runtime.cluster.shared_seats
 in the same round. Redis unreachable → each process carries on with an even share of what was
 left (÷ the processes seen alive), says so once (log line, `switchboard_degraded{component="redis"}`),
-and re-syncs by itself (routing.runtime.shared_recovery, which also rebuilds the counters of a
-Redis that lost its data). The scripts and key names are routing.runtime.shared_scripts'.
+and re-syncs by itself (routing.runtime.cluster.shared_recovery, which also rebuilds the counters of a
+Redis that lost its data). The scripts and key names are routing.runtime.cluster.shared_scripts'.
 """
 
 from __future__ import annotations
@@ -29,10 +29,9 @@ from routing.config import live
 from routing.core.admission_queue import Gates
 from routing.core.budget_accounts import NEW, Account, Budgets
 from routing.core.limiter import Limiter, SharedBucket
-from routing.core.picking import Balancer
-from routing.runtime import metrics
-from routing.runtime.shared_recovery import REBUILD_SCRIPT, RELEASE_SCRIPT, Recovery
-from routing.runtime.shared_scripts import (
+from routing.core.picking import Picker
+from routing.runtime.cluster.shared_recovery import REBUILD_SCRIPT, RELEASE_SCRIPT, Recovery
+from routing.runtime.cluster.shared_scripts import (
     BUCKET_SCRIPT,
     BUCKET_TTL_S,
     KEY_PREFIX,
@@ -42,7 +41,8 @@ from routing.runtime.shared_scripts import (
     bucket_key,
     settled_key,
 )
-from routing.runtime.shared_seats import BEAT_S, SEATS_SCRIPT, SEATS_TTL_S, Seating, seats_key
+from routing.runtime.cluster.shared_seats import BEAT_S, SEATS_SCRIPT, SEATS_TTL_S, Seating, seats_key
+from routing.runtime.observe import metrics
 
 log = logging.getLogger("switchboard")
 
@@ -64,7 +64,7 @@ class Syncer(Seating, Recovery):
         timeout_s: float = 0.5,
         clock: Callable[[], float] = time.time,
         namespace: str = "",
-        balancer: Balancer | None = None,
+        picker: Picker | None = None,
         flush: Callable[[], Any] | None = None,
         seed_wait_s: float | None = None,
         gates: Gates | None = None,
@@ -72,7 +72,7 @@ class Syncer(Seating, Recovery):
         self.prefix = f"{KEY_PREFIX}{namespace}:" if namespace else KEY_PREFIX
         self.budgets = budgets
         self.limiter = limiter
-        self.balancer = balancer  # deployments' rpm/tpm capacity (docs/deployments.md#capacity), same buckets
+        self.picker = picker  # deployments' rpm/tpm capacity (docs/deployments.md#capacity), same buckets
         # deployments' concurrency limits: split over the processes the heartbeat counts (docs/overload.md#processes)
         self.gates = gates
         self._counted = False  # this process is in the cluster's list (a heartbeat got through)
@@ -111,8 +111,8 @@ class Syncer(Seating, Recovery):
         budgets.shared = True
         budgets.starved = self.starved
         limiter.shared = True
-        if balancer is not None:
-            balancer.share(self)
+        if picker is not None:
+            picker.share(self)
         if gates is not None:
             gates.on_new = self.starved
 
@@ -342,8 +342,8 @@ class Syncer(Seating, Recovery):
             if a.lease is not None and (a.lease or a.owed or now - a.used_at <= IDLE_S or _unreported(a))
         ]
         items = self.limiter.items()
-        if self.balancer is not None:
-            items += self.balancer.buckets()
+        if self.picker is not None:
+            items += self.picker.buckets()
         buckets = [
             (k, b)
             for k, b in items

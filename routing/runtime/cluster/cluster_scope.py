@@ -1,7 +1,7 @@
 """Which processes form one cluster: the name under which they share state in Redis.
 
-Breaker transitions and leases (routing.runtime.breaker_sync) and the process list
-(routing.runtime.processes) are scoped by it, so two deployments or test
+Breaker transitions and leases (routing.runtime.cluster.breaker_sync) and the process list
+(routing.runtime.cluster.process_list) are scoped by it, so two deployments or test
 servers on one Redis never mix. See docs/scale-out.md#shared.
 """
 

@@ -1,6 +1,6 @@
 """The Redis side of the lease protocol: the Lua scripts a lease round runs and the keys it runs them on
-(docs/limits.md#shared). The seats claim's script is routing.runtime.shared_seats'; the rebuild's
-routing.runtime.shared_recovery's.
+(docs/limits.md#shared). The seats claim's script is routing.runtime.cluster.shared_seats'; the rebuild's
+routing.runtime.cluster.shared_recovery's.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ was left of each limit, budget and capacity (÷ the processes seen alive) and sa
 the budget counters (restarted empty, flushed): every one is rebuilt from the usage records before any
 lease is granted again (docs/limits.md#reseed).
 
-A mixin of `Syncer` (routing.runtime.shared_leases): one process rebuilds them under a lock
+A mixin of `Syncer` (routing.runtime.cluster.shared_leases): one process rebuilds them under a lock
 that expires, then sets a new seed marker; every process adopts the marker, adding what the records
 it read cannot know of it.
 """
@@ -23,8 +23,8 @@ from routing.config import live
 from routing.core.admission_queue import Gates
 from routing.core.budget_accounts import Account, Budgets, period_bounds
 from routing.core.limiter import SharedBucket
-from routing.runtime import shared_spend as spend
-from routing.runtime.shared_scripts import PROCESS_TTL_S
+from routing.runtime.cluster import shared_spend as spend
+from routing.runtime.cluster.shared_scripts import PROCESS_TTL_S
 
 log = logging.getLogger("switchboard")
 

@@ -39,7 +39,8 @@ from django.conf import settings
 from routing.config import live
 from routing.config.reload import shared_timeout_s
 from routing.core.breaker import BreakerKey, BreakerRegistry
-from routing.runtime import cluster_scope, feed
+from routing.runtime.cluster import cluster_scope
+from routing.runtime.observe import feed
 from routing.runtime.process import Tally, current
 
 log = logging.getLogger("switchboard.dashboard")

@@ -27,7 +27,7 @@ from channels import layers
 
 from routing.config.reload import shared_timeout_s
 from routing.core.breaker import BreakerKey, BreakerRegistry
-from routing.runtime import metrics
+from routing.runtime.observe import metrics
 from routing.runtime.process import installed
 
 log = logging.getLogger("switchboard.dashboard")
@@ -180,7 +180,7 @@ def note_fallback(from_model: str, to_model: str, reason: str) -> None:
 
 
 def note_probe(result: Any) -> None:
-    """A health probe result (routing.runtime.health.ProbeResult)."""
+    """A health probe result (routing.runtime.observe.health.ProbeResult)."""
     emit(
         "probe",
         provider=result.name,

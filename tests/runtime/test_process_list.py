@@ -11,7 +11,7 @@ import pytest
 
 from routing.config import live
 from routing.core.breaker import BreakerRegistry
-from routing.runtime import processes
+from routing.runtime.cluster import process_list
 from routing.runtime.process import Tally
 
 
@@ -39,11 +39,11 @@ def beat(pid: int, at: float, version: int = 3, interval_s: float = 1.0, host: s
 
 def test_a_process_goes_stale_after_missed_heartbeats_and_drops_off_later():
     now = 10_000.0
-    listed = processes.summarize(
+    listed = process_list.summarize(
         [
             beat(1, now - 0.5),
-            beat(2, now - processes.STALE_BEATS * 1.0 - 0.1),  # missed five beats
-            beat(3, now - processes.GONE_S - 1),  # gone for good
+            beat(2, now - process_list.STALE_BEATS * 1.0 - 0.1),  # missed five beats
+            beat(3, now - process_list.GONE_S - 1),  # gone for good
             beat(4, now - 3.0, interval_s=2.0),  # slower heartbeat, not late for it
         ],
         now,
@@ -57,19 +57,21 @@ def test_a_process_goes_stale_after_missed_heartbeats_and_drops_off_later():
 
 def test_a_live_process_on_another_configuration_version_is_flagged():
     now = 5_000.0
-    listed = processes.summarize([beat(1, now, version=8), beat(2, now, version=7), beat(3, now - 60, version=6)], now)
+    listed = process_list.summarize(
+        [beat(1, now, version=8), beat(2, now, version=7), beat(3, now - 60, version=6)], now
+    )
     flags = {row["pid"]: row["version_mismatch"] for row in listed["processes"]}
     assert listed["latest_version"] == 8
     assert flags == {1: False, 2: True, 3: False}  # a stale process is stale, not "mismatched"
 
 
 def test_unreadable_records_are_skipped():
-    assert processes.summarize([{"pid": 1}, {"at": "soon"}], 1.0)["processes"] == []
+    assert process_list.summarize([{"pid": 1}, {"at": "soon"}], 1.0)["processes"] == []
 
 
 def test_heartbeat_record_counts_requests_and_their_rate(monkeypatch):
     tally = Tally()
-    heart = processes.Heart(None, now=100.0, tally=tally)
+    heart = process_list.Heart(None, now=100.0, tally=tally)
     tally.served = 20
     tally.in_flight = 3
     record = heart.record(102.0, ["mock/m1"])
@@ -82,11 +84,11 @@ def test_heartbeat_record_counts_requests_and_their_rate(monkeypatch):
 
 
 def test_workers_take_the_lowest_free_index_and_a_replacement_reuses_it(tmp_path, monkeypatch):
-    first, held = processes.worker_slot(tmp_path)
-    second, other = processes.worker_slot(tmp_path)  # another open file: flock conflicts like another process
+    first, held = process_list.worker_slot(tmp_path)
+    second, other = process_list.worker_slot(tmp_path)  # another open file: flock conflicts like another process
     assert (first, second) == (0, 1)
     held.close()  # worker 0 died
-    again, handle = processes.worker_slot(tmp_path)
+    again, handle = process_list.worker_slot(tmp_path)
     assert again == 0
     handle.close()
     other.close()
@@ -97,20 +99,20 @@ def test_workers_take_the_lowest_free_index_and_a_replacement_reuses_it(tmp_path
 
 def test_without_redis_the_machines_workers_are_listed_from_the_shared_directory(tmp_path, monkeypatch, settings):
     settings.REDIS_URL = ""
-    monkeypatch.setenv(processes.MULTIPROC_ENV, str(tmp_path))
-    now = processes.clock()
-    processes.write_file(tmp_path, beat(11, now, worker=0))
-    processes.write_file(tmp_path, beat(12, now - 30, worker=1))
+    monkeypatch.setenv(process_list.MULTIPROC_ENV, str(tmp_path))
+    now = process_list.clock()
+    process_list.write_file(tmp_path, beat(11, now, worker=0))
+    process_list.write_file(tmp_path, beat(12, now - 30, worker=1))
     (tmp_path / "heartbeat-13.json").write_text("{half a reco")  # a worker's file being replaced
-    listed = processes.listing(now)
+    listed = process_list.listing(now)
     assert listed["source"] == "machine" and listed["error"] is None
     assert {row["pid"]: row["state"] for row in listed["processes"]} == {11: "alive", 12: "stale"}
 
 
 def test_one_process_without_redis_lists_itself(monkeypatch, settings):
     settings.REDIS_URL = ""
-    monkeypatch.delenv(processes.MULTIPROC_ENV, raising=False)
-    listed = processes.listing()
+    monkeypatch.delenv(process_list.MULTIPROC_ENV, raising=False)
+    listed = process_list.listing()
     assert listed["source"] == "process"
     assert [row["pid"] for row in listed["processes"]] == [os.getpid()]
     assert listed["processes"][0]["state"] == "alive"
@@ -122,8 +124,8 @@ def test_redis_unreachable_says_so_and_still_lists_this_process(monkeypatch, set
         port = sock.getsockname()[1]  # nothing listens here once closed
     settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
     settings.SWITCHBOARD_SHARED_TIMEOUT_S = 0.3
-    monkeypatch.delenv(processes.MULTIPROC_ENV, raising=False)
-    listed = processes.listing()
+    monkeypatch.delenv(process_list.MULTIPROC_ENV, raising=False)
+    listed = process_list.listing()
     assert listed["error"].startswith("Redis is unreachable")
     assert listed["source"] == "process" and listed["processes"][0]["pid"] == os.getpid()
 
@@ -133,37 +135,37 @@ def test_with_redis_every_process_of_the_cluster_is_listed(redis_url, monkeypatc
 
     settings.REDIS_URL = redis_url
     settings.SWITCHBOARD_CLUSTER = f"test-{uuid.uuid4().hex[:8]}"
-    now = processes.clock()
+    now = process_list.clock()
 
     async def write() -> None:
         client = aioredis.Redis.from_url(redis_url)
         try:
-            await processes.write_redis(client, settings.SWITCHBOARD_CLUSTER, beat(21, now, host="a"), now)
-            await processes.write_redis(client, settings.SWITCHBOARD_CLUSTER, beat(22, now, 4, host="b"), now)
-            await processes.write_redis(client, "another-cluster", beat(23, now, host="c"), now)
+            await process_list.write_redis(client, settings.SWITCHBOARD_CLUSTER, beat(21, now, host="a"), now)
+            await process_list.write_redis(client, settings.SWITCHBOARD_CLUSTER, beat(22, now, 4, host="b"), now)
+            await process_list.write_redis(client, "another-cluster", beat(23, now, host="c"), now)
         finally:
             await client.aclose()
 
     asyncio.run(write())
     try:
-        listed = processes.listing(now + 1)
+        listed = process_list.listing(now + 1)
         assert listed["source"] == "redis" and listed["error"] is None
         assert {(r["host"], r["pid"]) for r in listed["processes"]} == {("a", 21), ("b", 22)}
         assert {r["pid"]: r["version_mismatch"] for r in listed["processes"]} == {21: True, 22: False}
     finally:
-        client = processes._redis_client(redis_url)
-        client.delete(*(client.keys(processes.REDIS_PREFIX + settings.SWITCHBOARD_CLUSTER + "*") or ["-"]))
-        client.delete(*(client.keys(processes.REDIS_PREFIX + "another-cluster*") or ["-"]))
+        client = process_list._redis_client(redis_url)
+        client.delete(*(client.keys(process_list.REDIS_PREFIX + settings.SWITCHBOARD_CLUSTER + "*") or ["-"]))
+        client.delete(*(client.keys(process_list.REDIS_PREFIX + "another-cluster*") or ["-"]))
 
 
 def test_the_cluster_defaults_to_the_processes_sharing_a_database(settings):
     settings.SWITCHBOARD_CLUSTER = ""
     pg = {"ENGINE": "django.db.backends.postgresql", "HOST": "db1", "PORT": 5432, "NAME": "switchboard"}
-    assert processes.cluster_name(pg) == processes.cluster_name(dict(pg))
-    assert processes.cluster_name(pg) != processes.cluster_name({**pg, "NAME": "staging"})
-    assert processes.cluster_name() == processes.cluster_name(settings.DATABASES["default"])
+    assert process_list.cluster_name(pg) == process_list.cluster_name(dict(pg))
+    assert process_list.cluster_name(pg) != process_list.cluster_name({**pg, "NAME": "staging"})
+    assert process_list.cluster_name() == process_list.cluster_name(settings.DATABASES["default"])
     settings.SWITCHBOARD_CLUSTER = "eu-west"
-    assert processes.cluster_name() == "eu-west"
+    assert process_list.cluster_name() == "eu-west"
 
 
 # --------------------------------------------------------------------------- the endpoint and the page
@@ -198,8 +200,8 @@ async def test_heartbeat_keeps_beating_to_the_machine_while_redis_is_down_and_sa
     settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
     settings.SWITCHBOARD_HEARTBEAT_S = 0.02
     settings.SWITCHBOARD_SHARED_TIMEOUT_S = 0.2
-    monkeypatch.setenv(processes.MULTIPROC_ENV, str(tmp_path))
-    beat = processes.Heartbeat()
+    monkeypatch.setenv(process_list.MULTIPROC_ENV, str(tmp_path))
+    beat = process_list.Heartbeat()
     beats: list[float] = []
     task = asyncio.get_running_loop().create_task(beat.run(Tally(), BreakerRegistry()))
     try:
@@ -207,7 +209,7 @@ async def test_heartbeat_keeps_beating_to_the_machine_while_redis_is_down_and_sa
             await asyncio.sleep(0.01)
             path = tmp_path / f"heartbeat-{os.getpid()}.json"
             if path.exists():
-                at = processes.read_files(tmp_path)[0]["at"]
+                at = process_list.read_files(tmp_path)[0]["at"]
                 if not beats or at != beats[-1]:
                     beats.append(at)
             if len(beats) >= 10:
@@ -244,8 +246,8 @@ async def test_heartbeat_resumes_by_itself_when_redis_comes_back(tmp_path, monke
     settings.SWITCHBOARD_HEARTBEAT_S = 0.02
     settings.SWITCHBOARD_SHARED_TIMEOUT_S = 0.2
     settings.SWITCHBOARD_CLUSTER = "resume-test"
-    monkeypatch.delenv(processes.MULTIPROC_ENV, raising=False)
-    beat = processes.Heartbeat()
+    monkeypatch.delenv(process_list.MULTIPROC_ENV, raising=False)
+    beat = process_list.Heartbeat()
     task = asyncio.get_running_loop().create_task(beat.run(Tally(), BreakerRegistry()))
     redis_server = None
     client = aioredis.Redis.from_url(settings.REDIS_URL)
@@ -259,7 +261,7 @@ async def test_heartbeat_resumes_by_itself_when_redis_comes_back(tmp_path, monke
             [server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
             stdout=subprocess.DEVNULL,
         )
-        index = processes.REDIS_PREFIX + "resume-test"
+        index = process_list.REDIS_PREFIX + "resume-test"
         for _ in range(1500):  # bounded: 15 s (the retry backoff is at most 10 s)
             try:
                 if await client.zscore(index, f"{socket.gethostname()}:{os.getpid()}") is not None:

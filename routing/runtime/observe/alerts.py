@@ -39,7 +39,7 @@ from routing.config.schema import ALERT_EVENTS
 from routing.core.breaker import State
 from routing.core.budget_accounts import Account, Budgets
 from routing.models import AlertDelivery
-from routing.runtime import processes
+from routing.runtime.cluster import process_list as processes
 
 log = logging.getLogger("switchboard.alerts")
 __all__ = ["ALERT_EVENTS", "Alerts", "Event", "payload", "send_test", "sign"]

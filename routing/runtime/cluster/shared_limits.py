@@ -1,7 +1,7 @@
 """Budgets' spend from the usage records, and limits shared across processes through Redis
 (docs/limits.md#shared, docs/limits.md#durable).
 
-One entry for their callers; each concern is a module of its own (routing.runtime.shared_*):
+One entry for their callers; each concern is a module of its own (routing.runtime.cluster.shared_*):
 
 - `shared_spend`: the database spend loader (`SpendLoader`, `Process.spend`): every new budget account
   gets its period's spend from one aggregate query of every process's usage records.
@@ -15,11 +15,11 @@ One entry for their callers; each concern is a module of its own (routing.runtim
 Neither background task is on the request path; the request path never calls Redis.
 """
 
-from routing.runtime.shared_leases import IDLE_S, LEASE_FRACTION, PROCESS_TTL_S, Syncer
-from routing.runtime.shared_scripts import KEY_PREFIX, account_key, bucket_key, namespace
-from routing.runtime.shared_seats import seats_key
-from routing.runtime.shared_spend import SpendLoader, budgeted, load_accounts, query_spend, read_spend
-from routing.runtime.shared_waiters import (
+from routing.runtime.cluster.shared_leases import IDLE_S, LEASE_FRACTION, PROCESS_TTL_S, Syncer
+from routing.runtime.cluster.shared_scripts import KEY_PREFIX, account_key, bucket_key, namespace
+from routing.runtime.cluster.shared_seats import seats_key
+from routing.runtime.cluster.shared_spend import SpendLoader, budgeted, load_accounts, query_spend, read_spend
+from routing.runtime.cluster.shared_waiters import (
     after_others_rounds,
     install,
     wait_for_lease,

@@ -1,9 +1,9 @@
 """The request path's side of shared limits: what a request does when its share is short.
 
 The request path never calls Redis. A request the local share cannot cover wakes its process's
-syncer (`Process.syncer`, routing.runtime.shared_leases) and waits, bounded, for the rounds
+syncer (`Process.syncer`, routing.runtime.cluster.shared_leases) and waits, bounded, for the rounds
 that lease what it needs; a request of a new budget account waits, bounded, for the spend loader's
-next pass (`Process.spend`, routing.runtime.shared_spend). Without a syncer (no REDIS_URL)
+next pass (`Process.spend`, routing.runtime.cluster.shared_spend). Without a syncer (no REDIS_URL)
 limits are per process and nothing here waits.
 """
 
@@ -13,8 +13,8 @@ import asyncio
 import time
 
 from routing.core.budget_accounts import Account
+from routing.runtime.cluster.shared_leases import Syncer
 from routing.runtime.process import installed
-from routing.runtime.shared_leases import Syncer
 
 
 def _syncer() -> Syncer | None:

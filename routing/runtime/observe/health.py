@@ -33,8 +33,8 @@ from routing.config.secrets import redact_url
 from routing.config.snapshot import ProviderSpec, Snapshot
 from routing.core.breaker import BreakerRegistry, State
 from routing.core.failures import UpstreamFailure
-from routing.runtime import metrics
-from routing.runtime.outage import Outage
+from routing.runtime.observe import metrics
+from routing.runtime.observe.outage import Outage
 from routing.runtime.process import installed
 from routing.upstream.dialects import PreparedRequest, get_dialect
 from routing.upstream.dialects.base import TokenSource

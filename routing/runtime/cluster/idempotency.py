@@ -19,7 +19,7 @@ and read from it on a local miss, so replays work across processes and replicas;
 concurrent duplicates on *different* processes are not coalesced. Redis errors
 fail open to memory: each command is bounded (REDIS_TIMEOUT_S), an outage is logged
 once, and Redis is left alone for a while before the next try. The commands go over
-the response cache's small client (routing/runtime/redis_batch.py, docs/cache.md#batching):
+the response cache's small client (routing/runtime/cache/redis_batch.py, docs/cache.md#batching):
 the lookup is on the request path of every request that carries the header.
 """
 
@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from routing.runtime.redis_batch import Batcher
+from routing.runtime.cache.redis_batch import Batcher
 
 log = logging.getLogger("switchboard.idempotency")
 
@@ -258,7 +258,7 @@ class IdempotencyStore:
         return self._clock() >= self._redis_down_until
 
     def _client(self) -> Batcher:
-        """The store's Redis connection (the response cache's small client: routing/runtime/redis_batch.py)."""
+        """The store's Redis connection (the response cache's small client: routing/runtime/cache/redis_batch.py)."""
         if self._redis is None:
             self._redis = Batcher(self.redis_url, REDIS_TIMEOUT_S)
         return self._redis

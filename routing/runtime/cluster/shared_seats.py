@@ -1,5 +1,5 @@
 """Concurrency seats: a deployment's `max` concurrent calls split over the serving processes by demand,
-through Redis (docs/overload.md#processes). The lease rounds (routing.runtime.shared_leases) carry
+through Redis (docs/overload.md#processes). The lease rounds (routing.runtime.cluster.shared_leases) carry
 one seats claim per limited deployment; this module is the claim's script and what a round does with
 its answer.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from routing.runtime.shared_scripts import KEY_PREFIX
+from routing.runtime.cluster.shared_scripts import KEY_PREFIX
 
 if TYPE_CHECKING:
     from routing.core.admission_queue import Gates

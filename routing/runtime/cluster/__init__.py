@@ -1,0 +1,1 @@
+"""State a cluster's serving processes share over Redis, each deciding on its own memory (README.md)."""
