@@ -20,20 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from routing.core import errors
+from routing.core.forms import Upload
 
 _MAX_BOUNDARY = 70  # RFC 2046 §5.1.1
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
 _PARAM = re.compile(rf';\s*({_TOKEN})\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^;\s]*))')
 _ESCAPED = re.compile(r"\\(.)")
-
-
-@dataclass(frozen=True, slots=True)
-class Upload:
-    """One file of a form: its name as the client gave it, its declared type and its bytes."""
-
-    filename: str
-    content_type: str
-    data: bytes
 
 
 @dataclass(frozen=True, slots=True)

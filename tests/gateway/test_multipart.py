@@ -3,12 +3,16 @@ every malformed or oversized form refused from the one error catalogue."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import httpx
 import pytest
 from urllib3.filepost import encode_multipart_formdata
 
+from routing.config.snapshot import ModelSpec
 from routing.core.errors import CATALOGUE, GatewayError
 from routing.gateway.multipart import FormLimits, Upload, boundary_of, read_form
+from routing.upstream.dialects import get_dialect
 
 
 def encoded(data: dict, files: dict) -> tuple[bytes, bytes]:
@@ -118,3 +122,35 @@ def test_httpx_forms_read_too() -> None:
     request = httpx.Request("POST", "http://gw/v1/x", data={"model": "m"}, files={"file": ("a.png", b"\x89PNG")})
     form = read_form(request.read(), request.headers["content-type"].encode())
     assert form == {"model": "m", "file": Upload("a.png", "image/png", b"\x89PNG")}
+
+
+def test_a_form_with_files_goes_upstream_as_the_same_form_with_the_upstream_model() -> None:
+    """A multipart row's form reaches an OpenAI-compatible upstream as multipart/form-data, every field and
+    file as read (a repeated field in order, a quote in a file name escaped), only `model` replaced: read back
+    with the gateway's own reader it is the client's form."""
+    form = {
+        "model": "whisper-alias",
+        "file": Upload('say "hi".wav', "audio/wav", b"RIFF\x00\r\n--x\r\nbinary"),
+        "timestamp_granularities[]": ["word", "segment"],
+        "temperature": "0.2",
+    }
+    model = type("Model", (), {"upstream_model": "whisper-1"})()
+    prepared = get_dialect("openai").build_request(
+        "embeddings", form, cast(ModelSpec, model), "http://up.test/v1", "sk-up", False
+    )
+    content_type = prepared.headers["Content-Type"]
+    assert (
+        content_type.startswith("multipart/form-data; boundary=")
+        and prepared.headers["Authorization"] == "Bearer sk-up"
+    )
+    assert read_form(prepared.body, content_type.encode()) == {**form, "model": "whisper-1"}
+
+
+def test_a_form_without_files_keeps_going_upstream_as_json() -> None:
+    model = type("Model", (), {"upstream_model": "embed-1"})()
+    prepared = get_dialect("openai").build_request(
+        "embeddings", {"model": "e", "input": "hi"}, cast(ModelSpec, model), "http://up.test/v1", None, False
+    )
+    assert (
+        prepared.headers["Content-Type"] == "application/json" and prepared.body == b'{"model":"embed-1","input":"hi"}'
+    )

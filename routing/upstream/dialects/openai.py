@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from routing.config.snapshot import ModelSpec
-from routing.core.endpoints import UPSTREAM_PATHS as PATHS  # each kind's path: its endpoint row's
+from routing.core.endpoints import UPSTREAM_PATHS as PATHS
+from routing.core.forms import encode_form, is_form  # each kind's path: its endpoint row's
 from routing.upstream.dialects.base import (
     Dialect,
     ParsedResponse,
@@ -38,8 +39,11 @@ class OpenAIDialect(Dialect):
         path = PATHS.get(kind)
         if path is None or kind not in self.kinds:
             raise unsupported(self.name, kind, model)
-        payload = encode({**body, "model": model.upstream_model})
-        return PreparedRequest("POST", base_url.rstrip("/") + path, bearer_headers(api_key), payload)
+        url = base_url.rstrip("/") + path
+        if is_form(body):  # a multipart row's form with files: sent on as a form (routing.core.forms)
+            payload, content_type = encode_form({**body, "model": model.upstream_model})
+            return PreparedRequest("POST", url, {**bearer_headers(api_key), "Content-Type": content_type}, payload)
+        return PreparedRequest("POST", url, bearer_headers(api_key), encode({**body, "model": model.upstream_model}))
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
         return parsed_openai(body, model)
