@@ -25,7 +25,10 @@ from routing.core.kinds import DIALECTS, ENDPOINT_KINDS
 from routing.core.prices import CLASSES as PRICE_CLASSES
 from routing.core.resilience import FALLBACK_TRIGGERS, Resilience
 
-CAPABILITIES = (*ENDPOINT_KINDS, "streaming", "tools", "structured_output", "vision")
+# `reasoning`: the model takes a reasoning setting (chat's `reasoning_effort`, a thinking budget); a Messages or
+# Responses client's thinking reaches a translated link only then (routing.gateway.messages.Shape.prepare).
+CAPABILITIES = (*ENDPOINT_KINDS, "streaming", "tools", "structured_output", "vision", "reasoning")
+REASONING = "reasoning"
 ACTIONS = ("allow", "deny")
 MAX_CHAIN = 8
 BUDGET_KEYS = ("usd", "period")  # an org's or agent's `budget` (docs/limits.md#budgets)

@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
+from routing.config.schema import REASONING
 from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.core.executor import Link
@@ -101,15 +102,11 @@ class MessagesHook:
         # Claude Code calls /v1/messages?beta=true: forwarded to upstreams that take it (that parameter only)
         self.beta_query = ("beta", "true") in parse_qsl(scope.get("query_string", b"").decode("latin-1"))
 
-    def prepare(self, link: Link, stream: bool) -> PreparedRequest | None:
+    def prepare(self, link: Link, stream: bool, body: dict[str, Any]) -> PreparedRequest | None:
         model = link.model
         dialect = get_dialect(model.provider.dialect)
         if not _pair(link).passthrough:
-            refused = self.gaps.refused
-            if refused:
-                raise errors.no_counterpart(refused[0][0], model.id, dialect.name, _PROTOCOL_NAME)
-            self.ctx.dropped = ", ".join(self.gaps.dropped)
-            return None
+            return self._translated(link, dialect, stream, body)
         self.ctx.dropped = ""
         original = self.original
         signed = without_foreign_thinking(original) if b'"thinking"' in self.raw else None
@@ -125,6 +122,22 @@ class MessagesHook:
         if signed is None and isinstance(original.get("model"), str):
             encoded = with_model(self.raw, model.upstream_model)
         return dialect.prepare_native(payload, model, link.base_url, link.api_key, self.beta, encoded, self.beta_query)
+
+    def _translated(self, link: Link, dialect: Dialect, stream: bool, body: dict[str, Any]) -> PreparedRequest | None:
+        """A chat link: refused when the request has a field it cannot carry; else the call's chat `body`
+        (None: the proxy builds it), but without `reasoning_effort` where the model does not declare
+        `reasoning` — Claude Code always sends `thinking`, and a chat model that cannot reason (gpt-4o, many
+        vLLM and llama.cpp models) answers 400 to the field; the client's `thinking` is then a dropped hint."""
+        model = link.model
+        refused = self.gaps.refused
+        if refused:
+            raise errors.no_counterpart(refused[0][0], model.id, dialect.name, _PROTOCOL_NAME)
+        if "reasoning_effort" not in body or REASONING in model.capabilities:
+            self.ctx.dropped = self.gaps.named()
+            return None
+        self.ctx.dropped = self.gaps.named(reasons=False)
+        lean = {name: value for name, value in body.items() if name != "reasoning_effort"}
+        return dialect.build_request("chat", lean, model, link.base_url, link.api_key, stream)
 
     def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:
         pair = _pair(link)

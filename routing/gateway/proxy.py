@@ -59,7 +59,7 @@ class ProtocolHook(Protocol):
     and committed bytes (`tap`) into its own shape.
     """
 
-    def prepare(self, link: Link, stream: bool) -> PreparedRequest | None: ...
+    def prepare(self, link: Link, stream: bool, body: dict) -> PreparedRequest | None: ...
 
     def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse: ...
 
@@ -375,7 +375,7 @@ async def call_upstream(call: Call, link: Link, body: dict, stream: bool, deadli
     dialect = get_dialect(model.provider.dialect)
     shape = call.shape
     trace = call.ctx.trace
-    prepared = shape.prepare(link, stream) if shape is not None else None
+    prepared = shape.prepare(link, stream, body) if shape is not None else None
     if prepared is None:
         prepared = dialect.build_request(call.kind, body, model, link.base_url, link.api_key, stream)
     timeouts = model.timeouts

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from routing.config.schema import REASONING
 from routing.core.executor import Link
 from routing.runtime.accounting import Context
 from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
@@ -49,7 +50,11 @@ class ResponsesHook:
         self._chat: dict[str, Any] | None = None  # the chat translation, made for the first translated link
         self._dropped = ""  # what that translation left out, for x-switchboard-dropped
 
-    def prepare(self, link: Link, stream: bool) -> PreparedRequest | None:
+    def prepare(self, link: Link, stream: bool, body: dict[str, Any]) -> PreparedRequest | None:  # noqa: ARG002
+        """A native link: None (the dialect sends the call's `body`, the client's own); a translated one: the
+        chat translation, made once for the first such link, without `reasoning_effort` on a link whose model
+        does not declare `reasoning` (a chat model that cannot reason answers 400 to it), the client's
+        `reasoning` then named as a dropped hint."""
         pair = _pair(link)
         if pair.request is None:
             self.ctx.dropped = ""
@@ -58,13 +63,17 @@ class ResponsesHook:
             dropped: list[str] = []
             self._chat = pair.request(self.original, dropped)
             self._dropped = ", ".join(dropped)
-        self.ctx.dropped = self._dropped
         model = link.model
         dialect = get_dialect(model.provider.dialect)
-        body = self._chat
+        chat = self._chat
+        if "reasoning_effort" in chat and REASONING not in model.capabilities:
+            chat = {name: value for name, value in chat.items() if name != "reasoning_effort"}
+            self.ctx.dropped = f"{self._dropped}, reasoning" if self._dropped else "reasoning"
+        else:
+            self.ctx.dropped = self._dropped
         if stream and dialect.stream_usage_option:  # the usage frame, for response.completed's usage
-            body = {**body, "stream": True, "stream_options": {"include_usage": True}}
-        return dialect.build_request("chat", body, model, link.base_url, link.api_key, stream)
+            chat = {**chat, "stream": True, "stream_options": {"include_usage": True}}
+        return dialect.build_request("chat", chat, model, link.base_url, link.api_key, stream)
 
     def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:
         pair = _pair(link)

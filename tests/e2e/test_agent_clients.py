@@ -47,11 +47,16 @@ models:
   - id: claude-gw
     provider: agent-anthropic
     upstream_model: claude-agent-up
-    capabilities: [chat, responses, streaming, tools, vision]
+    capabilities: [chat, responses, streaming, tools, vision, reasoning]
     context_window: 200000
   - id: chat-gw
     provider: agent-openai
     upstream_model: chat-agent-up
+    capabilities: [chat, streaming, tools, reasoning]
+    context_window: 200000
+  - id: plain-gw
+    provider: agent-openai
+    upstream_model: plain-agent-up
     capabilities: [chat, streaming, tools]
     context_window: 200000
 orgs:
@@ -232,3 +237,20 @@ def test_codex_runs_a_shell_task_on_a_translated_link(agent_bin, gw, mock_upstre
     first, second = turns[-2]["body"], turns[-1]["body"]
     assert first.get("reasoning_effort") == "high" or first["thinking"]["type"] == "enabled", out
     assert THOUGHT not in str(second)
+
+
+def test_claude_code_runs_on_a_chat_model_that_cannot_reason(agent_bin, gw, mock_upstream, workdir):
+    """Claude Code always sends `thinking`; a model without `reasoning` (the mock answers 400 to
+    `reasoning_effort` for it, as gpt-4o does) gets none, and the task still finishes."""
+    run_claude(agent_bin, gw, mock_upstream, workdir, "plain-gw")
+    turns = [c for c in agent_calls(mock_upstream.url) if c["path"] == "/agent/v1/chat/completions"]
+    first, second = turns[-2]["body"], turns[-1]["body"]
+    assert first["model"] == "plain-agent-up" and "reasoning_effort" not in first
+    assert second["messages"][-1]["role"] == "tool" and PROOF in str(second["messages"][-1])
+
+
+def test_codex_runs_on_a_chat_model_that_cannot_reason(agent_bin, gw, mock_upstream, workdir):
+    out = run_codex(agent_bin, gw, mock_upstream, workdir, "plain-gw", reasoning=True)
+    turns = [c for c in agent_calls(mock_upstream.url) if c["path"] == "/agent/v1/chat/completions"]
+    assert len(turns) >= 2 and not any("reasoning_effort" in t["body"] for t in turns[-2:]), out
+    assert PROOF in str(turns[-1]["body"]["messages"][-1])

@@ -41,7 +41,12 @@ def document(mock: str) -> dict:
         ],
         "models": [
             {"id": "cc-claude", "provider": "mock-claude", "upstream_model": "up-claude", "capabilities": CAPS},
-            {"id": "cc-openai", "provider": "mock", "upstream_model": "up-openai", "capabilities": CAPS},
+            {
+                "id": "cc-openai",
+                "provider": "mock",
+                "upstream_model": "up-openai",
+                "capabilities": [*CAPS, "reasoning"],
+            },
             {
                 "id": "codex",
                 "provider": "mock",

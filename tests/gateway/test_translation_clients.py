@@ -11,11 +11,15 @@ and reasoning tokens as OpenAI's usage types do:
   the upstream's own counts (cache reads, thinking tokens);
 - a Responses client's `reasoning.effort` reaches the upstream as `reasoning_effort`, and the
   reasoning comes back as a `reasoning` item (summary events when streamed, in the Responses
-  grammar), with the cached and reasoning token details.
+  grammar), with the cached and reasoning token details;
+- only to a model that declares `reasoning`: one that does not (scripted to answer 400 to the
+  field, as gpt-4o does) gets no `reasoning_effort`, answers, and the client's `thinking` /
+  `reasoning` is named in `x-switchboard-dropped`; per link along a fallback chain.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -37,6 +41,7 @@ from tests.inprocess import gateway_application
 from tools.mock.upstream import start_mock, state_of
 
 CAPS = ["chat", "streaming", "tools"]
+REASONS = [*CAPS, "reasoning"]
 THOUGHT = "The user greets me; a greeting back will do."
 # What OpenAI's CompletionUsage reports for a reasoning model with a cache hit.
 USAGE = {
@@ -57,8 +62,14 @@ def document(mock: str) -> dict:
             {"name": "mock-claude", "dialect": "anthropic", "base_url": f"{mock}/anthropic/v1"},
         ],
         "models": [
-            {"id": "gpt", "provider": "mock", "upstream_model": "up-gpt", "capabilities": CAPS},
-            {"id": "claude", "provider": "mock-claude", "upstream_model": "up-claude", "capabilities": CAPS},
+            {"id": "gpt", "provider": "mock", "upstream_model": "up-gpt", "capabilities": REASONS},
+            {"id": "claude", "provider": "mock-claude", "upstream_model": "up-claude", "capabilities": REASONS},
+            {"id": "plain", "provider": "mock", "upstream_model": "up-plain", "capabilities": CAPS},
+            # two-link chains: a model that reasons falling back to one that does not, and the other way round
+            {"id": "gpt-then-plain", "provider": "mock", "upstream_model": "up-gpt", "capabilities": REASONS}
+            | {"fallbacks": ["plain"]},
+            {"id": "plain-then-gpt", "provider": "mock", "upstream_model": "up-plain", "capabilities": CAPS}
+            | {"fallbacks": ["gpt"]},
         ],
         "orgs": [{"name": "acme", "agents": [{"name": "bot"}]}],
     }
@@ -78,6 +89,14 @@ async def mock() -> AsyncIterator[Any]:
 def reasons(state: Any, field: str = "reasoning_content") -> None:
     """The next answer of up-gpt reasons first and reports cached and reasoning tokens."""
     state.model("up-gpt").steps.append({"reasoning": THOUGHT, "reasoning_field": field, "usage": USAGE})
+
+
+def cannot_reason(state: Any, model: str = "up-plain") -> None:
+    """`model` answers 400 to any `reasoning_effort`, as OpenAI's gpt-4o and many vLLM / llama.cpp models do."""
+    refusal = {"error": {"message": "Unsupported parameter: 'reasoning_effort'", "param": "reasoning_effort"}}
+    for effort in ("minimal", "low", "medium", "high"):
+        rule = (("field", "reasoning_effort", effort), deque(), {"status": 400, "body": orjson.dumps(refusal).decode()})
+        state.model(model).rules.append(rule)
 
 
 def claude() -> anthropic.AsyncAnthropic:
@@ -285,3 +304,89 @@ async def test_the_grammar_checker_holds_reasoning_summaries_to_their_deltas(moc
     early = [e for e in events if e["type"] != "response.reasoning_summary_part.added"]
     with pytest.raises(AssertionError):
         grammar.check_grammar(early, contiguous=False)
+
+
+# --- a model that cannot reason ----------------------------------------------------------------
+
+THINK = {"type": "enabled", "budget_tokens": 4000}  # Claude Code's "think"
+
+
+@pytest.mark.parametrize(("model", "effort"), [("plain", None), ("gpt", "low")])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_thinking_reaches_only_a_chat_model_that_declares_reasoning(mock, model, effort, stream):
+    cannot_reason(mock)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway_application)) as http:
+        answer = await http.post(
+            "http://gateway/v1/messages",
+            headers={"x-api-key": API_KEY, "anthropic-version": "2023-06-01"},
+            json={"model": model, "max_tokens": 2000, "messages": HI, "thinking": THINK, "stream": stream},
+        )
+    assert answer.status_code == 200, answer.text
+    (body,) = sent(mock, f"up-{model}")
+    assert body.get("reasoning_effort") == effort and "thinking" not in body
+    if stream:
+        assert body["stream_options"] == {"include_usage": True} and b"message_stop" in answer.content
+    # the client asked for thinking, and the link went without it: named as a dropped hint
+    assert ("thinking" in answer.headers.get("x-switchboard-dropped", "").split(", ")) is (effort is None)
+
+
+async def test_adaptive_thinkings_effort_is_named_with_it_where_the_model_cannot_reason(mock):
+    cannot_reason(mock)
+    async with claude() as client:
+        raw = await client.messages.with_raw_response.create(
+            model="plain", max_tokens=100, messages=HI, thinking={"type": "adaptive"}, output_config={"effort": "high"}
+        )
+    (body,) = sent(mock, "up-plain")
+    assert raw.status_code == 200 and "reasoning_effort" not in body
+    assert raw.headers["x-switchboard-dropped"] == "thinking, output_config.effort"
+
+
+@pytest.mark.parametrize(("model", "effort"), [("plain", None), ("gpt", "high")])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_reasoning_effort_reaches_only_a_chat_model_that_declares_reasoning(mock, model, effort, stream):
+    cannot_reason(mock)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway_application)) as http:
+        answer = await http.post(
+            "http://gateway/v1/responses",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+            json={"model": model, "input": "Hello there", "stream": stream, "reasoning": {"effort": "high"}},
+        )
+    assert answer.status_code == 200, answer.text
+    (body,) = sent(mock, f"up-{model}")
+    assert body.get("reasoning_effort") == effort and "reasoning" not in body
+    assert ("reasoning" in answer.headers.get("x-switchboard-dropped", "").split(", ")) is (effort is None)
+    if stream:
+        assert body["stream_options"] == {"include_usage": True}  # the usage frame is still asked for
+        grammar.check_grammar(grammar.parse_sse(answer.content))
+
+
+async def test_along_a_fallback_chain_only_the_link_that_reasons_gets_the_effort(mock):
+    cannot_reason(mock)
+    mock.model("up-gpt").steps.append({"status": 500})
+    async with claude() as client:
+        first = await client.messages.with_raw_response.create(
+            model="gpt-then-plain", max_tokens=100, messages=HI, thinking=THINK
+        )
+        mock.model("up-plain").steps.append({"status": 500})
+        second = await client.messages.with_raw_response.create(
+            model="plain-then-gpt", max_tokens=100, messages=HI, thinking=THINK
+        )
+    to_gpt, to_plain = sent(mock, "up-gpt"), sent(mock, "up-plain")
+    # gpt-then-plain: gpt (500) got the effort, plain went without and served; thinking named
+    assert to_gpt[0]["reasoning_effort"] == "low" and "reasoning_effort" not in to_plain[0]
+    assert first.status_code == 200 and first.headers["x-switchboard-dropped"] == "thinking"
+    # plain-then-gpt: plain (500) went without, and gpt still got it (the call's body is not changed)
+    assert "reasoning_effort" not in to_plain[1] and to_gpt[1]["reasoning_effort"] == "low"
+    assert second.status_code == 200 and "x-switchboard-dropped" not in second.headers
+
+
+async def test_a_responses_fallback_chain_sends_the_effort_to_the_link_that_reasons_only(mock):
+    cannot_reason(mock)
+    mock.model("up-gpt").steps.append({"status": 500})
+    async with codex() as client:
+        raw = await client.responses.with_raw_response.create(
+            model="gpt-then-plain", input="Hello there", reasoning={"effort": "medium"}
+        )
+    (to_gpt,), (to_plain,) = sent(mock, "up-gpt"), sent(mock, "up-plain")
+    assert to_gpt["reasoning_effort"] == "medium" and "reasoning_effort" not in to_plain
+    assert raw.http_response.status_code == 200 and raw.headers["x-switchboard-dropped"] == "reasoning"

@@ -16,6 +16,8 @@ Each request is one turn of a deterministic agent:
 - turn 2 (the last turn carries the tool's result): the result quoted back as text, so a test can
   see the client ran the command and sent its output.
 A request without tools gets a short text answer (titles, summaries, quota probes).
+A chat model named in CANNOT_REASON answers 400 to a `reasoning_effort`, as OpenAI's gpt-4o and
+many vLLM / llama.cpp models do.
 
 The frames follow the providers' published stream types (Anthropic's `message_start` …
 `message_stop`; OpenAI's Responses events with `sequence_number`; chat completion chunks), so
@@ -39,6 +41,7 @@ THOUGHT = "The user wants a shell command run; I will call the shell tool."
 JSON_TYPE = "application/json"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 CALLS = web.AppKey("agent_calls", deque)
+CANNOT_REASON = frozenset({"plain-agent-up"})  # chat models that refuse `reasoning_effort`
 # The shell tools of the clients, and the arguments each takes.
 SHELL_TOOLS: dict[str, dict[str, Any]] = {
     "Bash": {"command": COMMAND, "description": "Write the proof file"},
@@ -310,6 +313,10 @@ def _chat_frames(body: dict[str, Any], text: str, call: dict[str, Any] | None) -
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     body = await _record(request)
+    if body.get("model") in CANNOT_REASON and "reasoning_effort" in body:
+        message = f"Unsupported parameter: 'reasoning_effort' is not supported with the model {body['model']}."
+        error = {"message": message, "type": "invalid_request_error", "param": "reasoning_effort"}
+        return web.Response(status=400, body=orjson.dumps({"error": error}), content_type=JSON_TYPE)
     text, call = _chat_turn(body)
     if body.get("stream"):
         return await _stream(request, _chat_frames(body, text, call))

@@ -71,15 +71,25 @@ class Gaps:
     the request on such a link only.
     """
 
-    __slots__ = ("dropped", "refused")
+    __slots__ = ("dropped", "refused", "reasoning")
 
     def __init__(self) -> None:
         self.dropped: list[str] = []
         self.refused: list[tuple[str, str]] = []
+        # the client's fields chat's `reasoning_effort` was made of: a hint, dropped on a link whose model
+        # does not declare `reasoning` (such a chat model refuses the field: routing.gateway.messages.Shape)
+        self.reasoning: tuple[str, ...] = ()
 
     def drop(self, name: str) -> None:
         if name not in self.dropped:
             self.dropped.append(name)
+
+    def named(self, reasons: bool = True) -> str:
+        """`x-switchboard-dropped` of a translated link: the hints dropped, and, where the link's model cannot
+        reason (`reasons` false), the fields its reasoning effort came from."""
+        if reasons or not self.reasoning:
+            return ", ".join(self.dropped)
+        return ", ".join([*self.dropped, *(name for name in self.reasoning if name not in self.dropped)])
 
     def refuse(self, param: str, what: str) -> None:
         self.refused.append((param, what))
@@ -306,6 +316,7 @@ def _top_level(body: dict[str, Any], out: dict[str, Any], gaps: Gaps) -> None:
         elif reasoning is not None:
             out["reasoning_effort"] = reasoning
             effort_used = thinking["type"] == "adaptive"
+            gaps.reasoning = ("thinking", "output_config.effort") if effort_used else ("thinking",)
     if config is not None:
         _output_config(config, out, gaps, effort_used)
     for name, value in body.items():
