@@ -79,6 +79,9 @@ async def client(mock: tuple[str, object]) -> AsyncIterator[httpx.AsyncClient]:
     await current().transport.aclose()
 
 
+SESSIONS, TURNS = 50, 20  # recorded agent sessions: a growing prefix over 20 turns, 50 of them
+
+
 async def _conversations(client: httpx.AsyncClient, model: str, sessions: int, turns: int) -> tuple[float, Counter]:
     """Replay `sessions` conversations of `turns` turns (a growing prefix); the cached-input ratio and, per
     session, how many deployments served it."""
@@ -103,10 +106,10 @@ async def _conversations(client: httpx.AsyncClient, model: str, sessions: int, t
 
 
 async def test_a_conversation_stays_on_one_deployment_and_keeps_the_single_deployment_cache_ratio(client) -> None:
-    baseline, _ = await _conversations(client, "single", 10, 20)
-    pinned, spread = await _conversations(client, "pinned", 10, 20)
-    spread_ratio, _ = await _conversations(client, "spread", 10, 20)
-    assert spread == Counter({1: 10})  # every conversation served by one deployment, all 20 turns
+    baseline, _ = await _conversations(client, "single", SESSIONS, TURNS)
+    pinned, spread = await _conversations(client, "pinned", SESSIONS, TURNS)
+    spread_ratio, _ = await _conversations(client, "spread", SESSIONS, TURNS)
+    assert spread == Counter({1: SESSIONS})  # every conversation served by one deployment, every turn
     assert pinned >= 0.95 * baseline
     # without affinity the turns scatter: a deployment has seen only some earlier turns, so the tokens billed at
     # the full input price (the uncached part) are more than twice those of pinned conversations
