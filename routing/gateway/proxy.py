@@ -31,6 +31,7 @@ from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, 
 from routing.upstream.dialects.error_classes import refine
 
 _monotonic = time.monotonic
+DRAIN_S = 0.05  # how long a cleanly ended stream waits for its transfer's end to keep the connection
 _perf = time.perf_counter
 
 
@@ -271,9 +272,11 @@ async def proxy_stream(call: Call) -> None:
         ctx.token_classes = getattr(tap, "classes", None)
         if not tap.final:  # cut (client, upstream) or no usage sent: charged for what was relayed
             _estimate_usage(tap, ctx)
-        _settle(outcome.settlement, committed.ending, ctx)
+        ending = committed.ending
+        _settle(outcome.settlement, ending, ctx)
         await committed.aclose()
-        await response.close()
+        # A translated stream ends at its last event, often before the transfer's end: waited for.
+        await response.close(DRAIN_S if ending == "ok" else 0.0)
 
 
 async def _relay(send: Send, committed: Any, tap: Tap, journaled: Any, rename: Renamer | None, split: int = 0) -> None:
