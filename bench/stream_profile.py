@@ -13,9 +13,18 @@ For each it reports the window from the application being called to the first
 
 * Python function calls in the window per request (`cProfile`, deterministic: the
   machine's load does not move them), top 20 by calls and top 20 by own time;
-* the window split in phases (wall, median of min-of-rounds): request in -> upstream
-  request handed to aiohttp -> upstream status and headers in -> `http.response.start`
-  -> first body byte; the second phase is the mock's own time plus the loopback.
+* Python calls and own time by package (routing/'s packages, aiohttp, asyncio, C built-ins);
+* the window split in phases (wall µs, each phase's median per round, the minimum over
+  rounds, without the profiler): request in -> upstream request handed to aiohttp
+  (`before_upstream`) -> its status and headers in (`upstream_headers`: aiohttp's request
+  and the write, the mock's own time, the loopback) -> the first body chunk read
+  (`first_chunk`) -> `http.response.start` (`to_response_start`: the commit, the tap, the
+  journal, the headers) -> the first body message (`to_first_byte`); and `loop_cpu`, the
+  event loop thread's CPU time in the window (`time.thread_time`).
+
+`--frame-delay-ms 0` (the default) is `make bench`'s mock: the whole stream comes in a burst,
+so much of it is in the gateway's first read; `--frame-delay-ms 1` paces the frames as a
+model does, so the first read holds the role chunk and the first content frame.
 
     DJANGO_SETTINGS_MODULE=gateway_project.settings \\
         .venv/bin/python -m bench.stream_profile --requests 300 --rounds 5 [--kinds chat,anthropic] [--json]
@@ -41,7 +50,7 @@ import yaml
 from bench import config, procs
 
 FRAMES = 20
-PHASES = ("before_upstream", "upstream_headers", "first_chunk", "to_response_start", "to_first_byte")
+PHASES = ("before_upstream", "upstream_headers", "first_chunk", "to_response_start", "to_first_byte", "loop_cpu")
 KINDS: dict[str, tuple[str, str]] = {  # kind -> (path, model id)
     "chat": ("/v1/chat/completions", "sp-chat"),
     "responses": ("/v1/responses", "sp-responses"),
@@ -113,12 +122,14 @@ class Window:
         self.profiler: cProfile.Profile | None = None
         self.marks: dict[str, float] = {}
         self.open = False
+        self.cpu = 0.0  # the loop thread's CPU seconds in the window (after stop())
 
     def mark(self, name: str) -> None:
         if self.open and name not in self.marks:
             self.marks[name] = time.perf_counter()
 
     def start(self) -> None:
+        self.cpu = time.thread_time()
         self.marks = {"start": time.perf_counter()}
         self.open = True
         if self.profiler is not None:
@@ -128,6 +139,7 @@ class Window:
         if self.profiler is not None:
             self.profiler.disable()
         self.marks["first_byte"] = time.perf_counter()
+        self.cpu = time.thread_time() - self.cpu
         self.open = False
 
     def phases(self) -> dict[str, float] | None:
@@ -141,6 +153,7 @@ class Window:
             "first_chunk": m["first_chunk"] - m["headers"],
             "to_response_start": m["response_start"] - m["first_chunk"],
             "to_first_byte": m["first_byte"] - m["response_start"],
+            "loop_cpu": self.cpu,
         }
 
 
@@ -253,13 +266,31 @@ def calls_of(prof: cProfile.Profile, requests: int, top: int = 20) -> dict[str, 
             for n, nc, tt, ct in ranked
         ]
 
+    groups: dict[str, list[float]] = {}
+    for n, nc, tt, _ in rows:
+        group = package(n)
+        calls_time = groups.setdefault(group, [0.0, 0.0])
+        calls_time[0] += nc / requests
+        calls_time[1] += tt / requests * 1e6
     return {
+        "by_package": {g: [round(c, 1), round(t, 1)] for g, (c, t) in sorted(groups.items(), key=lambda i: -i[1][1])},
         "calls_per_request": round(total, 1),
         "first_party_calls": round(first_party, 1),
         "by_calls": table(1),
         "by_own_time": table(2),
         "ours_by_cumulative": table(3, only_ours=True),
     }
+
+
+def package(function: str) -> str:
+    """Which code a profiled function is: routing/'s modules by package, libraries by name, C built-ins."""
+    if function.startswith("routing/"):
+        return "/".join(function.split("/")[:2])
+    if function.startswith("<") or ":" not in function:
+        return "built-ins (C)"
+    if "/python3." in function:
+        return "stdlib: " + function.split("/python3.", 1)[1].split("/", 2)[1].split(":")[0]
+    return function.split("/", 1)[0].split(":")[0]
 
 
 def report(kind: str, result: dict[str, Any]) -> None:
@@ -269,6 +300,7 @@ def report(kind: str, result: dict[str, Any]) -> None:
         f"({result['first_party_calls']} in routing/)"
     )
     print("   wall µs (p50, min of rounds): " + ", ".join(f"{p} {v}" for p, v in wall.items()))
+    print("   calls and own µs by package: " + ", ".join(f"{g} {c}/{t}" for g, (c, t) in result["by_package"].items()))
     tables = (
         ("by calls", result["by_calls"]),
         ("by own time", result["by_own_time"]),
