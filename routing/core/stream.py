@@ -253,7 +253,8 @@ async def open_stream(
                     if committed:
                         break
                     if len(buf) > HOLD_MAX_BYTES:
-                        break  # a long preamble: commit and relay it rather than hold it
+                        seen = 0  # a long preamble: commit and relay it rather than hold it
+                        break
         except TimeoutError:
             if cm.expired():
                 raise _no_first_token(first_token_timeout_s) from None
@@ -261,7 +262,22 @@ async def open_stream(
     except BaseException:
         await _close_source(it, close)
         raise
-    return CommittedStream(it, bytes(buf), idle_timeout_s, deadline, clock, close)
+    return CommittedStream(it, buf, idle_timeout_s, deadline, clock, close, _commit_end(buf, seen))
+
+
+def _commit_end(buf: bytes, frames: int) -> int:
+    """Where the committing frame ends in `buf` (the `frames`-th complete frame; 0: the whole of `buf`).
+
+    An upstream that sends faster than the gateway reads (a cached answer, a burst) hands over
+    much of its stream in the first read; the bytes after the committing frame go out as a
+    second message, so the first byte does not wait for the tap and the renamer to go
+    through them (routing.gateway.proxy). CR line ends (rare) keep the whole buffer as one message."""
+    if frames <= 0 or b"\r" in buf:
+        return 0
+    end = 0
+    for _ in range(frames):
+        end = buf.index(b"\n\n", end) + 2
+    return 0 if end >= len(buf) else end
 
 
 class CommittedStream:
@@ -282,6 +298,7 @@ class CommittedStream:
         "_tail",
         "end_code",
         "_errored",
+        "commit_end",
     )
 
     def __init__(
@@ -292,8 +309,12 @@ class CommittedStream:
         deadline: float,
         clock: Callable[[], float],
         close: Callable[[], Awaitable[Any]] | None,
+        split: int = 0,
     ) -> None:
         self.first = first  # the first content frame and whatever arrived with it
+        # Where the committing frame ends in `first` (0: at its end, or not told): a relay may send the
+        # frames up to it at once, before it goes through what arrived with them.
+        self.commit_end = split
         self.committed_at = clock()
         self._it = it
         self._idle = idle_timeout_s

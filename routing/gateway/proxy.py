@@ -32,6 +32,7 @@ from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, 
 from routing.upstream.dialects.error_classes import refine
 
 _monotonic = time.monotonic
+DRAIN_S = 0.05  # how long a cleanly ended stream waits for its transfer's end to keep the connection
 _perf = time.perf_counter
 
 
@@ -269,20 +270,31 @@ async def proxy_stream(call: Call) -> None:
     journal_stream(ctx, call.process.usage)
     try:
         await send({"type": "http.response.start", "status": 200, "headers": answer_headers(ctx, list(SSE_HEADERS))})
-        await _relay(send, committed, tap, ctx.journaled, renamer(ctx.requested, outcome.link.model.upstream_model))
+        rename = renamer(ctx.requested, outcome.link.model.upstream_model)
+        # A shape holds its own preamble and commits on its first chunk: only a chat stream is split.
+        await _relay(send, committed, tap, ctx.journaled, rename, committed.commit_end if shape is None else 0)
     finally:
         ctx.prompt_tokens, ctx.completion_tokens = tap.prompt_tokens, tap.completion_tokens
         ctx.token_classes = getattr(tap, "classes", None)
         if not tap.final:  # cut (client, upstream) or no usage sent: charged for what was relayed
             _estimate_usage(tap, ctx)
-        _settle(outcome.settlement, committed.ending, ctx)
+        ending = committed.ending
+        _settle(outcome.settlement, ending, ctx)
         await committed.aclose()
-        await response.close()
+        # A translated stream ends at its last event, often before the transfer's end: waited for.
+        await response.close(DRAIN_S if ending == "ok" else 0.0)
 
 
-async def _relay(send: Send, committed: Any, tap: Tap, journaled: Any, rename: Renamer | None) -> None:
-    """The committed stream's bytes to the client through its tap, the model renamed to the one asked for."""
+async def _relay(send: Send, committed: Any, tap: Tap, journaled: Any, rename: Renamer | None, split: int = 0) -> None:
+    """The committed stream's bytes to the client through its tap, the model renamed to the one asked for.
+
+    `split`: where the committing frame ends in the first chunk (0: send it whole). When the first
+    read brought more than that frame (an upstream faster than the gateway), the frames up to it go
+    out first: the first byte does not wait for the rest to be tapped and renamed."""
     async for chunk in committed.relay():
+        if split:
+            head, chunk, split = chunk[:split], chunk[split:], 0
+            await _relay_part(send, head, tap, journaled, rename)
         if journaled is not None:
             journaled.relayed(chunk)  # counted before it is sent
         out = tap.feed(chunk)
@@ -294,6 +306,17 @@ async def _relay(send: Send, committed: Any, tap: Tap, journaled: Any, rename: R
     if rename is not None:
         last = rename.feed(last) + rename.flush()
     await send({"type": "http.response.body", "body": last, "more_body": False})
+
+
+async def _relay_part(send: Send, part: bytes, tap: Tap, journaled: Any, rename: Renamer | None) -> None:
+    """One part of a chunk through the tap and the renamer, as `_relay`'s loop does (not its last)."""
+    if journaled is not None:
+        journaled.relayed(part)
+    out = tap.feed(part)
+    if rename is not None:
+        out = rename.feed(out)
+    if out:
+        await send({"type": "http.response.body", "body": out, "more_body": True})
 
 
 async def _discard(result: Any) -> None:

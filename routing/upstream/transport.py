@@ -40,6 +40,7 @@ CONNECT_LOG_EVERY_S = 10.0
 
 POOL_LIMIT = 512  # total connections per session; far above what 2 cores can drive
 KEEPALIVE_S = 30.0
+DRAIN_BYTES = 64 * 1024  # what close() reads past a stream's protocol end to keep its connection
 NUMERIC_FLAGS = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
 
 
@@ -84,10 +85,14 @@ class UpstreamResponse:
         """
         resp = self._resp
         read = resp.content.readany  # what iter_any() calls, without its iterator object per chunk
-        complete = False
+        complete = left = False
         try:
             while chunk := await read():
-                yield chunk
+                try:
+                    yield chunk
+                except GeneratorExit:  # closed between chunks: the owner's close() decides
+                    left = True
+                    raise
             complete = True
         except aiohttp.ClientError as exc:
             raise UpstreamFailure(
@@ -98,18 +103,33 @@ class UpstreamResponse:
         finally:
             if complete:
                 resp.release()
-            else:
+            elif not left:
                 resp.close()
 
-    async def close(self) -> None:
-        """Free the connection: back to the pool if the body was consumed, else closed."""
+    async def close(self, drain_s: float = 0.0) -> None:
+        """Free the connection: back to the pool if the body was consumed, else closed.
+
+        `drain_s`: the caller saw the body end as its protocol says (a translated stream's last
+        event, read before the transfer's own end); wait up to that long, and DRAIN_BYTES, for the
+        transfer to end, so the connection goes back to the pool and the next request does not pay
+        a new connect (and handshake) before its first byte (docs/performance.md#first-frame)."""
         resp = self._resp
         if resp.closed:
             return
-        if resp.content.is_eof():
-            resp.release()
-        else:
-            resp.close()
+        content = resp.content
+        try:
+            if drain_s > 0 and not content.is_eof():
+                async with asyncio.timeout(drain_s):
+                    left = DRAIN_BYTES
+                    while left > 0 and (chunk := await content.readany()):
+                        left -= len(chunk)
+        except (TimeoutError, aiohttp.ClientError):
+            pass
+        finally:
+            if content.is_eof():
+                resp.release()
+            else:
+                resp.close()
 
     def __repr__(self) -> str:
         return f"<UpstreamResponse {self.status}>"

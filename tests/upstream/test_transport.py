@@ -245,3 +245,23 @@ async def test_the_shared_transport_of_the_request_path_pools_connections(mock):
         await singleton.aclose()
     peers = {r["peer"] for r in mock.state.calls("m1")["requests"]}
     assert len(peers) == 1
+
+
+async def _until_done(chunks):
+    """A translator's way: read until the protocol's last event, then stop (the transfer may go on)."""
+    async for chunk in chunks:
+        yield chunk
+        if b"[DONE]" in chunk:
+            return
+
+
+async def test_a_stream_read_to_its_protocol_end_keeps_its_pooled_connection(mock, transport):
+    mock.state.model("m1").then = {"frames": 3, "frame_delay_ms": 5}
+    for _ in range(3):
+        resp = await post(transport, mock, STREAM)
+        body = b"".join([chunk async for chunk in _until_done(resp.iter_chunks())])
+        assert body.rstrip().endswith(b"data: [DONE]")
+        await asyncio.sleep(0)  # the abandoned chunk iterator's finaliser runs: it must not close
+        await resp.close(drain_s=1.0)
+    peers = {r["peer"] for r in mock.state.calls("m1")["requests"]}
+    assert len(peers) == 1, "each stream after the first paid a new connection"
