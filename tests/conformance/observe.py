@@ -1,0 +1,40 @@
+"""Walk one cell: send the feature's request through the in-process gateway and name what happened."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+
+from tests.conformance.walk import LINKS, PATHS, dropped, reached, refused_param, request
+from tests.gateway.conftest import API_KEY
+from tests.inprocess import gateway_application
+
+SILENT = "silently dropped"
+
+
+async def observe(state: Any, client: str, link: str, feature: str) -> str:
+    """The cell's observed outcome, in the matrix's vocabulary (or SILENT, or `error:<status>`)."""
+    model, upstream, protocol = LINKS[link]
+    body = request(client, model, feature)
+    if body is None:
+        return "n/a"
+    seen = state.model(upstream).requests
+    before = len(seen)
+    headers = {"authorization": f"Bearer {API_KEY}", "x-api-key": API_KEY, "anthropic-version": "2023-06-01"}
+    transport = httpx.ASGITransport(app=gateway_application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+        answer = await http.post(PATHS[client], json=body, headers=headers)
+    if answer.status_code == 400:
+        return f"refused:{refused_param(answer.status_code, answer.content)}"
+    if answer.status_code != 200:
+        return f"error:{answer.status_code}:{answer.text[:120]}"
+    named = dropped(answer.headers.get("x-switchboard-dropped"))
+    got = orjson.loads(seen[-1][2]) if len(seen) > before else {}
+    if reached(feature, got):
+        same = protocol == client and all(got.get(k) == v for k, v in body.items() if k != "model")
+        return "passthrough" if same else "translated"
+    if named:
+        return "dropped-hint:" + ", ".join(named)
+    return SILENT

@@ -1,0 +1,187 @@
+"""How a cell of the conformance matrix is walked: the request each feature sends in each client
+protocol, and how the body the mock upstream received shows the feature's counterpart.
+
+Test data only: the product never reads this. `matrix.py` holds what each cell must give.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import orjson
+
+CLIENTS = ("chat", "responses", "messages")
+# dialect link -> (gateway model, upstream model, the protocol the upstream speaks)
+LINKS: dict[str, tuple[str, str, str]] = {
+    "openai": ("m-openai", "up-openai", "chat"),
+    "azure_openai": ("m-azure", "up-azure", "chat"),
+    "anthropic": ("m-anthropic", "up-anthropic", "messages"),
+    "gemini": ("m-gemini", "gemini-2.5-flash", "gemini"),
+    "vertex-gemini": ("m-vx-gemini", "gemini-2.5-flash-002", "gemini"),
+    "vertex-claude": ("m-vx-claude", "claude-sonnet-4@20250514", "messages"),
+    "bedrock": ("m-bedrock", "anthropic.claude-sonnet-4-20250514-v1:0", "converse"),
+    "ollama": ("m-ollama", "up-ollama", "chat"),
+}
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+TOOL = "zz_lookup"
+PARAMS = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+SCHEMA = {"type": "object", "properties": {"zz_answer": {"type": "string"}}, "required": ["zz_answer"]}
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+URL = "https://example.com/zz-image.png"
+STOP = "ZZSTOP"
+SEED = 424242
+USER = "zz-user-7"
+
+
+def _tools(client: str) -> dict[str, Any]:
+    if client == "chat":
+        return {"tools": [{"type": "function", "function": {"name": TOOL, "parameters": PARAMS}}]}
+    if client == "responses":
+        return {"tools": [{"type": "function", "name": TOOL, "parameters": PARAMS}]}
+    return {"tools": [{"name": TOOL, "input_schema": PARAMS}]}
+
+
+def _tool_choice(client: str) -> dict[str, Any]:
+    choice = {
+        "chat": {"type": "function", "function": {"name": TOOL}},
+        "responses": {"type": "function", "name": TOOL},
+        "messages": {"type": "tool", "name": TOOL},
+    }[client]
+    return {**_tools(client), "tool_choice": choice}
+
+
+def _image(client: str, by_url: bool) -> dict[str, Any]:
+    data = f"data:image/png;base64,{PNG}"
+    if client == "chat":
+        part = {"type": "image_url", "image_url": {"url": URL if by_url else data}}
+        return {"messages": [{"role": "user", "content": [{"type": "text", "text": "What is it?"}, part]}]}
+    if client == "responses":
+        part = {"type": "input_image", "image_url": URL if by_url else data}
+        return {"input": [{"role": "user", "content": [{"type": "input_text", "text": "What is it?"}, part]}]}
+    source = {"type": "url", "url": URL} if by_url else {"type": "base64", "media_type": "image/png", "data": PNG}
+    content = [{"type": "text", "text": "What is it?"}, {"type": "image", "source": source}]
+    return {"messages": [{"role": "user", "content": content}]}
+
+
+def _json_schema(client: str) -> dict[str, Any] | None:
+    if client == "chat":
+        return {"response_format": {"type": "json_schema", "json_schema": {"name": "zz_out", "schema": SCHEMA}}}
+    if client == "responses":
+        return {"text": {"format": {"type": "json_schema", "name": "zz_out", "schema": SCHEMA}}}
+    return {"output_format": {"type": "json_schema", "schema": SCHEMA}}
+
+
+def _json_object(client: str) -> dict[str, Any] | None:
+    if client == "chat":
+        return {"response_format": {"type": "json_object"}}
+    if client == "responses":
+        return {"text": {"format": {"type": "json_object"}}}
+    return None  # Messages has no JSON mode without a schema
+
+
+def _reasoning(client: str) -> dict[str, Any]:
+    if client == "chat":
+        return {"reasoning_effort": "low"}
+    if client == "responses":
+        return {"reasoning": {"effort": "low"}}
+    return {"thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 4096}
+
+
+def _only(field: dict[str, dict[str, Any]]):  # noqa: ANN202 (a per-client table)
+    return lambda client: field.get(client)
+
+
+# feature -> (the client's fragment by protocol, or None where the protocol has no such field)
+FEATURES: dict[str, Any] = {
+    "tools": _tools,
+    "tool_choice named": _tool_choice,
+    "images data URI": lambda c: _image(c, by_url=False),
+    "images by URL": lambda c: _image(c, by_url=True),
+    "structured output json_schema": _json_schema,
+    "json_object": _json_object,
+    "reasoning effort/thinking": _reasoning,
+    "stop sequences": _only({"chat": {"stop": [STOP]}, "messages": {"stop_sequences": [STOP]}}),
+    "n": _only({"chat": {"n": 2}}),
+    "logprobs": _only({"chat": {"logprobs": True, "top_logprobs": 2}, "responses": {"top_logprobs": 2}}),
+    "seed": _only({"chat": {"seed": SEED}}),
+    "user/metadata": _only(
+        {"chat": {"user": USER}, "responses": {"user": USER}, "messages": {"metadata": {"user_id": USER}}}
+    ),
+}
+
+
+def request(client: str, model: str, feature: str) -> dict[str, Any] | None:
+    """The client's request exercising `feature`, or None where its protocol has no such field."""
+    fragment = FEATURES[feature](client)
+    if fragment is None:
+        return None
+    hello = [{"role": "user", "content": "Hello there"}]
+    body: dict[str, Any] = {"model": model}
+    if client == "chat":
+        body["messages"] = hello
+    elif client == "responses":
+        body["input"] = hello
+    else:
+        body |= {"messages": hello, "max_tokens": 256}
+    return body | fragment
+
+
+def _keys(node: Any) -> set[str]:
+    found: set[str] = set()
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found.add(key)
+            found |= _keys(value)
+    elif isinstance(node, list):
+        for item in node:
+            found |= _keys(item)
+    return found
+
+
+# feature -> (marker strings, key names): the upstream body carries the counterpart when it holds any
+# marker or any of the key names (whatever its protocol names them)
+COUNTERPARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "tools": ((TOOL,), ()),
+    "tool_choice named": ((), ("tool_choice", "toolChoice", "allowedFunctionNames")),
+    "images data URI": ((PNG[:40], "iVBORw0KGgo"), ()),
+    "images by URL": ((URL,), ()),
+    "structured output json_schema": (("zz_answer",), ()),
+    "json_object": (("json_object", "application/json", "switchboard_json_output"), ()),
+    "reasoning effort/thinking": ((), ("reasoning_effort", "thinking", "thinkingConfig", "reasoning_config")),
+    "stop sequences": ((STOP,), ()),
+    "n": ((), ("n", "candidateCount")),
+    "logprobs": ((), ("logprobs", "top_logprobs", "responseLogprobs", "logprobs")),
+    "seed": ((str(SEED),), ()),
+    "user/metadata": ((USER,), ()),
+}
+
+
+def reached(feature: str, upstream: dict[str, Any]) -> bool:
+    """Whether the body the upstream received carries `feature`'s counterpart."""
+    markers, keys = COUNTERPARTS[feature]
+    text = json.dumps(upstream)
+    return any(m in text for m in markers) or bool(_keys(upstream) & set(keys))
+
+
+def as_sent(sent: dict[str, Any], upstream: dict[str, Any]) -> bool:
+    """Whether every field the client sent reached the upstream unchanged, the model name aside."""
+    return all(upstream.get(k) == v for k, v in sent.items() if k != "model")
+
+
+def refused_param(status: int, raw: bytes) -> str:
+    """The parameter a 400 names: the error's `param`, else the first backquoted name in its message."""
+    try:
+        error = orjson.loads(raw).get("error") or {}
+    except orjson.JSONDecodeError:
+        return f"?{status}"
+    if error.get("param"):
+        return str(error["param"])
+    message = str(error.get("message", ""))
+    quoted = re.search(r"field '([^']+)'", message)
+    return quoted.group(1) if quoted else message.split(":")[0]
+
+
+def dropped(header: str | None) -> list[str]:
+    return [part.strip() for part in (header or "").split(",") if part.strip()]
