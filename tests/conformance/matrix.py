@@ -30,6 +30,7 @@ MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     "chat": {
         "tools": (PASS, PASS, XLATE, XLATE, XLATE, XLATE, XLATE, PASS),
         "tool_choice named": (PASS, PASS, XLATE, XLATE, XLATE, XLATE, XLATE, PASS),
+        "parallel tool calls": (PASS, PASS, XLATE, SILENT, SILENT, XLATE, SILENT, PASS),
         "images data URI": (PASS, PASS, XLATE, XLATE, XLATE, XLATE, XLATE, PASS),
         "images by URL": (PASS, PASS, XLATE, XLATE, XLATE, XLATE, "refused:messages[0].content", PASS),
         "structured output json_schema": (PASS, PASS, XLATE, XLATE, XLATE, XLATE, XLATE, PASS),
@@ -40,10 +41,12 @@ MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
         "logprobs": (PASS, PASS, SILENT, SILENT, SILENT, SILENT, SILENT, PASS),
         "seed": (PASS, PASS, SILENT, XLATE, XLATE, SILENT, SILENT, PASS),
         "user/metadata": (PASS, PASS, XLATE, SILENT, SILENT, XLATE, SILENT, PASS),
+        "streaming": (PASS, PASS, XLATE, XLATE, XLATE, XLATE, XLATE, PASS),
     },
     "responses": {
         "tools": (XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE),
         "tool_choice named": (XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE),
+        "parallel tool calls": (XLATE, XLATE, XLATE, SILENT, SILENT, XLATE, SILENT, XLATE),
         "images data URI": (XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE),
         "images by URL": (XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, "refused:messages[0].content", XLATE),
         "structured output json_schema": (XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE),
@@ -54,10 +57,12 @@ MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
         "logprobs": (SILENT, SILENT, SILENT, SILENT, SILENT, SILENT, SILENT, SILENT),
         "seed": (NA, NA, NA, NA, NA, NA, NA, NA),
         "user/metadata": (XLATE, XLATE, XLATE, SILENT, SILENT, XLATE, SILENT, XLATE),
+        "streaming": (XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE),
     },
     "messages": {
         "tools": (XLATE, XLATE, PASS, XLATE, XLATE, PASS, XLATE, XLATE),
         "tool_choice named": (XLATE, XLATE, PASS, XLATE, XLATE, PASS, XLATE, XLATE),
+        "parallel tool calls": (XLATE, XLATE, PASS, SILENT, SILENT, PASS, SILENT, XLATE),
         "images data URI": (XLATE, XLATE, PASS, XLATE, XLATE, PASS, XLATE, XLATE),
         "images by URL": (XLATE, XLATE, PASS, XLATE, XLATE, PASS, "refused:messages[0].content", XLATE),
         "structured output json_schema": (
@@ -77,6 +82,7 @@ MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
         "logprobs": (NA, NA, NA, NA, NA, NA, NA, NA),
         "seed": (NA, NA, NA, NA, NA, NA, NA, NA),
         "user/metadata": (XLATE, XLATE, PASS, SILENT, SILENT, PASS, SILENT, XLATE),
+        "streaming": (XLATE, XLATE, PASS, XLATE, XLATE, PASS, XLATE, XLATE),
     },
 }
 
@@ -84,8 +90,8 @@ MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
 NOT_COVERED = (
     "reasoning content back (tests/gateway/test_translation_clients.py, test_translation_anthropic.py)",
     "usage classes (tests/gateway/test_translation_clients.py, test_translation_clouds.py)",
-    "streaming (tests/gateway/test_clients.py, test_responses_grammar.py)",
-    "parallel tool calls",
+    "the stream's frames (tests/gateway/test_clients.py, test_responses_grammar.py): a streaming cell checks"
+    " that the upstream was asked to stream and the client got an event stream",
 )
 
 

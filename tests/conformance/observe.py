@@ -30,9 +30,11 @@ async def observe(state: Any, client: str, link: str, feature: str) -> str:
         return f"refused:{refused_param(answer.status_code, answer.content)}"
     if answer.status_code != 200:
         return f"error:{answer.status_code}:{answer.text[:120]}"
+    if feature == "streaming" and not answer.headers.get("content-type", "").startswith("text/event-stream"):
+        return f"error:not a stream: {answer.headers.get('content-type')}"
     named = dropped(answer.headers.get("x-switchboard-dropped"))
-    got = orjson.loads(seen[-1][2]) if len(seen) > before else {}
-    if reached(feature, got):
+    got, path = (orjson.loads(seen[-1][2]), seen[-1][0]) if len(seen) > before else ({}, "")
+    if reached(feature, got, path):
         same = protocol == client and all(got.get(k) == v for k, v in body.items() if k != "model")
         return "passthrough" if same else "translated"
     if named:

@@ -52,6 +52,12 @@ def _tool_choice(client: str) -> dict[str, Any]:
     return {**_tools(client), "tool_choice": choice}
 
 
+def _parallel(client: str) -> dict[str, Any]:
+    if client == "messages":
+        return {**_tools(client), "tool_choice": {"type": "auto", "disable_parallel_tool_use": True}}
+    return {**_tools(client), "parallel_tool_calls": False}
+
+
 def _image(client: str, by_url: bool) -> dict[str, Any]:
     data = f"data:image/png;base64,{PNG}"
     if client == "chat":
@@ -97,6 +103,7 @@ def _only(field: dict[str, dict[str, Any]]):  # noqa: ANN202 (a per-client table
 FEATURES: dict[str, Any] = {
     "tools": _tools,
     "tool_choice named": _tool_choice,
+    "parallel tool calls": _parallel,
     "images data URI": lambda c: _image(c, by_url=False),
     "images by URL": lambda c: _image(c, by_url=True),
     "structured output json_schema": _json_schema,
@@ -109,6 +116,7 @@ FEATURES: dict[str, Any] = {
     "user/metadata": _only(
         {"chat": {"user": USER}, "responses": {"user": USER}, "messages": {"metadata": {"user_id": USER}}}
     ),
+    "streaming": lambda _client: {"stream": True},
 }
 
 
@@ -145,6 +153,7 @@ def _keys(node: Any) -> set[str]:
 COUNTERPARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "tools": ((TOOL,), ()),
     "tool_choice named": ((), ("tool_choice", "toolChoice", "allowedFunctionNames")),
+    "parallel tool calls": ((), ("parallel_tool_calls", "disable_parallel_tool_use")),
     "images data URI": ((PNG[:40], "iVBORw0KGgo"), ()),
     "images by URL": ((URL,), ()),
     "structured output json_schema": (("zz_answer",), ()),
@@ -155,11 +164,14 @@ COUNTERPARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "logprobs": ((), ("logprobs", "top_logprobs", "responseLogprobs", "logprobs")),
     "seed": ((str(SEED),), ()),
     "user/metadata": ((USER,), ()),
+    "streaming": ((), ()),  # the body's `stream`, or the API's streaming path (Gemini, Converse, Vertex)
 }
 
 
-def reached(feature: str, upstream: dict[str, Any]) -> bool:
-    """Whether the body the upstream received carries `feature`'s counterpart."""
+def reached(feature: str, upstream: dict[str, Any], path: str) -> bool:
+    """Whether the request the upstream received (its body, at `path`) carries `feature`'s counterpart."""
+    if feature == "streaming":
+        return upstream.get("stream") is True or "stream" in path.lower()
     markers, keys = COUNTERPARTS[feature]
     text = json.dumps(upstream)
     return any(m in text for m in markers) or bool(_keys(upstream) & set(keys))
