@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.conformance.walk import LINKS, PATHS, dropped, reached, refused_param, request
+from tests.conformance.walk import LINKS, PATHS, THOUGHT, dropped, reached, refused_param, request, script_thoughts
 from tests.gateway.conftest import API_KEY
 from tests.inprocess import gateway_application
 
@@ -22,10 +22,13 @@ async def observe(state: Any, client: str, link: str, feature: str) -> str:
         return "n/a"
     seen = state.model(upstream).requests
     before = len(seen)
+    if feature == "reasoning content back":
+        script_thoughts(state, upstream, protocol)
     headers = {"authorization": f"Bearer {API_KEY}", "x-api-key": API_KEY, "anthropic-version": "2023-06-01"}
     transport = httpx.ASGITransport(app=gateway_application)
     async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
         answer = await http.post(PATHS[client], json=body, headers=headers)
+    state.model(upstream).steps.clear()  # a script the request never used must not answer the next cell
     if answer.status_code == 400:
         return f"refused:{refused_param(answer.status_code, answer.content)}"
     if answer.status_code != 200:
@@ -34,6 +37,13 @@ async def observe(state: Any, client: str, link: str, feature: str) -> str:
         return f"error:not a stream: {answer.headers.get('content-type')}"
     named = dropped(answer.headers.get("x-switchboard-dropped"))
     got, path = (orjson.loads(seen[-1][2]), seen[-1][0]) if len(seen) > before else ({}, "")
+    if feature == "reasoning content back":
+        back = THOUGHT in answer.text
+        return (
+            ("passthrough" if protocol == client else "translated")
+            if back
+            else ("dropped-hint:" + ", ".join(named) if named else SILENT)
+        )
     if reached(feature, got, path):
         same = protocol == client and all(got.get(k) == v for k, v in body.items() if k != "model")
         return "passthrough" if same else "translated"

@@ -31,6 +31,7 @@ SCHEMA = {"type": "object", "properties": {"zz_answer": {"type": "string"}}, "re
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 URL = "https://example.com/zz-image.png"
 STOP = "ZZSTOP"
+THOUGHT = "Let me think about what is asked."  # what every mock upstream thinks (tools/mock)
 SEED = 424242
 USER = "zz-user-7"
 
@@ -117,7 +118,27 @@ FEATURES: dict[str, Any] = {
         {"chat": {"user": USER}, "responses": {"user": USER}, "messages": {"metadata": {"user_id": USER}}}
     ),
     "streaming": lambda _client: {"stream": True},
+    "reasoning content back": _reasoning,  # answer-side: the upstream's thoughts reach the client's answer
 }
+
+
+def script_thoughts(state: Any, upstream: str, protocol: str) -> None:
+    """Make the next answer of `upstream` think: the Gemini and Converse mocks think whenever asked to."""
+    if protocol == "chat":
+        state.model(upstream).steps.append({"reasoning": THOUGHT})
+    elif protocol == "messages":
+        thinking = {"type": "thinking", "thinking": THOUGHT, "signature": "sig"}
+        message = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": upstream,
+            "content": [thinking, {"type": "text", "text": "Hi."}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 5, "output_tokens": 3},
+        }
+        state.model(upstream).steps.append({"body": orjson.dumps(message).decode()})
 
 
 def request(client: str, model: str, feature: str) -> dict[str, Any] | None:
@@ -164,6 +185,7 @@ COUNTERPARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "logprobs": ((), ("logprobs", "top_logprobs", "responseLogprobs", "logprobs")),
     "seed": ((str(SEED),), ()),
     "user/metadata": ((USER,), ()),
+    "reasoning content back": ((), ()),  # read from the answer: observe.py
     "streaming": ((), ()),  # the body's `stream`, or the API's streaming path (Gemini, Converse, Vertex)
 }
 
