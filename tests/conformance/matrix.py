@@ -44,6 +44,7 @@ MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
         "user/metadata": (PASS, PASS, XLATE, SILENT, SILENT, XLATE, SILENT, PASS),
         "streaming": (PASS, PASS, XLATE, XLATE, XLATE, XLATE, XLATE, PASS),
         "reasoning content back": (PASS, PASS, XLATE, XLATE, XLATE, XLATE, XLATE, PASS),
+        "usage: cached tokens back": (PASS, PASS, XLATE, XLATE, XLATE, XLATE, XLATE, PASS),
     },
     "responses": {
         "tools": (XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE),
@@ -61,6 +62,7 @@ MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
         "user/metadata": (XLATE, XLATE, XLATE, SILENT, SILENT, XLATE, SILENT, XLATE),
         "streaming": (XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE),
         "reasoning content back": (XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE),
+        "usage: cached tokens back": (XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE, XLATE),
     },
     "messages": {
         "tools": (XLATE, XLATE, PASS, XLATE, XLATE, PASS, XLATE, XLATE),
@@ -87,13 +89,16 @@ MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
         "user/metadata": (XLATE, XLATE, PASS, SILENT, SILENT, PASS, SILENT, XLATE),
         "streaming": (XLATE, XLATE, PASS, XLATE, XLATE, PASS, XLATE, XLATE),
         "reasoning content back": (XLATE, XLATE, PASS, XLATE, XLATE, PASS, XLATE, XLATE),
+        "usage: cached tokens back": (XLATE, XLATE, PASS, XLATE, XLATE, PASS, XLATE, XLATE),
     },
 }
 
-# what the matrix does not cover yet (walked by the per-pair tests instead); "reasoning content back" is
-# the one answer-side feature it walks: the upstream's thoughts, non-streamed, reach the client's answer
+# what the matrix does not cover yet (walked by the per-pair tests instead). Two rows are answer-side:
+# "reasoning content back" (the upstream's thoughts reach the client's answer) and "usage: cached tokens
+# back" (the upstream's cache reads reach the client's usage), both non-streamed
 NOT_COVERED = (
-    "usage classes (tests/gateway/test_translation_clients.py, test_translation_clouds.py)",
+    "usage classes other than cache reads: reasoning and cache-write tokens"
+    " (tests/gateway/test_translation_clients.py, test_translation_clouds.py)",
     "the stream's frames (tests/gateway/test_clients.py, test_responses_grammar.py): a streaming cell checks"
     " that the upstream was asked to stream and the client got an event stream",
 )

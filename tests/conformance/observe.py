@@ -7,7 +7,18 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.conformance.walk import LINKS, PATHS, THOUGHT, dropped, reached, refused_param, request, script_thoughts
+from tests.conformance.walk import (
+    LINKS,
+    PATHS,
+    THOUGHT,
+    cached_back,
+    dropped,
+    reached,
+    refused_param,
+    request,
+    script_cache_reads,
+    script_thoughts,
+)
 from tests.gateway.conftest import API_KEY
 from tests.inprocess import gateway_application
 
@@ -24,6 +35,8 @@ async def observe(state: Any, client: str, link: str, feature: str) -> str:
     before = len(seen)
     if feature == "reasoning content back":
         script_thoughts(state, upstream, protocol)
+    elif feature == "usage: cached tokens back":
+        script_cache_reads(state, upstream, protocol)
     headers = {"authorization": f"Bearer {API_KEY}", "x-api-key": API_KEY, "anthropic-version": "2023-06-01"}
     transport = httpx.ASGITransport(app=gateway_application)
     async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
@@ -37,8 +50,8 @@ async def observe(state: Any, client: str, link: str, feature: str) -> str:
         return f"error:not a stream: {answer.headers.get('content-type')}"
     named = dropped(answer.headers.get("x-switchboard-dropped"))
     got, path = (orjson.loads(seen[-1][2]), seen[-1][0]) if len(seen) > before else ({}, "")
-    if feature == "reasoning content back":
-        back = THOUGHT in answer.text
+    if feature in ("reasoning content back", "usage: cached tokens back"):
+        back = THOUGHT in answer.text if feature == "reasoning content back" else cached_back(client, answer.json())
         return (
             ("passthrough" if protocol == client else "translated")
             if back

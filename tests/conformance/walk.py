@@ -119,7 +119,22 @@ FEATURES: dict[str, Any] = {
     ),
     "streaming": lambda _client: {"stream": True},
     "reasoning content back": _reasoning,  # answer-side: the upstream's thoughts reach the client's answer
+    "usage: cached tokens back": lambda _client: {},  # answer-side: the upstream's cache reads reach the usage
 }
+
+
+def _claude_answer(upstream: str, thinking: bool, usage: dict[str, int]) -> dict[str, Any]:
+    content = [{"type": "thinking", "thinking": THOUGHT, "signature": "sig"}] if thinking else []
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": upstream,
+        "content": [*content, {"type": "text", "text": "Hi."}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 3, **usage},
+    }
 
 
 def script_thoughts(state: Any, upstream: str, protocol: str) -> None:
@@ -127,18 +142,36 @@ def script_thoughts(state: Any, upstream: str, protocol: str) -> None:
     if protocol == "chat":
         state.model(upstream).steps.append({"reasoning": THOUGHT})
     elif protocol == "messages":
-        thinking = {"type": "thinking", "thinking": THOUGHT, "signature": "sig"}
-        message = {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": upstream,
-            "content": [thinking, {"type": "text", "text": "Hi."}],
-            "stop_reason": "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 5, "output_tokens": 3},
-        }
+        message = _claude_answer(upstream, thinking=True, usage={})
         state.model(upstream).steps.append({"body": orjson.dumps(message).decode()})
+
+
+CACHED = 8
+
+
+def script_cache_reads(state: Any, upstream: str, protocol: str) -> None:
+    """Make the next answer of `upstream` report CACHED prompt tokens read from its cache, as its API does."""
+    if protocol == "chat":
+        usage = {"prompt_tokens": 20, "completion_tokens": 3, "total_tokens": 23}
+        step: dict[str, Any] = {"usage": usage | {"prompt_tokens_details": {"cached_tokens": CACHED}}}
+    elif protocol == "messages":
+        message = _claude_answer(upstream, thinking=False, usage={"cache_read_input_tokens": CACHED})
+        step = {"body": orjson.dumps(message).decode()}
+    elif protocol == "gemini":
+        step = {"cached_tokens": CACHED}
+    else:
+        step = {"cache_read": CACHED}
+    state.model(upstream).steps.append(step)
+
+
+def cached_back(client: str, answer: dict[str, Any]) -> bool:
+    """Whether the client's answer reports the CACHED tokens in its protocol's usage field."""
+    usage = answer.get("usage") or {}
+    if client == "chat":
+        return (usage.get("prompt_tokens_details") or {}).get("cached_tokens") == CACHED
+    if client == "responses":
+        return (usage.get("input_tokens_details") or {}).get("cached_tokens") == CACHED
+    return usage.get("cache_read_input_tokens") == CACHED
 
 
 def request(client: str, model: str, feature: str) -> dict[str, Any] | None:
@@ -186,6 +219,7 @@ COUNTERPARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "seed": ((str(SEED),), ()),
     "user/metadata": ((USER,), ()),
     "reasoning content back": ((), ()),  # read from the answer: observe.py
+    "usage: cached tokens back": ((), ()),  # read from the answer: observe.py
     "streaming": ((), ()),  # the body's `stream`, or the API's streaming path (Gemini, Converse, Vertex)
 }
 
