@@ -148,7 +148,8 @@ def _format(text: Any) -> dict[str, Any] | None:
 
 def chat_request(body: dict[str, Any], dropped: list[str] | None = None) -> dict[str, Any]:
     """The internal chat body for a Responses body (its field types checked by routing.gateway.body_schemas);
-    `dropped` gets the offered tools a chat upstream cannot host."""
+    `dropped` gets the offered tools a chat upstream cannot host, and `top_logprobs`: the answer is built
+    without log probabilities, so a client that asked for them is told rather than left to find none."""
     dropped = [] if dropped is None else dropped
     if body.get("previous_response_id") is not None:
         raise _refuse("previous_response_id", "a previous_response_id (no stored response to continue from)")
@@ -168,6 +169,8 @@ def chat_request(body: dict[str, Any], dropped: list[str] | None = None) -> dict
         if body.get(name) is not None:
             out[chat_name] = body[name]
     tools = _tools(body.get("tools"), dropped)
+    if body.get("top_logprobs"):
+        dropped.append("top_logprobs")
     if tools:
         out["tools"] = tools
     if body.get("tool_choice") is not None:
