@@ -386,6 +386,17 @@ def traced(trace: RequestTrace, attempt: Callable[[Link, float], Awaitable[Any]]
     return run
 
 
+def _name_dropped(call: Call, dropped: tuple[str, ...]) -> None:
+    """The hints this link's translation dropped, for x-switchboard-dropped: a chat call's are this link's
+    alone (a fallback link starts clean); a hook's link adds them to what the hook named for it (its prepare
+    sets ctx.dropped per link, and a chat request it builds through the dialect carries the dialect's)."""
+    if call.shape is None:
+        call.ctx.dropped = ", ".join(dropped)
+    elif dropped:
+        named = [part for part in call.ctx.dropped.split(", ") if part]
+        call.ctx.dropped = ", ".join([*named, *(name for name in dropped if name not in named)])
+
+
 async def call_upstream(call: Call, link: Link, body: dict, stream: bool, deadline: float) -> Upstream:
     """One upstream try of `call` over `link` under the first-token timeout (capped by the total deadline).
 
@@ -401,6 +412,7 @@ async def call_upstream(call: Call, link: Link, body: dict, stream: bool, deadli
     prepared = shape.prepare(link, stream, body) if shape is not None else None
     if prepared is None:
         prepared = dialect.build_request(call.kind, body, model, link.base_url, link.api_key, stream)
+    _name_dropped(call, prepared.dropped)
     timeouts = model.timeouts
     headers = prepared.headers if trace is None else {**prepared.headers, **trace.headers}
     phase = timeouts.first_token_ms / 1000.0

@@ -12,6 +12,7 @@ overloaded is a 5xx).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -30,6 +31,7 @@ from routing.upstream.dialects.base import (
 from routing.upstream.translate.chat_to_anthropic import (
     anthropic_request,
     chat_completion_of,
+    gaps,
     translate_messages,
     translate_sse,
     translate_tool_choice,
@@ -52,8 +54,10 @@ class AnthropicDialect(Dialect):
     ) -> PreparedRequest:
         if kind != "chat":
             raise unsupported(self.name, kind, model)
+        dropped = gaps(body, model)
         payload = anthropic_request(body, model.upstream_model, stream, model.max_output_tokens)
-        return self.prepare(payload, base_url, api_key)
+        prepared = self.prepare(payload, base_url, api_key)
+        return replace(prepared, dropped=dropped) if dropped else prepared
 
     def prepare(
         self,

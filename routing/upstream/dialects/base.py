@@ -47,13 +47,15 @@ class TokenSource(Protocol):
 @dataclass(frozen=True, slots=True)
 class PreparedRequest:
     """One upstream HTTP request. `context` carries what parse_response needs from the
-    client's request (e.g. rerank top_n for an upstream that cannot apply it)."""
+    client's request (e.g. rerank top_n for an upstream that cannot apply it); `dropped` names the
+    client's hints the translation went without (the proxy writes them into x-switchboard-dropped)."""
 
     method: str
     url: str
     headers: dict[str, str]
     body: bytes
     context: Any = None
+    dropped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

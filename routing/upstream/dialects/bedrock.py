@@ -34,7 +34,7 @@ from routing.config.validation import bedrock_region
 from routing.core.failures import FailureKind, UpstreamFailure, failure_from_response
 from routing.core.prices import token_classes
 from routing.upstream.dialects.base import Dialect, ParsedResponse, PreparedRequest, encode, load_json, unsupported
-from routing.upstream.translate.chat_to_bedrock import chat_completion_of, converse_request, translate_events
+from routing.upstream.translate.chat_to_bedrock import chat_completion_of, converse_request, gaps, translate_events
 
 SERVICE = "bedrock"  # the SigV4 signing name of bedrock-runtime
 HEALTH_PATH = "/async-invoke?maxResults=1"
@@ -155,10 +155,11 @@ class BedrockDialect(Dialect):
         creds = credentials_of(api_key)
         if creds is None or endpoint.region is None:
             raise _cannot_sign(model, "AWS credentials" if creds is None else "AWS region")
+        dropped = gaps(body, model)
         payload = encode(converse_request(body, model))
         url = wire_url(endpoint.root, model.upstream_model, stream)
         headers = sign("POST", url, payload, creds, endpoint.region, endpoint.host)
-        return PreparedRequest("POST", url, headers, payload)
+        return PreparedRequest("POST", url, headers, payload, None, dropped)
 
     def parse_response(self, kind: str, body: bytes, model: ModelSpec, context: Any = None) -> ParsedResponse:
         out, prompt, completion = chat_completion_of(load_json(body, model), model.upstream_model)

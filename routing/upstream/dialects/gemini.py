@@ -57,8 +57,11 @@ class GeminiDialect(Dialect):
         headers = {"Content-Type": "application/json", **self.auth_headers(api_key)}
         resource = model_path(model.upstream_model)
         if kind == "chat":
+            dropped = chat_to_gemini.gaps(body, model)
             payload = chat_to_gemini.gemini_request(body, model)
-            return PreparedRequest("POST", chat_url(base_url, resource, stream), headers, encode(payload))
+            return PreparedRequest(
+                "POST", chat_url(base_url, resource, stream), headers, encode(payload), None, dropped
+            )
         if kind == "embeddings":
             texts = embedding_inputs(body)
             one: dict[str, Any] = {"model": resource}

@@ -25,6 +25,7 @@ import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
@@ -225,11 +226,14 @@ class VertexDialect(Dialect):
         if kind != "chat":
             raise unsupported(self.name, kind, model)
         if is_anthropic(model.upstream_model):
+            dropped = chat_to_anthropic.gaps(body, model)
             payload = chat_to_anthropic.anthropic_request(body, model.upstream_model, stream, model.max_output_tokens)
-            return self.prepare_anthropic(payload, model.upstream_model, base_url, stream)
+            prepared = self.prepare_anthropic(payload, model.upstream_model, base_url, stream)
+            return replace(prepared, dropped=dropped) if dropped else prepared
         url = gemini_shapes_url(base_url, quote(model.upstream_model, safe="-._@"), stream)
         headers = {"Content-Type": "application/json"}
-        return PreparedRequest("POST", url, headers, encode(chat_to_gemini.gemini_request(body, model)))
+        dropped = chat_to_gemini.gaps(body, model)
+        return PreparedRequest("POST", url, headers, encode(chat_to_gemini.gemini_request(body, model)), None, dropped)
 
     def prepare_anthropic(
         self, payload: dict[str, Any], upstream_model: str, base_url: str, stream: bool

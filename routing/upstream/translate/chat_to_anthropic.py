@@ -25,6 +25,7 @@ from routing.upstream.translate.shared import (
     DEFAULT_MAX_TOKENS,
     FINISH_REASONS,
     anthropic_usage,
+    chat_gaps,
     tool_call_of,
     tool_use_of,
 )
@@ -110,6 +111,14 @@ def translate_tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
     if result is not None and parallel is False:
         result["disable_parallel_tool_use"] = True
     return result
+
+
+def gaps(body: dict[str, Any], model: ModelSpec) -> tuple[str, ...]:
+    """The chat hints this link drops (for x-switchboard-dropped); a 400 for the fields it cannot give.
+
+    Anthropic's Messages API has one answer per request, no token logprobs and no seed; `user` becomes
+    `metadata.user_id` and `parallel_tool_calls: false` becomes `disable_parallel_tool_use`."""
+    return chat_gaps(body, model.id, model.provider.dialect, ("n", "logprobs"), ("seed",))
 
 
 def anthropic_request(

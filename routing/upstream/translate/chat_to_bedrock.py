@@ -27,7 +27,7 @@ from routing.core.sse import DONE, data_frame
 from routing.upstream.translate import bedrock_structured, openai_request
 from routing.upstream.translate.bedrock_structured import STRUCTURED_TOOL
 from routing.upstream.translate.chat_to_anthropic import translate_messages, translate_tools
-from routing.upstream.translate.shared import DEFAULT_MAX_TOKENS, anthropic_usage, tool_call_of
+from routing.upstream.translate.shared import DEFAULT_MAX_TOKENS, anthropic_usage, chat_gaps, tool_call_of
 
 # Converse stopReason -> OpenAI finish_reason.
 FINISH_REASONS = {
@@ -107,6 +107,14 @@ def tool_config(body: dict[str, Any]) -> dict[str, Any] | None:
     elif read is not None and read[0] == "function":
         config["toolChoice"] = {"tool": {"name": str(read[1])}}
     return config
+
+
+def gaps(body: dict[str, Any], model: ModelSpec) -> tuple[str, ...]:
+    """The chat hints this link drops (for x-switchboard-dropped); a 400 for the fields it cannot give.
+
+    Converse has one answer per request, no token logprobs, no seed, no end-user id and no switch against
+    parallel tool use."""
+    return chat_gaps(body, model.id, model.provider.dialect, ("n", "logprobs"), ("seed", "user", "parallel_tool_calls"))
 
 
 def converse_request(body: dict[str, Any], model: ModelSpec | None = None) -> dict[str, Any]:

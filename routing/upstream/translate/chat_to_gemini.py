@@ -26,7 +26,7 @@ from routing.core.errors import invalid_request
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.sse import DONE, data_frame, normalise, pop_events
 from routing.upstream.translate import gemini_structured, openai_request
-from routing.upstream.translate.shared import usage_object
+from routing.upstream.translate.shared import chat_gaps, usage_object
 
 FINISH_REASONS = {
     "STOP": "stop",
@@ -149,6 +149,14 @@ def _generation_config(body: dict[str, Any]) -> dict[str, Any]:
     if stop:
         config["stopSequences"] = openai_request.stop_sequences(stop)
     return config
+
+
+def gaps(body: dict[str, Any], model: ModelSpec) -> tuple[str, ...]:
+    """The chat hints this link drops (for x-switchboard-dropped); a 400 for the fields it cannot give.
+
+    Gemini takes `n` (candidateCount) and `seed`; its logprobs are not read back into the answer, and it has no
+    end-user id and no switch against parallel function calls."""
+    return chat_gaps(body, model.id, model.provider.dialect, ("logprobs",), ("user", "parallel_tool_calls"))
 
 
 def gemini_request(body: dict[str, Any], model: ModelSpec | None = None) -> dict[str, Any]:

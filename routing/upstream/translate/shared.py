@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from routing.core import errors
 from routing.core.errors import invalid_request
 from routing.upstream.translate import openai_request
 
@@ -229,3 +230,36 @@ def without_foreign_thinking(body: Mapping[str, Any]) -> dict[str, Any] | None:
             message = {**message, "content": blocks}
         kept.append(message)
     return {**body, "messages": kept}
+
+
+# --- chat fields a translated link has no counterpart for ------------------------------------------------
+
+CHAT_PROTOCOL = "OpenAI's Chat Completions API"
+
+
+def _asked(body: dict[str, Any], name: str) -> bool:
+    """Whether the chat body asks for `name` in a way the answer would show (n: 1 and logprobs: false do not)."""
+    value = body.get(name)
+    if name == "n":
+        return value is not None and value != 1
+    if name == "parallel_tool_calls":
+        return value is False and bool(body.get("tools"))
+    if name == "logprobs":
+        return value is True
+    return value is not None
+
+
+def chat_gaps(
+    body: dict[str, Any], model_id: str, dialect: str, refused: tuple[str, ...], hints: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The hints among `hints` a chat body carries, which the link drops (named in x-switchboard-dropped).
+
+    `refused` are the fields the client relies on (n > 1 choices, logprobs / top_logprobs in the answer):
+    asked for on a link that cannot give them, they are a 400 unsupported_capability naming the field, as a
+    Messages request's no-counterpart fields are, so a fallback chain treats it the same way. `hints` are what
+    OpenAI's reference itself calls best effort (seed, user, parallel_tool_calls: false)."""
+    for name in refused:
+        if _asked(body, name) or (name == "logprobs" and body.get("top_logprobs") is not None):
+            param = name if name != "logprobs" or body.get("logprobs") is True else "top_logprobs"
+            raise errors.no_counterpart(param, model_id, dialect, CHAT_PROTOCOL)
+    return tuple(name for name in hints if _asked(body, name))
