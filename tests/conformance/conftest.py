@@ -40,6 +40,9 @@ def document(mock: str) -> dict:
         {"id": model, "provider": link.split("-")[0], "upstream_model": upstream, "capabilities": CAPS}
         for link, (model, upstream, _) in LINKS.items()
     ]
+    # outside the matrix: a Claude link with an OpenAI fallback (test_chat_gaps.py)
+    chain = {"id": "m-chain-claude", "provider": "anthropic", "upstream_model": "up-anthropic", "capabilities": CAPS}
+    models.append(chain | {"fallbacks": ["m-openai"]})
     return {
         "resilience": {"max_retries": 0},
         "providers": providers,

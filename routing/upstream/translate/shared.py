@@ -255,8 +255,8 @@ def chat_gaps(
     """The hints among `hints` a chat body carries, which the link drops (named in x-switchboard-dropped).
 
     `refused` are the fields the client relies on (n > 1 choices, logprobs / top_logprobs in the answer):
-    asked for on a link that cannot give them, they are a 400 unsupported_capability naming the field, as a
-    Messages request's no-counterpart fields are, so a fallback chain treats it the same way. `hints` are what
+    asked for on a link that cannot give them, they are a 400 unsupported_capability naming the field, raised
+    while the link's request is built, exactly as a Messages request's no-counterpart fields are. `hints` are what
     OpenAI's reference itself calls best effort (seed, user, parallel_tool_calls: false)."""
     for name in refused:
         if _asked(body, name) or (name == "logprobs" and body.get("top_logprobs") is not None):
