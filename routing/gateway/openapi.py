@@ -76,7 +76,10 @@ _HEADERS: dict[str, tuple[str, str]] = {  # name: (schema type, description)
         "string",
         "That model's name at its upstream; the answer's `model` is the id the client asked for.",
     ),
-    "X-Switchboard-Dropped": ("string", "/v1/messages served by translation: the hints it dropped, e.g. thinking."),
+    "X-Switchboard-Dropped": (
+        "string",
+        "A request served by translation: the hints the link could not carry, named (e.g. thinking, seed, user).",
+    ),
     "X-Switchboard-Attempts": ("integer", "Upstream attempts made, retries and fallbacks included."),
     "X-Switchboard-Cache": ("string", "On models with a response cache: hit, miss or bypass."),
     "X-Switchboard-Fallback": ("string", "Only when a fallback served: why the link before it was left."),
