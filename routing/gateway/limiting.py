@@ -19,7 +19,7 @@ from routing.core.buckets import LEASE_WAIT_S
 from routing.core.budget_accounts import NEW, Account, Budgets, Exhausted, Hold, Unloaded, request_cost
 from routing.core.endpoints import ENDPOINTS
 from routing.core.executor import Link
-from routing.core.limiter import Limiter, Refused, Ticket
+from routing.core.limiter import Limiter, LimitTicket, Refused
 from routing.core.prices import priced, prices_now
 from routing.plan.preflight import Requirements
 from routing.runtime.accounting import Context
@@ -46,7 +46,7 @@ def _key_of(caller: Caller) -> tuple[AgentSpec, KeySpec | None]:
     return caller, None
 
 
-def admit(limiter: Limiter, ctx: Context, caller: Caller, model: ModelSpec, req: Requirements) -> Ticket | None:
+def admit(limiter: Limiter, ctx: Context, caller: Caller, model: ModelSpec, req: Requirements) -> LimitTicket | None:
     """Take this request from the caller's buckets, or raise 429 `rate_limited` (nothing sent upstream).
 
     With shared limits, raises `LeaseNeeded` when only the local share is short.
@@ -74,7 +74,7 @@ def admit(limiter: Limiter, ctx: Context, caller: Caller, model: ModelSpec, req:
 
 async def admit_after_lease(
     limiter: Limiter, ctx: Context, caller: Caller, model: ModelSpec, req: Requirements
-) -> Ticket | None:
+) -> LimitTicket | None:
     """The local share was short: wait for the syncer's rounds, each of which asks the cluster buckets for
     what every waiting request needs, until this one is admitted, or a round saw a cluster bucket lack it
     (429), or LEASE_WAIT_S passed without one (a slow Redis; 429 too), docs/limits.md#shared."""
@@ -130,7 +130,7 @@ def _refuse(refused: Refused, ctx: Context, agent: AgentSpec, key: KeySpec | Non
     ) from None
 
 
-def settle(ticket: Ticket, ctx: Context) -> None:
+def settle(ticket: LimitTicket, ctx: Context) -> None:
     """Correct the token reservation once the answer is over.
 
     Answered with usage → charged the real prompt + completion tokens; answered without

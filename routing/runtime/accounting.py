@@ -68,7 +68,7 @@ class Context:
         self.streamed = False
         self.disconnected = False
         self.upstream_s = 0.0
-        self.ratelimit: Any = None  # a routing.core.limiter.Ticket when the caller has limits
+        self.ratelimit: Any = None  # a routing.core.limiter.LimitTicket when the caller has limits
         self.requirements: Any = None  # the preflight Requirements (its prompt estimate), once known
         self.tokens_estimated = False  # the tokens are the gateway's estimate: the upstream sent no usage
         self.cache = ""  # a cached model's hit|miss|bypass|coalesced (docs/cache.md); "" otherwise
