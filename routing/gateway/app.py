@@ -277,9 +277,9 @@ async def _route(call: Call, model: ModelSpec) -> None:
     if all(link.skip_reason is not None for link in links):
         raise preflight.no_link_error(links, req)
     try:
-        call.ticket = limiting.admit(call.process.limiter, ctx, key, model, req)
+        call.ticket = limiting.admit(call.process.limiter, ctx, key, model, req, call.process.syncer)
     except limiting.LeaseNeeded:  # shared limits: only this process's share was short
-        call.ticket = await limiting.admit_after_lease(call.process.limiter, ctx, key, model, req)
+        call.ticket = await limiting.admit_after_lease(call.process.limiter, ctx, key, model, req, call.process.syncer)
     plan = call.plan = cache_key.plan(
         ctx.endpoint, org.name, model, call.body, call.stream, bool(call.idempotency_key), call.cache_control
     )
@@ -298,7 +298,9 @@ async def _serve(call: Call, receive: Receive) -> None:
     watcher = watch_disconnect(receive, ctx)
     try:
         if agent.budget is not None or org.budget is not None or key.budget is not None:  # docs/limits.md#budgets
-            hold = await limiting.reserve(process.budgets, key, call.links, ctx.requirements)
+            hold = await limiting.reserve(
+                process.budgets, key, call.links, ctx.requirements, process.syncer, process.spend
+            )
         call.deadline = _monotonic() + call.links[0].model.timeouts.total_ms / 1000.0
         plan = call.plan
         if call.stream:
