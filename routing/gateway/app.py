@@ -121,7 +121,7 @@ async def serve(process: Process, pacer: Pacer, scope: Scope, receive: Receive, 
         tally.in_flight -= 1
         tally.served += 1
         if answered.elapsed is not None:  # its record went out before the answer's last byte
-            _observe(ctx, answered.elapsed)
+            _observe(ctx, answered.elapsed, process)
         elif ctx.endpoint != "unknown" and ctx.status:
             _account(ctx, process)  # a committed stream's end, or no answer went out (the client left first)
         if ctx.trace is not None:
@@ -360,15 +360,16 @@ def _account(ctx: Context, process: Process) -> None:
     """Usage record, metrics and the request log line, never raising: a request whose record did not
     go out before its last byte (_RecordFirst): a stream's end, or a client that left first."""
     try:
-        accounting.finish(ctx, process.usage)
+        accounting.finish(ctx, process.usage, process.counters)
     except Exception:  # noqa: BLE001
         log.exception("accounting failed for request %s", ctx.request_id)
 
 
-def _observe(ctx: Context, elapsed: float) -> None:
-    """Metrics and the log line of a request whose record went before its answer's last byte."""
+def _observe(ctx: Context, elapsed: float, process: Process) -> None:
+    """Metrics, the process's counters and the log line of a request whose record went before its answer's
+    last byte."""
     try:
-        accounting.observe(ctx, elapsed)
+        accounting.observe(ctx, elapsed, process.counters)
     except Exception:  # noqa: BLE001
         log.exception("accounting failed for request %s", ctx.request_id)
 
