@@ -59,10 +59,11 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
     """Build one serving process's parts, connect them, and install it as the current process.
 
     `background=False`: never start background tasks (in-process tests drive the request path alone)."""
+    own_feed = feed.Feed()
     executor = Executor(
         BreakerRegistry(),
         RetryBudgets(),
-        observer=_Observer(),
+        observer=_Observer(own_feed),  # fallbacks into this process's feed, never the installed one's
         picker=Picker(),
         gates=Gates(),
         hedges=Hedges(),
@@ -75,7 +76,7 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
         IdempotencyStore(),
         UsageSink(),
         overload=overload.Overload(executor.gates, executor.hedges),  # adaptive limits and queues (docs/overload.md)
-        feed=feed.Feed(),
+        feed=own_feed,
         counters=counters.ModelCounters(),
         heartbeat=process_list.Heartbeat(),
         spend=SpendLoader(),
@@ -90,7 +91,7 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
         process.parking.observe = metrics.parking_changed  # quota parks and refused credentials as gauges
     process.picker.pins.on_repin = metrics.affinity_repin  # conversations moved off their deployment
     metrics.watch_backlog(process.usage.backlog)
-    _listen(metrics.request_listeners, counters.note_request)
+    # the request path counts each request into its own process's counters (accounting.observe)
     _listen(live.swap_listeners, _retain_breakers)
     _listen(live.reload_listeners, metrics.config_reloaded)
     _listen(live.degraded_listeners, metrics.set_degraded_gauge)
@@ -198,13 +199,16 @@ def _listen(listeners: list, fn: Callable[..., Any]) -> None:
 
 
 class _Observer(metrics.MetricsObserver):
-    """The executor's observer: attempts into metrics; fallbacks into metrics and the dashboard feed."""
+    """The executor's observer: attempts into metrics; fallbacks into metrics and its process's dashboard feed."""
 
-    __slots__ = ()
+    __slots__ = ("feed",)
+
+    def __init__(self, own_feed: feed.Feed) -> None:
+        self.feed = own_feed
 
     def fallback(self, from_model: str, to_model: str, reason: str) -> None:
         super().fallback(from_model, to_model, reason)
-        feed.note_fallback(from_model, to_model, reason)
+        self.feed.emit("fallback", from_model=from_model, to_model=to_model, reason=reason)
 
 
 def _retain_breakers(snapshot: live.Snapshot) -> None:

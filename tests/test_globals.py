@@ -106,6 +106,121 @@ def test_the_fixture_gives_the_session_s_process_back_whole(session_process) -> 
     assert session_process.overload.spec == (live.current().overload or session_process.overload.spec)
 
 
+class _Waits:
+    """Stands in for a process's syncer and spend loader: records what a request asked of it, helps with nothing
+    (no round, no pass: the request goes on or is refused as without shared limits)."""
+
+    degraded = reseeding = False
+    _outage: frozenset = frozenset()
+    interval_s = 0.001
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def starved(self) -> None:
+        self.asked.append("wake")
+
+    async def wait_round(self, timeout_s: float) -> bool:
+        self.asked.append("round")
+        return False
+
+    async def wait_loaded(self, timeout_s: float) -> bool:
+        self.asked.append("spend")
+        return False
+
+
+async def test_a_request_waits_on_its_own_process_s_syncer_and_loader_never_the_installed_one_s(process) -> None:
+    """Two processes in one interpreter: a request served by one that is not the installed process waits for its
+    new budget account's spend and for a larger lease on its own spend loader and syncer; the installed one's see
+    nothing (they used to be found through `installed()`)."""
+    import httpx
+
+    from gateway_project.process import build_process, dispose, make_gateway, reinstall
+    from routing.config.snapshot import build_snapshot
+    from tests.gateway.conftest import API_KEY, key_rows
+
+    serving = build_process(background=False)
+    reinstall(process)  # `process` is the installed one; `serving` serves the request
+    installed_waits, serving_waits = _Waits(), _Waits()
+    kept = process.syncer, process.spend
+    process.syncer = process.spend = installed_waits
+    serving.syncer = serving.spend = serving_waits
+    budgets = serving.budgets
+    budgets.loading = budgets.shared = True  # a new account waits for its spend; its lease starts at 0
+    budgets.starved = lambda account: None
+    doc = {
+        "providers": [{"name": "p", "base_url": "http://127.0.0.1:9/v1"}],
+        "models": [
+            {"id": "m", "provider": "p", "upstream_model": "m", "capabilities": ["chat"], "output_price_per_mtok": 10}
+        ],
+        "orgs": [{"name": "acme", "budget": {"usd": 1.0, "period": "day"}, "agents": [{"name": "bot"}]}],
+    }
+    previous = live.current()
+    live.swap(build_snapshot(doc, key_rows(), {}, version=2))
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=make_gateway(serving)),
+            base_url="http://gateway",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+        ) as client:
+            answer = await client.post(
+                "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            )
+    finally:
+        live.swap(previous)
+        process.syncer, process.spend = kept
+        dispose(serving)
+        reinstall(process)
+    assert answer.status_code == 402  # no round grew the lease: refused as the docs say
+    assert serving_waits.asked == ["spend", "round"]
+    assert installed_waits.asked == []
+
+
+async def test_a_request_s_counters_and_fallback_events_go_to_its_own_process_never_the_installed_one_s(
+    process,
+) -> None:
+    """A request served by a process that is not the installed one (two in one interpreter) counts into its own
+    dashboard counters and puts its fallback into its own feed; the installed one's see nothing."""
+    import httpx
+
+    from gateway_project.process import build_process, dispose, make_gateway, reinstall
+    from routing.config.snapshot import build_snapshot
+    from tests.gateway.conftest import API_KEY, key_rows
+
+    serving = build_process(background=False)
+    reinstall(process)  # `process` is the installed one; `serving` serves the request
+    installed_events = len(process.feed.recent)
+    doc = {
+        "resilience": {"max_retries": 0},
+        "providers": [{"name": "p", "base_url": "http://127.0.0.1:9/v1"}],
+        "models": [
+            {"id": "first", "provider": "p", "upstream_model": "m", "capabilities": ["chat"], "fallbacks": ["second"]},
+            {"id": "second", "provider": "p", "upstream_model": "m", "capabilities": ["chat"]},
+        ],
+        "orgs": [{"name": "acme", "agents": [{"name": "bot"}]}],
+    }
+    previous = live.current()
+    live.swap(build_snapshot(doc, key_rows(), {}, version=2))
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=make_gateway(serving)),
+            base_url="http://gateway",
+            headers={"Authorization": f"Bearer {API_KEY}"},
+        ) as client:
+            answer = await client.post(
+                "/v1/chat/completions", json={"model": "first", "messages": [{"role": "user", "content": "hi"}]}
+            )
+    finally:
+        live.swap(previous)
+        dispose(serving)
+        reinstall(process)
+    assert answer.status_code >= 500  # nothing listens on port 9: both links fail
+    assert [e["kind"] for e in serving.feed.recent] == ["fallback"]
+    assert "second" in serving.counters.model_stats()
+    assert len(process.feed.recent) == installed_events
+    assert "second" not in process.counters.model_stats()
+
+
 # Module-level containers the request path may reach: "module.name" -> why it is the interpreter's.
 REQUEST_PATH_FLOORS = ("routing/runtime", "routing/gateway")
 _PROMETHEUS = "label children of the interpreter's Prometheus metrics (the registry is the interpreter's)"
@@ -116,8 +231,8 @@ ALLOWED_CONTAINERS = {
     },
     "routing.runtime.observe.metrics._circuits": _PROMETHEUS,
     "routing.runtime.observe.metrics._installed": "breaker registries already feeding the interpreter's circuit metric",
-    "routing.runtime.observe.metrics.request_listeners": "a listener list of module functions, each reading the installed "
-    "process (the composition root fills it once)",
+    "routing.runtime.observe.metrics.request_listeners": "a listener list of module functions (none in the product: "
+    "each request counts into its own process's counters)",
     "routing.runtime.observe.health.change_listeners": "a listener list of module functions, each reading the installed "
     "process (the composition root fills it once)",
     "routing.runtime.usage.writer._column_converters": "per database alias, the converters of the UsageRecord "

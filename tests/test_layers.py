@@ -74,7 +74,7 @@ MAX_DEFERRED = 20  # first-party imports inside functions, product code (docs/ar
 VALUE_CLASSES = {
     "Entity": "a row of the configuration schema's table",
     "OverloadSpec": "the empty overload settings (a frozen dataclass)",
-    "Ticket": "the priority ticket of a request nobody classified (immutable)",
+    "PriorityTicket": "the priority ticket of a request nobody classified (immutable)",
     "VertexDialect": "a dialect adapter: it keeps no state of its own",
 }
 # None left: the last one, the Vertex dialect's OAuth token cache, is the transport's (`Transport.tokens`), handed

@@ -307,7 +307,7 @@ class Gate:
         self._dirty = True  # a lower limit: the waiters' predicted starts moved back
 
 
-class Ticket:
+class PriorityTicket:
     """Who is asking, for the queue: made once per request by the gateway (routing.runtime.overload) and
     carried on the request's Call, then its walk, to every gate it enters."""
 
@@ -376,7 +376,7 @@ class Shed(UpstreamFailure):
 
 
 _MARGIN_S = 0.05
-_ANON = Ticket("", PRIORITIES["default"], 1.0, None)
+_ANON = PriorityTicket("", PRIORITIES["default"], 1.0, None)
 
 
 class Gates:
@@ -494,7 +494,7 @@ class Gates:
         g = self.gates[key] = Gate(name, self._share(s, seats), self.clock, self.on_shed, model_id, ident)
         return g
 
-    async def enter(self, gate: Gate, deadline: float, ticket: Ticket | None = None) -> None:
+    async def enter(self, gate: Gate, deadline: float, ticket: PriorityTicket | None = None) -> None:
         """Wait for `gate` on behalf of the request `ticket` is for (None: one the gateway gave no class), at
         most until it could no longer be useful."""
         t = ticket or _ANON

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from routing.core import errors
-from routing.core.admission_queue import Ticket
+from routing.core.admission_queue import PriorityTicket
 from routing.core.deployment_tries import try_deployments
 from routing.core.failures import FailureKind
 from routing.core.link_tries import try_link
@@ -53,7 +53,7 @@ class Executor(ExecutorParts):
         deadline: float,
         settle_later: bool = False,
         tokens: int = 0,
-        priority: Ticket | None = None,
+        priority: PriorityTicket | None = None,
     ) -> Outcome:
         """Serve the request from the first link that can; `deadline` is on this executor's clock.
 

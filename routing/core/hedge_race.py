@@ -13,7 +13,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from routing.core.admission_queue import Ticket
+from routing.core.admission_queue import PriorityTicket
 from routing.core.breaker import State
 from routing.core.link_tries import try_link
 from routing.core.parts import ExecutorParts
@@ -37,7 +37,7 @@ def hedge_delay(
     key: Any,
     left: list[Target],
     settle_later: bool,
-    ticket: Ticket | None,
+    ticket: PriorityTicket | None,
 ) -> float | None:
     """After how long this request's call to `key` is hedged; None: not hedged (docs/overload.md#hedging)."""
     hedges = parts.hedges

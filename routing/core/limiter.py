@@ -9,7 +9,7 @@ the next request (the level is kept, capped at the new capacity).
 
 Admission checks every bucket that applies before taking from any, so a refused
 request takes nothing. Tokens are reserved at admission (prompt estimate + the
-output allowance) and corrected once the real usage is known (`Ticket.settle`).
+output allowance) and corrected once the real usage is known (`LimitTicket.settle`).
 
 The buckets are routing.core.buckets's, the same type deployment capacity counts in.
 Shared mode (docs/limits.md#shared): they are `SharedBucket`s whose level is this
@@ -34,7 +34,7 @@ class Refused(Exception):
     `amount`), and the ticket for headers."""
 
     def __init__(
-        self, scope: str, limit: str, value: int, amount: int, ticket: Ticket, bucket: Bucket, short: bool = False
+        self, scope: str, limit: str, value: int, amount: int, ticket: LimitTicket, bucket: Bucket, short: bool = False
     ) -> None:
         super().__init__(f"{scope} {limit} limit {value}")
         self.scope = scope
@@ -52,7 +52,7 @@ class Refused(Exception):
         self.lacking: list[tuple[SharedBucket, float]] = []
 
 
-class Ticket:
+class LimitTicket:
     """What one admitted request took, to correct it later and to build its headers."""
 
     __slots__ = ("buckets", "reserved", "settled")
@@ -143,7 +143,7 @@ class Limiter:
         tokens: Callable[[], int],
         key: str = "",
         key_limits: Limits | None = None,
-    ) -> Ticket:
+    ) -> LimitTicket:
         """Take one request and `tokens()` tokens from every bucket that applies, or raise `Refused`.
 
         `*_limits` are `Limits` (one value per LIMIT_DIMENSIONS row) or None; `tokens` is called only
@@ -167,7 +167,7 @@ class Limiter:
                     scopes.append((scope, dimension, value, bucket))
                     per_token = per_token or dimension.per_token
         amount = tokens() if per_token else 0
-        ticket = Ticket(taken, amount)
+        ticket = LimitTicket(taken, amount)
         for _, dimension, _, bucket in scopes:
             need = amount if dimension.per_token else 1
             if bucket.level < need or need > bucket.capacity:
@@ -199,7 +199,7 @@ class Limiter:
         self._buckets.clear()
 
 
-def _refusal(scopes: list[tuple[str, Dimension, int, Bucket]], amount: int, ticket: Ticket) -> Refused:
+def _refusal(scopes: list[tuple[str, Dimension, int, Bucket]], amount: int, ticket: LimitTicket) -> Refused:
     """Why a request is refused: the first bucket that cannot take it, not even with a lease from
     its cluster bucket; else (only leased shares are short) a `short` refusal, each short share
     having added this request's amount to what the lessor's next round asks for (so one round

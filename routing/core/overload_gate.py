@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from routing.core.admission_queue import Gate, Ticket
+from routing.core.admission_queue import Gate, PriorityTicket
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.parts import ExecutorParts
 from routing.core.walk import Link
@@ -27,7 +27,7 @@ async def within_limit(
     attempt: Callable[[Link, float], Awaitable[Any]],
     link: Link,
     deadline: float,
-    priority: Ticket | None = None,
+    priority: PriorityTicket | None = None,
 ) -> Any:
     """One attempt within the deployment's adaptive limit, queued by the request's `priority` ticket; the
     slot is the caller's on success."""

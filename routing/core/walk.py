@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from routing.core import errors
-from routing.core.admission_queue import Shed, Ticket
+from routing.core.admission_queue import PriorityTicket, Shed
 from routing.core.breaker import BreakerKey
 from routing.core.errors import GatewayError
 from routing.core.failures import FailureKind, UpstreamFailure
@@ -110,7 +110,7 @@ class Walk:
         deadline: float,
         settle_later: bool = False,
         tokens: int = 0,
-        priority: Ticket | None = None,
+        priority: PriorityTicket | None = None,
     ) -> None:
         self.attempt = attempt  # one upstream try: a result, or UpstreamFailure
         self.res = res

@@ -121,7 +121,7 @@ async def serve(process: Process, pacer: Pacer, scope: Scope, receive: Receive, 
         tally.in_flight -= 1
         tally.served += 1
         if answered.elapsed is not None:  # its record went out before the answer's last byte
-            _observe(ctx, answered.elapsed)
+            _observe(ctx, answered.elapsed, process)
         elif ctx.endpoint != "unknown" and ctx.status:
             _account(ctx, process)  # a committed stream's end, or no answer went out (the client left first)
         if ctx.trace is not None:
@@ -277,9 +277,9 @@ async def _route(call: Call, model: ModelSpec) -> None:
     if all(link.skip_reason is not None for link in links):
         raise preflight.no_link_error(links, req)
     try:
-        call.ticket = limiting.admit(call.process.limiter, ctx, key, model, req)
+        call.ticket = limiting.admit(call.process.limiter, ctx, key, model, req, call.process.syncer)
     except limiting.LeaseNeeded:  # shared limits: only this process's share was short
-        call.ticket = await limiting.admit_after_lease(call.process.limiter, ctx, key, model, req)
+        call.ticket = await limiting.admit_after_lease(call.process.limiter, ctx, key, model, req, call.process.syncer)
     plan = call.plan = cache_key.plan(
         ctx.endpoint, org.name, model, call.body, call.stream, bool(call.idempotency_key), call.cache_control
     )
@@ -298,7 +298,9 @@ async def _serve(call: Call, receive: Receive) -> None:
     watcher = watch_disconnect(receive, ctx)
     try:
         if agent.budget is not None or org.budget is not None or key.budget is not None:  # docs/limits.md#budgets
-            hold = await limiting.reserve(process.budgets, key, call.links, ctx.requirements)
+            hold = await limiting.reserve(
+                process.budgets, key, call.links, ctx.requirements, process.syncer, process.spend
+            )
         call.deadline = _monotonic() + call.links[0].model.timeouts.total_ms / 1000.0
         plan = call.plan
         if call.stream:
@@ -358,15 +360,16 @@ def _account(ctx: Context, process: Process) -> None:
     """Usage record, metrics and the request log line, never raising: a request whose record did not
     go out before its last byte (_RecordFirst): a stream's end, or a client that left first."""
     try:
-        accounting.finish(ctx, process.usage)
+        accounting.finish(ctx, process.usage, process.counters)
     except Exception:  # noqa: BLE001
         log.exception("accounting failed for request %s", ctx.request_id)
 
 
-def _observe(ctx: Context, elapsed: float) -> None:
-    """Metrics and the log line of a request whose record went before its answer's last byte."""
+def _observe(ctx: Context, elapsed: float, process: Process) -> None:
+    """Metrics, the process's counters and the log line of a request whose record went before its answer's
+    last byte."""
     try:
-        accounting.observe(ctx, elapsed)
+        accounting.observe(ctx, elapsed, process.counters)
     except Exception:  # noqa: BLE001
         log.exception("accounting failed for request %s", ctx.request_id)
 

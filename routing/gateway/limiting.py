@@ -4,7 +4,9 @@ The buckets are routing.core.limiter's, the budget accounts routing.core.budget_
 one `Limiter` and one `Budgets` per process (the composition root's). A caller
 whose key, agent and org have no limits and no budget costs three attribute tests each.
 The caller is its API key (whose own limits and budget apply beside its agent's and
-org's, docs/limits.md#keys) or, for callers without one, an agent.
+org's, docs/limits.md#keys) or, for callers without one, an agent. With shared limits the waits are on the
+request's own process's syncer and spend loader, handed in by the caller (`call.process`): never the installed
+process's, so two processes in one interpreter never wake or wait on each other's.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from routing.core.buckets import LEASE_WAIT_S
 from routing.core.budget_accounts import NEW, Account, Budgets, Exhausted, Hold, Unloaded, request_cost
 from routing.core.endpoints import ENDPOINTS
 from routing.core.executor import Link
-from routing.core.limiter import Limiter, Refused, Ticket
+from routing.core.limiter import Limiter, LimitTicket, Refused
 from routing.core.prices import priced, prices_now
 from routing.plan.preflight import Requirements
 from routing.runtime.accounting import Context
 from routing.runtime.cluster import shared_limits
+from routing.runtime.cluster.shared_limits import SpendLoader, Syncer
 from routing.runtime.observe import metrics
 
 # Output allowance when neither the request (max_tokens / max_completion_tokens) nor
@@ -46,10 +49,18 @@ def _key_of(caller: Caller) -> tuple[AgentSpec, KeySpec | None]:
     return caller, None
 
 
-def admit(limiter: Limiter, ctx: Context, caller: Caller, model: ModelSpec, req: Requirements) -> Ticket | None:
+def admit(
+    limiter: Limiter,
+    ctx: Context,
+    caller: Caller,
+    model: ModelSpec,
+    req: Requirements,
+    syncer: Syncer | None = None,
+) -> LimitTicket | None:
     """Take this request from the caller's buckets, or raise 429 `rate_limited` (nothing sent upstream).
 
-    With shared limits, raises `LeaseNeeded` when only the local share is short.
+    With shared limits (`syncer`, the request's process's; None: limits are per process), raises
+    `LeaseNeeded` when only the local share is short, after waking `syncer`.
     """
     agent, key = _key_of(caller)
     org = agent.org
@@ -65,7 +76,7 @@ def admit(limiter: Limiter, ctx: Context, caller: Caller, model: ModelSpec, req:
             org.name, org.limits, agent.name, agent.limits, tokens, key.prefix if key else "", key_limits
         )
     except Refused as refused:
-        if refused.short and shared_limits.wake():
+        if refused.short and shared_limits.wake(syncer):
             raise LeaseNeeded() from None
         _refuse(refused, ctx, agent, key)
     ctx.ratelimit = ticket
@@ -73,8 +84,8 @@ def admit(limiter: Limiter, ctx: Context, caller: Caller, model: ModelSpec, req:
 
 
 async def admit_after_lease(
-    limiter: Limiter, ctx: Context, caller: Caller, model: ModelSpec, req: Requirements
-) -> Ticket | None:
+    limiter: Limiter, ctx: Context, caller: Caller, model: ModelSpec, req: Requirements, syncer: Syncer | None
+) -> LimitTicket | None:
     """The local share was short: wait for the syncer's rounds, each of which asks the cluster buckets for
     what every waiting request needs, until this one is admitted, or a round saw a cluster bucket lack it
     (429), or LEASE_WAIT_S passed without one (a slow Redis; 429 too), docs/limits.md#shared."""
@@ -84,7 +95,7 @@ async def admit_after_lease(
     confirmed = False
     while True:
         left = deadline - time.monotonic()
-        rounded = left > 0 and await shared_limits.wait_round(left)
+        rounded = left > 0 and await shared_limits.wait_round(syncer, left)
         try:
             ticket = limiter.admit(
                 org.name,
@@ -103,7 +114,7 @@ async def admit_after_lease(
                 # waiters (refunds, a share ahead of use near the end) at their next round: ask once
                 # more in a round that begins after theirs.
                 confirmed = True
-                await shared_limits.after_others_rounds(deadline)
+                await shared_limits.after_others_rounds(syncer, deadline)
                 for bucket, amount in refused.lacking:
                     bucket.need += amount
                 continue
@@ -130,7 +141,7 @@ def _refuse(refused: Refused, ctx: Context, agent: AgentSpec, key: KeySpec | Non
     ) from None
 
 
-def settle(ticket: Ticket, ctx: Context) -> None:
+def settle(ticket: LimitTicket, ctx: Context) -> None:
     """Correct the token reservation once the answer is over.
 
     Answered with usage → charged the real prompt + completion tokens; answered without
@@ -183,10 +194,18 @@ def worst_cost(links: list[Link], req: Requirements) -> float:
 LOAD_WAIT_S = 2.0
 
 
-async def reserve(budgets: Budgets, caller: Caller, links: list[Link], req: Requirements) -> Hold:
+async def reserve(
+    budgets: Budgets,
+    caller: Caller,
+    links: list[Link],
+    req: Requirements,
+    syncer: Syncer | None = None,
+    spend: SpendLoader | None = None,
+) -> Hold:
     """Reserve the worst-case cost on the caller's budgets, or raise 402 `budget_exceeded` (nothing sent upstream).
 
-    Call only when the agent or its org has a budget. With shared budgets, a request the
+    Call only when the agent or its org has a budget. `syncer` and `spend` are the request's process's (None:
+    budgets are per process; no loader). With shared budgets, a request the
     local lease cannot cover waits for the background's rounds (each leases what every waiting
     request needs) until it fits, or a round saw the cluster counter lack it, or LEASE_WAIT_S passed.
     """
@@ -197,16 +216,18 @@ async def reserve(budgets: Budgets, caller: Caller, links: list[Link], req: Requ
     try:
         return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount, ident, key_budget)
     except Unloaded as unloaded:  # once per new account: its period's spend (docs/limits.md#durable)
-        await _wait_loaded(unloaded.accounts)
+        await _wait_loaded(spend, unloaded.accounts)
     except Exhausted as exhausted:
-        return await _after_refusal(budgets, caller, amount, exhausted)
+        return await _after_refusal(budgets, caller, amount, exhausted, syncer)
     try:
         return budgets.admit(org.name, org.budget, agent.name, agent.budget, amount, ident, key_budget)
     except Exhausted as exhausted:
-        return await _after_refusal(budgets, caller, amount, exhausted)
+        return await _after_refusal(budgets, caller, amount, exhausted, syncer)
 
 
-async def _after_refusal(budgets: Budgets, caller: Caller, amount: float, refused: Exhausted) -> Hold:
+async def _after_refusal(
+    budgets: Budgets, caller: Caller, amount: float, refused: Exhausted, syncer: Syncer | None
+) -> Hold:
     """Only a lease was short: wait for the background's rounds (each leases what every waiting
     request needs) until it fits, or a round saw the cluster counter lack it (then once more after
     the other processes' rounds), or LEASE_WAIT_S passed; else 402."""
@@ -222,11 +243,11 @@ async def _after_refusal(budgets: Budgets, caller: Caller, amount: float, refuse
         while refused.short or (rounded and refused.lacking and not confirmed):
             if not refused.short:  # a round saw the counter lack it: once more after the others' rounds
                 confirmed = True  # (what they hold beyond their waiters goes back then), as for rate limits
-                await shared_limits.after_others_rounds(deadline)
+                await shared_limits.after_others_rounds(syncer, deadline)
                 for account in refused.lacking:
                     account.need += amount
             left = deadline - time.monotonic()
-            if left <= 0 or not await shared_limits.wait_for_lease(refused.account, left):
+            if left <= 0 or not await shared_limits.wait_for_lease(syncer, refused.account, left):
                 break
             rounded = True
             try:
@@ -250,12 +271,12 @@ async def _after_refusal(budgets: Budgets, caller: Caller, amount: float, refuse
     ) from None
 
 
-async def _wait_loaded(accounts: list[Account]) -> None:
+async def _wait_loaded(spend: SpendLoader | None, accounts: list[Account]) -> None:
     """Wait (at most LOAD_WAIT_S) for the spend loader to read these accounts; then go on with what is known."""
     loop = asyncio.get_running_loop()
     end = loop.time() + LOAD_WAIT_S
     while any(a.state == NEW for a in accounts) and loop.time() < end:
-        if not await shared_limits.wait_loaded(end - loop.time()):
+        if not await shared_limits.wait_loaded(spend, end - loop.time()):
             break
     for account in accounts:
         account.waited = True

@@ -16,10 +16,10 @@ from typing import Any, Protocol
 
 from routing.config.snapshot import Snapshot
 from routing.core import errors
-from routing.core.admission_queue import Ticket as Priority
+from routing.core.admission_queue import PriorityTicket
 from routing.core.executor import Link, Settlement
 from routing.core.failures import FailureKind, UpstreamFailure
-from routing.core.limiter import Ticket
+from routing.core.limiter import LimitTicket
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.model_name import Renamer, renamer
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
@@ -113,8 +113,8 @@ class Call:
         self.stream = False
         self.links: list[Link] = []  # the chain after preflight
         self.deadline = 0.0  # the total deadline, on the monotonic clock
-        self.ticket: Ticket | None = None  # the rate-limit admission, settled once the answer is known
-        self.priority: Priority | None = None  # class, org weight and max wait in the deployments' queues
+        self.ticket: LimitTicket | None = None  # the rate-limit admission, settled once the answer is known
+        self.priority: PriorityTicket | None = None  # class, org weight and max wait in the deployments' queues
         self.plan: Plan | None = None  # the response cache's plan; None: the model is not cached
 
 

@@ -14,6 +14,7 @@ from routing.core.executor import Outcome
 from routing.core.ids import new_id
 from routing.core.prices import CLASSES, prices_now
 from routing.runtime.observe import metrics
+from routing.runtime.observe.counters import ModelCounters
 from routing.runtime.usage.pricing import priced_version
 from routing.runtime.usage.queue import UsageSink
 from routing.runtime.usage.streams import INTERRUPTED
@@ -68,7 +69,7 @@ class Context:
         self.streamed = False
         self.disconnected = False
         self.upstream_s = 0.0
-        self.ratelimit: Any = None  # a routing.core.limiter.Ticket when the caller has limits
+        self.ratelimit: Any = None  # a routing.core.limiter.LimitTicket when the caller has limits
         self.requirements: Any = None  # the preflight Requirements (its prompt estimate), once known
         self.tokens_estimated = False  # the tokens are the gateway's estimate: the upstream sent no usage
         self.cache = ""  # a cached model's hit|miss|bypass|coalesced (docs/cache.md); "" otherwise
@@ -80,11 +81,12 @@ class Context:
         self.dropped = ""  # hints the serving link's translation went without (x-switchboard-dropped)
 
 
-def finish(ctx: Context, sink: UsageSink) -> None:
-    """Record one finished request: its usage record queued for the process's `sink`, then its metrics."""
+def finish(ctx: Context, sink: UsageSink, counters: ModelCounters | None = None) -> None:
+    """Record one finished request: its usage record queued for the process's `sink`, then its metrics and
+    the process's dashboard `counters`."""
     elapsed = _perf() - ctx.started
     record(ctx, sink, elapsed)
-    observe(ctx, elapsed)
+    observe(ctx, elapsed, counters)
 
 
 def record(ctx: Context, sink: UsageSink, elapsed: float) -> None:
@@ -101,8 +103,10 @@ def record(ctx: Context, sink: UsageSink, elapsed: float) -> None:
             metrics.unpriced(row["model_used"])  # docs/metrics.md#spend
 
 
-def observe(ctx: Context, elapsed: float | None = None) -> None:
-    """The request's metrics, dashboard counters and log line: after the answer, off the client's clock."""
+def observe(ctx: Context, elapsed: float | None = None, counters: ModelCounters | None = None) -> None:
+    """The request's metrics, dashboard counters and log line: after the answer, off the client's clock.
+
+    `counters` are the serving process's (`call.process.counters`), handed in: never the installed process's."""
     if elapsed is None:
         elapsed = _perf() - ctx.started
     outcome = ctx.outcome
@@ -121,6 +125,8 @@ def observe(ctx: Context, elapsed: float | None = None) -> None:
         fallback_reason,
         elapsed,
     )
+    if counters is not None and model is not None:  # per link that served, fallbacks included
+        counters.note(model.id, ctx.status, fallback_reason, elapsed)
     if ctx.cache:
         metrics.cache_result(ctx.resolved, ctx.cache)
     if model is not None and ctx.prompt_tokens and not ctx.tokens_estimated:  # the cached-input ratio

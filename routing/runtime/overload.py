@@ -16,7 +16,7 @@ from prometheus_client import Counter, Gauge
 
 from routing.config.overload_spec import OverloadSpec
 from routing.core import errors
-from routing.core.admission_queue import PRIORITIES, Gates, Ticket
+from routing.core.admission_queue import PRIORITIES, Gates, PriorityTicket
 from routing.core.hedging import Hedges
 from routing.runtime.process import installed
 
@@ -69,7 +69,7 @@ class Overload:
         hedges.configure(self.spec.hedge)
         self.on = gates.on or hedges.on
 
-    def admit(self, headers: Any, key: Any, body: dict | None = None) -> Ticket:
+    def admit(self, headers: Any, key: Any, body: dict | None = None) -> PriorityTicket:
         """This request's ticket for the gates and hedging (only called when `on`)."""
         spec = self.spec
         agent = key.agent
@@ -88,7 +88,7 @@ class Overload:
                 wait_until = self.gates.clock() + _max_wait(value)
         tools = body is not None and bool(body.get("tools"))
         hedge = self.hedges.on and who not in spec.never_hedge
-        return Ticket(org, rank, spec.weights.get(org, 1.0), wait_until, hedge, tools)
+        return PriorityTicket(org, rank, spec.weights.get(org, 1.0), wait_until, hedge, tools)
 
     def refresh_metrics(self) -> None:
         """Limit, in-flight and queue length of every gate into the gauges (scrape time or the refresher)."""
@@ -123,7 +123,7 @@ def _count_hedge(outcome: str) -> None:
     HEDGES.labels(outcome).inc()
 
 
-def admit(headers: Any, key: Any, body: dict | None = None) -> Ticket:
+def admit(headers: Any, key: Any, body: dict | None = None) -> PriorityTicket:
     """The current process's `Overload.admit` (the request path calls its own process's)."""
     return installed().overload.admit(headers, key, body)
 

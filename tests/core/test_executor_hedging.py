@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from routing.config.snapshot import Resilience
-from routing.core.admission_queue import Gates, Ticket
+from routing.core.admission_queue import Gates, PriorityTicket
 from routing.core.breaker import BreakerRegistry
 from routing.core.executor import Executor, Link
 from routing.core.hedging import MIN_SAMPLES, Hedges, HedgeSettings
@@ -44,7 +44,7 @@ async def test_a_late_first_token_is_hedged_and_the_hedge_wins_and_the_slow_call
             raise
         return name
 
-    ticket = Ticket("acme", 1, 1.0, None, hedge=True)
+    ticket = PriorityTicket("acme", 1, 1.0, None, hedge=True)
     loop = asyncio.get_running_loop()
     started = loop.time()
     out = await ex.run([lk], attempt, RES, loop.time() + 30, priority=ticket)
@@ -65,7 +65,7 @@ async def test_a_request_marked_non_idempotent_is_never_hedged() -> None:
         await asyncio.sleep(0.1)
         return "ok"
 
-    ticket = Ticket("acme", 1, 1.0, None, hedge=False)
+    ticket = PriorityTicket("acme", 1, 1.0, None, hedge=False)
     loop = asyncio.get_running_loop()
     out = await ex.run([lk], attempt, RES, loop.time() + 30, priority=ticket)
     assert out.error is None and calls == ["east"]
@@ -80,7 +80,7 @@ async def test_hedges_stop_when_the_budget_is_spent() -> None:
         await asyncio.sleep(0.05)  # every call is past the 20 ms p95
         return "ok"
 
-    ticket = Ticket("acme", 1, 1.0, None, hedge=True)
+    ticket = PriorityTicket("acme", 1, 1.0, None, hedge=True)
     loop = asyncio.get_running_loop()
     for _ in range(30):
         await ex.run([lk], attempt, RES, loop.time() + 30, priority=ticket)
@@ -100,7 +100,7 @@ async def test_a_stream_that_lost_the_race_in_the_same_instant_is_closed() -> No
     async def discard(result: Any) -> None:
         closed.append(result)
 
-    ticket = Ticket("acme", 1, 1.0, None, hedge=True)
+    ticket = PriorityTicket("acme", 1, 1.0, None, hedge=True)
     ticket.discard = discard
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(ex.run([lk], attempt, RES, loop.time() + 30, settle_later=True, priority=ticket))

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from routing.config.snapshot import Resilience
-from routing.core.admission_queue import PRIORITIES, Gates, Ticket
+from routing.core.admission_queue import PRIORITIES, Gates, PriorityTicket
 from routing.core.breaker import BreakerRegistry
 from routing.core.concurrency import LimitSettings
 from routing.core.executor import Executor, Link
@@ -123,7 +123,7 @@ async def test_a_shed_request_tries_the_next_model_of_its_chain_before_answering
 
     first = asyncio.ensure_future(ex.run([link("m")], call, RES, loop.time() + 10))
     await asyncio.sleep(0)
-    ticket = Ticket("o", PRIORITIES["default"], 1.0, gates.clock())  # X-Switchboard-Max-Wait: 0
+    ticket = PriorityTicket("o", PRIORITIES["default"], 1.0, gates.clock())  # X-Switchboard-Max-Wait: 0
     out = await ex.run(
         [link("m"), link("n")], call, RES, loop.time() + 10, priority=ticket
     )  # m is full: shed at once, then n

@@ -152,7 +152,7 @@ def test_reset_format_is_openais(seconds, text):
 
 
 def test_the_headers_name_the_tightest_bucket_with_its_limit_what_is_left_and_when_it_is_full(clock):
-    """Found by mutation testing (Ticket.headers, Bucket.reset_s): the exact x-ratelimit-* values."""
+    """Found by mutation testing (LimitTicket.headers, Bucket.reset_s): the exact x-ratelimit-* values."""
     limiter = Limiter(clock)
     for _ in range(3):  # the agent: 60 rpm, 3 used; the org: 10 rpm, 3 used (the tighter one left)
         ticket = limiter.admit("acme", (10, 1000), "bot", (60, None), lambda: 100)

@@ -136,11 +136,18 @@ def test_rolling_counters_give_rates_over_the_window(monkeypatch):
 
 
 def test_request_metrics_feed_the_dashboard_counters(snapshot):
-    from routing.runtime.observe import metrics
+    from types import SimpleNamespace
+
+    from routing.runtime import accounting
 
     for model in ("op-chat", "op-chat-b"):
         current().counters.stats.pop(model, None)
-    metrics.observe_request("chat", "op-chat", "op-chat-b", 200, 0.0002, fallback_reason="upstream_429", latency_s=0.25)
+    ctx = accounting.Context("r", 0.0, "chat")
+    ctx.requested = ctx.resolved = "op-chat"
+    ctx.status = 200
+    served = SimpleNamespace(model=snapshot.models["op-chat-b"])
+    ctx.outcome = SimpleNamespace(link=served, fallback_reason="upstream_429", error=None, upstream_s=0.0)
+    accounting.observe(ctx, 0.25, current().counters)  # the request path hands in its own process's counters
     stats = counters.model_stats()
     # counted for the link that served (chat-b carried the fallback), not the one asked for
     assert "op-chat" not in stats

@@ -250,8 +250,8 @@ async def test_the_first_limited_request_of_a_process_waits_for_a_syncer_not_yet
     try:
         with pytest.raises(Refused):
             p.limiter.admit(org, None, "bot", limits, lambda: 0)  # no share yet
-        assert shared_limits.wake()  # not refused for want of a running syncer
-        assert await shared_limits.wait_round(2.0)
+        assert shared_limits.wake(p)  # not refused for want of a running syncer
+        assert await shared_limits.wait_round(p, 2.0)
         p.limiter.admit(org, None, "bot", limits, lambda: 0)
     finally:
         shared_limits.install(None)
@@ -333,9 +333,9 @@ async def test_a_burst_of_waiters_is_admitted_up_to_the_cluster_bucket_by_the_re
         ctx = Context("r", 0.0, "chat")
         try:
             try:
-                limiting.admit(p.limiter, ctx, agent, model, req)
+                limiting.admit(p.limiter, ctx, agent, model, req, p)
             except limiting.LeaseNeeded:
-                await limiting.admit_after_lease(p.limiter, ctx, agent, model, req)
+                await limiting.admit_after_lease(p.limiter, ctx, agent, model, req, p)
         except GatewayError as error:
             assert error.code == "rate_limited"
             return float(dict(error.headers)["Retry-After"])
@@ -431,7 +431,7 @@ async def test_what_a_round_leased_for_budget_waiters_is_theirs_when_the_next_ro
 
     async def one() -> int | str:
         try:
-            await limiting.reserve(p.budgets, agent, links, req)
+            await limiting.reserve(p.budgets, agent, links, req, p)
         except GatewayError as error:
             return error.code
         return 200

@@ -1,8 +1,8 @@
 """Rolling per-model counters of the dashboard: requests, errors and fallbacks per second, and sparklines.
 
-Fed by `note_request` (a request listener installed by the composition root) with the
-model that served (or, when nothing served, the last link tried), into the current
-process's `ModelCounters` (`Process.counters`), and read by
+Fed by the request path (routing.runtime.accounting.observe, with the serving process's
+`Process.counters`) with the model that served (or, when nothing served, the last link
+tried); `note_request` counts into the installed process's. Read by
 `model_stats` when the state is built. Memory only: 1 s buckets over WINDOW_S for the
 rates, and 1 min buckets over SPARK_MINUTES (requests, errors, a latency histogram
 for the p50) for the sparklines (docs/operations.md#sparklines).
@@ -145,7 +145,7 @@ class Rolling:
 
 
 class ModelCounters:
-    """One process's counters per model (`Process.counters`), fed by the request listener."""
+    """One process's counters per model (`Process.counters`), fed by its requests' accounting."""
 
     __slots__ = ("stats", "minutes")
 
