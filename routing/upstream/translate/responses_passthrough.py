@@ -56,8 +56,8 @@ async def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[byte
     """The upstream's Responses events, unchanged (line ends made \\n), framed for the commit and relay.
 
     Events before the first content are held and sent with it, as a chunk of their own when
-    more of the stream came in the same read (the relay sends it before it taps the rest); an `error` or `response.failed`
-    before it is a pre-commit failure (retried, failed over). After `response.completed` a
+    more of the stream came in the same read (the relay sends it before it taps the rest); an
+    `error` or `response.failed` before it is a pre-commit failure (retried, failed over). After `response.completed` a
     `data: [DONE]` marker tells the relay the stream ended as it should (`ResponsesRelay` takes
     it out again); after an error event the stream just ends, so the relay counts it as broken.
     """
