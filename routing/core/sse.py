@@ -15,6 +15,7 @@ encoded) and `json_event` (an object, encoded with orjson).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -63,23 +64,30 @@ def normalise(buffer: bytearray, chunk: bytes) -> None:
         buffer[:] = data + b"\r" if held else data
 
 
-def pop_frames(buffer: bytearray) -> list[tuple[bytes, bytes | None, bytes | None]]:
-    """Pop every complete SSE frame from a (normalised) buffer: (raw frame, event name, joined data)."""
-    out = []
+def pop_frames(buffer: bytearray) -> Iterator[tuple[bytes, bytes | None, bytes | None]]:
+    """Pop the complete SSE frames of a (normalised) buffer, one at a time: (raw frame, event name, joined data).
+
+    A generator: each frame is taken out of the buffer and read when the caller asks for it, so a
+    translator can send its first event before it has read the rest of a burst (an upstream faster
+    than the gateway hands over much of its stream in one read). Frames a caller does not ask for
+    stay in the buffer. The buffer must not be appended to while a loop over it is running.
+    """
     while True:
         end = buffer.find(b"\n\n")
         if end < 0:
-            return out
+            return
         raw = bytes(buffer[: end + 2])
         del buffer[: end + 2]
         name, data = parse_frame(raw[:-2])
         if data is not None or name:
-            out.append((raw, name, data))
+            yield raw, name, data
 
 
-def pop_events(buffer: bytearray) -> list[tuple[bytes | None, bytes]]:
-    """Pop every complete SSE event that carries data: (event name, joined `data:` payload)."""
-    return [(name, data) for _, name, data in pop_frames(buffer) if data is not None]
+def pop_events(buffer: bytearray) -> Iterator[tuple[bytes | None, bytes]]:
+    """Pop the complete SSE events that carry data, one at a time: (event name, joined `data:` payload)."""
+    for _, name, data in pop_frames(buffer):
+        if data is not None:
+            yield name, data
 
 
 def event_name(name: bytes | None, data: bytes | None) -> bytes:

@@ -55,8 +55,9 @@ DELTA_EVENTS = frozenset(
 async def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """The upstream's Responses events, unchanged (line ends made \\n), framed for the commit and relay.
 
-    Events before the first content are held and sent with it; an `error` or `response.failed`
-    before it is a pre-commit failure (retried, failed over). After `response.completed` a
+    Events before the first content are held and sent with it, as a chunk of their own when
+    more of the stream came in the same read (the relay sends it before it taps the rest); an
+    `error` or `response.failed` before it is a pre-commit failure (retried, failed over). After `response.completed` a
     `data: [DONE]` marker tells the relay the stream ended as it should (`ResponsesRelay` takes
     it out again); after an error event the stream just ends, so the relay counts it as broken.
     """
@@ -78,6 +79,11 @@ async def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[byte
                     continue
                 out.extend(held)
                 held = None
+                if kind not in END_EVENTS:
+                    # The commit goes out before the rest of the read is framed (a burst's first byte).
+                    yield b"".join(out)
+                    out = []
+                    continue
             else:
                 out.append(raw)
             if kind in END_EVENTS or kind in ERROR_EVENTS:
