@@ -28,6 +28,27 @@ def test_a_byte_now_and_then_does_not_move_the_deadline_but_enough_bytes_do() ->
     assert p.deadline == 140.0
 
 
+def test_the_window_needs_exactly_min_bytes_counted_from_zero_and_each_move_starts_the_count_again() -> None:
+    p = BodyProgress(10.0, 1024, now=0.0)
+    assert p.fed(1023, 1.0) is False and p.deadline == 10.0  # one byte short of the window's quota
+    assert p.fed(1, 2.0) is True and p.deadline == 12.0
+    assert p.fed(1023, 3.0) is False and p.deadline == 12.0  # the next window counts from zero again
+    assert p.fed(1, 4.0) is True and p.deadline == 14.0
+
+
+def test_a_restart_forgets_the_bytes_of_the_window_it_abandons() -> None:
+    p = BodyProgress(10.0, 1024, now=0.0)
+    assert p.fed(500, 1.0) is False
+    p.restart(5.0)  # the application paused: the 500 bytes do not count toward the new window
+    assert p.fed(1023, 6.0) is False and p.deadline == 15.0
+    assert p.fed(1, 7.0) is True and p.deadline == 17.0
+
+
+def test_a_quota_below_one_byte_means_any_byte_moves_the_deadline() -> None:
+    p = BodyProgress(10.0, 0, now=0.0)
+    assert p.fed(1, 3.0) is True and p.deadline == 13.0
+
+
 def trickle(chunks: list[bytes], every_s: float):
     """An ASGI receive whose body messages come every `every_s` (a slow client)."""
     pending = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
