@@ -44,10 +44,10 @@ def test_a_trailing_carriage_return_is_held_until_the_next_chunk_says_what_it_is
 
 def test_frames_without_data_or_name_are_skipped_and_an_incomplete_one_waits() -> None:
     buffer = bytearray(b": ping\n\nevent: open\n\ndata: 1\n\ndata: 2")
-    assert pop_frames(buffer) == [(b"event: open\n\n", b"open", None), (b"data: 1\n\n", None, b"1")]
+    assert list(pop_frames(buffer)) == [(b"event: open\n\n", b"open", None), (b"data: 1\n\n", None, b"1")]
     assert buffer == b"data: 2"
     buffer = bytearray(b"event: open\n\nevent: x\ndata: 1\n\n")
-    assert pop_events(buffer) == [(b"x", b"1")]
+    assert list(pop_events(buffer)) == [(b"x", b"1")]
 
 
 @pytest.mark.parametrize(
