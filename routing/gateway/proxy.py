@@ -32,7 +32,6 @@ from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, 
 from routing.upstream.dialects.error_classes import refine
 
 _monotonic = time.monotonic
-DRAIN_S = 0.05  # how long a cleanly ended stream waits for its transfer's end to keep the connection
 _perf = time.perf_counter
 
 
@@ -281,8 +280,9 @@ async def proxy_stream(call: Call) -> None:
         ending = committed.ending
         _settle(outcome.settlement, ending, ctx)
         await committed.aclose()
-        # A translated stream ends at its last event, often before the transfer's end: waited for.
-        await response.close(DRAIN_S if ending == "ok" else 0.0)
+        # Not drained here (UpstreamResponse.close's drain_s): the client may leave as soon as it has
+        # the protocol's last event, and waiting on the request path would turn a whole answer into a 499.
+        await response.close()
 
 
 async def _relay(send: Send, committed: Any, tap: Tap, journaled: Any, rename: Renamer | None, split: int = 0) -> None:
