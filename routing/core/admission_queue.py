@@ -141,6 +141,7 @@ class Gate:
         self._hold = 0.0  # how long a slot is held, measured while requests wait; 0 unknown
         self._arrivals = [0.0] * len(PRIORITIES)  # recent arrivals a second, per class
         self._arrived_at = [0.0] * len(PRIORITIES)
+        self.refused_seen: int | None = None  # the other processes' refusals at the last seats round
 
     def reconfigure(self, settings: LimitSettings) -> None:
         """The operator changed the model's settings: keep what was learnt within the new bounds."""
@@ -424,9 +425,25 @@ class Gates:
         """A gate has requests waiting: its seats are worth asking again soon."""
         return any(gate is not None and len(gate.queue) for gate in self.gates.values())
 
-    def claims(self) -> list[tuple[str, int, int, int]]:
-        """Per gate: (ident, the cluster's max, demand = in flight + waiting, in flight), for the seats round."""
-        return [(g.ident, s.max_limit, g.inflight + len(g.queue), g.inflight) for _, g, s in self._configured()]
+    def claims(self) -> list[tuple[str, int, int, int, int]]:
+        """Per gate: (ident, the cluster's max, demand = in flight + waiting, in flight, refusals seen here),
+        for the seats round."""
+        return [
+            (g.ident, s.max_limit, g.inflight + len(g.queue), g.inflight, g.limit.refused)
+            for _, g, s in self._configured()
+        ]
+
+    def refusals_elsewhere(self, counts: Mapping[str, int]) -> None:
+        """The other live processes' refusal counts by gate ident (from the seats round): a gate whose count
+        grew since the last round holds its limit's growth (routing.core.concurrency.AdaptiveLimit.refused_elsewhere)."""
+        now = self.clock()
+        for _, gate, _s in self._configured():
+            count = counts.get(gate.ident)
+            if count is None:
+                continue
+            if gate.refused_seen is not None and count > gate.refused_seen:
+                gate.limit.refused_elsewhere(now)
+            gate.refused_seen = count
 
     def _configured(self) -> list[tuple[object, Gate, LimitSettings]]:
         """(key, gate, its model's settings) of every gate whose model has a limit configured."""

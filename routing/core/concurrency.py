@@ -53,6 +53,7 @@ class AdaptiveLimit:
         "_hold_until",
         "_step",
         "_step_at",
+        "refused",
     )
 
     def __init__(self, settings: LimitSettings) -> None:
@@ -69,6 +70,7 @@ class AdaptiveLimit:
         self._hold_until = -1e18  # no growth before this (after a refusal)
         self._step = 0.5  # growth per round-trip (doubled to 1 by the first sample)
         self._step_at = -1e18  # when the step last doubled
+        self.refused = 0  # refusals seen here, ever: the other processes hold their growth on news of one
 
     @property
     def limit(self) -> int:
@@ -88,14 +90,22 @@ class AdaptiveLimit:
         its old share was learnt from the upstream, not set by the share: it stays (within the new bounds).
         Scaled, it would follow the other processes' queues up and down, and two processes' limits
         together would overshoot the upstream's capacity (429s) or drift apart (one serving batch while
-        the other's interactive requests wait)."""
+        the other's interactive requests wait). A limit the seats held (at its whole share) is scaled with
+        them, but never past the level of its last refusal: that level is the upstream's, not the share's,
+        and a jump past it is a burst of calls past the capacity, each a 429 (the other processes may have
+        grown into what the seats took from this one); beyond it the limit grows by probing."""
         old = self.settings.max_limit
         self.settings = settings
         if self.baseline == 0 or old <= 0:
             self._limit = float(max(settings.min_limit, min(settings.initial, settings.max_limit)))
             return
-        if learnt and self._limit < old:
-            self._limit = float(max(settings.min_limit, min(self._limit, settings.max_limit)))
+        if learnt:
+            limit = self._limit
+            if limit >= old:  # the seats held it: scaled with them, up to just under the last refusal
+                limit *= settings.max_limit / old
+                if self._ceiling != float("inf"):
+                    limit = min(limit, max(self._limit, self._ceiling - 1))
+            self._limit = float(max(settings.min_limit, min(limit, settings.max_limit)))
             return
         factor = settings.max_limit / old
         self._limit = float(max(settings.min_limit, min(self._limit * factor, settings.max_limit)))
@@ -137,9 +147,19 @@ class AdaptiveLimit:
             self._floor_at, self._floor, self._refusals = now, self._limit / 2, 0
             self._room = max(1, int(self._step))
         self._refusals += 1
+        self.refused += 1
         self._ceiling = self._limit
         low = max(float(self.settings.min_limit), self._floor)
         self._limit = low if self._refusals > self._room + 1 else max(low, self._limit - 1.0)
+        self._hold(now)
+
+    def refused_elsewhere(self, now: float) -> None:
+        """Another process calling the same upstream met a refusal (docs/overload.md#processes): the capacity
+        is one for them all, and the call refused there may as well have been this process's probe (the
+        upstream refuses whichever call comes when it is full). The limit stays as it is but holds, as
+        after a refusal of its own; otherwise a process whose probes were answered by the other's 429s
+        would see no refusal, double its step each round-trip and push the other down call by call, a
+        storm of 429s."""
         self._hold(now)
 
     def _hold(self, now: float) -> None:

@@ -331,9 +331,16 @@ def test_the_cluster_s_seats_set_each_gate_s_share_and_a_new_gate_waits_for_its_
     assert east.limit.limit == 4  # within the new share
     gates.seat({"m/east": 8})
     assert east.limit.limit == 8  # it was at its whole share (the seats bound it): at its whole share again
+    clock.advance(2.0)
+    east.limit.dropped(clock())  # the upstream refused at 8: the limit learns 7, its last refusal 8
+    gates.seat({"m/east": 3})
+    gates.seat({"m/east": 30})
+    # held by the seats at 3, given 30: scaled back up, but only to just under its last refusal (a jump to
+    # 30 would be a burst of calls past the upstream's capacity); past it, it grows by probing
+    assert east.limit.limit == 7
     west = gates.gate("k2", "m", "m/west")
     assert west is not None and (west.settings.max_limit, west.limit.limit) == (0, 0) and woken == [1]
-    assert gates.claims() == [("m/east", 40, 0, 0), ("m/west", 40, 0, 0)]
+    assert gates.claims() == [("m/east", 40, 0, 0, 1), ("m/west", 40, 0, 0, 0)]  # east met 1 refusal
     gates.seat({"m/west": 8})
     assert (west.settings.max_limit, west.limit.limit) == (8, 5)  # the initial's even share, within its seats
     gates.seat(None)  # Redis unreachable
@@ -367,10 +374,10 @@ async def test_a_gate_reports_its_demand_and_hunger_to_the_seats_round() -> None
     gate = gates.gate("k", "m", "m/east")
     waits = [asyncio.ensure_future(gate.acquire("org", D, 1.0, clock() + 60)) for _ in range(5)]
     await asyncio.sleep(0)
-    assert gates.claims() == [("m/east", 2, 5, 2)] and gates.hungry()
+    assert gates.claims() == [("m/east", 2, 5, 2, 0)] and gates.hungry()
     for w in waits:
         w.cancel()
     await asyncio.gather(*waits, return_exceptions=True)
     gate.release()
     gate.release()
-    assert gates.claims() == [("m/east", 2, 0, 0)] and not gates.hungry()
+    assert gates.claims() == [("m/east", 2, 0, 0, 0)] and not gates.hungry()

@@ -568,15 +568,17 @@ async def test_seats_are_max_min_fair_over_what_the_live_processes_demand_and_ne
     left the processes set is forgotten."""
     import time
 
-    from routing.runtime.cluster.shared_limits import seats_key
+    from routing.runtime.cluster.shared_seats import refusals_key, seats_key
 
     p = Syncer(Budgets(), Limiter(), redis_url, namespace=uuid.uuid4().hex[:12])
     p.connect()
     processes, key = p.prefix + "processes", seats_key("m/east", p.prefix)
     await p._redis.zadd(processes, dict.fromkeys(("a", "b", "c"), time.time()))
 
+    refused_key = refusals_key("m/east", p.prefix)
+
     async def ask(me: str, inflight: int, demand: int) -> int:
-        seats, contended = await p._seats(keys=[key, processes], args=[me, inflight, demand, 30, 60])
+        seats, contended, _ = await p._seats(keys=[key, processes, refused_key], args=[me, inflight, demand, 30, 60, 0])
         wanted.append(contended)
         return int(seats)
 
@@ -599,3 +601,35 @@ async def test_seats_are_max_min_fair_over_what_the_live_processes_demand_and_ne
     assert set(await p._redis.hkeys(key)) == {b"a", b"c"}
     assert wanted == [0, 0, *[1] * 9]  # from a's flood on, the processes want more than the 30 seats
     await p.close()
+
+
+async def test_a_refusal_one_process_meets_holds_the_other_process_s_growth(redis_url):
+    """docs/overload.md#processes: the upstream's capacity is one for the processes calling it, and it refuses
+    whichever call comes when it is full. A process whose probe was answered by a 429 on the other process
+    learns of it in the next seats round and holds its growth (it does not lower its limit); without it, it
+    saw no refusal, doubled its step each round-trip and pushed the other down call by call."""
+    import time
+
+    (p1, _, gate1), (p2, _, gate2) = _seated_processes(redis_url, initial=4, max_limit=40)
+    await _beat(p1, p2, p1, p2)
+    now = time.monotonic()
+    for gate in (gate1, gate2):
+        gate.limit.sample(0.1, gate.limit.limit, now)
+
+    def grows(gate) -> bool:
+        before = gate.limit._limit
+        gate.limit.sample(0.1, gate.limit.limit, time.monotonic() + 0.5)
+        return gate.limit._limit > before
+
+    assert grows(gate1) and grows(gate2)  # both full, no refusal: both probe
+    gate2.limit.dropped(time.monotonic())  # the upstream refused one of process 2's calls
+    level = gate1.limit.limit
+    await _beat(p2, p1)
+    assert not grows(gate1) and gate1.limit.limit == level  # process 1 holds, at the level it had
+    assert not grows(gate2)  # process 2 holds after its own refusal, as before
+    await _beat(p2, p1)
+    gate1.limit._hold_until = -1e18  # its hold over: with no new refusal anywhere, a round does not renew it
+    await _beat(p2, p1)
+    assert grows(gate1)
+    await p1.close()
+    await p2.close()

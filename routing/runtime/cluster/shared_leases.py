@@ -41,7 +41,7 @@ from routing.runtime.cluster.shared_scripts import (
     bucket_key,
     settled_key,
 )
-from routing.runtime.cluster.shared_seats import BEAT_S, SEATS_SCRIPT, SEATS_TTL_S, Seating, seats_key
+from routing.runtime.cluster.shared_seats import BEAT_S, SEATS_SCRIPT, SEATS_TTL_S, Seating, refusals_key, seats_key
 from routing.runtime.observe import metrics
 
 log = logging.getLogger("switchboard")
@@ -357,7 +357,7 @@ class Syncer(Seating, Recovery):
         account_plans: list[Any],
         buckets: list[Any],
         bucket_plans: list[Any],
-        seat_plans: list[tuple[str, int, int, int]],
+        seat_plans: list[tuple[str, int, int, int, int]],
     ) -> Any:
         """The round's pipeline: heartbeat, epoch, one lease per budget, one take per bucket, seats per gate."""
         pipe = self._redis.pipeline(transaction=False)
@@ -376,9 +376,10 @@ class Syncer(Seating, Recovery):
         for (key, bucket), (_, want, owed) in zip(buckets, bucket_plans, strict=True):
             args = [repr(bucket.capacity), repr(want), repr(owed), BUCKET_TTL_S, repr(bucket.seen_at(mono))]
             await self._take(keys=[bucket_key(key, self.prefix)], args=args, client=pipe)
-        for name, total, demand, inflight in seat_plans:
-            args = [self.id, inflight, demand, total, SEATS_TTL_S]
-            await self._seats(keys=[seats_key(name, self.prefix), processes], args=args, client=pipe)
+        for name, total, demand, inflight, refused in seat_plans:
+            args = [self.id, inflight, demand, total, SEATS_TTL_S, refused]
+            keys = [seats_key(name, self.prefix), processes, refusals_key(name, self.prefix)]
+            await self._seats(keys=keys, args=args, client=pipe)
         return await asyncio.wait_for(pipe.execute(), self.timeout_s * 2)
 
     def _apply(self, account_plans: list[Any], bucket_plans: list[Any], rest: list[Any], mono: float) -> None:
