@@ -24,11 +24,9 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlparse
 
 import orjson
 
-from routing.config import live
 from routing.core.affinity import Pins
 from routing.core.breaker import BreakerKey
 from routing.runtime.cluster import redis_session
@@ -60,8 +58,17 @@ def decode(raw: bytes | str) -> tuple[str, str, BreakerKey, float, float, str]:
     return out
 
 
-class AffinitySync:
-    """One process's side of the shared pins; see the module docstring. `clock` is the pins' (monotonic)."""
+class AffinitySync(redis_session.ChannelSync):
+    """One process's side of the shared pins; see the module docstring. `clock` is the pins' (monotonic).
+
+    The session, its backoff and the outage's log line and gauge are `redis_session.ChannelSync`'s;
+    what is this part's own is the load at connect, the reader's merge and the writer's flush."""
+
+    name = "affinity sync"
+    part = "affinity"
+    alone = "affinity pins are per process"
+    shared = "affinity pins"
+    log = log
 
     def __init__(
         self,
@@ -72,54 +79,18 @@ class AffinitySync:
         cluster: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(redis_url, redis_session.channel_name(CHANNEL_PREFIX, redis_url, cluster), timeout_s, clock)
         self.pins = pins
         self.origin = origin
-        self.redis_url = redis_url
         self.cluster = cluster
-        path = urlparse(redis_url).path.strip("/")
-        self.channel = f"{CHANNEL_PREFIX}{path or '0'}:{cluster}"
-        self.timeout_s = timeout_s
-        self.clock = clock
-        self.degraded = False
-        self.connected = False  # subscribed and loaded
         self.loaded = 0  # pins merged at the last load
         self.written = 0
         self.merged = 0
 
-    async def run(self) -> None:
-        """Load, write and merge until cancelled; reconnect with backoff on any Redis error."""
-        await redis_session.reconnecting(self._session, self._down, self.clock)  # pins per process while down
-
-    def _client(self) -> Any:
-        return redis_session.client(self.redis_url, self.timeout_s)
-
-    async def _session(self) -> None:
-        client = self._client()
-        pubsub = client.pubsub(ignore_subscribe_messages=True)
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                await pubsub.subscribe(self.channel)
-            await self.load(client)
-            log.info("affinity pins: %d loaded from Redis", self.loaded)
-            self._up()
-            reader = asyncio.ensure_future(self._read(pubsub))
-            writer = asyncio.ensure_future(self._write(client))
-            try:
-                done, _ = await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    task.result()
-                raise ConnectionError("the affinity sync session ended")
-            finally:
-                for task in (reader, writer):
-                    task.cancel()
-                await asyncio.gather(reader, writer, return_exceptions=True)
-        finally:
-            self.connected = False
-            for closing in (pubsub.aclose(), client.aclose()):
-                try:
-                    await asyncio.wait_for(closing, self.timeout_s)
-                except Exception:  # noqa: BLE001 - the connection is gone anyway
-                    pass
+    async def _ready(self, client: Any) -> None:
+        """Count as connected only once the pins alive in Redis are merged here."""
+        await self.load(client)
+        log.info("affinity pins: %d loaded from Redis", self.loaded)
 
     async def load(self, client: Any) -> int:
         """Merge every pin alive in Redis for this cluster; the number merged."""
@@ -185,19 +156,5 @@ class AffinitySync:
                 await pipe.execute()
             self.written += len(out)
 
-    def _up(self) -> None:
-        self.connected = True
-        if self.degraded:
-            log.warning("Redis is reachable again: affinity pins are shared again")
-        self.degraded = False
-        live.set_degraded("redis", False, "affinity")
-
-    def _down(self, exc: BaseException) -> None:
+    def _on_down(self) -> None:
         self.pins.take_outbox()  # what could not be shared stays local; the next pins go out on reconnect
-        if not self.degraded:
-            log.warning(
-                "Redis is unreachable (%s): affinity pins are per process until it is back; requests are unaffected",
-                exc or type(exc).__name__,
-            )
-            self.degraded = True
-            live.set_degraded("redis", True, "affinity")

@@ -48,11 +48,9 @@ from collections import deque
 from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 import orjson
 
-from routing.config import live
 from routing.config.reload import shared_timeout_s
 from routing.core.breaker import BreakerKey, BreakerRegistry, State
 from routing.plan.explain import BreakerStates, local_states
@@ -137,8 +135,7 @@ def decode(raw: bytes | str) -> Transition:
 
 def channel_for(redis_url: str, cluster: str = "") -> str:
     """The pub/sub channel of this Redis database and cluster (pub/sub is server-wide, keys are per db)."""
-    path = urlparse(redis_url).path.strip("/")
-    return f"{CHANNEL_PREFIX}{path or '0'}:{cluster}"
+    return redis_session.channel_name(CHANNEL_PREFIX, redis_url, cluster)
 
 
 def lease_key(key: BreakerKey, cluster: str = "") -> str:
@@ -195,13 +192,20 @@ def cluster_of(settings: Any) -> str:
     return cluster_scope.cluster_name(getattr(settings, "SWITCHBOARD_CLUSTER", "") or "", settings.DATABASES["default"])
 
 
-class BreakerSync:
+class BreakerSync(redis_session.ChannelSync):
     """One process's side of the shared breakers; see the module docstring.
 
     `clock` is this process's monotonic clock (the registry's), `wall` the epoch clock
     carried in messages. `known` holds the breaker keys this process's configuration
     serves (set by the composition root on every snapshot); None accepts every key.
+    The session, its backoff and the outage's log line and gauge are `redis_session.ChannelSync`'s.
     """
+
+    name = "breaker sync"
+    part = "breakers"
+    alone = "breakers are per process"
+    shared = "breaker transitions"
+    log = log
 
     def __init__(
         self,
@@ -213,17 +217,12 @@ class BreakerSync:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(redis_url, channel_for(redis_url, cluster), timeout_s, clock)
         self.registry = registry
         self.origin = origin
-        self.redis_url = redis_url
         self.cluster = cluster
-        self.channel = channel_for(redis_url, cluster)
-        self.timeout_s = timeout_s
-        self.clock = clock
         self.wall = wall
         self.known: Container[BreakerKey] | None = None
-        self.connected = False  # Redis reachable: publish, and take leases before probing
-        self.degraded = False
         # newest transition known per link (and per org view): (at, origin, seq)
         self.last: dict[tuple[BreakerKey, str | None], tuple[float, str, int]] = {}
         self.seq = 0
@@ -361,40 +360,15 @@ class BreakerSync:
     # --------------------------------------------------------------- the background task
 
     async def run(self) -> None:
-        """Connect, subscribe, publish and apply until cancelled; reconnect with backoff on any Redis error."""
+        """Connect, subscribe, publish and apply until cancelled; reconnect with backoff on any Redis error
+        (local breakers while down). The wake-up is made here: `_kick` may come from another thread."""
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        await redis_session.reconnecting(self._session, self._down, self.clock)  # local breakers while down
+        await super().run()
 
-    def _client(self) -> Any:
-        return redis_session.client(self.redis_url, self.timeout_s)
-
-    async def _session(self) -> None:
-        client = self._client()
-        pubsub = client.pubsub(ignore_subscribe_messages=True)
-        try:
-            await asyncio.wait_for(pubsub.subscribe(self.channel), self.timeout_s)
-            await asyncio.wait_for(client.ping(), self.timeout_s)
-            redis_session.stop_if_cancelled()  # wait_for (3.11) can lose a cancellation that comes as its call ends
-            self._up()
-            reader = asyncio.ensure_future(self._read(pubsub))
-            writer = asyncio.ensure_future(self._write(client))
-            try:
-                done, _ = await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    task.result()  # raises the Redis error that ended the session
-                raise ConnectionError("the breaker sync session ended")
-            finally:
-                for task in (reader, writer):
-                    task.cancel()
-                await asyncio.gather(reader, writer, return_exceptions=True)
-        finally:
-            self.connected = False
-            for closing in (pubsub.aclose(), client.aclose()):
-                try:
-                    await asyncio.wait_for(closing, self.timeout_s)
-                except Exception:  # noqa: BLE001 - the connection is gone anyway
-                    pass
+    async def _ready(self, client: Any) -> None:
+        """Count as connected (publish, take leases) only once Redis answers a command, not just a SUBSCRIBE."""
+        await asyncio.wait_for(client.ping(), self.timeout_s)
 
     async def _read(self, pubsub: Any) -> None:
         while True:
@@ -497,16 +471,12 @@ class BreakerSync:
             holder, left_ms = await pipe.execute()
         return holder, int(left_ms)
 
-    def _up(self) -> None:
-        self.connected = True
-        if self.degraded:
-            log.warning("Redis is reachable again: breaker transitions are shared again")
-        self.degraded = False
-        live.set_degraded("redis", False, "breakers")
+    def _on_up(self) -> None:
+        """Connected again: the others learn this process's open links (they may have missed them)."""
         self._republish()
 
-    def _down(self, exc: BaseException) -> None:
-        self.connected = False
+    def _on_down(self) -> None:
+        """Redis gone: every gate answers locally; what waited to be sent or asked for is dropped."""
         for key in list(self.outages):  # nobody to ask: decide on what this process knows
             self.registry.confirm_outage(key)
         self.outages.clear()
@@ -514,13 +484,6 @@ class BreakerSync:
         self.wanted.clear()
         self.outbox.clear()
         self.releases.clear()
-        if not self.degraded:
-            log.warning(
-                "Redis is unreachable (%s): breakers are per process until it is back; requests are unaffected",
-                exc or type(exc).__name__,
-            )
-            self.degraded = True
-            live.set_degraded("redis", True, "breakers")
 
     def _republish(self) -> None:
         """After (re)connecting: tell the others which links are open here (the originals' times)."""
