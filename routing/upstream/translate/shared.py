@@ -1,4 +1,5 @@
-"""What two or more translators share, public: the Anthropic wire's tables and blocks, the usage objects.
+"""What two or more translators share, public: the Anthropic wire's tables and blocks, the usage objects,
+the per-link reasoning gate of a translated request.
 
 A translator module (routing.upstream.translate.<client>_to_<upstream>) imports from here, from
 routing.upstream.translate.openai_request (reading a chat request) and from routing.core.sse (the
@@ -10,11 +11,12 @@ same way whichever way it travels.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
 
+from routing.config.schema import REASONING
 from routing.core import errors
 from routing.core.errors import invalid_request
 from routing.upstream.translate import openai_request
@@ -186,6 +188,25 @@ def reasoning_of(message: Mapping[str, Any]) -> str:
         if isinstance(text, str) and text:
             return text
     return ""
+
+
+def reasoning_gated(
+    chat: Mapping[str, Any], capabilities: Collection[str], dropped: Sequence[str], asked_by: Sequence[str]
+) -> tuple[dict[str, Any] | None, str]:
+    """(the link's chat body, its x-switchboard-dropped) for a Messages or Responses request translated to chat.
+
+    One rule for both client protocols, so it cannot drift between them: the `reasoning_effort` a
+    Messages `thinking` or a Responses `reasoning` became goes only to a link whose model declares the
+    `reasoning` capability, because a chat model that cannot reason (gpt-4o, many vLLM and llama.cpp
+    models) answers 400 to the field and Claude Code sends `thinking` on every request. Any other link
+    gets a copy of `chat` without it, and the client's fields the effort came from (`asked_by`) are named
+    after the hints already `dropped`. The body is None where the link keeps the field: the caller's own
+    stands, so a link that reasons (or a request without an effort) costs no copy.
+    """
+    if "reasoning_effort" not in chat or REASONING in capabilities:
+        return None, ", ".join(dropped)
+    lean = {name: value for name, value in chat.items() if name != "reasoning_effort"}
+    return lean, ", ".join([*dropped, *(name for name in asked_by if name not in dropped)])
 
 
 # --- thinking blocks of another provider -------------------------------------------
