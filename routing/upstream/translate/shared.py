@@ -1,5 +1,5 @@
 """What two or more translators share, public: the Anthropic wire's tables and blocks, the usage objects,
-the per-link reasoning gate of a translated request.
+the per-link reasoning gate of a translated request and the pass-throughs' hold before the commit.
 
 A translator module (routing.upstream.translate.<client>_to_<upstream>) imports from here, from
 routing.upstream.translate.openai_request (reading a chat request) and from routing.core.sse (the
@@ -11,7 +11,7 @@ same way whichever way it travels.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -19,6 +19,8 @@ import orjson
 from routing.config.schema import REASONING
 from routing.core import errors
 from routing.core.errors import invalid_request
+from routing.core.failures import FailureKind, UpstreamFailure
+from routing.core.sse import DONE, event_name, normalise, pop_frames
 from routing.upstream.translate import openai_request
 
 HOLD_MAX_EVENTS = 16  # pass-through: events without content held before the commit (as routing.core.stream does)
@@ -207,6 +209,60 @@ def reasoning_gated(
         return None, ", ".join(dropped)
     lean = {name: value for name, value in chat.items() if name != "reasoning_effort"}
     return lean, ", ".join([*dropped, *(name for name in asked_by if name not in dropped)])
+
+
+# --- pass-through event streams ----------------------------------------------------
+
+
+async def held_until_content(
+    chunks: AsyncIterator[bytes],
+    carries_content: Callable[[bytes, bytes | None], bool],
+    error_events: frozenset[bytes],
+    end_events: frozenset[bytes],
+) -> AsyncIterator[bytes]:
+    """A pass-through upstream's named events, unchanged (line ends made \\n), framed for routing.core.stream.
+
+    One framing for the Messages and the Responses pass-through, which differ only in their event names.
+    The events before the first that `carries_content` (or before HOLD_MAX_EVENTS of them) are held,
+    so a failure before any content can still be retried or failed over: one of `error_events` there
+    is raised as a pre-commit failure. The held events go out with that first content event as a
+    chunk of their own, before the rest of the same read is framed: an upstream faster than the
+    gateway hands over much of its stream at once, and the client's first token should not wait for
+    the rest of it. After one of `end_events` (a clean end) a `data: [DONE]` marker tells the relay
+    the stream ended as it should (the pass-through's tap takes it out again); after an error event
+    the stream just ends, so the relay counts it as broken.
+    """
+    buffer = bytearray()
+    held: list[bytes] | None = []
+    async for chunk in chunks:
+        normalise(buffer, chunk)
+        out: list[bytes] = []
+        for raw, name, data in pop_frames(buffer):
+            kind = event_name(name, data)
+            if held is not None:
+                if kind in error_events:
+                    detail = data.decode("utf-8", "replace")[:300] if data else ""
+                    raise UpstreamFailure(
+                        FailureKind.STREAM_ERROR, f"the upstream stream started with an error: {detail}", body=data
+                    )
+                held.append(raw)
+                if not carries_content(kind, data) and len(held) <= HOLD_MAX_EVENTS:
+                    continue
+                out.extend(held)
+                held = None
+                if kind not in end_events:
+                    yield b"".join(out)  # the commit, ahead of the rest of this read
+                    out = []
+                    continue
+            else:
+                out.append(raw)
+            if kind in end_events or kind in error_events:
+                if kind in end_events:
+                    out.append(DONE)
+                yield b"".join(out)
+                return
+        if out:
+            yield b"".join(out)
 
 
 # --- thinking blocks of another provider -------------------------------------------
