@@ -19,7 +19,6 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from routing.config.schema import REASONING
 from routing.core import errors
 from routing.core.errors import GatewayError
 from routing.core.executor import Link
@@ -33,7 +32,7 @@ from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, 
 from routing.upstream.dialects.base import load_json
 from routing.upstream.translate.messages_passthrough import AnthropicRelay
 from routing.upstream.translate.messages_to_chat import Gaps, MessagesStream, chat_request
-from routing.upstream.translate.shared import anthropic_usage, error_body, without_foreign_thinking
+from routing.upstream.translate.shared import anthropic_usage, error_body, reasoning_gated, without_foreign_thinking
 from routing.upstream.translate.table import Translator, translator
 
 PROTOCOL = "messages"  # this endpoint's row of routing.core.kinds.NATIVE_PROTOCOLS
@@ -132,11 +131,9 @@ class MessagesHook:
         refused = self.gaps.refused
         if refused:
             raise errors.no_counterpart(refused[0][0], model.id, dialect.name, _PROTOCOL_NAME)
-        if "reasoning_effort" not in body or REASONING in model.capabilities:
-            self.ctx.dropped = self.gaps.named()
+        lean, self.ctx.dropped = reasoning_gated(body, model.capabilities, self.gaps.dropped, self.gaps.reasoning)
+        if lean is None:
             return None
-        self.ctx.dropped = self.gaps.named(reasons=False)
-        lean = {name: value for name, value in body.items() if name != "reasoning_effort"}
         return dialect.build_request("chat", lean, model, link.base_url, link.api_key, stream)
 
     def parse(self, dialect: Dialect, link: Link, data: bytes, prepared: PreparedRequest) -> ParsedResponse:

@@ -16,12 +16,12 @@ from typing import Any
 
 import orjson
 
-from routing.config.schema import REASONING
 from routing.core.executor import Link
 from routing.runtime.accounting import Context
 from routing.upstream.dialects import Dialect, ParsedResponse, PreparedRequest, get_dialect
 from routing.upstream.translate.responses_passthrough import ResponsesRelay
 from routing.upstream.translate.responses_to_chat import ResponsesEvents
+from routing.upstream.translate.shared import reasoning_gated
 from routing.upstream.translate.table import Translator, translator
 
 PROTOCOL = "responses"  # this endpoint's row of routing.core.kinds.NATIVE_PROTOCOLS
@@ -48,7 +48,7 @@ class ResponsesHook:
         self.original = original
         self.ctx = ctx
         self._chat: dict[str, Any] | None = None  # the chat translation, made for the first translated link
-        self._dropped = ""  # what that translation left out, for x-switchboard-dropped
+        self._dropped: tuple[str, ...] = ()  # what that translation left out, for x-switchboard-dropped
 
     def prepare(self, link: Link, stream: bool, body: dict[str, Any]) -> PreparedRequest | None:  # noqa: ARG002
         """A native link: None (the dialect sends the call's `body`, the client's own); a translated one: the
@@ -62,15 +62,13 @@ class ResponsesHook:
         if self._chat is None:
             dropped: list[str] = []
             self._chat = pair.request(self.original, dropped)
-            self._dropped = ", ".join(dropped)
+            self._dropped = tuple(dropped)
         model = link.model
         dialect = get_dialect(model.provider.dialect)
         chat = self._chat
-        if "reasoning_effort" in chat and REASONING not in model.capabilities:
-            chat = {name: value for name, value in chat.items() if name != "reasoning_effort"}
-            self.ctx.dropped = f"{self._dropped}, reasoning" if self._dropped else "reasoning"
-        else:
-            self.ctx.dropped = self._dropped
+        lean, self.ctx.dropped = reasoning_gated(chat, model.capabilities, self._dropped, ("reasoning",))
+        if lean is not None:
+            chat = lean
         if stream and dialect.stream_usage_option:  # the usage frame, for response.completed's usage
             chat = {**chat, "stream": True, "stream_options": {"include_usage": True}}
         return dialect.build_request("chat", chat, model, link.base_url, link.api_key, stream)

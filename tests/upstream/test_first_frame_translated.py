@@ -2,8 +2,9 @@
 
 An upstream faster than the gateway hands over much of its stream in one read. The translators
 read that read's events one at a time (`routing.core.sse.pop_frames` is a generator), and the
-Responses relay yields its held events with the first delta as a chunk of their own, so the
-client's first body message goes out after the first few events are read, not all of them.
+Responses and Messages pass-throughs yield their held events with the first content event as a
+chunk of their own, so the client's first body message goes out after the first few events are
+read, not all of them.
 The bytes the client gets are unchanged (tests/upstream/test_translators.py checks them).
 """
 
@@ -18,7 +19,9 @@ import pytest
 from routing.core import sse
 from routing.core.stream import UsageTap, open_stream
 from routing.gateway.proxy import _relay
+from routing.upstream.translate import messages_passthrough
 from routing.upstream.translate.chat_to_anthropic import translate_sse
+from routing.upstream.translate.messages_passthrough import AnthropicRelay
 from routing.upstream.translate.responses_passthrough import ResponsesRelay, held_until_content
 from tests.upstream.conftest import model
 
@@ -67,6 +70,17 @@ async def test_a_relayed_responses_burst_sends_the_held_events_and_the_first_del
     assert sent[0] == data[:first_end]  # response.created ... the first delta, and nothing after it
     assert b"".join(sent) == data  # the same bytes
     assert read <= 2 * 5 < 2 * frames(data)  # framed by the shape and by the tap: five events each, not all
+
+
+async def test_a_relayed_messages_burst_sends_the_held_events_and_the_first_delta_first(monkeypatch) -> None:
+    data = (WIRE / "anthropic_stream.sse").read_bytes()
+    stream = messages_passthrough.held_until_content(burst(data))
+    sent, read = await relayed(stream, AnthropicRelay(), monkeypatch, shape=True)
+    first_delta = data.index(b"event: content_block_delta")
+    first_end = data.index(b"\n\n", first_delta) + 2
+    assert sent[0] == data[:first_end]  # message_start, the thinking block's start, ping, the first delta: no more
+    assert b"".join(sent) == data  # the same bytes
+    assert read <= 2 * 4 < 2 * frames(data)  # framed by the pass-through and by the tap: four events each, not all
 
 
 async def test_a_translated_anthropic_burst_sends_its_first_chunk_after_the_first_events(monkeypatch) -> None:

@@ -12,14 +12,15 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.prices import token_classes
-from routing.core.sse import DONE, event_name, json_event, normalise, pop_frames
+from routing.core.sse import json_event, normalise, pop_frames
 from routing.core.stream import SAMPLE_BYTES, relayed_tokens
-from routing.upstream.translate.shared import HOLD_MAX_EVENTS, anthropic_usage, error_type
+from routing.upstream.translate import shared
+from routing.upstream.translate.shared import anthropic_usage, error_type
 
 _CONTENT_EVENTS = frozenset({b"content_block_delta", b"message_delta", b"message_stop"})
-_END_EVENTS = frozenset({b"message_stop", b"error"})
+_END_EVENTS = frozenset({b"message_stop"})  # the clean end
+_ERROR_EVENTS = frozenset({b"error"})
 
 
 def _carries_content(name: bytes, data: bytes | None) -> bool:
@@ -35,44 +36,18 @@ def _carries_content(name: bytes, data: bytes | None) -> bool:
     return block.get("type") == "tool_use" or bool(block.get("text"))
 
 
-async def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """An Anthropic upstream's event stream, framed for routing.core.stream's commit and relay.
+def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """An Anthropic upstream's event stream, framed for routing.core.stream's commit and relay
+    (routing.upstream.translate.shared.held_until_content, with Anthropic's event names).
 
-    The events go through unchanged (line ends made \\n), but those before the first
-    content (message_start, an empty text block start, pings) are held and sent with it,
-    so the stream commits where a chat stream does; an error event before it is raised as
-    a pre-commit failure (retried, failed over). After message_stop a `data: [DONE]`
-    marker tells the relay the stream ended as it should (`AnthropicRelay` takes it out
-    again); after an error event the stream just ends, so the relay counts it as broken
-    (breaker, usage record) and its terminal frame is dropped by `AnthropicRelay`.
+    The events before the first content (message_start, an empty text block start, pings) are held
+    and sent with it, as a chunk of their own; an error event before it is a pre-commit failure
+    (retried, failed over). After message_stop a `data: [DONE]` marker tells the relay the stream
+    ended as it should (`AnthropicRelay` takes it out again); after an error event the stream just
+    ends, so the relay counts it as broken (breaker, usage record) and its terminal frame is dropped
+    by `AnthropicRelay`.
     """
-    buffer = bytearray()
-    held: list[bytes] | None = []
-    async for chunk in chunks:
-        normalise(buffer, chunk)
-        out: list[bytes] = []
-        for raw, name, data in pop_frames(buffer):
-            kind = event_name(name, data)
-            if held is not None:
-                if kind == b"error":
-                    detail = data.decode("utf-8", "replace")[:300] if data else ""
-                    raise UpstreamFailure(
-                        FailureKind.STREAM_ERROR, f"the upstream stream started with an error: {detail}", body=data
-                    )
-                held.append(raw)
-                if not (_carries_content(kind, data) or len(held) > HOLD_MAX_EVENTS):
-                    continue
-                out.extend(held)
-                held = None
-            else:
-                out.append(raw)
-            if kind in _END_EVENTS:
-                if kind == b"message_stop":
-                    out.append(DONE)
-                yield b"".join(out)
-                return
-        if out:
-            yield b"".join(out)
+    return shared.held_until_content(chunks, _carries_content, _ERROR_EVENTS, _END_EVENTS)
 
 
 class AnthropicRelay:

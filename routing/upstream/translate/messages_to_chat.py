@@ -77,19 +77,12 @@ class Gaps:
         self.dropped: list[str] = []
         self.refused: list[tuple[str, str]] = []
         # the client's fields chat's `reasoning_effort` was made of: a hint, dropped on a link whose model
-        # does not declare `reasoning` (such a chat model refuses the field: routing.gateway.messages.Shape)
+        # does not declare `reasoning` (routing.upstream.translate.shared.reasoning_gated)
         self.reasoning: tuple[str, ...] = ()
 
     def drop(self, name: str) -> None:
         if name not in self.dropped:
             self.dropped.append(name)
-
-    def named(self, reasons: bool = True) -> str:
-        """`x-switchboard-dropped` of a translated link: the hints dropped, and, where the link's model cannot
-        reason (`reasons` false), the fields its reasoning effort came from."""
-        if reasons or not self.reasoning:
-            return ", ".join(self.dropped)
-        return ", ".join([*self.dropped, *(name for name in self.reasoning if name not in self.dropped)])
 
     def refuse(self, param: str, what: str) -> None:
         self.refused.append((param, what))

@@ -20,11 +20,11 @@ from typing import Any
 
 import orjson
 
-from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.prices import token_classes
-from routing.core.sse import DONE, event_frame, event_name, normalise, pop_frames
+from routing.core.sse import event_frame, event_name, normalise, pop_frames
 from routing.core.stream import SAMPLE_BYTES, relayed_tokens
-from routing.upstream.translate.shared import HOLD_MAX_EVENTS, usage_of
+from routing.upstream.translate import shared
+from routing.upstream.translate.shared import usage_of
 
 # Events that carry no content: held until the first that does (or until HOLD_MAX_EVENTS).
 PREAMBLE_EVENTS = frozenset(
@@ -52,8 +52,14 @@ DELTA_EVENTS = frozenset(
 )
 
 
-async def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The upstream's Responses events, unchanged (line ends made \\n), framed for the commit and relay.
+def _carries_content(kind: bytes, _data: bytes | None) -> bool:
+    """Whether a Responses event is content for the commit: any but the preamble's (an end or an error too)."""
+    return kind not in PREAMBLE_EVENTS
+
+
+def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The upstream's Responses events, unchanged, framed for the commit and relay
+    (routing.upstream.translate.shared.held_until_content, with Responses' event names).
 
     Events before the first content are held and sent with it, as a chunk of their own when
     more of the stream came in the same read (the relay sends it before it taps the rest); an
@@ -61,38 +67,7 @@ async def held_until_content(chunks: AsyncIterator[bytes]) -> AsyncIterator[byte
     `data: [DONE]` marker tells the relay the stream ended as it should (`ResponsesRelay` takes
     it out again); after an error event the stream just ends, so the relay counts it as broken.
     """
-    buffer = bytearray()
-    held: list[bytes] | None = []
-    async for chunk in chunks:
-        normalise(buffer, chunk)
-        out: list[bytes] = []
-        for raw, name, data in pop_frames(buffer):
-            kind = event_name(name, data)
-            if held is not None:
-                if kind in ERROR_EVENTS:
-                    detail = data.decode("utf-8", "replace")[:300] if data else ""
-                    raise UpstreamFailure(
-                        FailureKind.STREAM_ERROR, f"the upstream stream started with an error: {detail}", body=data
-                    )
-                held.append(raw)
-                if kind in PREAMBLE_EVENTS and len(held) <= HOLD_MAX_EVENTS:
-                    continue
-                out.extend(held)
-                held = None
-                if kind not in END_EVENTS:
-                    # The commit goes out before the rest of the read is framed (a burst's first byte).
-                    yield b"".join(out)
-                    out = []
-                    continue
-            else:
-                out.append(raw)
-            if kind in END_EVENTS or kind in ERROR_EVENTS:
-                if kind in END_EVENTS:
-                    out.append(DONE)
-                yield b"".join(out)
-                return
-        if out:
-            yield b"".join(out)
+    return shared.held_until_content(chunks, _carries_content, ERROR_EVENTS, END_EVENTS)
 
 
 class ResponsesRelay:

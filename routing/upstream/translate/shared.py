@@ -1,4 +1,5 @@
-"""What two or more translators share, public: the Anthropic wire's tables and blocks, the usage objects.
+"""What two or more translators share, public: the Anthropic wire's tables and blocks, the usage objects,
+the per-link reasoning gate of a translated request and the pass-throughs' hold before the commit.
 
 A translator module (routing.upstream.translate.<client>_to_<upstream>) imports from here, from
 routing.upstream.translate.openai_request (reading a chat request) and from routing.core.sse (the
@@ -10,13 +11,16 @@ same way whichever way it travels.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
 
+from routing.config.schema import REASONING
 from routing.core import errors
 from routing.core.errors import invalid_request
+from routing.core.failures import FailureKind, UpstreamFailure
+from routing.core.sse import DONE, event_name, normalise, pop_frames
 from routing.upstream.translate import openai_request
 
 HOLD_MAX_EVENTS = 16  # pass-through: events without content held before the commit (as routing.core.stream does)
@@ -186,6 +190,79 @@ def reasoning_of(message: Mapping[str, Any]) -> str:
         if isinstance(text, str) and text:
             return text
     return ""
+
+
+def reasoning_gated(
+    chat: Mapping[str, Any], capabilities: Collection[str], dropped: Sequence[str], asked_by: Sequence[str]
+) -> tuple[dict[str, Any] | None, str]:
+    """(the link's chat body, its x-switchboard-dropped) for a Messages or Responses request translated to chat.
+
+    One rule for both client protocols, so it cannot drift between them: the `reasoning_effort` a
+    Messages `thinking` or a Responses `reasoning` became goes only to a link whose model declares the
+    `reasoning` capability, because a chat model that cannot reason (gpt-4o, many vLLM and llama.cpp
+    models) answers 400 to the field and Claude Code sends `thinking` on every request. Any other link
+    gets a copy of `chat` without it, and the client's fields the effort came from (`asked_by`) are named
+    after the hints already `dropped`. The body is None where the link keeps the field: the caller's own
+    stands, so a link that reasons (or a request without an effort) costs no copy.
+    """
+    if "reasoning_effort" not in chat or REASONING in capabilities:
+        return None, ", ".join(dropped)
+    lean = {name: value for name, value in chat.items() if name != "reasoning_effort"}
+    return lean, ", ".join([*dropped, *(name for name in asked_by if name not in dropped)])
+
+
+# --- pass-through event streams ----------------------------------------------------
+
+
+async def held_until_content(
+    chunks: AsyncIterator[bytes],
+    carries_content: Callable[[bytes, bytes | None], bool],
+    error_events: frozenset[bytes],
+    end_events: frozenset[bytes],
+) -> AsyncIterator[bytes]:
+    """A pass-through upstream's named events, unchanged (line ends made \\n), framed for routing.core.stream.
+
+    One framing for the Messages and the Responses pass-through, which differ only in their event names.
+    The events before the first that `carries_content` (or before HOLD_MAX_EVENTS of them) are held,
+    so a failure before any content can still be retried or failed over: one of `error_events` there
+    is raised as a pre-commit failure. The held events go out with that first content event as a
+    chunk of their own, before the rest of the same read is framed: an upstream faster than the
+    gateway hands over much of its stream at once, and the client's first token should not wait for
+    the rest of it. After one of `end_events` (a clean end) a `data: [DONE]` marker tells the relay
+    the stream ended as it should (the pass-through's tap takes it out again); after an error event
+    the stream just ends, so the relay counts it as broken.
+    """
+    buffer = bytearray()
+    held: list[bytes] | None = []
+    async for chunk in chunks:
+        normalise(buffer, chunk)
+        out: list[bytes] = []
+        for raw, name, data in pop_frames(buffer):
+            kind = event_name(name, data)
+            if held is not None:
+                if kind in error_events:
+                    detail = data.decode("utf-8", "replace")[:300] if data else ""
+                    raise UpstreamFailure(
+                        FailureKind.STREAM_ERROR, f"the upstream stream started with an error: {detail}", body=data
+                    )
+                held.append(raw)
+                if not carries_content(kind, data) and len(held) <= HOLD_MAX_EVENTS:
+                    continue
+                out.extend(held)
+                held = None
+                if kind not in end_events:
+                    yield b"".join(out)  # the commit, ahead of the rest of this read
+                    out = []
+                    continue
+            else:
+                out.append(raw)
+            if kind in end_events or kind in error_events:
+                if kind in end_events:
+                    out.append(DONE)
+                yield b"".join(out)
+                return
+        if out:
+            yield b"".join(out)
 
 
 # --- thinking blocks of another provider -------------------------------------------
