@@ -142,6 +142,7 @@ class Gate:
         self._arrivals = [0.0] * len(PRIORITIES)  # recent arrivals a second, per class
         self._arrived_at = [0.0] * len(PRIORITIES)
         self.refused_seen: int | None = None  # the other processes' refusals at the last seats round
+        self.level_seen = 0.0  # this gate's limit then
 
     def reconfigure(self, settings: LimitSettings) -> None:
         """The operator changed the model's settings: keep what was learnt within the new bounds."""
@@ -303,6 +304,10 @@ class Gate:
             self._dirty = True  # a lower limit (latency): the waiters' predicted starts moved back
         self._dispatch()
 
+    def best_waiting(self) -> int:
+        """The most important class with a request waiting here; len(PRIORITIES) when none waits."""
+        return next((p for p, n in enumerate(self.queue.counts) if n > 0), len(PRIORITIES))
+
     def dropped(self) -> None:
         self.limit.dropped(self.clock())
         self._dirty = True  # a lower limit: the waiters' predicted starts moved back
@@ -425,25 +430,39 @@ class Gates:
         """A gate has requests waiting: its seats are worth asking again soon."""
         return any(gate is not None and len(gate.queue) for gate in self.gates.values())
 
-    def claims(self) -> list[tuple[str, int, int, int, int]]:
-        """Per gate: (ident, the cluster's max, demand = in flight + waiting, in flight, refusals seen here),
-        for the seats round."""
+    def claims(self) -> list[tuple[str, int, int, int, int, int]]:
+        """Per gate: (ident, the cluster's max, demand = in flight + waiting, in flight, refusals seen here,
+        the most important class waiting here), for the seats round."""
         return [
-            (g.ident, s.max_limit, g.inflight + len(g.queue), g.inflight, g.limit.refused)
+            (g.ident, s.max_limit, g.inflight + len(g.queue), g.inflight, g.limit.refused, g.best_waiting())
             for _, g, s in self._configured()
         ]
 
-    def refusals_elsewhere(self, counts: Mapping[str, int]) -> None:
-        """The other live processes' refusal counts by gate ident (from the seats round): a gate whose count
-        grew since the last round holds its limit's growth (routing.core.concurrency.AdaptiveLimit.refused_elsewhere)."""
+    def elsewhere(self, news: Mapping[str, tuple[int, int]]) -> None:
+        """What the seats round says of the other live processes, by gate ident: (their refusals, the most
+        important class waiting among them) (docs/overload.md#processes).
+
+        Refusals: a gate whose others' count grew since the last round gives back what its limit grew
+        since then and holds (routing.core.concurrency.AdaptiveLimit.refused_elsewhere). Priority: each
+        process queues by class, but only what reaches it; a process whose limit is in use, with requests
+        waiting but none as important as one waiting elsewhere, lends one call a round, and the process
+        with the cluster's most important waiters probes into it at once, so an interactive request does
+        not wait in one process while another starts batch calls."""
         now = self.clock()
         for _, gate, _s in self._configured():
-            count = counts.get(gate.ident)
-            if count is None:
+            seen = news.get(gate.ident)
+            if seen is None:
                 continue
-            if gate.refused_seen is not None and count > gate.refused_seen:
-                gate.limit.refused_elsewhere(now)
-            gate.refused_seen = count
+            count, best = seen
+            refused = gate.refused_seen is not None and count > gate.refused_seen
+            if refused:
+                gate.limit.refused_elsewhere(now, count - gate.refused_seen, gate.level_seen)
+            mine = gate.best_waiting()
+            if best < mine < len(PRIORITIES) and gate.inflight >= gate.limit.limit - 1:
+                gate.limit.lend(now)
+            elif mine < best and not refused:
+                gate.limit.unhold()
+            gate.refused_seen, gate.level_seen = count, gate.limit.level
 
     def _configured(self) -> list[tuple[object, Gate, LimitSettings]]:
         """(key, gate, its model's settings) of every gate whose model has a limit configured."""

@@ -153,14 +153,36 @@ class AdaptiveLimit:
         self._limit = low if self._refusals > self._room + 1 else max(low, self._limit - 1.0)
         self._hold(now)
 
-    def refused_elsewhere(self, now: float) -> None:
-        """Another process calling the same upstream met a refusal (docs/overload.md#processes): the capacity
-        is one for them all, and the call refused there may as well have been this process's probe (the
-        upstream refuses whichever call comes when it is full). The limit stays as it is but holds, as
-        after a refusal of its own; otherwise a process whose probes were answered by the other's 429s
-        would see no refusal, double its step each round-trip and push the other down call by call, a
-        storm of 429s."""
+    def refused_elsewhere(self, now: float, refusals: int, before: float) -> None:
+        """Other processes calling the same upstream met `refusals` refusals since the last seats round, when
+        this limit was `before` (docs/overload.md#processes). The capacity is one for them all and the
+        upstream refuses whichever call comes when it is full, so the call refused there may well have been
+        answering this process's probe: what this limit grew since then goes back (up to one call a
+        refusal), and it holds, as after a refusal of its own. Otherwise a process whose probes were
+        answered by the other's 429s saw no refusal, doubled its step each round-trip and pushed the other
+        down call by call: a storm of 429s, and one process's interactive requests waiting behind a limit
+        of 1 or 2 while the other served batch."""
+        grown = self._limit - before
+        if grown > 0:
+            self._ceiling = min(self._ceiling, self._limit)
+            self._limit = max(float(self.settings.min_limit), self._limit - min(grown, float(refusals)))
         self._hold(now)
+
+    def lend(self, now: float) -> None:
+        """A more important request waits in another process than any waiting here (docs/overload.md#processes):
+        one call of this limit goes to the cluster (the other process may grow into it) and this one holds."""
+        self._limit = max(float(self.settings.min_limit), self._limit - 1.0)
+        self._hold(now)
+
+    def unhold(self) -> None:
+        """This process has the cluster's most important waiting requests: it may probe at once (into what
+        the others lend) instead of sitting out a hold."""
+        self._hold_until = -1e18
+
+    @property
+    def level(self) -> float:
+        """The limit with its fraction (what a seats round remembers to compare growth against)."""
+        return self._limit
 
     def _hold(self, now: float) -> None:
         """No growth for HOLD_S; then probe again from a step of 1."""

@@ -340,7 +340,7 @@ def test_the_cluster_s_seats_set_each_gate_s_share_and_a_new_gate_waits_for_its_
     assert east.limit.limit == 7
     west = gates.gate("k2", "m", "m/west")
     assert west is not None and (west.settings.max_limit, west.limit.limit) == (0, 0) and woken == [1]
-    assert gates.claims() == [("m/east", 40, 0, 0, 1), ("m/west", 40, 0, 0, 0)]  # east met 1 refusal
+    assert gates.claims() == [("m/east", 40, 0, 0, 1, 3), ("m/west", 40, 0, 0, 0, 3)]  # east met 1 refusal
     gates.seat({"m/west": 8})
     assert (west.settings.max_limit, west.limit.limit) == (8, 5)  # the initial's even share, within its seats
     gates.seat(None)  # Redis unreachable
@@ -374,10 +374,47 @@ async def test_a_gate_reports_its_demand_and_hunger_to_the_seats_round() -> None
     gate = gates.gate("k", "m", "m/east")
     waits = [asyncio.ensure_future(gate.acquire("org", D, 1.0, clock() + 60)) for _ in range(5)]
     await asyncio.sleep(0)
-    assert gates.claims() == [("m/east", 2, 5, 2, 0)] and gates.hungry()
+    assert gates.claims() == [("m/east", 2, 5, 2, 0, 1)] and gates.hungry()
     for w in waits:
         w.cancel()
     await asyncio.gather(*waits, return_exceptions=True)
     gate.release()
     gate.release()
-    assert gates.claims() == [("m/east", 2, 0, 0, 0)] and not gates.hungry()
+    assert gates.claims() == [("m/east", 2, 0, 0, 0, 3)] and not gates.hungry()
+
+
+async def test_a_process_serving_batch_lends_a_call_to_one_whose_interactive_requests_wait() -> None:
+    """docs/overload.md#processes: each process queues by class only what reaches it. When the seats round says
+    an interactive request waits in another process, a process whose limit is in use with only batch waiting
+    lends one call (its limit 1 down, holding); the process with the cluster's most important waiters probes
+    into it at once instead of sitting out a hold. Nothing waiting here: nothing is lent."""
+    from routing.core.admission_queue import PRIORITIES, Gates
+
+    clock = FakeClock()
+    east, west = Gates(clock=clock), Gates(clock=clock)
+    for gates in (east, west):
+        gates.configure({"m": LimitSettings(initial=12, max_limit=40)})
+        gates.split(2)
+    a, b = east.gate("k", "m", "m/x"), west.gate("k", "m", "m/x")
+    a.limit.sample(0.1, 1, clock())
+    b.limit.sample(0.1, 1, clock())
+    b.limit.dropped(clock())  # west met a refusal: it holds
+    batch = [asyncio.ensure_future(a.acquire("org", PRIORITIES["batch"], 1.0, clock() + 60)) for _ in range(8)]
+    inter = [asyncio.ensure_future(b.acquire("org", PRIORITIES["interactive"], 1.0, clock() + 60)) for _ in range(8)]
+    await asyncio.sleep(0)
+    assert (a.inflight, len(a.queue), b.inflight, len(b.queue)) == (6, 2, 5, 3)
+    east.elsewhere({"m/x": (0, b.best_waiting())})
+    west.elsewhere({"m/x": (0, a.best_waiting())})
+    assert a.limit.limit == 5  # lent one call
+    before = b.limit.level
+    b.limit.sample(0.1, b.inflight, clock() + 0.2)
+    assert b.limit.level > before  # probes at once, its hold lifted
+    idle = Gates(clock=clock)
+    idle.configure({"m": LimitSettings(initial=12, max_limit=40)})
+    c = idle.gate("k", "m", "m/x")
+    c.limit.sample(0.1, 1, clock())
+    idle.elsewhere({"m/x": (0, PRIORITIES["interactive"])})
+    assert c.limit.limit == 12  # nothing waits here: its limit is not what keeps the other waiting
+    for f in (*batch, *inter):
+        f.cancel()
+    await asyncio.gather(*batch, *inter, return_exceptions=True)

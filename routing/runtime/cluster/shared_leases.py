@@ -357,7 +357,7 @@ class Syncer(Seating, Recovery):
         account_plans: list[Any],
         buckets: list[Any],
         bucket_plans: list[Any],
-        seat_plans: list[tuple[str, int, int, int, int]],
+        seat_plans: list[tuple[str, int, int, int, int, int]],
     ) -> Any:
         """The round's pipeline: heartbeat, epoch, one lease per budget, one take per bucket, seats per gate."""
         pipe = self._redis.pipeline(transaction=False)
@@ -376,8 +376,8 @@ class Syncer(Seating, Recovery):
         for (key, bucket), (_, want, owed) in zip(buckets, bucket_plans, strict=True):
             args = [repr(bucket.capacity), repr(want), repr(owed), BUCKET_TTL_S, repr(bucket.seen_at(mono))]
             await self._take(keys=[bucket_key(key, self.prefix)], args=args, client=pipe)
-        for name, total, demand, inflight, refused in seat_plans:
-            args = [self.id, inflight, demand, total, SEATS_TTL_S, refused]
+        for name, total, demand, inflight, refused, waiting in seat_plans:
+            args = [self.id, inflight, demand, total, SEATS_TTL_S, refused, waiting]
             keys = [seats_key(name, self.prefix), processes, refusals_key(name, self.prefix)]
             await self._seats(keys=keys, args=args, client=pipe)
         return await asyncio.wait_for(pipe.execute(), self.timeout_s * 2)

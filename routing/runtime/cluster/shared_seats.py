@@ -25,12 +25,14 @@ BEAT_S = 1.0  # heartbeat of a process with concurrency limits and nothing else 
 # (0 when they hold them all: its requests wait), so the cluster never holds more than `max`. It records
 # what it holds, "holds:demand": its seats, or its calls in flight if more (admitted on seats it had:
 # nobody may take those before they end). A process no longer alive (not in the processes set) is
-# dropped. Beside the seats, each process records how many refusals (429s, timeouts) it has met calling the
-# deployment, and learns the sum of the other live processes' counts: the upstream's capacity is one for
-# them all, so news of a refusal elsewhere holds its limit's growth (docs/overload.md#processes).
-# KEYS[1] hash, KEYS[2] processes, KEYS[3] refusals hash; ARGV me, in flight, demand, max, ttl, refusals
-# -> {seats, contended: 1 when the processes want more than the max between them, and each should come
-# back every round; the other live processes' refusals}.
+# dropped. Beside the seats, each process records "refusals:class": how many refusals (429s, timeouts) it
+# has met calling the deployment and the most important class waiting there (a number: 0 interactive;
+# higher when none waits); it learns the sum of the other live processes' refusals and the most important
+# class waiting among them. The upstream's capacity is one for them all: news of a refusal elsewhere holds
+# a limit's growth, and a process lends to one whose waiters matter more (docs/overload.md#processes).
+# KEYS[1] hash, KEYS[2] processes, KEYS[3] refusals hash; ARGV me, in flight, demand, max, ttl, refusals,
+# class -> {seats, contended: 1 when the processes want more than the max between them, and each should
+# come back every round; the other live processes' refusals; the best class waiting among them, 99 none}.
 SEATS_SCRIPT = """
 local alive, n = {}, 0
 for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do alive[id] = true; n = n + 1 end
@@ -70,17 +72,23 @@ end
 local seats = math.max(math.min(fair, total - held), 0)
 redis.call('HSET', KEYS[1], ARGV[1], string.format('%d:%d', math.max(seats, tonumber(ARGV[2])), tonumber(ARGV[3])))
 redis.call('EXPIRE', KEYS[1], ARGV[5])
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[6])
-local refused = 0
+redis.call('HSET', KEYS[3], ARGV[1], string.format('%d:%d', tonumber(ARGV[6]), tonumber(ARGV[7])))
+local refused, best = 0, 99
 local counts = redis.call('HGETALL', KEYS[3])
 for i = 1, #counts, 2 do
   if counts[i] ~= ARGV[1] then
-    if alive[counts[i]] then refused = refused + (tonumber(counts[i + 1]) or 0) else redis.call('HDEL', KEYS[3], counts[i]) end
+    if alive[counts[i]] then
+      local r, c = string.match(counts[i + 1], '^(%d+):(%d+)$')
+      refused = refused + (tonumber(r) or 0)
+      best = math.min(best, tonumber(c) or 99)
+    else
+      redis.call('HDEL', KEYS[3], counts[i])
+    end
   end
 end
 redis.call('EXPIRE', KEYS[3], ARGV[5])
-if asked > total then return {seats, 1, refused} end
-return {seats, 0, refused}
+if asked > total then return {seats, 1, refused, best} end
+return {seats, 0, refused, best}
 """
 SEATS_TTL_S = 60  # a deployment nobody has called this long: its seats hash may go
 
@@ -112,11 +120,11 @@ class Seating:
             return False
         return mono - self._beat_at >= BEAT_S or self._contended or gates.hungry()
 
-    def _apply_seats(self, seat_plans: list[tuple[str, int, int, int, int]], results: list[Any]) -> None:
+    def _apply_seats(self, seat_plans: list[tuple[str, int, int, int, int, int]], results: list[Any]) -> None:
         """The seats Redis granted each gate of this process; whether the processes want more than there is;
-        the refusals the other processes met."""
+        the refusals the other processes met and the most important class waiting among them."""
         if self.gates is not None:
             pairs = list(zip(seat_plans, results, strict=True))
             self.gates.seat({plan[0]: int(result[0]) for plan, result in pairs})
-            self.gates.refusals_elsewhere({plan[0]: int(result[2]) for plan, result in pairs})
+            self.gates.elsewhere({plan[0]: (int(result[2]), int(result[3])) for plan, result in pairs})
             self._contended = any(int(result[1]) for result in results)
