@@ -337,6 +337,7 @@ async def shutdown(process: Process) -> None:
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, process.usage.shutdown)
     await loop.run_in_executor(None, tracing.shutdown, process)  # flush the last spans
+    await process.drains.aclose()  # streams' connections still draining: closed
     await process.transport.aclose()
     process.transport.blocking.shutdown()
 
@@ -347,7 +348,11 @@ def _close_upstreams_on_reactor_shutdown(process: Process) -> None:
         return
     from twisted.internet import defer, reactor  # reason: importing the reactor installs it; only under daphne
 
+    async def close_all() -> None:
+        await process.drains.aclose()
+        await process.transport.aclose()
+
     def close() -> defer.Deferred:
-        return defer.Deferred.fromFuture(asyncio.ensure_future(process.transport.aclose()))
+        return defer.Deferred.fromFuture(asyncio.ensure_future(close_all()))
 
     reactor.addSystemEventTrigger("before", "shutdown", close)

@@ -267,11 +267,13 @@ async def proxy_stream(call: Call) -> None:
     tap: Tap = UsageTap(strip=not client_asked) if shape is None else shape.tap(outcome.link, not client_asked)
     # journaled from its first frame: a crash leaves it recorded (docs/usage-records.md#streams)
     journal_stream(ctx, call.process.usage)
+    answered = False  # the client has the last byte (not gone, no error raised on the way)
     try:
         await send({"type": "http.response.start", "status": 200, "headers": answer_headers(ctx, list(SSE_HEADERS))})
         rename = renamer(ctx.requested, outcome.link.model.upstream_model)
         # A shape holds its own preamble and commits on its first chunk: only a chat stream is split.
         await _relay(send, committed, tap, ctx.journaled, rename, committed.commit_end if shape is None else 0)
+        answered = True
     finally:
         ctx.prompt_tokens, ctx.completion_tokens = tap.prompt_tokens, tap.completion_tokens
         ctx.token_classes = getattr(tap, "classes", None)
@@ -280,9 +282,11 @@ async def proxy_stream(call: Call) -> None:
         ending = committed.ending
         _settle(outcome.settlement, ending, ctx)
         await committed.aclose()
-        # Not drained here (UpstreamResponse.close's drain_s): the client may leave as soon as it has
-        # the protocol's last event, and waiting on the request path would turn a whole answer into a 499.
-        await response.close()
+        # A translated stream ends at its protocol's last event, often before the transfer's end. Never waited
+        # for here (a client that leaves on that event would see a 499): a clean, whole answer hands the
+        # response to the process's drains, which keep the connection pooled; anything else closes it now.
+        if not (answered and ending == "ok" and not response.at_end and call.process.drains.hand_off(response)):
+            await response.close()
 
 
 async def _relay(send: Send, committed: Any, tap: Tap, journaled: Any, rename: Renamer | None, split: int = 0) -> None:

@@ -24,6 +24,7 @@ from routing.core.limiter import Limiter
 from routing.core.parking import Parking
 from routing.core.picking import Picker
 from routing.core.retry_budget import RetryBudgets
+from routing.runtime.background import Drains
 from routing.runtime.cache.response_cache import Coalescer, Store
 from routing.runtime.cluster.idempotency import IdempotencyStore
 from routing.runtime.usage.queue import UsageSink
@@ -53,6 +54,7 @@ class Process:
     cache: Store | None = None  # the response cache's store (docs/cache.md): Redis or this process's LRU
     coalescer: Coalescer = field(default_factory=Coalescer)  # identical cacheable requests in flight
     tally: Tally = field(default_factory=Tally)
+    drains: Drains = field(default_factory=Drains)  # finished streams' upstream connections (docs/performance.md)
     probes: dict = field(
         default_factory=dict
     )  # provider name -> its last health probe result (docs/operations.md)  # in flight and served, for the process list

@@ -106,13 +106,20 @@ class UpstreamResponse:
             elif not left:
                 resp.close()
 
+    @property
+    def at_end(self) -> bool:
+        """The transfer has ended or the connection is gone: `close()` has nothing to wait for."""
+        resp = self._resp
+        return resp.closed or resp.content.is_eof()
+
     async def close(self, drain_s: float = 0.0) -> None:
         """Free the connection: back to the pool if the body was consumed, else closed.
 
         `drain_s`: the caller saw the body end as its protocol says (a translated stream's last
         event, read before the transfer's own end); wait up to that long, and DRAIN_BYTES, for the
         transfer to end, so the connection goes back to the pool and the next request does not pay
-        a new connect (and handshake) before its first byte (docs/performance.md#first-frame)."""
+        a new connect (and handshake) before its first byte (docs/performance.md#drain-after). Only the
+        process's drains (routing.runtime.background.Drains) pass it, after the client has its answer."""
         resp = self._resp
         if resp.closed:
             return
