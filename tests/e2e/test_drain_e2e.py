@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from tests.e2e.test_usage_e2e import usage_rows, wait_for
-from tests.gateway.test_drain_after import Upstream
+from tests.gateway.test_drain_after import Upstream, serve
 
 CONFIG = """
 providers:
@@ -43,19 +43,14 @@ def upstream() -> Iterator[tuple[Upstream, str]]:
     started: list[int] = []
     ready = threading.Event()
 
-    async def serve() -> web.AppRunner:
-        app = web.Application()
-        app.router.add_post("/v1/messages", state.messages)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        started.append(site._server.sockets[0].getsockname()[1])  # noqa: SLF001
+    async def start() -> web.AppRunner:
+        runner, port = await serve(state)
+        started.append(port)
         return runner
 
     def run() -> None:
         asyncio.set_event_loop(loop)
-        runner = loop.run_until_complete(serve())
+        runner = loop.run_until_complete(start())
         ready.set()
         loop.run_forever()
         loop.run_until_complete(runner.cleanup())

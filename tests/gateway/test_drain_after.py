@@ -17,6 +17,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from bench.stream_profile import scope as asgi_scope
 from routing.config import live
 from routing.config.snapshot import build_snapshot
 from routing.runtime.background import Drains
@@ -71,16 +72,21 @@ class Upstream:
         return response
 
 
-@pytest.fixture
-async def upstream() -> AsyncIterator[Upstream]:
-    state = Upstream(trailing_s=0.02)
+async def serve(state: Upstream) -> tuple[web.AppRunner, int]:
+    """`state`'s Anthropic Messages route on a loopback port of the running loop: (runner, port)."""
     app = web.Application()
     app.router.add_post("/v1/messages", state.messages)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # noqa: SLF001
+    return runner, site._server.sockets[0].getsockname()[1]  # noqa: SLF001
+
+
+@pytest.fixture
+async def upstream() -> AsyncIterator[Upstream]:
+    state = Upstream(trailing_s=0.02)
+    runner, port = await serve(state)
     document = {
         "resilience": {"max_retries": 0},
         "providers": [{"name": "claude", "dialect": "anthropic", "base_url": f"http://127.0.0.1:{port}/v1"}],
@@ -203,20 +209,7 @@ async def test_a_client_that_leaves_mid_answer_gets_its_connection_closed_at_onc
         if message["type"] == "http.response.body" and not message.get("more_body"):
             raise OSError("the client went away")
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"authorization", f"Bearer {API_KEY}".encode())],
-        "client": ("127.0.0.1", 50000),
-        "server": ("gateway", 80),
-    }
+    scope = asgi_scope(path, API_KEY)
     try:
         await gateway_application(scope, receive, send)
     except OSError:
