@@ -579,7 +579,7 @@ async def test_seats_are_max_min_fair_over_what_the_live_processes_demand_and_ne
 
     async def ask(me: str, inflight: int, demand: int) -> int:
         seats, contended, *_ = await p._seats(
-            keys=[key, processes, refused_key], args=[me, inflight, demand, 30, 60, 0, 3, 0]
+            keys=[key, processes, refused_key], args=[me, inflight, demand, 30, 60, 0, 0]
         )
         wanted.append(contended)
         return int(seats)
