@@ -86,26 +86,19 @@ class AdaptiveLimit:
         keeps its ratio to the share (a limit at its whole share of 1 seat is at its whole share of 20),
         the level of the last refusal too; a limit that has seen no call yet, or had no seat, starts at `initial`.
 
-        `learnt`: the share moved with the processes' demand (the seats), not their number. A limit below
-        its old share was learnt from the upstream, not set by the share: it stays (within the new bounds).
-        Scaled, it would follow the other processes' queues up and down, and two processes' limits
-        together would overshoot the upstream's capacity (429s) or drift apart (one serving batch while
-        the other's interactive requests wait). A limit the seats held (at its whole share) is scaled with
-        them, but never past the level of its last refusal: that level is the upstream's, not the share's,
-        and a jump past it is a burst of calls past the capacity, each a 429 (the other processes may have
-        grown into what the seats took from this one); beyond it the limit grows by probing."""
+        `learnt`: the share moved with the processes' demand (the seats), not their number. The seats are a
+        ceiling then, never a target: the limit is kept within them and grows by probing, as before. Scaled
+        with them, two processes' limits followed each other's queues instead of the upstream (a limit held
+        at a share of 4 seats while the other process's demand came first jumped to 20 when it got 20, and
+        20 calls at once met a capacity of 10: 77 refusals in a tenth of a second), and drifted apart (one
+        serving batch while the other's interactive requests waited)."""
         old = self.settings.max_limit
         self.settings = settings
         if self.baseline == 0 or old <= 0:
             self._limit = float(max(settings.min_limit, min(settings.initial, settings.max_limit)))
             return
         if learnt:
-            limit = self._limit
-            if limit >= old:  # the seats held it: scaled with them, up to just under the last refusal
-                limit *= settings.max_limit / old
-                if self._ceiling != float("inf"):
-                    limit = min(limit, max(self._limit, self._ceiling - 1))
-            self._limit = float(max(settings.min_limit, min(limit, settings.max_limit)))
+            self._limit = float(max(settings.min_limit, min(self._limit, settings.max_limit)))
             return
         factor = settings.max_limit / old
         self._limit = float(max(settings.min_limit, min(self._limit * factor, settings.max_limit)))

@@ -538,6 +538,13 @@ async def test_a_busy_process_takes_the_seats_an_idle_one_leaves_and_gives_back_
         check()
     assert (gate1.settings.max_limit, gate2.settings.max_limit) == (10, 0)  # the idle process wants none
     assert p2._beat_due(time.monotonic())  # idle, but the processes want more than the max: every round
+    # the seats are a ceiling, not a target: the limit grows into them by probing as its calls answer
+    assert (gate1.limit.limit, gate1.inflight, len(gate1.queue)) == (5, 5, 4)
+    base = time.monotonic()
+    for round_trip in range(1, 7):
+        for _ in range(5):
+            gate1.limit.sample(0.1, gate1.inflight, base + 0.2 * round_trip)
+    gate1._dispatch()
     assert (gate1.inflight, len(gate1.queue)) == (9, 0)  # the 4 that waited started on the idle process's seats
 
     late = demand(gate2, 6)  # now the other process's clients queue: it gets an equal share as seats free
