@@ -103,6 +103,31 @@ async def test_a_path_outside_the_table_is_a_404_naming_every_endpoint(gateway: 
             assert row.path in answer.json()["error"]["message"]
 
 
+def test_route_finds_every_row_and_a_named_segment_needs_a_value() -> None:
+    """route() alone (the gateway looks in BY_PATH first, so it never asks route() for a fixed path)."""
+    for row in ENDPOINTS:
+        if row.prefix is None:
+            assert endpoints.route(row.path) is row
+    assert endpoints.route("/v1/models/gpt-4o").operation_id == "retrieveModel"
+    assert endpoints.route("/v1/models/org/name").operation_id == "retrieveModel"
+    assert endpoints.route("/v1/models/") is None
+    assert endpoints.route("/v1/chat/completion") is None
+
+
+async def test_a_model_path_without_an_id_is_the_404_for_an_unknown_path(gateway: httpx.AsyncClient) -> None:
+    answer = await gateway.get("/v1/models/")
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "not_found", answer.text
+    assert "No endpoint" in answer.json()["error"]["message"]
+
+
+def test_the_404s_list_of_endpoints_groups_them_by_method_in_table_order() -> None:
+    # computed once at import (routing.core.errors.ENDPOINTS), so read here from the function itself
+    assert endpoints.listing() == (
+        "POST /v1/chat/completions, /v1/embeddings, /v1/rerank, /v1/responses, /v1/completions, "
+        "/v1/messages, /v1/messages/count_tokens and GET /v1/models"
+    )
+
+
 FORM_ROW = Endpoint(
     "/v1/test-form-embeddings",
     "POST",
