@@ -42,6 +42,20 @@ def _entry(org: str = "orga") -> dict[str, Any]:
     return next(o for o in DOC["orgs"] if o["name"] == org)
 
 
+def test_bounds_evaluate_the_orgs_policies_in_priority_order_and_a_broken_pattern_matches_nothing() -> None:
+    policies = [
+        {"pattern": "[", "action": "allow", "priority": 1},  # stored before the pattern rule: matches nothing
+        {"pattern": None, "action": "allow", "priority": 2},
+        {"pattern": "pricey-*", "action": "allow", "priority": 20},
+        {"pattern": "pricey-a", "action": "deny", "priority": 10},
+    ]
+    bounds = bounds_of({**DOC, "orgs": [{"name": "orgo", "default_action": "deny", "policies": policies}]}, "orgo")
+    assert bounds is not None
+    assert denied_models(bounds, "pricey-?") == ["pricey-a"]
+    assert denied_models(bounds, "cheap-a") == ["cheap-a"]
+    assert bounds_of(DOC, "no-such-org") is None
+
+
 # the org's own fields ---------------------------------------------------------------------------------------
 
 
@@ -188,6 +202,7 @@ def test_a_superuser_sees_every_org_even_with_a_scope(django_user_model) -> None
     user = django_user_model.objects.create_superuser("root", password="x")
     OperatorScope.objects.create(user=user)
     assert scope.visible_orgs(user) is None and not scope.is_scoped(user)
+    assert scope.visible_orgs(None) is None  # no user at all (no authentication in front): no scope either
 
 
 @pytest.mark.django_db
