@@ -304,6 +304,25 @@ class Gate:
             self._dirty = True  # a lower limit (latency): the waiters' predicted starts moved back
         self._dispatch()
 
+    def heard(self, now: float, refusals: int, best: int) -> None:
+        """What the seats round says of the other processes on this gate: `refusals` (their running count)
+        and `best` (the most important class waiting among them); see Gates.elsewhere. A limit lowered here
+        re-sweeps the queue at once (a waiter that can no longer start in time is told now, not at its
+        deadline); one let grow starts waiters."""
+        before = self.limit.limit
+        refused = self.refused_seen is not None and refusals > self.refused_seen
+        if refused:
+            self.limit.refused_elsewhere(now, refusals - self.refused_seen, self.level_seen)
+        mine = self.best_waiting()
+        if best < mine < len(PRIORITIES) and self.inflight >= self.limit.limit - 1:
+            self.limit.lend(now)
+        elif mine < best and not refused:
+            self.limit.unhold()
+        self.refused_seen, self.level_seen = refusals, self.limit.level
+        if self.limit.limit < before:
+            self._dirty = True  # the waiters' predicted starts moved back
+        self._dispatch()
+
     def best_waiting(self) -> int:
         """The most important class with a request waiting here; len(PRIORITIES) when none waits."""
         return next((p for p, n in enumerate(self.queue.counts) if n > 0), len(PRIORITIES))
@@ -451,18 +470,8 @@ class Gates:
         now = self.clock()
         for _, gate, _s in self._configured():
             seen = news.get(gate.ident)
-            if seen is None:
-                continue
-            count, best = seen
-            refused = gate.refused_seen is not None and count > gate.refused_seen
-            if refused:
-                gate.limit.refused_elsewhere(now, count - gate.refused_seen, gate.level_seen)
-            mine = gate.best_waiting()
-            if best < mine < len(PRIORITIES) and gate.inflight >= gate.limit.limit - 1:
-                gate.limit.lend(now)
-            elif mine < best and not refused:
-                gate.limit.unhold()
-            gate.refused_seen, gate.level_seen = count, gate.limit.level
+            if seen is not None:
+                gate.heard(now, *seen)
 
     def _configured(self) -> list[tuple[object, Gate, LimitSettings]]:
         """(key, gate, its model's settings) of every gate whose model has a limit configured."""

@@ -418,3 +418,30 @@ async def test_a_process_serving_batch_lends_a_call_to_one_whose_interactive_req
     for f in (*batch, *inter):
         f.cancel()
     await asyncio.gather(*batch, *inter, return_exceptions=True)
+
+
+async def test_a_call_lent_to_another_process_tells_a_waiter_that_can_no_longer_start_in_time_at_once() -> None:
+    """docs/overload.md#processes: lending a call lowers this process's limit, so the waiters' predicted starts
+    move back; one that can no longer start before its deadline is shed by the round itself (a 429 with
+    Retry-After now, when the client can still go elsewhere), not left to time out at its deadline."""
+    from routing.core.admission_queue import Gates
+
+    clock = FakeClock()
+    gates = Gates(clock=clock)
+    gates.configure({"m": LimitSettings(initial=6, max_limit=40)})
+    gate = gates.gate("k", "m", "m/x")
+    gate.limit.sample(0.1, 1, clock())  # 0.1 s a call: 60 starts a second at a limit of 6
+    assert gate.limit.limit == 6
+    running = [asyncio.ensure_future(gate.acquire("org", B, 1.0, clock() + 60)) for _ in range(6)]
+    waiting = [asyncio.ensure_future(gate.acquire("org", B, 1.0, clock() + 1.0)) for _ in range(10)]
+    await asyncio.sleep(0)
+    assert (gate.inflight, len(gate.queue)) == (6, 10)
+    clock.advance(0.82)  # 0.18 s left: the 10th starts in 10/60 s at 6 calls, 10/50 s at 5
+    gates.elsewhere({"m/x": (0, HI)})
+    await asyncio.sleep(0)
+    assert gate.limit.limit == 5
+    assert waiting[-1].done() and isinstance(waiting[-1].exception(), GatewayError)
+    assert not any(w.done() for w in waiting[:8])
+    for f in (*running, *waiting):
+        f.cancel()
+    await asyncio.gather(*running, *waiting, return_exceptions=True)
