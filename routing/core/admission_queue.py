@@ -35,6 +35,10 @@ CLASS_NAMES = tuple(PRIORITIES)
 
 SWEEP_S = 0.01  # at most one re-check of the waiters' predicted starts per gate per this long
 ARRIVAL_S = 1.0  # the classes' arrival rates are averaged over about this long
+# Before any call has ended at a gate there is no drain rate to predict from: each call in flight is taken to
+# hold its slot this long (a guess that errs long for a fast upstream, so a cold gate does not let everyone wait
+# on nothing and shed them all at their deadlines); the first measured latency re-checks whoever waits on it.
+COLD_HOLD_S = 1.0
 ADMIT_SHARE = 0.7  # a request waits only if predicted to start within this share of its time: the rest is margin
 # for the estimates' noise, so a waiter is rarely shed later (slowly) after all
 
@@ -179,6 +183,8 @@ class Gate:
         free = max(self.limit.limit - self.inflight, 0)
         if position <= free:
             return 0.0
+        if rate <= 0:  # nothing measured yet
+            return (position - free) * COLD_HOLD_S / max(self.limit.limit, 1)
         left = rate - sum(self._arrival_rate(p) for p in range(priority))
         return (position - free) / max(left, rate * 0.01)
 
@@ -212,7 +218,7 @@ class Gate:
         budget = wait_until - now
         rate = self.drain_rate()
         position = self.queue.ahead(priority, front) + 1
-        if budget <= 0 or (rate > 0 and self.wait_s(position, rate, priority) > budget * ADMIT_SHARE):
+        if budget <= 0 or self.wait_s(position, rate, priority) > budget * ADMIT_SHARE:
             raise self._shed("deadline", priority)  # it could not start in time: say so now
         queue = self.queue
         if len(queue) >= self.settings.queue:
@@ -263,8 +269,6 @@ class Gate:
                 pass
         self._dirty, self._swept_at = False, now
         rate = self.drain_rate()
-        if rate <= 0:
-            return
         gone = 0
         for position, w in enumerate(self.queue.ordered(), 1):
             if now + self.wait_s(position - gone, rate, w.priority) > w.until:
@@ -298,10 +302,10 @@ class Gate:
             self._sweep(self.clock())
 
     def sample(self, latency_s: float) -> None:
-        before = self.limit.limit
+        before, measured = self.limit.limit, self.limit.recent > 0
         self.limit.sample(latency_s, self.inflight, self.clock())
-        if self.limit.limit < before:
-            self._dirty = True  # a lower limit (latency): the waiters' predicted starts moved back
+        if self.limit.limit < before or not measured:
+            self._dirty = True  # a lower limit (latency), or the first measure: the waiters' predicted starts moved
         self._dispatch()
 
     def heard(self, now: float, refusals: int, best: int) -> None:

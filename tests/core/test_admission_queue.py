@@ -445,3 +445,22 @@ async def test_a_call_lent_to_another_process_tells_a_waiter_that_can_no_longer_
     for f in (*running, *waiting):
         f.cancel()
     await asyncio.gather(*running, *waiting, return_exceptions=True)
+
+
+async def test_a_cold_gate_lets_wait_only_what_could_start_if_a_call_held_its_slot_a_second() -> None:
+    """docs/overload.md#the-queue: before any call has ended there is no drain rate to predict from. A cold gate
+    used to let every request wait on nothing, and a burst at a process's start waited out its whole max wait
+    before a 429; now a call is taken to hold its slot COLD_HOLD_S until measured, and the first measured
+    latency re-checks whoever waits."""
+    g = gate(initial=2, max_limit=2)
+    for _ in range(2):
+        await g.acquire("a", B, 1.0, g.clock() + 60)
+    tries = [asyncio.ensure_future(g.acquire("a", B, 1.0, g.clock() + 1.0)) for _ in range(10)]
+    await asyncio.sleep(0)
+    shed = [t for t in tries if t.done()]
+    assert len(shed) == 9 and all(isinstance(t.exception(), GatewayError) for t in shed)  # 1 s, 2 slots: 1 waits
+    (waiting,) = [t for t in tries if not t.done()]
+    g.clock.advance(0.5)
+    g.sample(3.0)  # the first call ended: 3 s a call, the waiter cannot start in the 0.5 s it has left
+    await asyncio.sleep(0)
+    assert waiting.done() and isinstance(waiting.exception(), GatewayError)
