@@ -180,6 +180,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_prometheus",
+    "drf_spectacular_sidecar",  # Swagger UI's static files for /reference/ (no DRF: static only)
     "providers",
     "policies",
     "routing",

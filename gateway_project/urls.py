@@ -16,7 +16,11 @@ admin.site.enable_nav_sidebar = False
 
 urlpatterns = [
     path("", landing.landing_view, name="landing"),
-    path("docs/<str:name>.md", landing.doc_view, name="doc"),
+    # <path:...>: a name with a slash reaches the view, which refuses it with its own 404 page
+    path("docs/<path:name>.md", landing.doc_view, name="doc"),
+    path("docs/<path:name>.png", landing.doc_image_view, name="doc-image"),
+    path("reference/", landing.reference_view, name="reference"),
+    path("reference/management/", landing.reference_view, {"api": "management"}, name="reference-management"),
     path("favicon.ico", landing.favicon_view, name="favicon"),
     *admin_views.urlpatterns(admin.site),  # the admin pages that are not change lists (admin_views.PAGES)
     path("admin/", admin.site.urls),
