@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help demo test lint bench bench-ab bench-compare bench-workers cluster cluster-down mutation clean
+.PHONY: help demo test lint bench bench-ab bench-compare bench-workers cluster cluster-down mutation deploy-check clean
 
 # `make` alone lists the targets: each target's `## ` comment is its line.
 .DEFAULT_GOAL := help
@@ -88,6 +88,12 @@ mutation: $(BIN)/.installed ## Mutation testing of the core with its fast tests
 	$(BIN)/pip install --quiet -r requirements-mutation.txt
 	$(BIN)/mutmut run --max-children 2
 	$(BIN)/mutmut results
+
+# The deployment artefacts of deploy/ (docs/production.md#checks): the Kubernetes manifests against
+# the API schemas, the SBOM (var/deploy/sbom.cdx.json) and pip-audit of the lock, with their own
+# pinned tools in var/deploy-check-venv. IMAGE=1 also builds the image and smoke-tests it.
+deploy-check: ## Check deploy/: Kubernetes schemas, SBOM, pip-audit (IMAGE=1: build and smoke-test the image)
+	bash deploy/check $(if $(IMAGE),--image) $(DEPLOY_CHECK_ARGS)
 
 clean: ## Remove the virtualenv, var/ and mutants/
 	rm -rf $(VENV) var mutants
