@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: help demo test lint bench bench-ab bench-compare bench-workers cluster cluster-down mutation clean
+.PHONY: help demo test lint bench bench-ab bench-compare bench-workers cluster cluster-down mutation deploy-check clean
 
 # `make` alone lists the targets: each target's `## ` comment is its line.
 .DEFAULT_GOAL := help
@@ -88,6 +88,12 @@ mutation: $(BIN)/.installed ## Mutation testing of the core with its fast tests
 	$(BIN)/pip install --quiet -r requirements-mutation.txt
 	$(BIN)/mutmut run --max-children 2
 	$(BIN)/mutmut results
+
+# The deployment artefacts of deploy/ (docs/production.md#checks): the Kubernetes manifests against
+# the API schemas, the SBOM (var/deploy/sbom.cdx.json) and pip-audit of the lock, with their own
+# pinned tools in var/deploy-check-venv, then the image built and smoke-tested (as root; NO_IMAGE=1 skips it).
+deploy-check: ## Check deploy/: Kubernetes schemas, SBOM, pip-audit, image build + smoke test (NO_IMAGE=1)
+	bash deploy/check $(if $(NO_IMAGE),--no-image) $(DEPLOY_CHECK_ARGS)
 
 clean: ## Remove the virtualenv, var/ and mutants/
 	rm -rf $(VENV) var mutants
