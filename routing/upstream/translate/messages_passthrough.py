@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 import orjson
 
 from routing.core.prices import token_classes
-from routing.core.sse import json_event, normalise, pop_frames
+from routing.core.sse import json_event
 from routing.core.stream import SAMPLE_BYTES, relayed_tokens
 from routing.upstream.translate import shared
-from routing.upstream.translate.shared import anthropic_usage, error_type
+from routing.upstream.translate.shared import anthropic_usage, error_type, frames_of
 
 _CONTENT_EVENTS = frozenset({b"content_block_delta", b"message_delta", b"message_stop"})
 _END_EVENTS = frozenset({b"message_stop"})  # the clean end
@@ -83,9 +83,8 @@ class AnthropicRelay:
         self._sampled = 0
 
     def feed(self, chunk: bytes) -> bytes:
-        normalise(self._buf, chunk)
         out: list[bytes] = []
-        for raw, name, data in pop_frames(self._buf):
+        for raw, name, data in frames_of(self._buf, chunk):  # as the pass-through read them
             if data == b"[DONE]":
                 continue
             if name is None and data is not None and data.startswith(b'{"error"'):

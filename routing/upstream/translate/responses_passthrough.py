@@ -15,16 +15,17 @@ in place of the gateway's terminal frame when the stream breaks after its commit
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 
 from routing.core.prices import token_classes
-from routing.core.sse import event_frame, event_name, normalise, pop_frames
+from routing.core.sse import event_frame, event_name
 from routing.core.stream import SAMPLE_BYTES, relayed_tokens
 from routing.upstream.translate import shared
-from routing.upstream.translate.shared import usage_of
+from routing.upstream.translate.shared import frames_of, usage_of
 
 # Events that carry no content: held until the first that does (or until HOLD_MAX_EVENTS).
 PREAMBLE_EVENTS = frozenset(
@@ -50,6 +51,9 @@ DELTA_EVENTS = frozenset(
         b"response.custom_tool_call_input.delta",
     }
 )
+_SEQUENCE = re.compile(rb'"sequence_number"[^:]*:[ \t]*([0-9]*)')
+_LEADING = re.compile(rb"[ \t]*([0-9]*)")
+CHARS_COUNTED = SAMPLE_BYTES * 4  # the deltas' characters a cut stream's estimate counts; past them, frames
 
 
 def _carries_content(kind: bytes, _data: bytes | None) -> bool:
@@ -77,9 +81,26 @@ class ResponsesRelay:
     frame (`data: {"error": ...}`, when the stream breaks after its commit) into Responses'
     `error` event with the next sequence number (or drops it when the upstream's own error
     event was just relayed); reads the usage from `response.completed`.
+
+    Per event it does no more than it must on every stream: the frames come as the pass-through
+    read them (routing.upstream.translate.shared.frames_of), and the deltas' text, which only a cut
+    stream's estimate needs, is kept as received and decoded when asked for (or when SAMPLE_BYTES
+    of it are kept), not as each delta goes by: a whole stream decodes only its `response.completed`.
     """
 
-    __slots__ = ("prompt_tokens", "completion_tokens", "classes", "final", "_buf", "_errored", "_seq", "_chars")
+    __slots__ = (
+        "prompt_tokens",
+        "completion_tokens",
+        "classes",
+        "final",
+        "_buf",
+        "_errored",
+        "_seq",
+        "_chars",
+        "_deltas",
+        "_kept",
+        "_kept_bytes",
+    )
 
     def __init__(self) -> None:
         self.prompt_tokens: int | None = None
@@ -89,12 +110,15 @@ class ResponsesRelay:
         self._buf = bytearray()
         self._errored = False
         self._seq = -1  # the last sequence_number relayed
-        self._chars = [0, 0]  # characters and frames of deltas relayed (docs/usage-records.md#partial)
+        # docs/usage-records.md#partial: the deltas' characters (counted up to CHARS_COUNTED) and frames
+        self._chars = 0
+        self._deltas = 0
+        self._kept: list[bytes] = []  # the data of deltas not counted yet, in order
+        self._kept_bytes = 0
 
     def feed(self, chunk: bytes) -> bytes:
-        normalise(self._buf, chunk)
         out: list[bytes] = []
-        for raw, name, data in pop_frames(self._buf):
+        for raw, name, data in frames_of(self._buf, chunk):  # as the pass-through read them
             if data == b"[DONE]":
                 continue
             if name is None and data is not None and data.startswith(b'{"error"'):
@@ -102,7 +126,7 @@ class ResponsesRelay:
                     self._errored = True
                     out.append(self._error_event(data))
                 continue
-            kind = event_name(name, data)
+            kind = name if name is not None else event_name(name, data)  # named: no call
             if data is not None:
                 self._read(kind, data)
             if kind in ERROR_EVENTS:
@@ -115,14 +139,13 @@ class ResponsesRelay:
 
     def _read(self, kind: bytes, data: bytes) -> None:
         if kind in DELTA_EVENTS:
-            self._chars[1] += 1
-            if self._chars[0] < SAMPLE_BYTES * 4:
-                try:
-                    delta = orjson.loads(data).get("delta")
-                except (orjson.JSONDecodeError, AttributeError):
-                    delta = None
-                self._chars[0] += len(delta) if isinstance(delta, str) else 0
-        if kind in END_EVENTS or kind == b"response.failed":
+            self._deltas += 1
+            if self._chars < CHARS_COUNTED:
+                self._kept.append(data)
+                self._kept_bytes += len(data)
+                if self._kept_bytes >= SAMPLE_BYTES:
+                    self._count_kept()
+        elif kind in END_EVENTS or kind == b"response.failed":
             try:
                 response = orjson.loads(data).get("response")
             except (orjson.JSONDecodeError, AttributeError):
@@ -134,6 +157,19 @@ class ResponsesRelay:
         seq = _sequence_number(data)
         if seq is not None:
             self._seq = seq
+
+    def _count_kept(self) -> None:
+        """Count the characters of the kept deltas' text, in order, until CHARS_COUNTED are."""
+        for data in self._kept:
+            if self._chars >= CHARS_COUNTED:
+                break
+            try:
+                delta = orjson.loads(data).get("delta")
+            except (orjson.JSONDecodeError, AttributeError):
+                delta = None
+            self._chars += len(delta) if isinstance(delta, str) else 0
+        self._kept.clear()
+        self._kept_bytes = 0
 
     def _error_event(self, data: bytes) -> bytes:
         try:
@@ -153,21 +189,19 @@ class ResponsesRelay:
 
     def estimated_completion_tokens(self) -> int:
         """The completion tokens relayed before a cut: the deltas' text at four characters a token."""
-        return relayed_tokens(self._chars[0], self._chars[1])
+        self._count_kept()
+        return relayed_tokens(self._chars, self._deltas)
 
 
 def _sequence_number(data: bytes) -> int | None:
-    """The `sequence_number` of an event's data, read without parsing the (possibly large) object."""
-    at = data.find(b'"sequence_number"')
-    if at < 0:
-        return None
-    i = data.find(b":", at) + 1
-    while i < len(data) and data[i : i + 1] in b" \t":
-        i += 1
-    j = i
-    while j < len(data) and data[j : j + 1].isdigit():
-        j += 1
-    return int(data[i:j]) if j > i else None
+    """The `sequence_number` of an event's data, read without parsing the (possibly large) object:
+    the digits after the first `"sequence_number"` and the `:` that follows it (one C-level search)."""
+    match = _SEQUENCE.search(data)
+    if match is not None:
+        digits = match.group(1)
+    else:  # no key, or no `:` after it (not JSON): the digits the data starts with, as ever
+        digits = _LEADING.match(data).group(1) if b'"sequence_number"' in data else b""  # type: ignore[union-attr]
+    return int(digits) if digits else None
 
 
 __all__ = ["ResponsesRelay", "held_until_content"]

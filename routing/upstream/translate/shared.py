@@ -11,7 +11,7 @@ same way whichever way it travels.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -214,6 +214,40 @@ def reasoning_gated(
 # --- pass-through event streams ----------------------------------------------------
 
 
+Frame = tuple[bytes, bytes | None, bytes | None]  # (raw frame, event name, joined data), as pop_frames gives
+DONE_FRAME: Frame = (DONE, None, b"[DONE]")
+
+
+class Framed(bytes):
+    """Whole SSE frames as one chunk, carrying the frames as the pass-through read them (`frames`).
+
+    The pass-through frames every event once to find its commit; its tap (`ResponsesRelay`,
+    `AnthropicRelay`) reads the same events again for their usage. Handed these, the tap takes the
+    frames as read instead of splitting the bytes a second time (`frames_of`). The bytes are the
+    frames' raw bytes joined, so a step that does not know the type (the commit, the relay, the
+    journal) treats it as any chunk; one that rebuilds it (a concatenation, a slice) gives plain
+    bytes, which the tap frames itself.
+    """
+
+    frames: list[Frame]
+
+
+def framed(frames: list[Frame]) -> Framed:
+    """One chunk of `frames` (whole frames, `\\n` line ends), their bytes joined."""
+    chunk = Framed(b"".join([frame[0] for frame in frames]))
+    chunk.frames = frames
+    return chunk
+
+
+def frames_of(buffer: bytearray, chunk: bytes) -> Iterable[Frame]:
+    """A tap's frames of `chunk`: those the pass-through read, when it is one of its chunks and nothing
+    is pending in the tap's `buffer` (a frame cut across plain chunks), else `chunk` framed here."""
+    if type(chunk) is Framed and not buffer:
+        return chunk.frames
+    normalise(buffer, chunk)
+    return pop_frames(buffer)
+
+
 async def held_until_content(
     chunks: AsyncIterator[bytes],
     carries_content: Callable[[bytes, bytes | None], bool],
@@ -230,14 +264,16 @@ async def held_until_content(
     gateway hands over much of its stream at once, and the client's first token should not wait for
     the rest of it. After one of `end_events` (a clean end) a `data: [DONE]` marker tells the relay
     the stream ended as it should (the pass-through's tap takes it out again); after an error event
-    the stream just ends, so the relay counts it as broken.
+    the stream just ends, so the relay counts it as broken. Every chunk is `Framed`: the tap reads
+    the frames framed here, not the bytes again.
     """
     buffer = bytearray()
-    held: list[bytes] | None = []
+    held: list[Frame] | None = []
     async for chunk in chunks:
         normalise(buffer, chunk)
-        out: list[bytes] = []
-        for raw, name, data in pop_frames(buffer):
+        out: list[Frame] = []
+        for frame in pop_frames(buffer):
+            _, name, data = frame
             kind = event_name(name, data)
             if held is not None:
                 if kind in error_events:
@@ -245,24 +281,24 @@ async def held_until_content(
                     raise UpstreamFailure(
                         FailureKind.STREAM_ERROR, f"the upstream stream started with an error: {detail}", body=data
                     )
-                held.append(raw)
+                held.append(frame)
                 if not carries_content(kind, data) and len(held) <= HOLD_MAX_EVENTS:
                     continue
                 out.extend(held)
                 held = None
                 if kind not in end_events:
-                    yield b"".join(out)  # the commit, ahead of the rest of this read
+                    yield framed(out)  # the commit, ahead of the rest of this read
                     out = []
                     continue
             else:
-                out.append(raw)
+                out.append(frame)
             if kind in end_events or kind in error_events:
                 if kind in end_events:
-                    out.append(DONE)
-                yield b"".join(out)
+                    out.append(DONE_FRAME)
+                yield framed(out)
                 return
         if out:
-            yield b"".join(out)
+            yield framed(out)
 
 
 # --- thinking blocks of another provider -------------------------------------------
