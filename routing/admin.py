@@ -51,7 +51,8 @@ def split_path(path: str, scope: str) -> tuple[str | None, str | None]:
 
 
 def add_field_error(form: forms.BaseForm, key: str | None, message: str, default: str | None = None) -> None:
-    name = FORM_FIELD.get(key or "", key) or default
+    own = getattr(form, "document_fields", {})  # a form's own document key -> field names (a model's `prices`)
+    name = own.get(key or "") or FORM_FIELD.get(key or "", key) or default
     form.add_error(name if name in form.fields else None, message)
 
 

@@ -25,6 +25,7 @@ from policies.keys import KeyProblems, check_controls, create_api_key, revoke_ke
 from policies.models import Agent, ApiKey, Org
 from routing.models import KeyUsage
 from routing.ops.admin_base import OrgScopedAdmin
+from routing.ops.admin_widgets import KeyValueField, PatternListField
 from routing.ops.limit_fields import StructuredLimitsMixin
 from routing.ops.money import usd
 
@@ -52,6 +53,11 @@ def key_usage_annotated(queryset: QuerySet[ApiKey]) -> QuerySet[ApiKey]:
 
 
 KEY_CONTROL_FIELDS = ["enabled", "limits", "budget", "allowed_models", "priority", "metadata"]
+MODELS_HELP = (
+    "Model ids or patterns this key may use, one per line or comma separated: gpt-4o, chat-* (Go glob, as org "
+    "policies). They narrow the org's policy, never widen it (docs/limits.md#keys). Blank: every model the org allows."
+)
+METADATA_HELP = "One key=value per line, e.g. team=search, for your own tools; never enforced. Blank: none."
 
 
 class ApiKeyForm(StructuredLimitsMixin, OrgBoundedForm, forms.ModelForm):
@@ -59,11 +65,12 @@ class ApiKeyForm(StructuredLimitsMixin, OrgBoundedForm, forms.ModelForm):
     within its org's bounds for a user who may not manage the org (routing.ops.scope)."""
 
     bounded = {"limits": "limits", "budget": "budget", "priority": "priority", "allowed_models": "models"}  # noqa: RUF012
+    allowed_models = PatternListField(label="Models", help_text=MODELS_HELP, placeholder="every model the org allows")
+    metadata = KeyValueField(label="Metadata", help_text=METADATA_HELP)
 
     class Meta:
         model = ApiKey
         fields = "__all__"
-        labels = {"allowed_models": "Models"}
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
