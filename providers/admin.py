@@ -37,7 +37,7 @@ from routing.core.prices import CLASSES as PRICE_CLASSES
 from routing.ops import controls
 from routing.ops.admin_base import GLOBAL, OrgScopedAdmin
 from routing.ops.admin_keys import StoredKeyForm
-from routing.ops.admin_widgets import NextPositionFormSet, PriceVersionsField, SettingsField
+from routing.ops.admin_widgets import NextPositionFormSet, PriceVersionsField, SettingsField, SkipsUnchangedSave
 from routing.runtime.observe import health
 from routing.runtime.process import current
 
@@ -349,7 +349,7 @@ def force_open_breakers(modeladmin: admin.ModelAdmin, request: Any, queryset: An
 
 
 @admin.register(Model)
-class ModelAdmin(GuardedDeleteMixin, OrgScopedAdmin):
+class ModelAdmin(SkipsUnchangedSave, GuardedDeleteMixin, OrgScopedAdmin):
     org_path = GLOBAL
     form = ModelConfigForm
     inlines = [FallbackLinkInline, DeploymentInline]

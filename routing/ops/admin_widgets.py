@@ -8,7 +8,8 @@
   concurrency, hedge, affinity); all blank: None;
 - `PriceVersionsField`: dated prices as table rows, one column per token class, with their
   currency; a row left blank is dropped, one blank row is always offered;
-- `NextPositionFormSet`: an inline whose new rows start at the next position, not 0.
+- `NextPositionFormSet`: an inline whose new rows start at the next position, not 0;
+- `SkipsUnchangedSave`: an admin whose unchanged form saves nothing (no version bump, no reload).
 
 Like routing.ops.limit_fields, the fields only assemble the value the configuration document
 holds and never judge it: a number that does not parse is passed on as typed, so the one
@@ -107,7 +108,8 @@ class PatternListField(KeepsStoredValue):
     def to_python(self, value: Any) -> Any:
         if isinstance(value, list) or value is None:
             return self.empty_value if value is None else value
-        return split_list(str(value)) if str(value).strip() else self.empty_value
+        text = str(value).strip()
+        return split_list(text) if text and text != "null" else self.empty_value  # null: JSON for "none given"
 
 
 # Free-form key=value ----------------------------------------------------------------------
@@ -202,6 +204,17 @@ class SettingsWidget(LabelledMultiWidget):
         value = value if isinstance(value, dict) else {}
         return [_flag_text(value.get(key)) if key in self.flags else value.get(key) for key in self.keys]
 
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
+        if name in data:  # the whole mapping as JSON text under the field's own name
+            return data.get(name)
+        return super().value_from_datadict(data, files, name)
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        if isinstance(value, str):  # posted as JSON text: shown in the boxes
+            ok, parsed = _json(value)
+            value = parsed if ok else None
+        return super().get_context(name, value, attrs)
+
 
 def _flag_text(value: Any) -> str:
     return (
@@ -235,11 +248,16 @@ class SettingsField(KeepsStoredValue, forms.MultiValueField):
     def to_python(self, value: Any) -> Any:
         if isinstance(value, list):  # the boxes as posted
             return self.compress(value)
+        if isinstance(value, str):  # the whole mapping as JSON text (a script, an older form)
+            ok, parsed = _json(value) if value.strip() else (True, None)
+            if not ok:
+                raise forms.ValidationError(f"Fill in the boxes, or post the {self.label or 'value'} as a JSON object.")
+            return parsed
         return value
 
     def clean(self, value: Any) -> Any:
-        if isinstance(value, dict) or value is None:
-            return value
+        if not isinstance(value, list):
+            return self.to_python(value)
         return super().clean(value)
 
 
@@ -335,3 +353,13 @@ class NextPositionFormSet(BaseInlineFormSet):
             offset = (self.total_form_count() if index is None else index) - initial_count
             kwargs["initial"] = {**kwargs.get("initial", {}), "position": self._next_position() + max(offset, 0)}
         return kwargs
+
+
+class SkipsUnchangedSave:
+    """An admin whose change page, saved with nothing changed, writes nothing: no configuration version
+    bump and so no snapshot reload in every process (an inline's unchanged rows are never saved either)."""
+
+    def save_model(self, request: Any, obj: Any, form: forms.ModelForm, change: bool) -> None:
+        if change and not form.has_changed():
+            return
+        super().save_model(request, obj, form, change)  # type: ignore[misc]

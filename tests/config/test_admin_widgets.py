@@ -13,7 +13,7 @@ from django.urls import reverse
 from policies.models import Agent, ApiKey
 from providers.models import Model
 from routing.config.store import dump_yaml, export_document
-from routing.models import ConfigRevision
+from routing.models import ConfigRevision, ConfigVersion
 from tests.config.admin_helpers import page_data, text
 
 pytestmark = pytest.mark.django_db
@@ -166,6 +166,7 @@ def test_saving_a_page_unchanged_records_no_configuration_change(admin_client_, 
     key = ApiKey.objects.get()
     stored_key = (key.allowed_models, key.metadata)
     document, revisions = dump_yaml(export_document()), ConfigRevision.objects.count()
+    version = ConfigVersion.objects.get().version
 
     for url in (_model_page(admin_client_), reverse("admin:policies_apikey_change", args=[key.pk])):
         response = admin_client_.post(url, page_data(admin_client_.get(url)))
@@ -173,6 +174,7 @@ def test_saving_a_page_unchanged_records_no_configuration_change(admin_client_, 
 
     assert dump_yaml(export_document()) == document
     assert ConfigRevision.objects.count() == revisions
+    assert ConfigVersion.objects.get().version == version, "nothing saved: no reload of every process"
     model = Model.objects.get(public_id="chat-a")
     assert list(model.concurrency) == ["max", "initial"] and model.price_versions[0]["input"] == 3.0
     key.refresh_from_db()
