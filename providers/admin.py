@@ -34,6 +34,7 @@ from routing.config.validation import add_form_validators
 from routing.core.breaker import BreakerKey
 from routing.core.kinds import ENDPOINT_KINDS
 from routing.core.prices import CLASSES as PRICE_CLASSES
+from routing.core.prices import PRICE_KEYS
 from routing.ops import controls
 from routing.ops.admin_base import GLOBAL, OrgScopedAdmin
 from routing.ops.admin_keys import StoredKeyForm
@@ -266,9 +267,23 @@ class DeploymentFormSet(NextPositionFormSet, DocumentCheckedFormSet):
         """One deployment per provider is the document rule's (its message names model and provider)."""
 
 
+class DeploymentForm(forms.ModelForm):
+    prices = SettingsField(
+        PRICE_KEYS,
+        PRICE_KEYS,
+        label="Prices (US$ per million tokens)",
+        help_text="Negotiated prices of this deployment; a blank box keeps the model's price for that class.",
+    )
+
+    class Meta:
+        model = Deployment
+        fields = "__all__"
+
+
 class DeploymentInline(admin.TabularInline):
     model = Deployment
     fk_name = "model"
+    form = DeploymentForm
     formset = DeploymentFormSet
     fields = ["position", "provider", "upstream_model", "weight", "rpm", "tpm", "prices"]
     autocomplete_fields = ["provider"]  # a search box, not one <select> of every provider per row

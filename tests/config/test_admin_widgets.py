@@ -195,3 +195,24 @@ def test_a_new_fallback_row_starts_at_the_next_position(admin_client_, imported)
     data["fallback_links-1-target"] = chat_c.pk
     assert admin_client_.post(url, data).status_code == 302
     assert export_document()["models"][0]["fallbacks"] == ["chat-b", "chat-c"]
+
+
+def test_a_deployment_s_prices_are_labelled_boxes(admin_client_):
+    from routing.config.store import import_document
+    from tests.config.test_deployments_config import with_deployments
+
+    import_document(with_deployments())
+    url = _model_page(admin_client_, "chat-d")
+    page = admin_client_.get(url)
+    assert "Prices (US$ per million tokens)" in text(page)
+    data = page_data(page)
+    data.update({"deployments-0-prices_input": "2.4", "deployments-0-prices_output": "12"})
+    assert admin_client_.post(url, data).status_code == 302
+    chat_d = next(m for m in export_document()["models"] if m["id"] == "chat-d")
+    assert chat_d["deployments"][0]["prices"] == {"input": 2.4, "output": 12}
+
+    data = page_data(admin_client_.get(url))
+    data["deployments-1-prices_reasoning"] = "-3"
+    response = admin_client_.post(url, data)
+    assert response.status_code == 200
+    assert "price reasoning of deployment 'local-b' of model 'chat-d' must be a number of at least 0" in text(response)
