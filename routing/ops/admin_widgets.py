@@ -71,12 +71,16 @@ class KeepsStoredValue(forms.Field):
 
 
 class PatternListInput(forms.Textarea):
-    """One pattern per line; [] (an empty list, distinct from blank) written as `[]`."""
+    """One item per line; [] (an empty list, distinct from blank) written as `[]`. With `wrap`, the list
+    is the one key of a mapping (an e-mail destination's `to`)."""
 
-    def __init__(self, placeholder: str = "") -> None:
+    def __init__(self, placeholder: str = "", wrap: str | None = None) -> None:
         super().__init__(attrs={"rows": 3, "cols": 40, "placeholder": placeholder, "class": "sb-list"})
+        self.wrap = wrap
 
     def format_value(self, value: Any) -> str:
+        if self.wrap and isinstance(value, dict) and list(value) == [self.wrap]:
+            value = value[self.wrap]
         if value is None:
             return ""
         if isinstance(value, list):
@@ -95,21 +99,54 @@ def split_list(text: str) -> list[str]:
 
 
 class PatternListField(KeepsStoredValue):
-    """A list of model ids or patterns typed as text; blank gives `empty_value`."""
+    """A list of model ids or patterns (or `numbers`, or e-mail addresses under `wrap`) typed as text;
+    blank gives `empty_value`."""
 
-    def __init__(self, *, empty_value: Any = None, placeholder: str = "chat-*", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        empty_value: Any = None,
+        placeholder: str = "chat-*",
+        numbers: bool = False,
+        wrap: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         for unused in ("encoder", "decoder", "max_length"):
             kwargs.pop(unused, None)
-        kwargs.setdefault("widget", PatternListInput(placeholder))
+        kwargs.setdefault("widget", PatternListInput(placeholder, wrap))
         kwargs["required"] = False
-        self.empty_value = empty_value
+        self.empty_value, self.numbers, self.wrap = empty_value, numbers, wrap
         super().__init__(**kwargs)
 
     def to_python(self, value: Any) -> Any:
-        if isinstance(value, list) or value is None:
-            return self.empty_value if value is None else value
-        text = str(value).strip()
-        return split_list(text) if text and text != "null" else self.empty_value  # null: JSON for "none given"
+        if not isinstance(value, str):
+            return self.empty_value if value is None else value  # a stored value
+        text = value.strip()
+        if not text or text == "null":  # null: JSON for "none given"
+            return self.empty_value
+        ok, parsed = _json(text) if text[0] in "[{" else (False, None)
+        if ok and (isinstance(parsed, dict) if self.wrap else self.numbers and isinstance(parsed, list)):
+            return parsed  # the whole value as JSON (a script, an older form)
+        items: list[Any] = split_list(text)
+        if self.numbers:
+            items = [parse_number(item) for item in items]
+        return {self.wrap: items} if self.wrap else items
+
+
+class ChoiceBoxes(forms.CheckboxSelectMultiple):
+    """A checkbox per choice; a whole list posted as JSON text (a script, an older form) is read too."""
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
+        values = super().value_from_datadict(data, files, name)
+        if isinstance(values, list) and len(values) == 1 and str(values[0]).lstrip().startswith("["):
+            ok, parsed = _json(values[0])
+            if ok and isinstance(parsed, list):
+                return [str(v) for v in parsed]
+        return values
+
+
+def choice_boxes(choices: tuple[str, ...] | list[str]) -> forms.MultipleChoiceField:
+    return forms.MultipleChoiceField(choices=[(c, c) for c in choices], widget=ChoiceBoxes, required=False)
 
 
 # Free-form key=value ----------------------------------------------------------------------
@@ -189,16 +226,11 @@ YES_NO = [("", "default (no)"), ("false", "no"), ("true", "yes")]
 class SettingsWidget(LabelledMultiWidget):
     """One box per setting: a number, or a yes/no choice for the keys named in `flags`."""
 
-    def __init__(self, keys: tuple[str, ...], labels: tuple[str, ...], flags: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, keys: tuple[str, ...], labels: tuple[str, ...], flags: tuple[str, ...] = (), texts: tuple[str, ...] = ()
+    ) -> None:
         self.keys, self.labels, self.flags = keys, labels, flags
-        super().__init__(
-            {
-                key: forms.Select(choices=YES_NO)
-                if key in flags
-                else forms.NumberInput(attrs={"placeholder": "none", "step": "any", "style": "width: 7em"})
-                for key in keys
-            }
-        )
+        super().__init__({key: _box(key, flags, texts) for key in keys})
 
     def decompress(self, value: Any) -> list[Any]:
         value = value if isinstance(value, dict) else {}
@@ -216,6 +248,14 @@ class SettingsWidget(LabelledMultiWidget):
         return super().get_context(name, value, attrs)
 
 
+def _box(key: str, flags: tuple[str, ...], texts: tuple[str, ...]) -> forms.Widget:
+    if key in flags:
+        return forms.Select(choices=YES_NO)
+    if key in texts:
+        return forms.TextInput(attrs={"placeholder": "none", "size": 40, "class": "sb-text"})
+    return forms.NumberInput(attrs={"placeholder": "none", "step": "any", "style": "width: 7em"})
+
+
 def _flag_text(value: Any) -> str:
     return (
         {True: "true", False: "false"}.get(value, "") if isinstance(value, bool) else ("" if value is None else value)
@@ -227,13 +267,18 @@ class SettingsField(KeepsStoredValue, forms.MultiValueField):
     all blank: None (the feature is off)."""
 
     def __init__(
-        self, keys: tuple[str, ...], labels: tuple[str, ...], flags: tuple[str, ...] = (), **kwargs: Any
+        self,
+        keys: tuple[str, ...],
+        labels: tuple[str, ...],
+        flags: tuple[str, ...] = (),
+        texts: tuple[str, ...] = (),
+        **kwargs: Any,
     ) -> None:
         for unused in ("encoder", "decoder", "max_length"):
             kwargs.pop(unused, None)
-        self.keys, self.flags = keys, flags
+        self.keys, self.flags, self.texts = keys, flags, texts
         subfields = tuple(forms.CharField(required=False) for _ in keys)
-        kwargs["widget"] = SettingsWidget(keys, labels, flags)
+        kwargs["widget"] = SettingsWidget(keys, labels, flags, texts)
         super().__init__(subfields, require_all_fields=False, required=False, **kwargs)
 
     def compress(self, data_list: list[Any]) -> dict[str, Any] | None:
@@ -241,8 +286,10 @@ class SettingsField(KeepsStoredValue, forms.MultiValueField):
         for key, text in zip(self.keys, data_list or [], strict=False):
             if text in (None, ""):
                 continue
-            flag = {"true": True, "false": False}.get(text, text)
-            values[key] = flag if key in self.flags else parse_number(text)
+            if key in self.flags:
+                values[key] = {"true": True, "false": False}.get(text, text)
+            else:
+                values[key] = text if key in self.texts else parse_number(text)
         return values or None
 
     def to_python(self, value: Any) -> Any:

@@ -216,3 +216,32 @@ def test_a_deployment_s_prices_are_labelled_boxes(admin_client_):
     response = admin_client_.post(url, data)
     assert response.status_code == 200
     assert "price reasoning of deployment 'local-b' of model 'chat-d' must be a number of at least 0" in text(response)
+
+
+def test_an_alert_rule_s_destination_events_and_thresholds_are_typed_without_json(admin_client_, imported):
+    from routing.models import AlertRule
+
+    add = reverse("admin:routing_alertrule_add")
+    page = text(admin_client_.get(add))
+    assert 'name="webhook_url"' in page and 'type="checkbox" name="events" value="breaker_open"' in page
+    fields = {"name": "ops", "email": "ops@example.com\noncall@example.com", "events": ["parked", "breaker_open"]}
+    response = admin_client_.post(add, {**fields, "budget_percent": "80, 100"})
+    assert response.status_code == 302, text(response)
+    rule = AlertRule.objects.get()
+    assert (rule.email, rule.events, rule.budget_percent, rule.webhook) == (
+        {"to": ["ops@example.com", "oncall@example.com"]},
+        ["breaker_open", "parked"],
+        [80, 100],
+        None,
+    )
+    revisions = ConfigRevision.objects.count()
+    url = reverse("admin:routing_alertrule_change", args=[rule.pk])
+    assert admin_client_.post(url, page_data(admin_client_.get(url))).status_code == 302
+    assert ConfigRevision.objects.count() == revisions
+
+    data = {**page_data(admin_client_.get(url)), "webhook_url": "http://hooks.example/x", "budget_percent": "80, 2000"}
+    refused = admin_client_.post(url, data)
+    assert "must have exactly one destination" in text(refused)
+    assert "budget_percent of alert 'ops' must be a list of whole percentages" in _field_errors(
+        refused, "budget_percent"
+    )
