@@ -184,8 +184,9 @@ class ModelConfigForm(DocumentCheckedForm):
         self.fields["fallback_on"].help_text = "Overrides the global fallback_on; none checked inherits it."
         for name in PRICE_FIELDS:  # the one currency of prices and budgets (docs/dashboard.md#currency)
             if name in self.fields:
-                what = name.removesuffix("_price_per_mtok").replace("_", " ")
-                self.fields[name].label = f"{what.capitalize()} price (US$ per million tokens)"
+                field = self.fields[name]
+                field.label = f"{name.removesuffix('_price_per_mtok').replace('_', ' ').capitalize()} price"
+                field.help_text = " ".join(["US$ per million tokens.", str(field.help_text or "")]).strip()
 
     def clean_capabilities(self) -> list[str]:
         return [c for c in CAPABILITIES if c in self.cleaned_data["capabilities"]]
@@ -270,7 +271,7 @@ class DeploymentFormSet(NextPositionFormSet, DocumentCheckedFormSet):
 class DeploymentForm(forms.ModelForm):
     prices = SettingsField(
         PRICE_KEYS,
-        PRICE_KEYS,
+        tuple(key.replace("_", " ") for key in PRICE_KEYS),
         label="Prices (US$ per million tokens)",
         help_text="Negotiated prices of this deployment; a blank box keeps the model's price for that class.",
     )

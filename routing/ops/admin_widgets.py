@@ -339,7 +339,14 @@ class PriceRowsWidget(forms.Widget):
             value = value if ok else []
         entries = [e for e in value or [] if isinstance(e, dict)]
         rows = [[(key, _cell(entry.get(key))) for key in PRICE_COLUMNS] for entry in [*entries, {}]]
-        context["widget"].update({"rows": rows, "columns": PRICE_COLUMNS, "currency": CURRENCY, "input_type": "date"})
+        context["widget"].update(
+            {
+                "rows": rows,
+                "headings": [key.replace("_", " ") for key in PRICE_COLUMNS],
+                "currency": CURRENCY,
+                "input_type": "date",
+            }
+        )
         return context
 
 

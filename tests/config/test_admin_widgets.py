@@ -80,8 +80,8 @@ def test_a_model_s_dated_prices_are_rows_with_their_currency(admin_client_, impo
     url = _model_page(admin_client_)
     page = admin_client_.get(url)
     body = text(page)
-    assert "currency" in body and "USD / 1M tokens" in body
-    assert "Input price (US$ per million tokens)" in body
+    assert "<th>currency</th>" in body and "<th>cache write 1h</th>" in body and 'per million tokens">USD</td>' in body
+    assert re.search(r"Input price:</label>.*?US\$ per million tokens\.", body, re.S)
     data = page_data(page)
     data.update({"price_versions-0-effective_from": "2026-01-01", "price_versions-0-input": "3"})
     data.update({"price_versions-0-output": "15", "price_versions-0-cache_read": "0.3"})
