@@ -52,7 +52,7 @@ class KeepsStoredValue(forms.Field):
     """A field whose value, when it equals the stored one, is the stored object itself (its key
     order and number types), so an unchanged save writes the document byte for byte as it was."""
 
-    def _clean_bound_field(self, bf: forms.BoundField) -> Any:
+    def _clean_bound_field(self, bf: forms.BoundField) -> Any:  # Django's hook (5.0+) that sees the initial value
         value = super()._clean_bound_field(bf)
         initial = bf.initial
         return initial if initial is not None and _canonical(value) == _canonical(initial) else value
@@ -372,7 +372,7 @@ class PriceVersionsField(KeepsStoredValue):
             ok, parsed = _json(value)
             if not ok:
                 raise forms.ValidationError("Write the dated prices in the rows of the table.")
-            return parsed
+            return [] if parsed is None else parsed  # null: no dated prices, as blank rows
         return [_entry(row) for row in value if any(_cell(v).strip() for v in row.values())]
 
 

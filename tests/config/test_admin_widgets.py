@@ -245,3 +245,24 @@ def test_an_alert_rule_s_destination_events_and_thresholds_are_typed_without_jso
     assert "budget_percent of alert 'ops' must be a list of whole percentages" in _field_errors(
         refused, "budget_percent"
     )
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {"team": "search", "n": 42, "quoted": "42", "flag": "true", "none": None, "list": [1, "x"]},
+        {"padded": " x ", "lines": "a\nb", "empty": ""},
+        {"a=b": "key with an equals sign"},  # shown as a JSON object
+    ],
+)
+def test_metadata_text_reads_back_as_the_stored_mapping(stored):
+    from routing.ops.admin_widgets import key_value_text, parse_key_values
+
+    assert parse_key_values(key_value_text(stored)) == stored
+
+
+def test_a_pattern_starting_with_a_character_class_is_a_pattern_not_json():
+    from routing.ops.admin_widgets import split_list
+
+    assert split_list("[ab]-*\nchat-*") == ["[ab]-*", "chat-*"]
+    assert split_list('["x", "y"]') == ["x", "y"] and split_list("[]") == []
