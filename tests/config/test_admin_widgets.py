@@ -183,9 +183,12 @@ def test_saving_a_page_unchanged_records_no_configuration_change(admin_client_, 
 
 def test_a_new_fallback_row_starts_at_the_next_position(admin_client_, imported):
     url = _model_page(admin_client_)
-    data = page_data(admin_client_.get(url))
+    page = admin_client_.get(url)
+    data = page_data(page)
     assert data["fallback_links-0-position"] == 0  # chat-a's one link
     assert data["fallback_links-1-position"] == 1, "the blank row is the next one, not 0"
+    added = page.context["inline_admin_formsets"][0].formset.empty_form  # "Add another" copies it
+    assert added["position"].value() == 2
     chat_c = Model.objects.create(
         public_id="chat-c",
         upstream_model="x",
