@@ -28,15 +28,17 @@ from routing.admin import (
     split_path,
 )
 from routing.config.document import deployment_item, model_item, provider_item
-from routing.config.schema import DIALECTS, MODEL, PROVIDER, TIMEOUTS
+from routing.config.schema import AFFINITY_KEYS, CONCURRENCY_KEYS, DIALECTS, HEDGE_KEYS, MODEL, PROVIDER, TIMEOUTS
 from routing.config.store import errors_for_edit, in_scope, rename_references, replace_item
 from routing.config.validation import add_form_validators
 from routing.core.breaker import BreakerKey
 from routing.core.kinds import ENDPOINT_KINDS
 from routing.core.prices import CLASSES as PRICE_CLASSES
+from routing.core.prices import PRICE_KEYS
 from routing.ops import controls
 from routing.ops.admin_base import GLOBAL, OrgScopedAdmin
 from routing.ops.admin_keys import StoredKeyForm
+from routing.ops.admin_widgets import NextPositionFormSet, PriceVersionsField, SettingsField, SkipsUnchangedSave
 from routing.runtime.observe import health
 from routing.runtime.process import current
 
@@ -133,10 +135,41 @@ class ProviderAdmin(OrgScopedAdmin):
         )
 
 
+PRICE_FIELDS = ["input_price_per_mtok", "output_price_per_mtok", *(f"{name}_price_per_mtok" for name in PRICE_CLASSES)]
+
+
 class ModelConfigForm(DocumentCheckedForm):
     capabilities = checkbox_choices(CAPABILITIES)
     fallback_on = checkbox_choices(FALLBACK_TRIGGERS)
+    price_versions = PriceVersionsField(
+        label="Dated prices",
+        help_text="Prices from a date on (UTC), in US dollars per million tokens; a blank cell keeps the price above "
+        "for that class. Fill the blank row to add one; clear a row to remove it (docs/configuration.md#price-versions).",
+    )
+    concurrency = SettingsField(
+        CONCURRENCY_KEYS,
+        ("initial", "min", "max", "queue"),
+        label="Concurrency",
+        help_text="Adaptive limit of calls at once per deployment (whole numbers, min ≤ initial ≤ max) and how many "
+        "requests may wait beyond it; blank: off (docs/overload.md#configuration).",
+    )
+    hedge = SettingsField(
+        HEDGE_KEYS,
+        ("extra calls, % of requests", "hedge requests with tools"),
+        flags=("tools",),
+        label="Hedge",
+        help_text="A late first token is asked of another deployment too, within this % of extra calls; blank: off "
+        "(docs/overload.md#hedging).",
+    )
+    affinity = SettingsField(
+        AFFINITY_KEYS,
+        ("seconds",),
+        label="Affinity",
+        help_text="Keep a conversation on the deployment that served it last for this long since its last request; "
+        "blank: off (docs/deployments.md#affinity).",
+    )
     skip_keys = ("fallbacks",)  # validated with the inline chain
+    document_fields = {"prices": "price_versions"}  # noqa: RUF012 - the document's name of the dated prices
 
     class Meta:
         model = Model
@@ -149,6 +182,11 @@ class ModelConfigForm(DocumentCheckedForm):
             "capabilities"
         ].help_text = f"Every fallback must serve each of {', '.join(ENDPOINT_KINDS)} this model serves."
         self.fields["fallback_on"].help_text = "Overrides the global fallback_on; none checked inherits it."
+        for name in PRICE_FIELDS:  # the one currency of prices and budgets (docs/dashboard.md#currency)
+            if name in self.fields:
+                field = self.fields[name]
+                field.label = f"{name.removesuffix('_price_per_mtok').replace('_', ' ').capitalize()} price"
+                field.help_text = " ".join(["US$ per million tokens.", str(field.help_text or "")]).strip()
 
     def clean_capabilities(self) -> list[str]:
         return [c for c in CAPABILITIES if c in self.cleaned_data["capabilities"]]
@@ -185,7 +223,7 @@ def model_edit(obj: Model, fallbacks: list[str] | None, deployments: list[dict[s
     return edit
 
 
-class DeploymentFormSet(DocumentCheckedFormSet):
+class DeploymentFormSet(NextPositionFormSet, DocumentCheckedFormSet):
     """The model's deployments (docs/deployments.md), validated as its `deployments` list.
 
     Errors of one deployment land on its row; errors of the model's served-by fields
@@ -230,9 +268,23 @@ class DeploymentFormSet(DocumentCheckedFormSet):
         """One deployment per provider is the document rule's (its message names model and provider)."""
 
 
+class DeploymentForm(forms.ModelForm):
+    prices = SettingsField(
+        PRICE_KEYS,
+        tuple(key.replace("_", " ") for key in PRICE_KEYS),
+        label="Prices (US$ per million tokens)",
+        help_text="Negotiated prices of this deployment; a blank box keeps the model's price for that class.",
+    )
+
+    class Meta:
+        model = Deployment
+        fields = "__all__"
+
+
 class DeploymentInline(admin.TabularInline):
     model = Deployment
     fk_name = "model"
+    form = DeploymentForm
     formset = DeploymentFormSet
     fields = ["position", "provider", "upstream_model", "weight", "rpm", "tpm", "prices"]
     autocomplete_fields = ["provider"]  # a search box, not one <select> of every provider per row
@@ -247,7 +299,7 @@ class DeploymentInline(admin.TabularInline):
         return super().get_queryset(request).select_related("provider")
 
 
-class FallbackFormSet(DocumentCheckedFormSet):
+class FallbackFormSet(NextPositionFormSet, DocumentCheckedFormSet):
     item_field = "target"
 
     def document_edit(self, kept: list[forms.ModelForm]) -> Any:
@@ -313,7 +365,7 @@ def force_open_breakers(modeladmin: admin.ModelAdmin, request: Any, queryset: An
 
 
 @admin.register(Model)
-class ModelAdmin(GuardedDeleteMixin, OrgScopedAdmin):
+class ModelAdmin(SkipsUnchangedSave, GuardedDeleteMixin, OrgScopedAdmin):
     org_path = GLOBAL
     form = ModelConfigForm
     inlines = [FallbackLinkInline, DeploymentInline]
@@ -341,9 +393,7 @@ class ModelAdmin(GuardedDeleteMixin, OrgScopedAdmin):
                     "context_window",
                     "max_output_tokens",
                     "residency",
-                    "input_price_per_mtok",
-                    "output_price_per_mtok",
-                    *(f"{name}_price_per_mtok" for name in PRICE_CLASSES),
+                    *PRICE_FIELDS,
                     "price_versions",
                 ]
             },

@@ -37,6 +37,7 @@ from routing.models import (
 from routing.ops.admin_audit import AuditRecordAdmin
 from routing.ops.admin_base import GLOBAL, OrgScopedAdmin, ReadOnlyAdmin
 from routing.ops.admin_history import ConfigRevisionAdmin
+from routing.ops.admin_widgets import PatternListField, SettingsField, choice_boxes
 from routing.runtime.observe import alerts, bodies
 
 FORM_FIELD = {"id": "public_id", "health_probe": "health_probe_enabled"}
@@ -51,7 +52,8 @@ def split_path(path: str, scope: str) -> tuple[str | None, str | None]:
 
 
 def add_field_error(form: forms.BaseForm, key: str | None, message: str, default: str | None = None) -> None:
-    name = FORM_FIELD.get(key or "", key) or default
+    own = getattr(form, "document_fields", {})  # a form's own document key -> field names (a model's `prices`)
+    name = own.get(key or "") or FORM_FIELD.get(key or "", key) or default
     form.add_error(name if name in form.fields else None, message)
 
 
@@ -316,9 +318,22 @@ def alert_item(obj: AlertRule) -> dict[str, Any]:
 class AlertRuleForm(DocumentCheckedForm):
     """Checked by the document rules (one destination, known events, secret_env as api_key_env)."""
 
+    webhook = SettingsField(("url", "secret_env"), ("URL", "secret env"), texts=("url", "secret_env"), label="Webhook")
+    slack = SettingsField(("url",), ("incoming webhook URL",), texts=("url",), label="Slack")
+    email = PatternListField(
+        wrap="to", placeholder="ops@example.com", label="E-mail to", help_text="One address a line."
+    )
+    events = choice_boxes(ALERT["events"].choices)
+    budget_percent = PatternListField(
+        numbers=True, empty_value=[], placeholder="80, 100", help_text="Whole percentages of a budget, e.g. 80, 100."
+    )
+
     class Meta:
         model = AlertRule
         fields = "__all__"
+
+    def clean_events(self) -> list[str]:
+        return [e for e in ALERT["events"].choices if e in self.cleaned_data["events"]]
 
     def document_edit(self, obj: AlertRule) -> tuple[Callable[[dict[str, Any]], None], str]:
         old = self.instance.name if self.instance.pk else None

@@ -76,7 +76,17 @@ class BudgetWidget(LabelledMultiWidget):
         return [value.get("usd"), value.get("period", "month")]
 
 
-class LimitsField(forms.MultiValueField):
+class _CompressedChange(forms.MultiValueField):
+    """Changed when the value the boxes make differs from the stored one (a blank amount beside the
+    default period is still "no budget", not a change)."""
+
+    def has_changed(self, initial: Any, data: Any) -> bool:
+        if not isinstance(data, list):
+            return super().has_changed(initial, data)
+        return self.compress(data) != initial
+
+
+class LimitsField(_CompressedChange):
     """A `limits` mapping from one number box per LIMIT_DIMENSIONS row; all blank: None (no limits)."""
 
     widget = LimitsWidget
@@ -91,7 +101,7 @@ class LimitsField(forms.MultiValueField):
         return values or None
 
 
-class BudgetField(forms.MultiValueField):
+class BudgetField(_CompressedChange):
     """{usd, period} from an amount and a period; a blank amount: None (no budget)."""
 
     widget = BudgetWidget

@@ -5,7 +5,9 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from django.forms import MultiWidget
+from django.forms import MultiWidget, Textarea
+
+from routing.ops.admin_widgets import PriceRowsWidget
 
 
 def page_data(response: Any) -> dict[str, Any]:
@@ -22,6 +24,13 @@ def page_data(response: Any) -> dict[str, Any]:
                         data[f"{bound.html_name}{widget.widgets_names[i]}"] = part
                 continue
             value = bound.value()
+            if isinstance(widget, PriceRowsWidget):  # one input per cell of each row, as rendered
+                rows = widget.get_context(bound.html_name, value, {})["widget"]["rows"]
+                for i, row in enumerate(rows):
+                    data.update({f"{bound.html_name}-{i}-{key}": cell for key, cell in row})
+                continue
+            if isinstance(widget, Textarea) and not isinstance(value, str):  # a list or mapping as its text
+                value = widget.format_value(value)
             if value is None or value is False:
                 continue
             data[bound.html_name] = "on" if value is True else value
