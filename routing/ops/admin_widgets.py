@@ -50,7 +50,16 @@ def _json(text: str) -> tuple[bool, Any]:
 
 class KeepsStoredValue(forms.Field):
     """A field whose value, when it equals the stored one, is the stored object itself (its key
-    order and number types), so an unchanged save writes the document byte for byte as it was."""
+    order and number types), so an unchanged save writes the document byte for byte as it was.
+
+    The model's JSONField hands its form field JSON's options; these fields read text of their own, and
+    blank is a value of theirs (none, off, empty), so they are never required."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        for unused in ("encoder", "decoder", "max_length"):
+            kwargs.pop(unused, None)
+        kwargs["required"] = False
+        super().__init__(*args, **kwargs)
 
     def _clean_bound_field(self, bf: forms.BoundField) -> Any:  # Django's hook (5.0+) that sees the initial value
         value = super()._clean_bound_field(bf)
@@ -111,10 +120,7 @@ class PatternListField(KeepsStoredValue):
         wrap: str | None = None,
         **kwargs: Any,
     ) -> None:
-        for unused in ("encoder", "decoder", "max_length"):
-            kwargs.pop(unused, None)
         kwargs.setdefault("widget", PatternListInput(placeholder, wrap))
-        kwargs["required"] = False
         self.empty_value, self.numbers, self.wrap = empty_value, numbers, wrap
         super().__init__(**kwargs)
 
@@ -206,12 +212,6 @@ class KeyValueField(KeepsStoredValue):
 
     widget = KeyValueInput
 
-    def __init__(self, **kwargs: Any) -> None:
-        for unused in ("encoder", "decoder", "max_length"):
-            kwargs.pop(unused, None)
-        kwargs["required"] = False
-        super().__init__(**kwargs)
-
     def to_python(self, value: Any) -> Any:
         if isinstance(value, dict):
             return value
@@ -274,8 +274,6 @@ class SettingsField(KeepsStoredValue, forms.MultiValueField):
         texts: tuple[str, ...] = (),
         **kwargs: Any,
     ) -> None:
-        for unused in ("encoder", "decoder", "max_length"):
-            kwargs.pop(unused, None)
         self.keys, self.flags, self.texts = keys, flags, texts
         subfields = tuple(forms.CharField(required=False) for _ in keys)
         kwargs["widget"] = SettingsWidget(keys, labels, flags, texts)
@@ -358,12 +356,6 @@ class PriceVersionsField(KeepsStoredValue):
     """A model's dated prices ([{effective_from, input, output, ...}]) typed as table rows."""
 
     widget = PriceRowsWidget
-
-    def __init__(self, **kwargs: Any) -> None:
-        for unused in ("encoder", "decoder", "max_length"):
-            kwargs.pop(unused, None)
-        kwargs["required"] = False
-        super().__init__(**kwargs)
 
     def to_python(self, value: Any) -> Any:
         if value in (None, ""):

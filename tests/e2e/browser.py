@@ -11,8 +11,10 @@ hiding the browser (tests/e2e/hide_browser.py) and collecting every browser test
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,3 +51,20 @@ CHROMIUM_ARGS = [
 ]
 VIEWPORT = {"width": 1280, "height": 800}
 WAIT_MS = 5000
+
+
+def with_superuser(gateway: Any, user: str, password: str) -> Any:
+    """`gateway` (a make_gateway server) with a superuser to sign in as; returned for a fixture to yield."""
+    gateway.manage(
+        "shell",
+        "-c",
+        "from django.contrib.auth import get_user_model; "
+        f"get_user_model().objects.create_superuser({user!r}, {user + '@example.com'!r}, {password!r})",
+    )
+    return gateway
+
+
+def shell_state(gateway: Any, script: str) -> dict:
+    """What `script`, run by the gateway's `manage.py shell`, printed as JSON on a line starting `STATE `."""
+    out = gateway.manage("shell", "-c", script).stdout
+    return json.loads(next(line[6:] for line in out.splitlines() if line.startswith("STATE ")))

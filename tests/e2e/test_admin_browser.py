@@ -5,11 +5,9 @@ dashboard browser test does)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium, shell_state, with_superuser
 
 USER, PASSWORD = "chooser", "choose-e2e-Secret-pw-1"
 
@@ -54,18 +52,11 @@ pytestmark = needs_chromium
 
 @pytest.fixture(scope="module")
 def gw(make_gateway, mock_upstream):
-    gateway = make_gateway(CONFIG.format(mock=mock_upstream.url))
-    gateway.manage(
-        "shell",
-        "-c",
-        f"from django.contrib.auth import get_user_model; get_user_model().objects.create_superuser({USER!r}, 'c@example.com', {PASSWORD!r})",
-    )
-    return gateway
+    return with_superuser(make_gateway(CONFIG.format(mock=mock_upstream.url)), USER, PASSWORD)
 
 
 def stored(gw) -> dict:
-    out = gw.manage("shell", "-c", READ_SCRIPT).stdout
-    return json.loads(next(line[6:] for line in out.splitlines() if line.startswith("STATE ")))
+    return shell_state(gw, READ_SCRIPT)
 
 
 def pick(page, select_id: str, term: str, expected_text: str) -> None:

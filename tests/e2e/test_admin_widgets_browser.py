@@ -4,11 +4,9 @@ typed one per line are saved as a list, and metadata typed as key=value lines as
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium, shell_state, with_superuser
 
 USER, PASSWORD = "keyeditor", "key-e2e-Secret-pw-1"
 
@@ -40,18 +38,11 @@ pytestmark = needs_chromium
 
 @pytest.fixture(scope="module")
 def gw(make_gateway, mock_upstream):
-    gateway = make_gateway(CONFIG.format(mock=mock_upstream.url))
-    gateway.manage(
-        "shell",
-        "-c",
-        f"from django.contrib.auth import get_user_model; get_user_model().objects.create_superuser({USER!r}, 'k@example.com', {PASSWORD!r})",
-    )
-    return gateway
+    return with_superuser(make_gateway(CONFIG.format(mock=mock_upstream.url)), USER, PASSWORD)
 
 
 def stored(gw) -> dict:
-    out = gw.manage("shell", "-c", READ_SCRIPT).stdout
-    return json.loads(next(line[6:] for line in out.splitlines() if line.startswith("STATE ")))
+    return shell_state(gw, READ_SCRIPT)
 
 
 def test_a_key_s_model_pattern_is_typed_and_saved(gw):

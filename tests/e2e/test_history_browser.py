@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium, with_superuser
 from tests.e2e.harness import ROOT, SLACK_S
 
 USER, PASSWORD = "historian", "history-e2e-Secret-pw-1"
@@ -42,13 +42,7 @@ pytestmark = needs_chromium
 
 @pytest.fixture(scope="module")
 def gw(make_gateway, mock_upstream):
-    gateway = make_gateway(CONFIG.format(mock=mock_upstream.url))
-    gateway.manage(
-        "shell",
-        "-c",
-        f"from django.contrib.auth import get_user_model; get_user_model().objects.create_superuser({USER!r}, 'h@example.com', {PASSWORD!r})",
-    )
-    return gateway
+    return with_superuser(make_gateway(CONFIG.format(mock=mock_upstream.url)), USER, PASSWORD)
 
 
 def upstream_calls(mock_upstream, gw, upstream: str) -> int:

@@ -10,7 +10,7 @@ import re
 import httpx
 import pytest
 
-from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium
+from tests.e2e.browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS, needs_chromium, shell_state, with_superuser
 
 USER, PASSWORD = "screens", "screens-e2e-Secret-pw-1"
 
@@ -49,13 +49,7 @@ pytestmark = needs_chromium
 
 @pytest.fixture(scope="module")
 def gw(make_gateway, mock_upstream):
-    gateway = make_gateway(CONFIG.format(mock=mock_upstream.url))
-    gateway.manage(
-        "shell",
-        "-c",
-        f"from django.contrib.auth import get_user_model; get_user_model().objects.create_superuser({USER!r}, 's@example.com', {PASSWORD!r})",
-    )
-    return gateway
+    return with_superuser(make_gateway(CONFIG.format(mock=mock_upstream.url)), USER, PASSWORD)
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +80,7 @@ def login(page, gw, next_path: str) -> None:
 
 
 def stored(gw) -> dict:
-    out = gw.manage("shell", "-c", READ_SCRIPT).stdout
-    return json.loads(next(line[6:] for line in out.splitlines() if line.startswith("STATE ")))
+    return shell_state(gw, READ_SCRIPT)
 
 
 def overflow(page) -> int:
