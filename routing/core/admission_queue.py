@@ -42,7 +42,7 @@ COLD_HOLD_S = 1.0
 # A request waits only if predicted to start within this share of its time: the rest is margin for the estimates'
 # noise (the higher classes' arrivals come in bursts), so a request let in to wait is rarely shed later, slowly,
 # after all. Measured on the two-process overload scenario (docs/overload.md#capacity-refusals): at 0.7 one shed
-# in ten came after a wait (shed p99 0.65-0.77 s), at 0.4 0.2-0.46 s, at 0.3 20-33 ms, for 2-3 % of goodput.
+# in ten came after a wait (shed p99 0.65-0.77 s), at 0.4 0.2-0.46 s, at 0.3 20-38 ms, for 2-3 % of goodput.
 ADMIT_SHARE = 0.3
 
 
