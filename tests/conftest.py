@@ -34,6 +34,22 @@ def _no_background_tasks_in_process(_spool_in_a_temporary_directory: None) -> It
     dispose(session)
 
 
+@pytest.fixture(autouse=True)
+def _no_breaker_left_open_in_the_session_process(_no_background_tasks_in_process: Any) -> Iterator[None]:
+    """A test that opens or forces a breaker of the session's process must use its own `process`:
+    left there, the state reaches whichever test runs next in the random order (a breaker test
+    failed in CI only when it ran after one that forced its link). Fails the leaking test by name
+    and clears the breakers, so the next test starts closed either way."""
+    yield
+    breakers = _no_background_tasks_in_process.breakers
+    left = [f"{view.key.link} {view.state.name.lower()}" for view in breakers.views() if view.state]
+    left += [f"{view.key.link}@{view.org} {view.state.name.lower()}" for view in breakers.org_views() if view.state]
+    breakers.clear()
+    assert not left, (
+        f"this test left breakers of the session's process not closed ({', '.join(left)}): give it the `process` fixture"
+    )
+
+
 @pytest.fixture
 def session_process(_no_background_tasks_in_process: Any) -> Any:
     """The session's serving process (the one current outside a test's own `process`)."""

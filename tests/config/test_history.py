@@ -286,7 +286,7 @@ def test_config_rollback_command_refusal_is_a_command_error_naming_the_problem(s
 # --------------------------------------------------------------------------- one version number
 
 
-def test_every_place_shows_the_history_version_not_the_reload_counter(client, django_user_model, caplog):
+def test_every_place_shows_the_history_version_not_the_reload_counter(client, django_user_model, caplog, process):
     """An API key created and a breaker forced open bump the reload counter, not the configuration:
     the history, the serving snapshot (dashboard, process list, explain page) and the log say one number."""
     from routing.config import live

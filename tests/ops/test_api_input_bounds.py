@@ -41,7 +41,7 @@ def test_deeply_nested_metadata_is_a_400_naming_the_field(setup, depth):  # noqa
     assert ApiKey.objects.count() == 0
 
 
-def test_a_breaker_reason_past_500_characters_or_with_escapes_is_refused(setup):  # noqa: F811
+def test_a_breaker_reason_past_500_characters_or_with_escapes_is_refused(setup, process):  # noqa: F811
     from routing.config import live
 
     live.rebuild_from_db("test")

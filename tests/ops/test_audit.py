@@ -149,7 +149,7 @@ def test_commands_imports_and_rollbacks_are_one_record_each(setup, tmp_path):
     assert record.action == "rollback" and record.object_repr.startswith("v")
 
 
-def test_breaker_controls_and_token_writes_are_recorded(setup):
+def test_breaker_controls_and_token_writes_are_recorded(setup, process):
     from routing.config import live
 
     live.rebuild_from_db("test")

@@ -252,7 +252,7 @@ def test_usage_per_key_over_a_range(setup):
     assert api.get("/api/v1/usage", {"group_by": "nope"}).status_code == 400
 
 
-def test_breakers_list_and_the_one_operator_verb(setup):
+def test_breakers_list_and_the_one_operator_verb(setup, process):
     from routing.config import live
 
     live.rebuild_from_db("test")
