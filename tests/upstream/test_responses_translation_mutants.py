@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from routing.core.errors import GatewayError
+from routing.core.stream import SAMPLE_BYTES
 from routing.upstream.translate.responses_passthrough import CHARS_COUNTED, ResponsesRelay
 from routing.upstream.translate.responses_to_chat import ResponsesEvents, chat_request, response_of
 
@@ -530,6 +531,26 @@ def test_the_estimate_counts_string_deltas_only_and_stops_at_its_cap() -> None:
     assert tap.estimated_completion_tokens() == 10  # 40 characters; 5 frames
     _, tap = relay(delta_event("a" * (CHARS_COUNTED - 1)), delta_event("a"), delta_event("bbbb"))
     assert tap.estimated_completion_tokens() == CHARS_COUNTED // 4  # the characters past the cap are not counted
+    assert tap._kept == []
+
+
+def test_the_relay_keeps_under_sample_bytes_of_uncounted_deltas_and_none_past_the_cap() -> None:
+    """The memory bound of a long stream's estimate: deltas are counted once SAMPLE_BYTES of their data
+    are kept, and none is kept once CHARS_COUNTED characters are counted."""
+    base = len(delta_event("")) - len(b"event: response.output_text.delta\ndata: \n\n")  # the data, no text
+    tap = ResponsesRelay()
+    tap.feed(delta_event("a" * (SAMPLE_BYTES - 1 - base)))
+    assert len(tap._kept) == 1  # one byte short: kept
+    tap.feed(delta_event("a"))
+    assert tap._kept == []  # past SAMPLE_BYTES: counted
+    tap.feed(delta_event("a" * (SAMPLE_BYTES - base)))
+    assert tap._kept == []  # exactly SAMPLE_BYTES: counted
+    tap.feed(delta_event("a" * (SAMPLE_BYTES - 1 - base)))
+    assert len(tap._kept) == 1
+    capped = ResponsesRelay()
+    capped.feed(delta_event("a" * CHARS_COUNTED))
+    capped.feed(delta_event("b"))
+    assert capped._kept == [] and capped.estimated_completion_tokens() == CHARS_COUNTED // 4
 
 
 def test_an_event_without_a_sequence_number_leaves_the_next_error_events_number_alone() -> None:
