@@ -392,7 +392,8 @@ def test_sampling_beside_reasoning_is_refused_by_name(name):
 
 def test_a_structured_format_beside_reasoning_is_refused():
     error = refusal(claude, {"reasoning_effort": "low", "response_format": {"type": "json_object"}})
-    assert error.param == "response_format" and "beside reasoning_effort" in error.message
+    assert error.param == "response_format"
+    assert "a structured response_format cannot be sent beside reasoning_effort to Claude." in error.message
     out = claude({"reasoning_effort": "low", "response_format": {"type": "text"}})
     assert "tools" not in out and out["thinking"]["budget_tokens"] == 2048
 
