@@ -416,7 +416,7 @@ def gemini_schema(schema: Any) -> dict[str, Any]:
 
 def gemini_refusal(schema: Any) -> GatewayError:
     error = refusal(gemini_schema, schema)
-    assert "'gem'" in error.message and "vertex provider" in error.message
+    assert "'gem'" in error.message and "vertex provider" in error.message and "speaks chat itself" in error.message
     return error
 
 
@@ -560,9 +560,14 @@ def test_a_clients_output_limit_grows_by_the_budget_only():
     ("upstream", "effort", "words"),
     [
         ("gemini-2.5-flash", "extreme", "reasoning_effort must be none or one of minimal, low, medium, high."),
-        ("gemini-1.5-pro", "low", "knows the thinking range of gemini-2.5 and gemini-3 models only"),
-        ("gemini-2.5-pro", "none", "does not support 'reasoning_effort none'; this model always thinks"),
-        ("gemini-3-flash", "none", "does not support 'reasoning_effort none'; this model always thinks"),
+        (
+            "gemini-1.5-pro",
+            "low",
+            "model gem does not support 'reasoning_effort'; the gateway knows the thinking range of gemini-2.5 "
+            "and gemini-3 models only; remove reasoning_effort.",
+        ),
+        ("gemini-2.5-pro", "none", "model gem does not support 'reasoning_effort none'; this model always thinks"),
+        ("gemini-3-flash", "none", "model gem does not support 'reasoning_effort none'; this model always thinks"),
     ],
 )
 def test_reasoning_the_model_cannot_take_is_refused_by_name(upstream, effort, words):
@@ -573,3 +578,13 @@ def test_reasoning_the_model_cannot_take_is_refused_by_name(upstream, effort, wo
 async def test_an_event_that_is_not_an_object_is_skipped_and_the_rest_of_the_chunk_still_relayed():
     frames = await frames_of(b"data: [1]\n\n", delta(0, type="text_delta", text="on"), stop("end_turn"), END)
     assert [f["choices"][0]["delta"].get("content") for f in frames[:-1]] == ["on", None] and frames[-1] == "DONE"
+
+
+def test_an_annotation_first_drops_only_itself_and_references_are_rewritten_at_any_depth():
+    assert gemini_schema({"$comment": "c", "type": "string", "default": "", "title": "t"}) == {
+        "type": "string",
+        "title": "t",
+    }
+    schema = {"definitions": {"I": {}}, "anyOf": [{"$ref": "#/definitions/I"}], "items": {"$ref": "#/definitions/I"}}
+    converted = gemini_schema(schema)
+    assert converted["anyOf"] == [{"$ref": "#/$defs/I"}] and converted["items"] == {"$ref": "#/$defs/I"}
