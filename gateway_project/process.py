@@ -109,9 +109,11 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
 
 def reinstall(process: Process) -> None:
     """Make a process built earlier the current one again: every part is the process's own, so this is
-    `install` plus the overload settings of the snapshot serving now (a test may have swapped it)."""
+    `install` plus the overload settings of the snapshot serving now (a test may have swapped it) and the
+    usage backlog gauge, which reads one process's sink (the one built last, a disposed one, otherwise)."""
     install(process)
     process.overload.apply(live.current())
+    metrics.watch_backlog(process.usage.backlog)
 
 
 def dispose(process: Process) -> None:

@@ -48,7 +48,9 @@ def test_the_new_kinds_run_end_to_end_and_each_gives_a_figure(tmp_path: Path) ->
     assert list(result["pooled"]) == measured
     assert all(result["pooled"][kind]["n"] == 4 for kind in measured)  # 2 a batch, 2 batches a round
     assert all(isinstance(result["median_added_p50_ms"][kind], float) for kind in measured)
-    assert all(result["gateway_cpu_ms_per_request"][kind] > 0 for kind in NEW_KINDS)
+    # CPU is read from /proc in 10 ms clock ticks: over 2 streams a phase a kind may read 0, a real figure
+    cpu = result["gateway_cpu_ms_per_request"]
+    assert set(cpu) == set(measured) and all(isinstance(cpu[kind], (int, float)) and cpu[kind] >= 0 for kind in cpu)
     assert set(result["figures"]) == {f"{kind}_p50" for kind in NEW_KINDS}
     assert "responses" not in result["pooled"]  # the subset only
     assert (tmp_path / "responses_stream.json").exists()

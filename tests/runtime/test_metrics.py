@@ -147,6 +147,24 @@ def test_config_reloads_provider_up_and_usage_backlog(client, snapshot):
 
 
 @pytest.mark.django_db
+def test_the_backlog_gauge_reads_the_process_installed_again_after_a_test_s_own(client, session_process):
+    """A test's own process is built (its sink behind the gauge), disposed, and the session's installed
+    again: the gauge must read the session's sink, not the disposed one's (it read 0 against 2 in CI)."""
+    from gateway_project.process import build_process, dispose, reinstall
+
+    own = build_process(background=False)
+    dispose(own)
+    reinstall(session_process)
+    sink = session_process.usage
+    sink.record(request_id="metrics-reinstalled-1", status=200)
+    sink.record(request_id="metrics-reinstalled-2", status=200)
+    try:
+        assert scrape(client)[("switchboard_usage_backlog", ())] == sink.backlog() >= 2
+    finally:
+        sink._pending.clear()
+
+
+@pytest.mark.django_db
 def test_metrics_restricted_to_staff_when_not_public(client, settings, staff_user, plain_user):
     settings.SWITCHBOARD_METRICS_PUBLIC = False
     response = client.get("/metrics")
