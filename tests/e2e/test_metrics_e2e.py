@@ -166,8 +166,11 @@ def test_circuit_state_goes_from_closed_to_open(gw, http, mock_upstream):
 
 
 def test_usage_backlog_counts_the_records_not_yet_written(make_gateway, mock_upstream):
-    # a gateway whose usage writer waits an hour between flushes: every record stays queued
-    held = make_gateway(CONFIG.format(mock=mock_upstream.url, extra=""), env={"SWITCHBOARD_USAGE_FLUSH_S": "3600"})
+    # a gateway whose usage writer waits an hour between flushes: every record stays queued (no Redis: a
+    # shared one left empty by an earlier test starts a rebuild whose spend read writes the queue first)
+    held = make_gateway(
+        CONFIG.format(mock=mock_upstream.url, extra=""), env={"SWITCHBOARD_USAGE_FLUSH_S": "3600", "REDIS_URL": ""}
+    )
     assert [s.value for s in scrape(held).find("switchboard_usage_backlog")] == [0]
     with httpx.Client(base_url=held.url, headers={"Authorization": f"Bearer {held.api_key}"}, timeout=20) as c:
         assert [chat(c, "m-ok").status_code for _ in range(3)] == [200] * 3

@@ -290,8 +290,10 @@ def test_database_outage_loses_nothing_and_writes_each_record_once(fresh_postgre
 
 
 def test_sigterm_right_after_requests_flushes_every_record(make_gateway, mock_upstream):
-    # A long flush interval keeps the records in memory until the signal arrives.
-    gw = make_gateway(CONFIG.format(mock=mock_upstream.url), env={"SWITCHBOARD_USAGE_FLUSH_S": "30"})
+    # A long flush interval keeps the records in memory until the signal arrives. No Redis: a shared one
+    # left empty by an earlier test makes the first rounds rebuild the counters, and the spend read that
+    # follows writes the queued records first (a correct early write that would hide the signal's).
+    gw = make_gateway(CONFIG.format(mock=mock_upstream.url), env={"SWITCHBOARD_USAGE_FLUSH_S": "30", "REDIS_URL": ""})
     run = uuid.uuid4().hex[:8]
     sent = [f"term-{run}-{i}" for i in range(25)]
     with client(gw) as http:
