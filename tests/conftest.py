@@ -39,11 +39,14 @@ def _no_breaker_left_open_in_the_session_process(_no_background_tasks_in_process
     """A test that opens or forces a breaker of the session's process must use its own `process`:
     left there, the state reaches whichever test runs next in the random order (a breaker test
     failed in CI only when it ran after one that forced its link). Fails the leaking test by name
-    and clears the breakers, so the next test starts closed either way."""
+    and closes the breakers (their gauges with them), so the next test starts closed either way."""
     yield
     breakers = _no_background_tasks_in_process.breakers
-    left = [f"{view.key.link} {view.state.name.lower()}" for view in breakers.views() if view.state]
-    left += [f"{view.key.link}@{view.org} {view.state.name.lower()}" for view in breakers.org_views() if view.state]
+    links, views = [v for v in breakers.views() if v.state], [v for v in breakers.org_views() if v.state]
+    left = [f"{v.key.link} {v.state.name.lower()}" for v in links]
+    left += [f"{v.key.link}@{v.org} {v.state.name.lower()}" for v in views]
+    for key in {v.key for v in [*links, *views]}:
+        breakers.reset(key)  # through the listeners: the circuit gauges go back to closed too
     breakers.clear()
     assert not left, (
         f"this test left breakers of the session's process not closed ({', '.join(left)}): give it the `process` fixture"
