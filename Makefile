@@ -37,6 +37,8 @@ lint: $(BIN)/.installed ## ruff check
 # SQLite / no Redis, said in the output). Each step saves its result in BENCH_RUN_DIR;
 # the last one prints every target of the round: measured, target, met or missed.
 BENCH_RUN_DIR ?= bench/results/run
+# The realistic-configuration A/B make bench runs against this revision (the first round's end; empty skips it).
+BENCH_AB_BASE ?= 5101a09
 bench: export SWITCHBOARD_BENCH_RUN_DIR = $(abspath $(BENCH_RUN_DIR))
 bench: $(BIN)/.installed ## Every benchmark of the round, with LiteLLM/Portkey beside (BENCH_RUN_DIR)
 	@command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk >/dev/null)
@@ -46,6 +48,10 @@ bench: $(BIN)/.installed ## Every benchmark of the round, with LiteLLM/Portkey b
 	-$(BIN)/python -m bench.limits_bench --number 10000 --repeat 9
 	-$(BIN)/python -m bench.unconfigured_bench
 	-$(BIN)/python -m bench.cache_bench --e2e --number 3000 --repeat 5 --rounds 10
+	-$(BIN)/python -m bench.affinity_bench --repeats 100
+	-$(BIN)/python -m bench.responses_stream_bench --rounds 5 --batch 15 --cpu-requests 50
+	-$(BIN)/python -m bench.ab --base HEAD --profile alerts --no-throughput --latency-batches 10 --save-as ab_alerts
+	$(if $(BENCH_AB_BASE),-$(BIN)/python -m bench.ab --base $(BENCH_AB_BASE) --profile realistic --command uvicorn --save-as ab_realistic)
 	-$(BIN)/python -m bench.workers_bench --seconds 3 --reps 2 $(if $(REDIS_URL),--redis $(REDIS_URL))
 	-$(BIN)/python -m bench.usage_writer_bench
 	-$(BIN)/python -m bench.usage_writer_bench --database sqlite

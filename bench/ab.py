@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from bench import ab_verdict, config, procs
+from bench import ab_verdict, config, procs, summary
 from bench.stats import percentile
 
 ROOT = procs.ROOT
@@ -434,6 +434,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-throughput", action="store_true", help="latency only (wrk not needed)")
     p.add_argument("--no-calls", action="store_true", help="skip the in-process call count (bench/callcount.py)")
     p.add_argument(
+        "--save-as",
+        default="",
+        metavar="NAME",
+        help="also save the result as NAME.json in make bench's run directory (read by bench.summary)",
+    )
+    p.add_argument(
         "--memory",
         action="store_true",
         help="also each side's resident memory after 10 000 requests, a fresh process per reading",
@@ -484,6 +490,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "ab-latest.json").write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
+    if args.save_as:
+        summary.save(args.save_as, report)
     return 0
 
 

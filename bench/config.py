@@ -29,6 +29,9 @@ BASE_MODELS = (CHAT, STREAM, SLOW, STORM)
 # budget high enough never to refuse. Its bodies vary per request (VARY), so every one is a
 # cache miss and a store.
 FEATURES = ("bench-features", "bench-up")
+# The governed path: FEATURES' two deployments, limits and budget, without the response cache (make bench's
+# "features no cache" side, so its added p99 and its share of plain's throughput count no Redis round trip).
+GOVERNED = ("bench-governed", "bench-up")
 FEATURE_AGENT = "bench-limited"
 VARY = "@N@"
 HUGE_LIMITS = {"rpm": 10**9, "tpm": 10**12}
@@ -113,6 +116,8 @@ def features_document(mock_url: str) -> dict[str, Any]:
             "output_price_per_mtok": 10.0,
         }
     )
+    governed = {k: v for k, v in doc["models"][-1].items() if k != "cache_ttl_s"}
+    doc["models"].append({**governed, "id": GOVERNED[0]})
     org = doc["orgs"][0]
     org["limits"], org["budget"] = dict(HUGE_LIMITS), dict(HUGE_BUDGET)
     org["agents"].append({"name": FEATURE_AGENT, "limits": dict(HUGE_LIMITS), "budget": dict(HUGE_BUDGET)})

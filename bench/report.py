@@ -279,7 +279,7 @@ def feature_cost(lat: dict[str, Any], side: str) -> dict[str, float] | None:
     if not features:
         return None
     server = features.get("server")
-    plain = next((v for v in sides.values() if v.get("server") == server and v is not features), None)
+    plain = next((v for name, v in sides.items() if v.get("server") == server and "features" not in name), None)
     base = plain["added"] if plain else lat["added"]  # the plain gateway runs the default server
     return {k: round(features["added"][k] - base[k], 3) for k in ("p50", "p99", "p999")}
 

@@ -205,6 +205,8 @@ def _start_sides(
         proc, url = procs.start_gateway(server, name.replace(" ", "-"), work, env)
         started_procs.append(proc)
         sides.append(Side(name, server, proc, url, fkey, True))
+        if server == args.server:  # the governed path on the same gateway: limits, budget, no cache
+            sides.append(Side(f"{name} no cache", server, proc, url, fkey, True, config.GOVERNED[0]))
     return sides
 
 

@@ -49,9 +49,10 @@ class Side:
     url: str
     key: str
     features: bool  # calls config.FEATURES with a varying body (every request a cache miss)
+    model: str | None = None  # another model of the features' configuration (config.GOVERNED: no cache)
 
     def target(self, batch: int | None = None) -> dict[str, Any]:
-        model = config.FEATURES[0] if self.features else config.CHAT[0]
+        model = self.model or (config.FEATURES[0] if self.features else config.CHAT[0])
         t: dict[str, Any] = {
             "name": self.name,
             "url": f"{self.url}/v1/chat/completions",

@@ -203,6 +203,8 @@ def test_feature_configuration_is_valid_and_enables_every_feature_on_one_model_a
     assert validate_document(doc) == []
     model = next(m for m in doc["models"] if m["id"] == config.FEATURES[0])
     assert len({d["provider"] for d in model["deployments"]}) == 2 and model["cache_ttl_s"] > 0
+    governed = next(m for m in doc["models"] if m["id"] == config.GOVERNED[0])  # the same, without the cache
+    assert governed["deployments"] == model["deployments"] and "cache_ttl_s" not in governed
     agent = next(a for a in doc["orgs"][0]["agents"] if a["name"] == config.FEATURE_AGENT)
     assert agent["limits"]["rpm"] and agent["budget"]["usd"]
     assert {m["id"] for m in config.config_document("http://127.0.0.1:9")["models"]} < {m["id"] for m in doc["models"]}

@@ -96,3 +96,56 @@ def test_the_field_path_fuzzer_rows_need_enough_cases_and_no_5xx_on_each_server(
     assert by_label["field-path fuzzer, daphne: 5xx, no answer or traceback"].verdict().startswith("missed by 4")
     missing = {c.label: c for c in summary.checks({})}
     assert missing["field-path fuzzer, daphne: cases"].verdict() == "not measured"
+
+
+def test_this_round_s_rows_count_the_redis_round_trip_and_hold_every_new_path_to_chat_s() -> None:
+    latency = {
+        **RUN["scenarios"]["latency"],
+        "sides": {
+            **RUN["scenarios"]["latency"]["sides"],
+            "features no cache": {"server": "uvicorn", "added": {"p50": 0.55, "p99": 1.2, "p999": 2.0}},
+        },
+    }
+    throughput = {
+        "c32": {
+            "gateway": {"rps": 2000.0},
+            "sides": {"features": {"rps": 1500.0, "vs_plain": 0.75}, "features no cache": {"vs_plain": 0.85}},
+        }
+    }
+    run = {**RUN, "scenarios": {**RUN["scenarios"], "latency": latency, "throughput": throughput}}
+    docs = {
+        "run": run,
+        "cache": {"lookup_p99_us": 250.0},  # the features' p99 target becomes 1.3 + 0.25 ms
+        "responses_stream": {
+            "pooled": {
+                "chat": {"p50": 0.5, "p99": 1.0},
+                "responses": {"p50": 0.6, "p99": 1.1},  # relayed: p50 over 0.4, p99 over 1.0
+                "translated": {"p50": 0.6, "p99": 1.2},  # translated: p99 under 1.3, within 1.3× of chat
+                "messages-translated": {"p50": 0.8, "p99": 1.2},  # p50 at 1.6× chat's
+            }
+        },
+        "affinity": {"plain_pick_us": 1.0, "chat-20": {"added_us": 0.4}, "agent-200k": {"added_us": 6.0}},
+        "ab_alerts": {"figures": [{"figure": "added p50 (ms), 1 client", "base_median": 0.5, "head_median": 0.55}]},
+    }
+    by_label = {c.label: c for c in summary.checks(docs)}
+    assert by_label["governed (limits, budget, 2 deployments, no cache), 1 client: added p99"].verdict() == "met"
+    assert by_label["features with the shared cache, 1 client: added p99"].threshold == 1.55
+    assert by_label["features with the shared cache, 1 client: added p99"].verdict() == "met"  # 1.5 ms
+    assert by_label["governed ratio: governed / plain req/s at 32 clients"].verdict() == "met"
+    assert by_label["stream responses (relayed): added TTFB p50"].verdict().startswith("missed by 0.2 ms")
+    assert by_label["stream responses (relayed): added TTFB p99"].verdict().startswith("missed by 0.1 ms")
+    assert by_label["stream translated (translated): added TTFB p99"].verdict() == "met"
+    assert by_label["stream translated (translated): added TTFB p50"].verdict() == "reported"
+    assert by_label["stream messages-translated / chat: added TTFB p50"].verdict().startswith("missed by 0.3")
+    assert by_label["stream translated / chat: added TTFB p99"].verdict() == "met"
+    assert by_label["prompt-cache affinity: added per request, worst body (alone)"].value == 6.0
+    assert by_label["alerts configured / not: added p50, 1 client"].value == 1.1
+    assert by_label["alerts configured / not: added p99, 1 client"].verdict() == "not measured"
+    assert by_label["features - plain, uvicorn: p50"].value == 0.1  # plain, not the governed side
+
+
+def test_without_a_redis_figure_the_features_p99_is_not_judged_against_a_made_up_target() -> None:
+    by_label = {c.label: c for c in summary.checks({"run": RUN})}
+    row = by_label["features with the shared cache, 1 client: added p99"]
+    assert row.value == 1.5 and row.verdict() == "reported"
+    assert by_label["governed ratio: governed / plain req/s at 32 clients"].verdict() == "not measured"
