@@ -142,6 +142,21 @@ def alerts_yaml(mock_url: str) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
 
 
+# The configuration-size scenario: 5 000 models, and as many policies as one org may have (the validation's
+# bound), every one evaluated per request of the benchmark's org.
+LARGE_MODELS = 5_000
+
+
+def large_policies() -> int:
+    from routing.config.identifiers import MAX_POLICIES
+
+    return MAX_POLICIES
+
+
+def large_yaml(mock_url: str) -> str:
+    return config_yaml(mock_url, models=LARGE_MODELS, policies=large_policies())
+
+
 # The realistic scenario: a configuration the size of a real deployment's (dozens of models on three
 # providers, aliases, several orgs with policies and agents), the benchmark model among them.
 REALISTIC_MODELS = 40

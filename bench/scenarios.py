@@ -315,11 +315,9 @@ def memory(b: Bench) -> dict[str, Any]:
 
 
 def config_size(b: Bench) -> dict[str, Any]:
-    large_n = 5_000
+    large_n, large_policies = config.LARGE_MODELS, config.large_policies()
     t0 = time.monotonic()
-    env, key = procs.prepare_database(
-        b.work, "large", config.config_yaml(b.mock_url, models=large_n, policies=large_n), config.ORG, config.AGENT
-    )
+    env, key = procs.prepare_database(b.work, "large", config.large_yaml(b.mock_url), config.ORG, config.AGENT)
     prepare_s = time.monotonic() - t0
     t0 = time.monotonic()
     proc, url = procs.start_gateway(b.server, "gateway-large", b.work, {**env, **b.extra_env}, timeout=180)
@@ -347,7 +345,7 @@ def config_size(b: Bench) -> dict[str, Any]:
             },
             "large": {
                 "models": large_n,
-                "policies": large_n,
+                "policies": large_policies,
                 "added_p50": large["p50"],
                 "added_p99": large["p99"],
                 "rss_mb": proc.rss_mb(),

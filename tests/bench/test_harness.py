@@ -239,3 +239,12 @@ def test_realistic_configuration_is_valid_and_the_size_of_a_real_deployment() ->
     bench_org = next(o for o in doc["orgs"] if o["name"] == config.ORG)
     assert len(bench_org["policies"]) == config.REALISTIC_POLICIES  # the whole list evaluated per request
     assert model("realistic") == config.CHAT[0] and body("realistic") == body("plain")  # same request, bigger world
+
+
+def test_the_configuration_size_scenario_s_large_configuration_is_one_the_gateway_accepts() -> None:
+    """It once asked for 5 000 policies in one org, past the validation's bound: the row failed every run."""
+    from routing.config.validation import validate_document
+
+    doc = yaml.safe_load(config.large_yaml("http://127.0.0.1:9"))
+    assert validate_document(doc) == []
+    assert len(doc["models"]) == config.LARGE_MODELS and len(doc["orgs"][0]["policies"]) == config.large_policies()
