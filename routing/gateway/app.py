@@ -274,7 +274,10 @@ async def _route(call: Call, model: ModelSpec) -> None:
     if key.models is not None:
         built = chain.narrow_to_key(built, key.allows)
     links = call.links = preflight.apply(built, req)
-    if all(link.skip_reason is not None for link in links):
+    for link in links:  # a link preflight kept (a loop: no generator frame per request)
+        if link.skip_reason is None:
+            break
+    else:
         raise preflight.no_link_error(links, req)
     try:
         call.ticket = limiting.admit(call.process.limiter, ctx, key, model, req, call.process.syncer)
