@@ -79,6 +79,8 @@ def token_classes(usage: Any) -> dict[str, int] | None:
         hour = _int(split.get("ephemeral_1h_input_tokens")) if isinstance(split, _MAPPING) else 0
         out["cache_write_1h"] = min(hour, written)
         out["cache_write"] = written - out["cache_write_1h"]
+    if not out:  # no detail sent (most answers): no comprehension to run
+        return None
     kept = {name: n for name, n in out.items() if n}
     return kept or None
 

@@ -203,15 +203,17 @@ def _has_image(items: Any) -> bool:
     """Any message / input item whose content has an image part."""
     if not isinstance(items, list):
         return False
-    for item in items:
+    for item in items:  # `_is_one_of` inline: a call per message and part otherwise
         if not isinstance(item, dict):
             continue
-        if _is_one_of(item.get("type"), _IMAGE_PARTS):
+        kind = item.get("type")
+        if isinstance(kind, str) and kind in _IMAGE_PARTS:
             return True
         content = item.get("content")
         if isinstance(content, list):
             for part in content:
-                if isinstance(part, dict) and _is_one_of(part.get("type"), _IMAGE_PARTS):
+                kind = part.get("type") if isinstance(part, dict) else None
+                if isinstance(kind, str) and kind in _IMAGE_PARTS:
                     return True
     return False
 
