@@ -30,7 +30,7 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "response cache",
-        "cache_key.plan('chat', org.name, model, body, False, False, b'')",
+        "model.cache_ttl_s is not None",
         "routing/gateway/app.py:_route",
     ),
     ("deployment tpm capacity", "_capacity_tokens(ctx, links)", "routing/gateway/proxy.py:proxy_once"),

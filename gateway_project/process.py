@@ -80,6 +80,7 @@ def build_process(settings: Any = django_settings, *, background: bool = True) -
         counters=counters.ModelCounters(),
         heartbeat=process_list.Heartbeat(),
         spend=SpendLoader(),
+        body_window=(settings.SWITCHBOARD_BODY_TIMEOUT_S, settings.SWITCHBOARD_BODY_MIN_BYTES),
         background=background,
     )
     install(process)

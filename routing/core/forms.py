@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, final
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Upload:
     """One file of a form: its name as the client gave it, its declared type and its bytes."""
@@ -24,8 +25,11 @@ class Upload:
 
 
 def is_form(body: dict[str, Any]) -> bool:
-    """True when a body read from a form carries a file: it must go upstream as a form, not JSON."""
-    return any(isinstance(value, Upload) for value in body.values())
+    """True when a body read from a form carries a file: it must go upstream as a form, not JSON.
+
+    Every JSON body passes here on its way upstream: the values' types are compared in C (`Upload` is
+    final: no subclass to miss), no Python frame per field as a generator would make."""
+    return Upload in map(type, body.values())
 
 
 def _quoted(text: str) -> str:

@@ -48,6 +48,11 @@ def _int(value: Any) -> int:
     return value if type(value) is int and value > 0 else 0
 
 
+# Any mapping, a dict (every parsed answer's) told first: in C, where `Mapping` alone is a Python-level
+# ABC check per test. An empty or absent part adds only zeros, which are dropped: it is not tested at all.
+_MAPPING = (dict, Mapping)
+
+
 def token_classes(usage: Any) -> dict[str, int] | None:
     """The priced classes of an OpenAI or Anthropic usage object (only those present, > 0), or None.
 
@@ -56,24 +61,26 @@ def token_classes(usage: Any) -> dict[str, int] | None:
     `cache_read_input_tokens`, `cache_creation_input_tokens`, split by
     `cache_creation.ephemeral_5m_input_tokens` / `ephemeral_1h_input_tokens` when given.
     """
-    if not isinstance(usage, Mapping):
+    if not isinstance(usage, _MAPPING):
         return None
     out: dict[str, int] = {}
     prompt = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
-    if isinstance(prompt, Mapping):
+    if prompt and isinstance(prompt, _MAPPING):  # absent (None) told before the ABC check
         out["cache_read"] = _int(prompt.get("cached_tokens"))
         out["audio_input"] = _int(prompt.get("audio_tokens"))
     completion = usage.get("completion_tokens_details") or usage.get("output_tokens_details")
-    if isinstance(completion, Mapping):
+    if completion and isinstance(completion, _MAPPING):
         out["reasoning"] = _int(completion.get("reasoning_tokens"))
         out["audio_output"] = _int(completion.get("audio_tokens"))
     if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
         out["cache_read"] = _int(usage.get("cache_read_input_tokens"))
         written = _int(usage.get("cache_creation_input_tokens"))
         split = usage.get("cache_creation")
-        hour = _int(split.get("ephemeral_1h_input_tokens")) if isinstance(split, Mapping) else 0
+        hour = _int(split.get("ephemeral_1h_input_tokens")) if isinstance(split, _MAPPING) else 0
         out["cache_write_1h"] = min(hour, written)
         out["cache_write"] = written - out["cache_write_1h"]
+    if not out:  # no detail sent (most answers): no comprehension to run
+        return None
     kept = {name: n for name, n in out.items() if n}
     return kept or None
 

@@ -56,7 +56,7 @@ class RetryBudgets:
         w = self._windows.get(key)
         if w is None:
             w = self._windows[key] = _Window(second)
-        else:
+        elif second > w.second:  # a new second (`advance` is a no-op within one: not called then)
             w.advance(second)
         return w, second % WINDOW_S
 

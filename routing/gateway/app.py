@@ -138,8 +138,9 @@ async def _admit(
     method, path = scope["method"], scope["path"]
     if endpoint is None:
         raise errors.not_found_endpoint(path)
-    if content_length > settings.SWITCHBOARD_MAX_BODY_BYTES:  # before the key: nothing of it is read
-        raise errors.request_too_large(settings.SWITCHBOARD_MAX_BODY_BYTES)
+    limit = settings.SWITCHBOARD_MAX_BODY_BYTES  # read once: a lazy setting is a Python call per read
+    if content_length > limit:  # before the key: nothing of it is read
+        raise errors.request_too_large(limit)
     call.snap = live.current()
     ctx.key = request.authenticate(call.snap, auth)
     if method != endpoint.method:
@@ -147,7 +148,7 @@ async def _admit(
     if endpoint.reader is None:  # no body: answered from the snapshot (the model list, one model)
         await _HANDLERS[endpoint.handler](call, endpoint, path)  # type: ignore[index]
         return False
-    await _read(call, endpoint, scope, receive, content_length)
+    await _read(call, endpoint, scope, receive, content_length, limit)
     model = _model(call, scope)
     if endpoint.handler is not None:  # answered here once the model is known (a token count)
         await _HANDLERS[endpoint.handler](call, endpoint, path)
@@ -165,19 +166,15 @@ async def _admit(
     return True
 
 
-async def _read(call: Call, endpoint: Endpoint, scope: Scope, receive: Receive, content_length: int) -> None:
-    """The body, read within its size limit by its row's reader (JSON or a multipart form) and checked
-    against the schema of the kind it serves; an Anthropic Messages body becomes the chat body its MessagesHook
-    serves."""
+async def _read(
+    call: Call, endpoint: Endpoint, scope: Scope, receive: Receive, content_length: int, limit: int
+) -> None:
+    """The body, read within its size `limit` (and the process's body window) by its row's reader (JSON or a
+    multipart form) and checked against the schema of the kind it serves; an Anthropic Messages body becomes
+    the chat body its MessagesHook serves."""
     ctx = call.ctx
-    raw = call.raw = await read_body(
-        receive,
-        content_length,
-        ctx,
-        settings.SWITCHBOARD_MAX_BODY_BYTES,
-        settings.SWITCHBOARD_BODY_TIMEOUT_S,
-        settings.SWITCHBOARD_BODY_MIN_BYTES,
-    )
+    window_s, min_bytes = call.process.body_window
+    raw = call.raw = await read_body(receive, content_length, ctx, limit, window_s, min_bytes)
     if endpoint.reader == MULTIPART:
         await _read_form(call, endpoint, scope, raw)
         return
@@ -274,12 +271,17 @@ async def _route(call: Call, model: ModelSpec) -> None:
     if key.models is not None:
         built = chain.narrow_to_key(built, key.allows)
     links = call.links = preflight.apply(built, req)
-    if all(link.skip_reason is not None for link in links):
+    for link in links:  # a link preflight kept (a loop: no generator frame per request)
+        if link.skip_reason is None:
+            break
+    else:
         raise preflight.no_link_error(links, req)
     try:
         call.ticket = limiting.admit(call.process.limiter, ctx, key, model, req, call.process.syncer)
     except limiting.LeaseNeeded:  # shared limits: only this process's share was short
         call.ticket = await limiting.admit_after_lease(call.process.limiter, ctx, key, model, req, call.process.syncer)
+    if model.cache_ttl_s is None:  # no cache (docs/cache.md): `cache_key.plan`'s first test, without its call
+        return
     plan = call.plan = cache_key.plan(
         ctx.endpoint, org.name, model, call.body, call.stream, bool(call.idempotency_key), call.cache_control
     )

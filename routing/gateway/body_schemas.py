@@ -466,36 +466,40 @@ def check(kind: str, body: dict[str, Any], raw: bytes) -> None:
     """Raise 400 `invalid_request` naming the field when `body` is not a valid `kind` request.
 
     `raw` is the body's bytes, used only to skip the depth check: a body shorter than
-    an opening and a closing bracket per level cannot be nested past the limit.
+    an opening and a closing bracket per level cannot be nested past the limit. A valid
+    body converts once, here (no helper call on the request path); only a refused one is
+    looked at again (`_whole_numbers_fixed`).
     """
-    check_fields(kind, body)
+    shape = BODY_SCHEMAS.get(kind)
+    if shape is not None:
+        try:
+            value = msgspec.convert(body, shape.type)
+        except msgspec.ValidationError as exc:
+            value = _whole_numbers_fixed(body, shape.type, exc)
+        if shape.extra is not None:
+            shape.extra(value)
     check_depth_of(body, raw)
 
 
 def check_fields(kind: str, body: dict[str, Any]) -> None:
-    """`check` without the depth check: for a form (routing.gateway.multipart), which is flat."""
-    shape = BODY_SCHEMAS.get(kind)
-    if shape is not None:
-        try:
-            value = _convert(body, shape.type)
-        except msgspec.ValidationError as exc:
-            raise _field_error(str(exc)) from None
-        if shape.extra is not None:
-            shape.extra(value)
+    """`check` without the depth check: for a form (routing.gateway.multipart), which is flat (no
+    bytes given: the depth check is skipped)."""
+    check(kind, body, b"")
 
 
-def _convert(body: dict[str, Any], shape: Any) -> Any:
-    """msgspec.convert, with whole-number floats (`"n": 1.0`) turned into ints where the schema says
-    integer: JSON Schema, and so the OpenAI API, counts a number with a zero fraction as an integer
-    (docs/request-validation.md#integers). The body is fixed in place, so the upstream gets `1`. A valid
-    body converts once; only a refused one is looked at again."""
+def _whole_numbers_fixed(body: dict[str, Any], shape: Any, exc: msgspec.ValidationError) -> Any:
+    """`body` converted after msgspec refused it with `exc`, whole-number floats (`"n": 1.0`) turned into
+    ints where the schema says integer: JSON Schema, and so the OpenAI API, counts a number with a zero
+    fraction as an integer (docs/request-validation.md#integers). The body is fixed in place, so the
+    upstream gets `1`. Anything else refused raises 400 naming the field."""
     for _ in range(_MAX_WHOLE_FIXES):
+        if not _fix_whole_number(body, str(exc)):
+            raise _field_error(str(exc)) from None
         try:
             return msgspec.convert(body, shape)
-        except msgspec.ValidationError as exc:
-            if not _fix_whole_number(body, str(exc)):
-                raise
-    return msgspec.convert(body, shape)
+        except msgspec.ValidationError as again:
+            exc = again
+    raise _field_error(str(exc)) from None
 
 
 def _fix_whole_number(body: dict[str, Any], text: str) -> bool:

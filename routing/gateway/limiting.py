@@ -62,7 +62,7 @@ def admit(
     With shared limits (`syncer`, the request's process's; None: limits are per process), raises
     `LeaseNeeded` when only the local share is short, after waking `syncer`.
     """
-    agent, key = _key_of(caller)
+    agent, key = (caller.agent, caller) if isinstance(caller, KeySpec) else (caller, None)  # _key_of, inline
     org = agent.org
     key_limits = key.limits if key is not None else None
     if org.limits is None and agent.limits is None and key_limits is None:

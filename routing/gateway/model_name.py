@@ -109,4 +109,16 @@ def renamer(requested: str, upstream: str) -> Renamer | None:
     return Renamer(upstream, requested)
 
 
-__all__ = ["Renamer", "renamer", "with_model"]
+def renamed(data: bytes, requested: str, upstream: str) -> bytes:
+    """A whole answer's bytes renamed as `renamer(requested, upstream)` would rename them, in one call and
+    no object: a non-streamed answer is renamed once, with nothing held for a next chunk."""
+    if not requested or requested == upstream:
+        return data
+    needle, pattern = _pattern(upstream)
+    if needle not in data:
+        return data
+    value = orjson.dumps(requested)
+    return pattern.sub(lambda m: m.group(1) + value, data)
+
+
+__all__ = ["Renamer", "renamed", "renamer", "with_model"]

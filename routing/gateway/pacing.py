@@ -69,8 +69,9 @@ class Pacer:
             self._rebind()
         if self._used < self.per_tick and not self._waiters:
             self._used += 1
-            if not self._scheduled:
-                self._schedule()
+            if not self._scheduled:  # `_schedule`, inline: the first request of each iteration
+                self._scheduled = True
+                asyncio.get_running_loop().call_soon(self._tick)
             return True
         return False
 

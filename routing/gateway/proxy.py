@@ -21,7 +21,7 @@ from routing.core.executor import Link, Settlement
 from routing.core.failures import FailureKind, UpstreamFailure
 from routing.core.limiter import LimitTicket
 from routing.core.stream import UsageTap, open_stream
-from routing.gateway.model_name import Renamer, renamer
+from routing.gateway.model_name import Renamer, renamed, renamer
 from routing.gateway.wire import JSON, SSE_HEADERS, Headers, Send, answer_headers, send_response
 from routing.plan.cache_key import Plan
 from routing.runtime.accounting import Context, journal_stream
@@ -171,8 +171,7 @@ def as_requested(ctx: Context, payload: bytes) -> bytes:
     bytes, which an alias and its target share, and each hit is named for its own requester."""
     outcome = ctx.outcome
     link = outcome.link if outcome is not None else None
-    rename = renamer(ctx.requested, link.model.upstream_model) if link is not None else None
-    return payload if rename is None else rename(payload)
+    return payload if link is None else renamed(payload, ctx.requested, link.model.upstream_model)
 
 
 async def proxy_idempotent(call: Call, key: str) -> None:
@@ -390,13 +389,11 @@ def traced(trace: RequestTrace, attempt: Callable[[Link, float], Awaitable[Any]]
     return run
 
 
-def _name_dropped(call: Call, dropped: tuple[str, ...]) -> None:
-    """The hints this link's translation dropped, for x-switchboard-dropped: a chat call's are this link's
-    alone (a fallback link starts clean); a hook's link adds them to what the hook named for it (its prepare
-    sets ctx.dropped per link, and a chat request it builds through the dialect carries the dialect's)."""
-    if call.shape is None:
-        call.ctx.dropped = ", ".join(dropped)
-    elif dropped:
+def _hook_dropped(call: Call, dropped: tuple[str, ...]) -> None:
+    """A hook's link adds the hints its translation dropped (x-switchboard-dropped) to what the hook named
+    for it: its prepare sets ctx.dropped per link, and a chat request it builds through the dialect carries
+    the dialect's. (A chat call's are its link's alone, set in `call_upstream`: a fallback link starts clean.)"""
+    if dropped:
         named = [part for part in call.ctx.dropped.split(", ") if part]
         call.ctx.dropped = ", ".join([*named, *(name for name in dropped if name not in named)])
 
@@ -416,7 +413,10 @@ async def call_upstream(call: Call, link: Link, body: dict, stream: bool, deadli
     prepared = shape.prepare(link, stream, body) if shape is not None else None
     if prepared is None:
         prepared = dialect.build_request(call.kind, body, model, link.base_url, link.api_key, stream)
-    _name_dropped(call, prepared.dropped)
+    if shape is None:  # the hints this link's translation dropped, for x-switchboard-dropped
+        call.ctx.dropped = ", ".join(prepared.dropped)
+    else:
+        _hook_dropped(call, prepared.dropped)
     timeouts = model.timeouts
     headers = prepared.headers if trace is None else {**prepared.headers, **trace.headers}
     phase = timeouts.first_token_ms / 1000.0

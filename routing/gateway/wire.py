@@ -86,7 +86,9 @@ async def read_body(
     loop = asyncio.get_running_loop()
     began = loop.time()
     message = await receive()
-    chunk = _chunk(message, ctx, limit, 0)
+    chunk = message.get("body", b"")
+    if message["type"] == "http.disconnect" or len(chunk) > limit:  # `_chunk`'s refusals, inline for the first
+        chunk = _chunk(message, ctx, limit, 0)  # raises
     if not message.get("more_body", False):
         return chunk
     if window_s <= 0:

@@ -59,6 +59,9 @@ class Process:
         default_factory=dict
     )  # provider name -> its last health probe result (docs/operations.md)  # in flight and served, for the process list
     alerts: Any = None  # a routing.runtime.observe.alerts.Alerts: events handed to the alerts task (docs/alerts.md)
+    # (SWITCHBOARD_BODY_TIMEOUT_S, SWITCHBOARD_BODY_MIN_BYTES), read once by the composition root: the window a
+    # body in several messages must keep up with (docs/security.md#server-edge); (0, 1): none
+    body_window: tuple[float, int] = (0.0, 1)
     # The parts below are built by the composition root (gateway_project.process.build_process). Their
     # modules find the process through `installed()`: this one does not import them (no cycle), so they
     # are typed by name in the comments.

@@ -233,7 +233,8 @@ class Transport:
 
     def session_for(self, provider: ProviderSpec) -> aiohttp.ClientSession:
         """The pool this provider uses (R9: its own when it sets connect_timeout_ms)."""
-        self._check_loop()
+        if self._loop is not asyncio.get_running_loop():  # another loop (one per test): `_check_loop` rebinds
+            self._check_loop()
         if provider.connect_timeout_ms is None:
             session = self._shared
             if session is None:
@@ -277,7 +278,8 @@ class Transport:
                 url,
                 headers=headers,
                 data=body,
-                timeout=self._timeout(connect_timeout_s),
+                # a cached timeout read here (a hit for every request but a timeout's first)
+                timeout=self._timeouts.get(connect_timeout_s) or self._timeout(connect_timeout_s),
             )
         except (aiohttp.ServerTimeoutError, TimeoutError) as exc:  # ConnectionTimeoutError, sock_connect
             raise UpstreamFailure(

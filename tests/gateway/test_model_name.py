@@ -6,7 +6,7 @@ import json
 
 import orjson
 
-from routing.gateway.model_name import Renamer, renamer, with_model
+from routing.gateway.model_name import Renamer, renamed, renamer, with_model
 
 
 def test_only_model_members_with_the_upstream_name_are_renamed():
@@ -15,6 +15,13 @@ def test_only_model_members_with_the_upstream_name_are_renamed():
         Renamer("up", "asked")(raw) == b'{"model": "asked", "x": "the \\"model\\": \\"up\\"", "tool": {"model":"up2"}}'
     )
     assert renamer("same", "same") is None and renamer("", "up") is None
+
+
+def test_a_whole_answer_is_renamed_in_one_call_as_the_renamer_would():
+    raw = b'{"model": "up", "x": "the \\"model\\": \\"up\\"", "tool": {"model":"up2"}, "m": {"model" :"up"}}'
+    assert renamed(raw, "asked", "up") == Renamer("up", "asked")(raw)
+    assert renamed(raw, "asked", "up").count(b'"asked"') == 2
+    assert renamed(raw, "up", "up") is raw and renamed(raw, "", "up") is raw and renamed(raw, "a", "zz") is raw
 
 
 def test_a_member_cut_across_stream_chunks_is_still_renamed_and_no_byte_is_lost():

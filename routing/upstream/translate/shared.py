@@ -161,10 +161,6 @@ def usage_object(prompt: int | None, completion: int | None, cached: Any = 0) ->
     return usage
 
 
-def _int_or_none(value: Any) -> int | None:
-    return value if type(value) is int else None
-
-
 def usage_of(data: Mapping[str, Any]) -> tuple[int | None, int | None]:
     """OpenAI (prompt/completion_tokens) or Responses API (input/output_tokens) usage."""
     usage = data.get("usage")
@@ -176,7 +172,8 @@ def usage_of(data: Mapping[str, Any]) -> tuple[int | None, int | None]:
     completion = usage.get("completion_tokens")
     if completion is None:
         completion = usage.get("output_tokens")
-    return (_int_or_none(prompt), _int_or_none(completion))
+    # each an int or None, tested inline: every answer passes here
+    return (prompt if type(prompt) is int else None, completion if type(completion) is int else None)
 
 
 # --- reasoning ----------------------------------------------------------------------
