@@ -128,7 +128,7 @@ def test_a_response_cache_hit_saved_what_its_answer_cost():
     row = _row(n=2, cached=True, prompt=1_000_000, completion=100_000, cache_read=400_000, reasoning=50_000)
     saved = _group_saved(row, (3.0, 15.0, ClassPrices(cache_read=0.5)))
     # 600k input x 3 + 400k cache reads x 0.5 + 100k output (50k of it reasoning, at the output price) x 15
-    assert saved.response_cache_usd == pytest.approx(1.8 + 0.2 + 1.5)
+    assert saved.response_cache_usd == pytest.approx(1.8 + 0.2 + 1.5, abs=1e-12)
     assert (saved.response_cache_hits, saved.cached_input_tokens, saved.unpriced_records) == (2, 0, 0)
     assert saved.prompt_cache_usd == 0.0
 
@@ -146,7 +146,7 @@ def test_a_hit_of_an_unpriced_model_is_counted_not_priced(prices):
 
 def test_a_hit_without_an_output_price_still_saves_its_input():
     saved = _group_saved(_row(cached=True, prompt=1_000_000, completion=1_000_000), (2.0, None, None))
-    assert saved.response_cache_usd == pytest.approx(2.0)
+    assert saved.response_cache_usd == pytest.approx(2.0, abs=1e-12)
 
 
 # sums --------------------------------------------------------------------------------------------------
@@ -194,16 +194,21 @@ def test_savings_are_grouped_by_the_columns_asked(snap):
     _record(4, org="globex", cached=True, cost="0")  # a hit: 1e6 x 3
     _record(5, org="globex", cache_read_tokens=500_000, model_used="gone")
     _record(6, org="initech")  # no cache: not a group
+    _record(7, org="umbrella", cache_read_tokens=1, prompt_tokens=1)  # a single token read is a group
     by_org = saved_by(UsageRecord.objects.all(), snap, ["org"], now=0.0)
-    assert set(by_org) == {("acme",), ("globex",)}
-    assert by_org[("acme",)].prompt_cache_usd == pytest.approx(2.7 + 2.25)
+    assert set(by_org) == {("acme",), ("globex",), ("umbrella",)}
+    assert by_org[("umbrella",)].prompt_cache_usd == pytest.approx(2.7e-6, abs=1e-12)
+    assert by_org[("acme",)].prompt_cache_usd == pytest.approx(2.7 + 2.25, abs=1e-12)
     assert by_org[("acme",)].cached_input_tokens == 2_000_000
     globex = by_org[("globex",)]
-    assert (globex.prompt_cache_usd, globex.response_cache_usd) == (pytest.approx(5.4), pytest.approx(3.0))
+    assert (globex.prompt_cache_usd, globex.response_cache_usd) == (
+        pytest.approx(5.4, abs=1e-12),
+        pytest.approx(3.0, abs=1e-12),
+    )
     assert (globex.response_cache_hits, globex.unpriced_records, globex.cached_input_tokens) == (1, 1, 2_500_000)
     both = saved_by(UsageRecord.objects.all(), snap, ["org", "model_used"], now=0.0)
-    assert set(both) == {("acme", "dated"), ("globex", "dated"), ("globex", "gone")}
+    assert set(both) == {("acme", "dated"), ("globex", "dated"), ("globex", "gone"), ("umbrella", "dated")}
     assert both[("globex", "gone")].unpriced_records == 1
     everything = saved_by(UsageRecord.objects.all(), snap, [], now=0.0)
     assert list(everything) == [()]
-    assert everything[()].total_usd == pytest.approx(2.7 + 2.25 + 5.4 + 3.0)
+    assert everything[()].total_usd == pytest.approx(2.7 + 2.25 + 5.4 + 3.0 + 2.7e-6, abs=1e-12)

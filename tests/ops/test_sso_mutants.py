@@ -99,6 +99,14 @@ def test_a_document_naming_another_issuer_is_refused(provider):
         sso.fetch_discovery(ISSUER)
 
 
+def test_an_issuer_with_a_path_keeps_every_character_of_it(provider):
+    issuer = "https://idp.example/realmX"
+    provider["answers"][f"{issuer}/.well-known/openid-configuration"] = Reply({**DOCUMENT, "issuer": issuer})
+    assert sso.fetch_discovery(issuer + "/")["issuer"] == issuer
+    provider["answers"][f"{issuer}/.well-known/openid-configuration"] = Reply({**DOCUMENT, "issuer": issuer + "/"})
+    assert sso.fetch_discovery(issuer)["issuer"] == issuer + "/"
+
+
 def test_a_provider_answering_an_error_is_an_http_error(provider):
     provider["answers"][f"{ISSUER}/.well-known/openid-configuration"] = Reply({}, status=503)
     with pytest.raises(httpx.HTTPStatusError):
@@ -143,8 +151,9 @@ def test_the_account_name_prefers_username_then_email_then_subject():
     assert sso.username_of({"preferred_username": "  ", "email": "a@x", "sub": "1"}) == "a@x"
     assert sso.username_of({"preferred_username": 7, "sub": "s-1"}) == "s-1"
     assert sso.username_of({"sub": "x" * 200}) == "x" * 150
-    with pytest.raises(SuspiciousOperation, match="names no user"):
+    with pytest.raises(SuspiciousOperation) as caught:
         sso.username_of({"email": "", "sub": None})
+    assert str(caught.value) == "the ID token names no user (no preferred_username, email or sub)"
 
 
 def test_groups_claim_takes_a_string_or_a_list(settings):
@@ -159,7 +168,7 @@ def test_groups_claim_takes_a_string_or_a_list(settings):
 
 
 @pytest.mark.django_db
-def test_first_login_creates_a_staff_account_in_the_claimed_groups(oidc, django_user_model):
+def test_first_login_creates_a_staff_account_in_the_claimed_groups(oidc, django_user_model, caplog):
     ops = Group.objects.create(name="ops")
     Org.objects.create(name="acme")
     Org.objects.create(name="globex")
@@ -167,7 +176,9 @@ def test_first_login_creates_a_staff_account_in_the_claimed_groups(oidc, django_
     claims = {"preferred_username": "alice", "email": "alice@x.example", "groups": ["ops", "unknown", "org:acme"]}
     assert backend.verify_claims(claims) is True
     assert not backend.filter_users_by_claims(claims).exists()
-    user = backend.create_user(claims)
+    with caplog.at_level("INFO", logger="switchboard.sso"):
+        user = backend.create_user(claims)
+    assert caplog.messages == ["sso: created the account alice on its first login"]
     user.refresh_from_db()
     assert (user.username, user.email, user.is_staff, user.is_superuser) == ("alice", "alice@x.example", True, False)
     assert list(user.groups.all()) == [ops]
@@ -233,6 +244,9 @@ def test_an_org_scope_once_set_is_never_widened(oidc, settings, django_user_mode
 
 def test_the_backend_reads_its_settings_and_endpoints_lazily(oidc, settings):
     settings.OIDC_RP_SIGN_ALGO = "ES256"
+    settings.OIDC_RP_IDP_SIGN_KEY = "-----BEGIN PUBLIC KEY-----"
+    assert sso.SwitchboardOIDCBackend().OIDC_RP_IDP_SIGN_KEY == "-----BEGIN PUBLIC KEY-----"
+    del settings.OIDC_RP_IDP_SIGN_KEY
     backend = sso.SwitchboardOIDCBackend()
     assert oidc["calls"] == []  # building the backend never reaches the provider
     assert (backend.OIDC_RP_CLIENT_ID, backend.OIDC_RP_CLIENT_SECRET) == ("switchboard-admin", "s3cret")
@@ -333,13 +347,20 @@ def test_the_login_redirects_to_the_discovered_authorization_endpoint(oidc):
         ValueError("not json"),
     ],
 )
-def test_an_unreachable_provider_sends_the_user_back_to_the_login_page(oidc, monkeypatch, trouble):
+def test_an_unreachable_provider_sends_the_user_back_to_the_login_page(oidc, monkeypatch, caplog, trouble):
     def fails(issuer: str) -> dict:
         raise trouble
 
     monkeypatch.setattr(sso, "fetch_discovery", fails)
-    response = sso.SwitchboardAuthenticationRequestView().get(_login_request())
+    with caplog.at_level("WARNING", logger="switchboard.sso"):
+        response = sso.SwitchboardAuthenticationRequestView().get(_login_request())
     assert (response.status_code, response["Location"]) == (302, "/admin/login/?sso=unreachable")
+    assert caplog.messages == [f"sso: the OpenID provider could not be reached: {trouble}"]
+
+
+def test_the_login_view_takes_as_views_arguments(oidc):
+    view = sso.SwitchboardAuthenticationRequestView(redirect_field_name="then")
+    assert (view.redirect_field_name, view.OIDC_RP_CLIENT_ID) == ("then", "switchboard-admin")
 
 
 # logging out at the provider ---------------------------------------------------------------------------
@@ -388,6 +409,17 @@ def test_a_plain_http_end_session_endpoint_and_an_odd_token(oidc, settings):
 
 
 @pytest.mark.django_db
+def test_an_unreachable_provider_at_logout_is_logged_and_the_session_ends_here(oidc, settings, caplog):
+    settings.LOGOUT_REDIRECT_URL = "/bye/"
+    oidc["answers"][f"{ISSUER}/.well-known/openid-configuration"] = Reply({}, status=502)
+    with caplog.at_level("WARNING", logger="switchboard.sso"):
+        assert sso.provider_logout_url(_logout_request("t")) == "/bye/"
+    assert len(caplog.messages) == 1
+    assert caplog.messages[0].startswith("sso: logged out here only, the OpenID provider could not be reached: ")
+    assert caplog.messages[0].endswith(": bad")  # the error itself, for the operator
+
+
+@pytest.mark.django_db
 def test_the_logout_redirect_defaults_to_the_admin_login(oidc, settings):
     if hasattr(settings, "LOGOUT_REDIRECT_URL"):
         del settings.LOGOUT_REDIRECT_URL
@@ -411,3 +443,18 @@ def test_a_get_or_a_password_session_uses_the_admins_own_logout(oidc):
     assert logout(get) == "own"
     assert logout(_logout_request(None)) == "own"
     assert calls == ["GET", "POST"]
+
+
+@pytest.mark.django_db
+def test_a_posted_logout_of_an_sso_session_goes_through_the_provider(oidc, settings, django_user_model):
+    settings.OIDC_OP_LOGOUT_URL_METHOD = "routing.ops.sso.provider_logout_url"
+    settings.LOGOUT_REDIRECT_URL = "/admin/login/"
+    document = {**DOCUMENT, "end_session_endpoint": f"{ISSUER}/end"}
+    oidc["answers"][f"{ISSUER}/.well-known/openid-configuration"] = Reply(document)
+    request = _logout_request("the.id.token")
+    request.user = django_user_model.objects.create_user("gina")
+    response = sso.admin_logout(None)(request)
+    url = urlsplit(response["Location"])
+    assert (response.status_code, f"{url.scheme}://{url.netloc}{url.path}") == (302, f"{ISSUER}/end")
+    assert parse_qs(url.query)["id_token_hint"] == ["the.id.token"]
+    assert sso.ID_TOKEN_KEY not in request.session  # the Switchboard session ended too
