@@ -69,10 +69,12 @@ def test_a_file_catalogue_matches_ids_and_aliases_per_provider_then_anywhere():
                     "models": [
                         {"id": "gpt-4o", "prices": {"input_mtok": 3}},
                         {"id": "no-prices", "prices": {}},
+                        {"id": "after-no-prices", "prices": {"input_mtok": 4}},
                         {"id": "", "aliases": [None, 7], "prices": {"input_mtok": 1}},
                     ],
                 },
                 {"id": "empty"},
+                {"models": [{"id": "gpt-4o", "prices": {"input_mtok": 9}}]},
             ]
         }
     )
@@ -82,6 +84,9 @@ def test_a_file_catalogue_matches_ids_and_aliases_per_provider_then_anywhere():
     assert catalogue.lookup("gpt-4o-latest", "azure") == {"input": 2.0}  # not azure's: anywhere
     assert catalogue.lookup("gpt-4o", "google") == {"input": 2.0}
     assert catalogue.lookup("no-prices", None) is None
+    assert catalogue.lookup("after-no-prices", "azure") == {"input": 4.0}
+    for name in ("none", "xxxx"):  # a provider entry without an id is matched anywhere only
+        assert catalogue.lookup("gpt-4o", name) == {"input": 2.0}
     assert catalogue.lookup("", None) is None
 
 
@@ -102,6 +107,16 @@ def test_the_package_catalogue_prices_by_provider_then_anywhere():
     assert catalogue.lookup("gpt-4o-mini", None)["input"] == 0.15
     assert catalogue.lookup("no-such-model-anywhere", "openai") is None
     assert catalogue.lookup("no-such-model-anywhere", None) is None
+
+
+def test_the_package_catalogue_prefers_the_providers_own_price():
+    catalogue = PackageCatalogue()
+    assert (catalogue.lookup("ada", "azure"), catalogue.lookup("ada", "openai")) == (
+        {"input": 0.1},
+        {"input": 0.4, "output": 0.4},
+    )
+    on_vertex, anywhere = catalogue.lookup("claude-3-5-haiku", "google"), catalogue.lookup("claude-3-5-haiku", None)
+    assert "cache_write_1h" not in on_vertex and anywhere["cache_write_1h"] == 1.6
 
 
 def test_a_proposal_says_what_changes():
