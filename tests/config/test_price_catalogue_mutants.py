@@ -145,6 +145,10 @@ def test_the_price_on_a_day_is_the_flat_one_then_each_version_started_by_then():
     june = current_prices(item, date(2026, 6, 1))
     assert (june["input"], june["output"], june["cache_read"]) == (2.0, 10.0, None)
     assert current_prices({"input_price_per_mtok": 1}, date(2026, 1, 1))["input"] == 1.0
+    listed_late_first = {
+        "prices": [{"effective_from": "2026-06-01", "input": 2}, {"effective_from": "2026-03-01", "input": 9}]
+    }
+    assert current_prices(listed_late_first, date(2026, 7, 1))["input"] == 2.0  # by date, not by listing order
 
 
 class Recording:
@@ -172,6 +176,7 @@ DOCUMENT = {
         {"id": "unknown", "provider": "odd", "upstream_model": "nobody-knows"},
         {"id": "virtual", "provider": "oa"},
         {"id": "dated", "provider": "oa", "upstream_model": "gpt-4o", "prices": [{"effective_from": "2026-05-01"}]},
+        {"id": "last", "provider": "oa", "upstream_model": "gpt-4o-mini"},
     ],
 }
 
@@ -185,17 +190,19 @@ def test_propose_compares_each_model_on_the_day_and_notes_what_it_leaves():
         ("gemini-x", "google"),  # the first deployment's provider
         ("nobody-knows", None),  # a dialect the catalogue has no provider for: any provider
         ("gpt-4o", "openai"),
+        ("gpt-4o-mini", "openai"),
     ]
     assert proposals == [
         Proposal("cheap", "gpt-4o", "2026-05-01", {"input": 2.5}, current_prices(DOCUMENT["models"][0], date.today())),
         Proposal("gem", "gemini-x", "2026-05-01", {"output": 1.0}, current_prices({}, date.today())),
+        Proposal("last", "gpt-4o-mini", "2026-05-01", {"input": 0.15}, current_prices({}, date.today())),
     ]
     assert notes == [
         "unknown: nobody-knows is not in the catalogue",
         "dated: a price version already starts on 2026-05-01: not overwritten",
     ]
     proposals, notes = propose(DOCUMENT, catalogue, date(2026, 5, 2))
-    assert [p.model for p in proposals] == ["cheap", "gem", "dated"]
+    assert [p.model for p in proposals] == ["cheap", "gem", "dated", "last"]
 
 
 def test_an_empty_document_proposes_nothing():

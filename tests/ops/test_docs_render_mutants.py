@@ -3,7 +3,19 @@ the page title from its first `#` heading, tables and raw HTML kept."""
 
 from __future__ import annotations
 
-from routing.ops.docs_render import render, slug
+import pytest
+
+from routing.ops.docs_render import _parser, render, slug
+
+
+@pytest.fixture(autouse=True)
+def fresh_render():
+    """Each test renders anew: a page rendered earlier in the process would be served from the cache."""
+    render.cache_clear()
+    _parser.cache_clear()
+    yield
+    render.cache_clear()
+    _parser.cache_clear()
 
 
 def test_a_heading_anchor_is_githubs():

@@ -160,9 +160,12 @@ def test_savings_add_up_field_by_field():
 
 
 def test_dollars_are_rounded_to_eight_places():
-    assert Saved(1.000000004, 2.000000006).as_dict()["prompt_cache_usd"] == 1.0
-    assert Saved(1.000000004, 2.000000006).as_dict()["response_cache_usd"] == 2.00000001
-    assert Saved(1.000000004, 2.000000006).as_dict()["total_usd"] == 3.00000001
+    saved = Saved(0.123456784, 0.2500000004).as_dict()
+    assert (saved["prompt_cache_usd"], saved["response_cache_usd"], saved["total_usd"]) == (
+        0.12345678,
+        0.25,
+        0.37345678,
+    )
 
 
 # the query ---------------------------------------------------------------------------------------------
@@ -212,3 +215,13 @@ def test_savings_are_grouped_by_the_columns_asked(snap):
     everything = saved_by(UsageRecord.objects.all(), snap, [], now=0.0)
     assert list(everything) == [()]
     assert everything[()].total_usd == pytest.approx(2.7 + 2.25 + 5.4 + 3.0 + 2.7e-6, abs=1e-12)
+
+
+@pytest.mark.django_db
+def test_a_record_of_a_price_version_no_longer_configured_is_priced_as_at_the_time_asked(snap):
+    _record(1, cache_read_tokens=1_000_000, price_version="2025-01-01")
+    june = MAY + 40 * 86400
+    assert saved_by(UsageRecord.objects.all(), snap, [], now=june)[()].prompt_cache_usd == pytest.approx(
+        2.25, abs=1e-12
+    )
+    assert saved_by(UsageRecord.objects.all(), snap, [], now=0.0)[()].prompt_cache_usd == pytest.approx(2.7, abs=1e-12)
