@@ -160,11 +160,11 @@ def test_savings_add_up_field_by_field():
 
 
 def test_dollars_are_rounded_to_eight_places():
-    saved = Saved(0.123456784, 0.2500000004).as_dict()
+    saved = Saved(0.123456784, 0.250000004).as_dict()
     assert (saved["prompt_cache_usd"], saved["response_cache_usd"], saved["total_usd"]) == (
         0.12345678,
         0.25,
-        0.37345678,
+        0.37345679,
     )
 
 
