@@ -91,7 +91,8 @@ def _number(value: Any) -> float | None:
 def prices_of(raw: Any) -> dict[str, float] | None:
     """Switchboard price keys from a catalogue `prices` mapping (or object); None when it names none."""
     if isinstance(raw, list):  # conditional prices: the first applies when no condition matches
-        raw = raw[0].get("prices") if raw and isinstance(raw[0], Mapping) else getattr(raw[0], "prices", None)
+        first = raw[0] if raw else None  # an empty list names no prices (not an IndexError)
+        raw = first.get("prices") if isinstance(first, Mapping) else getattr(first, "prices", None)
     values = raw if isinstance(raw, Mapping) else getattr(raw, "__dict__", {})
     out = {}
     for key, name in KEYS.items():
