@@ -288,8 +288,27 @@ def test_login_attempts_name_the_user_and_address_never_the_password(rf):
     assert "hunter2" not in str([(r.detail, r.fields, r.object_repr) for r in since(mark)])
 
 
-def test_connecting_again_does_not_record_twice():
+def test_connecting_again_does_not_record_twice(rf):
+    from django.contrib.auth.signals import user_logged_in, user_login_failed
+
     audit.connect()
+    request = rf.get("/admin/login/", REMOTE_ADDR="192.0.2.9")
+    root = User.objects.create_user("root", password="x")
     mark = fresh()
-    Org.objects.create(name="once")
-    assert len(since(mark)) == 1
+    org = Org.objects.create(name="once")
+    org.weight = 2
+    org.save()
+    org.delete()
+    recorder.revision_recorded.send(sender=None, revision=revision("import"))
+    BreakerAction.objects.create(user="cli:ops", provider="p", model="m", action="reset")
+    user_logged_in.send(sender=User, request=request, user=root)
+    user_login_failed.send(sender=User, credentials={"username": "root"}, request=request)
+    assert [r.action for r in since(mark)] == [
+        "create",
+        "update",
+        "delete",
+        "import",
+        "breaker_reset",
+        "login",
+        "login_failed",
+    ]
