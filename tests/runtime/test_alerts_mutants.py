@@ -55,10 +55,12 @@ class Destination:
 
     def __init__(self, *answers: str) -> None:
         self.sent: list[dict] = []
+        self.rules: list[AlertSpec] = []
         self.answers = list(answers)
 
     async def __call__(self, rule: AlertSpec, data: dict) -> str:
         self.sent.append(data)
+        self.rules.append(rule)
         return self.answers.pop(0) if self.answers else ""
 
 
@@ -237,7 +239,7 @@ def test_a_full_queue_drops_the_event_counts_it_and_says_so(caplog):
     hub.emit("shedding", {"reason": "x"})
     hub.emit("parked", {"link": "y"})
     assert hub.queue.qsize() == 1 and hub.dropped == 2
-    assert "alert queue full: dropped the parked alert (2 dropped so far)" in caplog.text
+    assert "alert queue full: dropped the parked alert (2 dropped so far)" in caplog.messages
 
 
 def test_listeners_turn_transitions_into_events():
@@ -312,9 +314,10 @@ def test_the_task_delivers_queued_events_and_checks_budgets_once_per_crossing():
     hub.deliver = deliver  # type: ignore[method-assign]
 
     async def scenario() -> None:
-        hub.parking_changed(("p", "m"), "PARKED", 1)
         task = asyncio.get_running_loop().create_task(hub.run(budgets))  # type: ignore[arg-type]
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(0.1)  # nothing queued: the budgets are checked all the same
+        hub.parking_changed(("p", "m"), "PARKED", 1)
+        await asyncio.sleep(0.1)
         assert hub.loop is asyncio.get_running_loop() and hub.thread == threading.get_ident()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -322,7 +325,7 @@ def test_the_task_delivers_queued_events_and_checks_budgets_once_per_crossing():
         assert not hub.tasks  # each delivery task forgets itself when done
 
     asyncio.run(scenario())
-    assert delivered == [("ops", "parked"), ("ops", "budget")]
+    assert delivered == [("ops", "budget"), ("ops", "parked")]
 
 
 def test_the_task_without_budgets_only_delivers():
@@ -374,7 +377,7 @@ def test_a_lost_claim_sends_nothing_and_a_won_one_sends_once_with_its_row():
 
     claiming(hub, True)
     assert asyncio.run(hub.deliver(HOOK, event_for())) is True
-    assert len(hub.send.sent) == 1
+    assert len(hub.send.sent) == 1 and hub.send.rules == [HOOK]
     row = AlertDelivery.objects.get()
     assert (row.event_key, row.status, row.attempts, row.last_error) == ("breaker_open|m|1|ops", "sent", 1, "")
     assert row.destination == "webhook:http://hooks.test/x" and row.sent_at is not None
@@ -416,7 +419,7 @@ def test_retries_back_off_exponentially_up_to_five_minutes_and_the_last_failure_
     assert hub.sleep.waits == [100.0, 200.0, 300.0, 300.0]  # type: ignore[attr-defined]
     row = AlertDelivery.objects.get()
     assert (row.status, row.attempts, row.last_error, row.sent_at) == ("failed", 5, "HTTP 500 from x", None)
-    assert "alert breaker_open to ops failed after 5 attempts: HTTP 500 from x" in caplog.text
+    assert "alert breaker_open to ops failed after 5 attempts: HTTP 500 from x" in caplog.messages
 
 
 @pytest.mark.django_db(transaction=True)
@@ -427,6 +430,7 @@ def test_a_delivery_that_succeeds_on_a_retry_logs_nothing(caplog):
     caplog.set_level(logging.WARNING, "switchboard.alerts")
     assert asyncio.run(hub.deliver(HOOK, event_for())) is True
     assert len(hub.send.sent) == 2 and hub.sleep.waits == [1.0]  # type: ignore[attr-defined]
+    assert hub.send.rules == [HOOK, HOOK]
     row = AlertDelivery.objects.get()
     assert (row.status, row.attempts, row.last_error) == ("sent", 2, "")
     assert "failed after" not in caplog.text
@@ -475,7 +479,7 @@ def test_redis_down_leaves_the_claim_to_the_database(caplog):
     hub.redis = FakeRedis(ConnectionError("refused"))
     caplog.set_level(logging.WARNING, "switchboard.alerts")
     assert asyncio.run(hub.claim("k", 60)) is None
-    assert "alert claim in Redis failed (refused): the database decides" in caplog.text
+    assert caplog.messages == ["alert claim in Redis failed (refused): the database decides"]
     assert asyncio.run(hub_for(HOOK).claim("k", 60)) is None  # no Redis configured
 
 
@@ -544,7 +548,7 @@ def test_a_row_the_database_cannot_write_is_logged_and_skipped(caplog):
 
     caplog.set_level(logging.WARNING, "switchboard.alerts")
     assert asyncio.run(hub.record(fails)) is None
-    assert "could not record an alert delivery (no such table): the database is unreachable" in caplog.text
+    assert caplog.messages == ["could not record an alert delivery (no such table): the database is unreachable"]
 
 
 def test_close_cancels_the_delivery_tasks_in_flight():
