@@ -106,6 +106,9 @@ def main(argv: list[str] | None = None) -> None:
     import django
 
     django.setup()
+    from gateway_project.process import build_process
+
+    build_process(background=False)  # the checks read the serving process's parts, as the request path does
     best = measure(args.number, args.repeat)
     where = {feature: place for feature, _, place in CHECKS}
     for feature, ns in best.items():

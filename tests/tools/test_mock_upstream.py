@@ -176,3 +176,29 @@ def test_module_runs_standalone_without_django():
     probe = "import sys, tools.mock.upstream; print(any(m.startswith('django') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30)
     assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.parametrize(
+    ("schema", "words"),
+    [
+        ({"properties": {}}, "tools.0.custom.input_schema.type: Field required"),
+        ({"type": ["object", "null"]}, "tools.0.custom.input_schema.type: Input should be 'object'"),
+        ([{"type": "object"}], "tools.0.custom.input_schema: Input should be a valid dictionary"),
+    ],
+)
+async def test_a_tool_schema_anthropic_refuses_is_a_400_as_from_the_real_api_not_a_500(mock, client, schema, words):
+    """The field fuzzer sent such tools through the gateway's Messages relay; the mock failed with 500 where the
+    real API answers 400 invalid_request_error, and the gateway rightly called that an upstream failure (502)."""
+    body = {
+        "model": "claude-x",
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "t", "input_schema": schema}],
+        "tool_choice": {"type": "any"},
+    }
+    resp = await client.post(mock.root + "/anthropic/v1/messages", json=body)
+    assert resp.status == 400
+    assert await resp.json() == {"type": "error", "error": {"type": "invalid_request_error", "message": words}}
+    body["tools"] = [{"name": "t", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
+    resp = await client.post(mock.root + "/anthropic/v1/messages", json=body)
+    assert resp.status == 200 and (await resp.json())["content"][0]["type"] == "tool_use"

@@ -732,9 +732,31 @@ def _event(name: str, data: dict[str, Any]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
+def _tool_schema_problem(body: dict[str, Any]) -> str | None:
+    """What Anthropic's Messages API refuses in a custom tool's `input_schema` (400 `invalid_request_error`):
+    it must be a JSON object whose `type` is "object". A server tool (a `type` such as "web_search_20250305",
+    no schema) is not checked."""
+    tools = body.get("tools")
+    for i, tool in enumerate(tools if isinstance(tools, list) else []):
+        if not isinstance(tool, dict) or "input_schema" not in tool:
+            continue
+        schema = tool["input_schema"]
+        if not isinstance(schema, dict):
+            return f"tools.{i}.custom.input_schema: Input should be a valid dictionary"
+        if "type" not in schema:
+            return f"tools.{i}.custom.input_schema.type: Field required"
+        if schema["type"] != "object":
+            return f"tools.{i}.custom.input_schema.type: Input should be 'object'"
+    return None
+
+
 async def _anthropic_messages(
     request: web.Request, body: dict[str, Any], model: bytes, step: dict[str, Any] | None
 ) -> web.StreamResponse:
+    problem = _tool_schema_problem(body)
+    if problem is not None:
+        refusal = {"type": "error", "error": {"type": "invalid_request_error", "message": problem}}
+        return web.Response(status=400, body=orjson.dumps(refusal), content_type=JSON_TYPE)
     name = orjson.loads(model)
     tool = _wants_tool(body)
     usage_in = 12
